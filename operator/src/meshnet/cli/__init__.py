@@ -1,0 +1,1 @@
+"""The `meshnet` command line; each command group lives in its own module."""

@@ -1,0 +1,1 @@
+"""The pinned llama.cpp: manifest, verified fetch, patch stack and cached build."""

@@ -1,0 +1,112 @@
+// engine.h - the contract between the shard service and a model backend that owns
+// one contiguous layer range [begin, end) of a GGUF model.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace meshnet {
+
+// Failures are status values, never exceptions across this interface.
+enum class engine_status {
+    ok,
+    invalid_argument,    // malformed input (shape, positions, token ids, NaN policy)
+    cache_miss,          // the slot does not hold the positions the step builds on
+    capacity_exhausted,  // no free slot / KV cells for this step
+    context_overflow,    // positions would exceed the context length
+    internal,            // the backend failed; the slot's state is unknown and was cleared
+};
+
+const char * engine_status_name(engine_status status);
+
+// Shape of the residual stream crossing a layer boundary.
+enum class boundary_schema {
+    dense_residual,  // [n_tokens, n_embd]
+    mhc_residual,    // [n_tokens, hc_mult, n_embd] (deepseek4)
+};
+
+struct engine_params {
+    std::string model_path;
+    int32_t     layer_begin  = 0;
+    int32_t     layer_end    = -1;   // -1: up to n_layer
+    int32_t     n_ctx        = 4096; // per slot
+    int32_t     n_slots      = 4;    // concurrent sequences
+    int32_t     n_batch      = 512;  // max tokens in one step
+    int32_t     n_threads    = 0;    // 0: hardware concurrency
+    int32_t     n_gpu_layers = 0;
+};
+
+struct engine_info {
+    std::string     arch;
+    int32_t         n_layer      = 0;
+    int32_t         layer_begin  = 0;
+    int32_t         layer_end    = 0;
+    int32_t         n_embd       = 0;
+    int32_t         n_vocab      = 0;
+    bool            has_vocab    = false; // can tokenize / detokenize
+    bool            needs_token_sideband = false; // non-first stages also need token ids
+    boundary_schema schema       = boundary_schema::dense_residual;
+    int64_t         boundary_row = 0;    // floats per token in a boundary row
+    int32_t         n_ctx        = 0;    // per slot
+    int32_t         n_slots      = 0;
+    size_t          weight_bytes = 0;    // bytes of weights actually allocated
+    size_t          kv_bytes     = 0;    // bytes of KV/state actually allocated
+
+    bool is_first() const { return layer_begin == 0; }
+    bool is_last()  const { return layer_end == n_layer; }
+};
+
+// One session's part of a step. The first stage takes `tokens`; later stages take
+// `boundary` (n_tokens x boundary_row floats, f32) and, when the architecture needs
+// it, `tokens` as a sideband. Positions continue the slot's sequence.
+struct step_request {
+    int32_t              slot = 0;
+    std::vector<int32_t> positions;
+    std::vector<int32_t> tokens;
+    std::vector<float>   boundary;
+    std::vector<int32_t> output_rows; // last stage: rows whose logits are wanted
+};
+
+// A non-last stage returns the residual leaving its last layer for every row; the
+// last stage returns logits (output_rows.size() x n_vocab).
+struct step_result {
+    engine_status      status = engine_status::ok;
+    std::string        message;
+    std::vector<float> boundary;
+    std::vector<float> logits;
+};
+
+struct engine_i {
+    virtual ~engine_i() = default;
+
+    // what this engine serves: identities, range, boundary schema, footprint
+    virtual const engine_info & info() const = 0;
+
+    // run one step for several sessions at once (batched into one decode where the
+    // backend can); results[i] answers requests[i]; one request's failure leaves the
+    // other sessions' state untouched
+    virtual std::vector<step_result> step(const std::vector<step_request> & requests) = 0;
+
+    // number of positions the slot holds (0 when empty)
+    virtual int32_t slot_n_past(int32_t slot) const = 0;
+
+    // forget everything the slot holds
+    virtual void slot_clear(int32_t slot) = 0;
+
+    // KV cells in use / total, summed over slots
+    virtual int64_t kv_used() const = 0;
+    virtual int64_t kv_total() const = 0;
+
+    // text <-> token ids; invalid_argument when the stage has no vocabulary
+    virtual engine_status tokenize(const std::string & text, bool add_special, std::vector<int32_t> & out) const = 0;
+    virtual engine_status detokenize(const std::vector<int32_t> & tokens, std::string & out) const = 0;
+};
+
+using engine_ptr = std::unique_ptr<engine_i>;
+
+// Loads the range with the patched llama.cpp; on failure returns null and sets `error`.
+engine_ptr llama_engine_init(const engine_params & params, std::string & error);
+
+} // namespace meshnet
