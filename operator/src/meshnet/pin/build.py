@@ -6,16 +6,15 @@ import hashlib
 import json
 import os
 import platform
-import re
 import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from meshnet.errors import PinError
+from meshnet.native.cmake import generator_args, run_logged
 from meshnet.paths import cache_dir
 from meshnet.pin.manifest import PinManifest
 from meshnet.pin.patch import applied_state
@@ -110,63 +109,30 @@ def build(manifest: PinManifest, ws: Workspace, lane: str, say: Say, jobs: int |
     directory = build_dir_for(manifest, lane)
     done_marker = directory / "complete.json"
     if done_marker.exists():
-        _link(ws, directory)
+        ws.link("llama-build", directory)
         say(f"cache hit: {directory}")
         return BuildResult(key, directory, True, time.monotonic() - started)
     shutil.rmtree(directory, ignore_errors=True)
     directory.mkdir(parents=True)
     log = directory / "build.log"
-    generator = ["-G", "Ninja"] if shutil.which("ninja") else []
-    launcher = ["-DCMAKE_CXX_COMPILER_LAUNCHER=ccache", "-DCMAKE_C_COMPILER_LAUNCHER=ccache"] if shutil.which("ccache") else []
     jobs = jobs or os.cpu_count() or 2
     say(f"configuring llama.cpp ({lane}) in {directory} ...")
-    _run(["cmake", "-S", str(ws.patched), "-B", str(directory / "build"), *generator,
-          f"-DCMAKE_INSTALL_PREFIX={directory / 'install'}", *COMMON_OPTIONS,
-          *LANE_OPTIONS[lane], *launcher], log, say, progress=False)
+    run_logged(["cmake", "-S", str(ws.patched), "-B", str(directory / "build"),
+                *generator_args(), f"-DCMAKE_INSTALL_PREFIX={directory / 'install'}",
+                *COMMON_OPTIONS, *LANE_OPTIONS[lane]], log, progress=False)
     say(f"compiling {', '.join(TARGETS)} with {jobs} jobs (log: {log}) ...")
-    _run(["cmake", "--build", str(directory / "build"), "--parallel", str(jobs),
-          "--target", *TARGETS], log, say, progress=True)
-    _run(["cmake", "--install", str(directory / "build")], log, say, progress=False)
+    run_logged(["cmake", "--build", str(directory / "build"), "--parallel", str(jobs),
+                "--target", *TARGETS], log, progress=True)
+    run_logged(["cmake", "--install", str(directory / "build")], log, progress=False)
     bin_dir = directory / "install" / "bin"
     bin_dir.mkdir(parents=True, exist_ok=True)
     for tool in TOOL_BINARIES:
         shutil.copy2(directory / "build" / "bin" / tool, bin_dir / tool)
     seconds = time.monotonic() - started
     done_marker.write_text(json.dumps({"key": key, "lane": lane, "seconds": round(seconds, 1)}))
-    _link(ws, directory)
+    ws.link("llama-build", directory)
     say(f"built in {seconds:.0f}s: {directory}")
     return BuildResult(key, directory, False, seconds)
 
 
-def _link(ws: Workspace, directory: Path) -> None:
-    ws.root.mkdir(parents=True, exist_ok=True)
-    tmp = ws.build_link.with_name(ws.build_link.name + ".tmp")
-    tmp.unlink(missing_ok=True)
-    tmp.symlink_to(directory)
-    tmp.replace(ws.build_link)
 
-
-_STEP = re.compile(r"^\[(\d+)/(\d+)\]|^\[\s*(\d+)%\]")
-
-
-def _run(cmd: list[str], log: Path, say: Say, progress: bool) -> None:
-    """Run a build step, appending to the log; show [n/m] progress; on failure show the tail."""
-    with log.open("a") as sink:
-        sink.write(f"$ {' '.join(cmd)}\n")
-        sink.flush()
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        assert proc.stdout is not None
-        last_shown = -10.0
-        for line in proc.stdout:
-            sink.write(line)
-            match = _STEP.match(line)
-            if progress and match:
-                done, total, pct = match.groups()
-                percent = float(pct) if pct else 100.0 * int(done) / int(total)
-                if percent - last_shown >= 5 or percent >= 100:
-                    last_shown = percent
-                    print(f"  build {percent:5.1f}%  {line.strip()[:100]}", file=sys.stderr)
-        code = proc.wait()
-    if code != 0:
-        tail = "".join(log.read_text().splitlines(keepends=True)[-40:])
-        raise PinError(f"{cmd[0]} failed (exit {code}); last lines of {log}:\n{tail}")

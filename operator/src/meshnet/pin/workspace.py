@@ -35,6 +35,15 @@ class Workspace:
         """Symlink to the cached build in use (its `install/` is the CMake prefix)."""
         return self.root / "llama-build"
 
+    def link(self, name: str, target: Path) -> None:
+        """Atomically point `<workspace>/<name>` at `target` (a cached build)."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        link = self.root / name
+        tmp = link.with_name(link.name + ".tmp")
+        tmp.unlink(missing_ok=True)
+        tmp.symlink_to(target)
+        tmp.replace(link)
+
     def read_marker(self, path: Path) -> dict[str, Any]:
         try:
             data = json.loads(path.read_text())

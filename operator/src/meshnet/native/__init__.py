@@ -1,0 +1,1 @@
+"""Native builds of our own C++ (the shard worker and its tools) and where they land."""

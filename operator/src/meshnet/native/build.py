@@ -1,0 +1,106 @@
+"""CMake build of worker/ (shard worker, parity tool, C++ tests) against the pinned llama.cpp.
+
+Cached under ~/.cache/meshnet/worker/ keyed by a digest of worker/ and proto/ sources,
+the llama.cpp build key and the compiler; `dev=True` builds incrementally in the
+workspace instead, for quick edit-compile loops.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from meshnet.native.cmake import BuildError, generator_args, run_logged
+from meshnet.paths import cache_dir
+from meshnet.pin.build import build_dir_for, compiler_id
+from meshnet.pin.manifest import PinManifest
+from meshnet.pin.workspace import Workspace
+
+Say = Callable[[str], None]
+SOURCE_DIRS = ("worker", "proto")
+SKIPPED_PARTS = {"build", "__pycache__", ".cache"}
+
+
+@dataclass(frozen=True)
+class WorkerBuild:
+    directory: Path
+    cached: bool
+    seconds: float
+
+    @property
+    def bin_dir(self) -> Path:
+        return self.directory / "build" / "bin"
+
+
+def source_digest(root: Path) -> str:
+    """Digest of every source file under worker/ and proto/ (path + bytes)."""
+    digest = hashlib.sha256()
+    for top in SOURCE_DIRS:
+        for path in sorted((root / top).rglob("*")):
+            rel = path.relative_to(root)
+            if path.is_file() and not SKIPPED_PARTS.intersection(rel.parts):
+                digest.update(str(rel).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def worker_key(root: Path, manifest: PinManifest, lane: str) -> str:
+    inputs = {
+        "sources": source_digest(root),
+        "llama": build_dir_for(manifest, lane).name,
+        "compiler": compiler_id(),
+    }
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:20]
+
+
+def build_worker(
+    root: Path, manifest: PinManifest, ws: Workspace, lane: str, say: Say,
+    dev: bool = False, jobs: int | None = None,
+) -> WorkerBuild:
+    started = time.monotonic()
+    llama = build_dir_for(manifest, lane)
+    if not (llama / "complete.json").exists():
+        raise BuildError(f"llama.cpp ({lane}) is not built: run `meshnet pin build --lane {lane}`")
+    if dev:
+        directory = ws.root / f"worker-dev-{lane}"
+    else:
+        directory = cache_dir() / "worker" / f"{lane}-{worker_key(root, manifest, lane)}"
+        if (directory / "complete.json").exists():
+            ws.link("worker-build", directory)
+            say(f"cache hit: {directory}")
+            return WorkerBuild(directory, True, time.monotonic() - started)
+        shutil.rmtree(directory, ignore_errors=True)
+    directory.mkdir(parents=True, exist_ok=True)
+    log = directory / "build.log"
+    log.write_text("")
+    jobs = jobs or os.cpu_count() or 2
+    say(f"configuring worker/ in {directory} ...")
+    run_logged(["cmake", "-S", str(root / "worker"), "-B", str(directory / "build"),
+                *generator_args(), "-DCMAKE_BUILD_TYPE=Release",
+                f"-DCMAKE_PREFIX_PATH={llama / 'install'}",
+                f"-DMESHNET_PROTO_DIR={root / 'proto'}"], log, progress=False)
+    say(f"compiling worker/ with {jobs} jobs (log: {log}) ...")
+    run_logged(["cmake", "--build", str(directory / "build"), "--parallel", str(jobs)],
+               log, progress=True, label="worker")
+    seconds = time.monotonic() - started
+    (directory / "complete.json").write_text(json.dumps({"seconds": round(seconds, 1)}))
+    ws.link("worker-build", directory)
+    say(f"worker built in {seconds:.0f}s: {directory / 'build' / 'bin'}")
+    return WorkerBuild(directory, False, seconds)
+
+
+
+def find_binary(name: str, ws: Workspace) -> Path:
+    """A built worker binary; MESHNET_BIN_DIR overrides (e.g. an image's /usr/local/bin)."""
+    override = os.environ.get("MESHNET_BIN_DIR")
+    candidates = [Path(override) / name] if override else []
+    candidates.append(ws.root / "worker-build" / "build" / "bin" / name)
+    for candidate in candidates:
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return candidate
+    raise BuildError(f"{name} is not built: run `meshnet worker build` (or `make build`)")
