@@ -44,7 +44,8 @@ COMMON_OPTIONS = [
     "-DGGML_RPC=ON",
     "-DGGML_NATIVE=ON",
 ]
-TARGETS = ["llama", "llama-common", "llama-gguf-split", "ggml-rpc-server", "llama-bench"]
+# mtmd only because its install rule is unconditional and `cmake --install` needs it.
+TARGETS = ["llama", "llama-common", "mtmd", "llama-gguf-split", "ggml-rpc-server", "llama-bench"]
 TOOL_BINARIES = ["llama-gguf-split", "ggml-rpc-server", "llama-bench"]
 
 

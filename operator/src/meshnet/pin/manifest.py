@@ -43,7 +43,7 @@ Source = Annotated[GitSource | SdistSource, Field(discriminator="kind")]
 
 
 class PatchEntry(_Strict):
-    name: Annotated[str, Field(pattern=r"^\d{4}-[a-z0-9][a-z0-9-]*\.patch$")]
+    name: Annotated[str, Field(pattern=r"^\d{4}-[A-Za-z0-9][A-Za-z0-9._-]*\.patch$")]
     sha256: Sha256
 
 

@@ -59,7 +59,8 @@ def apply_patches(
     if not ws.pristine.exists():
         raise PinError("no fetched llama.cpp tree: run `meshnet pin fetch` first")
     state = applied_state(manifest)
-    if ws.read_marker(ws.patched_marker) == state and not has_local_work(ws, manifest):
+    intact = (ws.patched / ".git").exists() and not has_local_work(ws, manifest)
+    if intact and ws.read_marker(ws.patched_marker) == state:
         say(f"patch stack ({len(files)} patches) already applied")
         return False
     if has_local_work(ws, manifest) and not force:

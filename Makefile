@@ -1,0 +1,60 @@
+# The two commands in the README: `make demo` and `make test`. Everything else is a step.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+MESHNET := $(BIN)/meshnet
+LANE ?= cpu
+# Compiler cache for our C++ and llama.cpp, beside the build cache.
+export CCACHE_DIR ?= $(HOME)/.cache/meshnet/ccache
+
+.PHONY: help demo test setup deps venv pin worker proto build lint test-python test-cpp clean
+
+help:
+	@echo "make demo   set everything up, build, and run the main job on the embedded default"
+	@echo "make test   set everything up, build, and run every test (Python and C++)"
+	@echo "steps: deps venv pin proto worker build lint test-python test-cpp clean"
+
+deps:
+	bash scripts/install-system-deps.sh
+
+$(VENV)/.installed: operator/pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e 'operator[dev]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+setup: deps venv
+
+pin: setup
+	$(MESHNET) pin fetch
+	$(MESHNET) pin patch
+	$(MESHNET) pin build --lane $(LANE)
+
+worker: pin
+	$(MESHNET) worker build --lane $(LANE)
+
+build: pin worker
+
+lint: venv
+	cd operator && ../$(BIN)/ruff check src ../tests ../bench
+	cd operator && ../$(BIN)/mypy
+
+test-python: build
+	$(BIN)/pytest
+
+test-cpp: worker
+	ctest --test-dir .work/worker-build/build --output-on-failure --no-tests=error
+
+test: lint test-cpp test-python
+
+demo: build
+	bash scripts/demo.sh
+
+clean:
+	rm -rf .work

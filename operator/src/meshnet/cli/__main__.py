@@ -1,0 +1,5 @@
+"""`python -m meshnet.cli` runs the `meshnet` command."""
+
+from meshnet.cli.main import main
+
+main()

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Install the Debian packages the build and tests need, only when some are missing.
+set -euo pipefail
+
+packages=(
+  g++ make cmake ninja-build ccache git pkg-config
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
+)
+# Debian's own python3 needs python3-venv for `python3 -m venv`; other Pythons bring it.
+if ! python3 -c 'import ensurepip, venv' 2>/dev/null; then
+  packages+=(python3-venv)
+fi
+
+missing=()
+for pkg in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "[deps] all Debian packages present"
+  exit 0
+fi
+if [ "$(id -u)" -ne 0 ]; then
+  echo "[deps] missing Debian packages: ${missing[*]}" >&2
+  echo "[deps] run as root, or: sudo apt-get update && sudo apt-get install -y ${missing[*]}" >&2
+  exit 1
+fi
+echo "[deps] installing: ${missing[*]}"
+apt-get update -q
+DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
