@@ -13,6 +13,9 @@ from meshnet.errors import MeshnetError
 # Command modules, each exposing a click command or group named `command`.
 COMMAND_MODULES = [
     "meshnet.cli.pin",
+    "meshnet.cli.crds",
+    "meshnet.cli.validate",
+    "meshnet.cli.operator",
     "meshnet.cli.worker",
 ]
 

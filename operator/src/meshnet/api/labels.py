@@ -1,0 +1,25 @@
+"""Label and annotation keys the operator puts on its children (and nodes)."""
+
+from __future__ import annotations
+
+from meshnet.api.common import GROUP
+
+ROUTE = f"{GROUP}/route"
+STAGE = f"{GROUP}/stage"
+EPOCH = f"{GROUP}/epoch"
+DIGEST = f"{GROUP}/route-digest"  # first 16 hex digits: label values stop at 63 characters
+TEMPLATE = f"{GROUP}/template-hash"
+ROUTE_DIGEST_ANNOTATION = f"{GROUP}/route-digest"
+MANAGED_BY = "app.kubernetes.io/managed-by"
+OPERATOR_NAME = "meshnet-operator"
+FIELD_MANAGER = "meshnet-operator"
+
+# Nodes whose host-path copy of an artifact is verified carry this label; stage pods of
+# host-path artifacts require it so they are only scheduled where the files really are.
+ARTIFACT_NODE_PREFIX = f"artifact.{GROUP}/"
+VERIFIED = "verified"
+
+
+def artifact_node_label(manifest_digest: str) -> str:
+    """The node label key for one artifact copy (by content: same bytes, same label)."""
+    return ARTIFACT_NODE_PREFIX + manifest_digest[:32]

@@ -1,0 +1,222 @@
+"""The ShardRoute resource: which artifact, which runtime recipe and which stages
+(layer ranges and placement) make one served pipeline (DESIGN.md §5)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from meshnet.api.common import (
+    MAX_NAME,
+    MAX_STAGES,
+    ApiModel,
+    Condition,
+    LocalObjectReference,
+    Quantity,
+    StatusModel,
+    rule,
+    validations,
+)
+
+KIND = "ShardRoute"
+PLURAL = "shardroutes"
+
+Lane = Literal["cpu", "cuda", "rocm", "vulkan"]
+BoundaryDtype = Literal["f32", "f16", "bf16"]
+
+# Stages in list order must chain: stage i ends where stage i+1 begins. Standard CEL has
+# no range(), so the index list is spelled out up to MAX_STAGES.
+_INDICES = "[" + ", ".join(str(i) for i in range(MAX_STAGES - 1)) + "]"
+CONTIGUOUS_RULE = (
+    f"{_INDICES}.all(i, i + 1 >= size(self)"
+    " || self[i].layers.end == self[i + 1].layers.begin)"
+)
+
+
+class Recipe(
+    ApiModel,
+    json_schema_extra=validations(rule(
+        "!has(self.mtp) || self.mtp == 'Disabled'",
+        "mtp is reserved and must be Disabled: multi-token prediction is not certified",
+        fieldPath=".mtp",
+    )),
+):
+    """The runtime recipe: every input that changes numerics or capacity (recipeDigest)."""
+
+    lane: Lane = Field(default="cpu", description="Backend lane: cpu, cuda, rocm or vulkan.")
+    boundary_dtype: BoundaryDtype = Field(
+        default="f32", description="Element type of the boundary tensor between stages."
+    )
+    context_length: int = Field(
+        default=4096, ge=16, le=1048576, description="Context length per session, in tokens."
+    )
+    session_slots: int = Field(
+        default=4, ge=1, le=1024, description="Concurrent sessions each stage keeps KV for."
+    )
+    mtp: str = Field(
+        default="Disabled", max_length=16,
+        description="Multi-token prediction: reserved, only Disabled is accepted.",
+    )
+    image: str | None = Field(
+        default=None, max_length=1024,
+        description="Worker image override; defaults to the operator's image for the lane.",
+    )
+
+    def identity(self) -> dict[str, Any]:
+        """The recipe fields that enter recipeDigest (the image is placement, not numerics)."""
+        return {
+            "lane": self.lane,
+            "boundaryDtype": self.boundary_dtype,
+            "contextLength": self.context_length,
+            "sessionSlots": self.session_slots,
+        }
+
+
+class LayerRange(
+    ApiModel,
+    json_schema_extra=validations(rule(
+        "self.begin < self.end", "layers.begin must be less than layers.end",
+    )),
+):
+    """A half-open layer range [begin, end)."""
+
+    begin: int = Field(ge=0, le=4096, description="First owned layer.")
+    end: int = Field(ge=1, le=4096, description="One past the last owned layer.")
+
+    def __str__(self) -> str:
+        return f"{self.begin}-{self.end}"
+
+
+class StageResources(ApiModel):
+    """Compute resources of one stage pod."""
+
+    gpus: int = Field(default=0, ge=0, le=64, description="GPUs requested (and limited).")
+    gpu_resource_name: str | None = Field(
+        default=None, max_length=253,
+        description="Extended resource for GPUs; defaults per lane (nvidia.com/gpu, amd.com/gpu).",
+    )
+    requests: dict[str, Quantity] = Field(
+        default_factory=dict, description="Resource requests, e.g. cpu: 4, memory: 16Gi."
+    )
+    limits: dict[str, Quantity] = Field(default_factory=dict, description="Resource limits.")
+
+
+class Toleration(ApiModel):
+    """A pod toleration (core/v1 Toleration)."""
+
+    key: str | None = Field(default=None, max_length=316, description="Taint key.")
+    operator: Literal["Exists", "Equal"] | None = Field(default=None, description="Operator.")
+    value: str | None = Field(default=None, max_length=63, description="Taint value.")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
+        default=None, description="Taint effect."
+    )
+    toleration_seconds: int | None = Field(default=None, description="For NoExecute taints.")
+
+
+class Stage(ApiModel):
+    """One pipeline stage: a contiguous layer range served by one worker pod."""
+
+    name: str = Field(
+        min_length=1, max_length=MAX_NAME, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        description="Stage name (DNS label), unique within the route.",
+    )
+    layers: LayerRange = Field(description="The owned layer range [begin, end).")
+    resources: StageResources = Field(
+        default_factory=StageResources, description="GPUs, requests and limits."
+    )
+    node_selector: dict[str, str] = Field(
+        default_factory=dict, description="Node labels the stage pod requires."
+    )
+    tolerations: list[Toleration] = Field(
+        default_factory=list, max_length=32, description="Taints the stage pod tolerates."
+    )
+    affinity: dict[str, Any] | None = Field(
+        default=None, description="Pod affinity rules (core/v1 Affinity), passed through."
+    )
+
+
+class RouteTls(ApiModel):
+    """TLS for the stage gRPC endpoints, from a kubernetes.io/tls Secret."""
+
+    secret_name: str = Field(
+        min_length=1, max_length=253, description="Secret with tls.crt, tls.key and ca.crt."
+    )
+    require_client_cert: bool = Field(
+        default=False, description="mTLS: require client certificates signed by ca.crt."
+    )
+
+
+class ShardRouteSpec(ApiModel):
+    """The desired pipeline."""
+
+    artifact_ref: LocalObjectReference = Field(description="The ModelArtifact to serve.")
+    recipe: Recipe = Field(default_factory=Recipe, description="The runtime recipe.")
+    stages: list[Stage] = Field(
+        min_length=1, max_length=MAX_STAGES,
+        description="Stages in pipeline order; their ranges must chain without gaps.",
+        json_schema_extra=validations(
+            rule("self.all(s, self.exists_one(t, t.name == s.name))", "stage names must be unique"),
+            rule(CONTIGUOUS_RULE, "stages must be ordered and contiguous: each stage begins"
+                 " where the previous one ends (no gaps, no overlaps)"),
+        ),
+    )
+    tls: RouteTls | None = Field(default=None, description="TLS for the stage endpoints.")
+
+
+class StageStatus(StatusModel):
+    """What was observed of one stage."""
+
+    name: str = Field(description="Stage name.")
+    layers: LayerRange = Field(description="Its layer range.")
+    pod: str | None = Field(default=None, description="The stage pod of the current epoch.")
+    endpoint: str | None = Field(default=None, description="host:port of its gRPC service.")
+    ready: bool = Field(default=False, description="The pod passes its gRPC readiness probe.")
+    epoch: int | None = Field(default=None, description="The epoch the pod was started for.")
+    incarnation: str | None = Field(
+        default=None, description="Changes whenever the worker process restarts (pod uid-restarts)."
+    )
+    restarts: int = Field(default=0, description="Container restarts of the pod.")
+
+
+class RouteCapacity(StatusModel):
+    """Capacity summary of the route."""
+
+    ready_stages: int = Field(default=0, description="Stages ready at the current epoch.")
+    total_stages: int = Field(default=0, description="Stages in the spec.")
+    session_slots: int = Field(
+        default=0, description="Concurrent sessions the route can serve now (0 unless Ready)."
+    )
+
+
+class ShardRouteStatus(StatusModel):
+    """Observed state, rebuilt by the operator from the stage pods on every reconcile."""
+
+    observed_generation: int | None = Field(default=None, description="Last generation handled.")
+    epoch: int = Field(
+        default=0, ge=0, description="Increments exactly when routeDigest changes."
+    )
+    route_digest: str | None = Field(
+        default=None, description="sha256 over manifestDigest, recipeDigest and stage ranges."
+    )
+    recipe_digest: str | None = Field(default=None, description="sha256 of pin + recipe.")
+    manifest_digest: str | None = Field(default=None, description="The artifact's identity.")
+    stages: list[StageStatus] = Field(default_factory=list, description="Per-stage state.")
+    stages_ready: str | None = Field(default=None, description="Ready stages, e.g. 3/4.")
+    coverage: str | None = Field(
+        default=None, description="Layers served out of the model's block count, e.g. 0-30/30."
+    )
+    capacity: RouteCapacity | None = Field(default=None, description="Capacity summary.")
+    conditions: list[Condition] = Field(
+        default_factory=list, description="Ready, Progressing, Degraded."
+    )
+
+
+class ShardRoute(ApiModel):
+    """A pipeline of layer ranges serving one ModelArtifact with one recipe."""
+
+    api_version: str = Field(default="meshnet.dev/v1alpha1", description="meshnet.dev/v1alpha1.")
+    kind: Literal["ShardRoute"] = Field(default="ShardRoute", description="ShardRoute.")
+    metadata: dict[str, object] = Field(default_factory=dict, description="Standard metadata.")
+    spec: ShardRouteSpec
+    status: ShardRouteStatus | None = None
