@@ -34,7 +34,10 @@ class Checkout:
         env.pop("MESHNET_WORKSPACE", None)
         return subprocess.run(
             [sys.executable, "-m", "meshnet.cli", *args],
-            env=env, capture_output=True, text=True, timeout=900,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
         )
 
 
@@ -56,5 +59,3 @@ def fetched_checkout(sdist_only_checkout: Checkout) -> Checkout:
     result = sdist_only_checkout.meshnet("pin", "fetch")
     assert result.returncode == 0, result.stderr
     return sdist_only_checkout
-
-

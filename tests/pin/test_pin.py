@@ -11,28 +11,30 @@ from pathlib import Path
 
 import yaml
 
+from meshnet.pin.gittree import tree_hash
 from meshnet.pin.manifest import load_manifest
 
 from .conftest import REPO, Checkout
 
 
 def git(cwd: Path, *args: str) -> str:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
-           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
-    return subprocess.run(["git", "-C", str(cwd), *args], env=env, check=True,
-                          capture_output=True, text=True).stdout
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
+    return subprocess.run(
+        ["git", "-C", str(cwd), *args], env=env, check=True, capture_output=True, text=True
+    ).stdout
 
 
 def test_fetch_from_the_sdist_yields_the_pinned_tree(fetched_checkout: Checkout) -> None:
     pin = fetched_checkout.manifest()["upstream"]
     pristine = fetched_checkout.workspace / "llama.cpp-pristine"
     assert (pristine / "include" / "llama.h").is_file()
-    actual = subprocess.run(
-        [sys.executable, "-c",
-         f"from meshnet.pin.gittree import tree_hash; print(tree_hash(__import__('pathlib').Path('{pristine}')))"],
-        capture_output=True, text=True, check=True,
-    ).stdout.strip()
-    assert actual == pin["tree"]
+    assert tree_hash(pristine) == pin["tree"]
     marker = json.loads((fetched_checkout.workspace / "llama.cpp-pristine.json").read_text())
     assert marker["source"].startswith("sdist llama-cpp-python==0.3.36")
 
@@ -120,7 +122,10 @@ def test_patch_refuses_to_discard_local_commits_without_force(
 def test_status_json_reports_the_pin_and_its_patches() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "meshnet.cli", "pin", "status", "--json"],
-        cwd=REPO, capture_output=True, text=True, check=True,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     status = json.loads(result.stdout)
     manifest = load_manifest(REPO / "llama-pin.yaml")
@@ -136,7 +141,10 @@ def test_a_second_build_of_the_same_inputs_is_a_cache_hit() -> None:
         started = time.monotonic()
         proc = subprocess.run(
             [sys.executable, "-m", "meshnet.cli", "pin", "build"],
-            cwd=REPO, capture_output=True, text=True, timeout=3600,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=3600,
         )
         return proc, time.monotonic() - started
 
@@ -155,7 +163,9 @@ def test_the_manifest_rejects_a_malformed_patch_entry(tmp_path: Path) -> None:
     bad.write_text(yaml.safe_dump(data))
     result = subprocess.run(
         [sys.executable, "-m", "meshnet.cli", "pin", "status"],
-        env={**os.environ, "MESHNET_REPO": str(tmp_path)}, capture_output=True, text=True,
+        env={**os.environ, "MESHNET_REPO": str(tmp_path)},
+        capture_output=True,
+        text=True,
     )
     assert result.returncode == 1
     assert "is not a valid pin manifest" in result.stderr

@@ -16,7 +16,10 @@ from meshnet.pin.status import format_status, pin_status
 from meshnet.pin.workspace import Workspace
 
 lane_option = click.option(
-    "--lane", type=click.Choice(sorted(LANE_OPTIONS)), default="cpu", show_default=True,
+    "--lane",
+    type=click.Choice(sorted(LANE_OPTIONS)),
+    default="cpu",
+    show_default=True,
     help="Backend lane: selects the matching ggml build options.",
 )
 
@@ -57,7 +60,9 @@ def patch_cmd(force: bool) -> None:
 
 @command.command("build")
 @lane_option
-@click.option("--jobs", "-j", type=click.IntRange(1, 256), default=None, help="Parallel compile jobs.")
+@click.option(
+    "--jobs", "-j", type=click.IntRange(1, 256), default=None, help="Parallel compile jobs."
+)
 def build_cmd(lane: str, jobs: int | None) -> None:
     """Build the patched tree (a no-op when the cache already holds this exact build)."""
     _, manifest, ws = _context()

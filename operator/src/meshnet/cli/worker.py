@@ -19,7 +19,9 @@ def command() -> None:
 @command.command("build")
 @lane_option
 @click.option("--dev", is_flag=True, help="Incremental build in the workspace (no cache key).")
-@click.option("--jobs", "-j", type=click.IntRange(1, 256), default=None, help="Parallel compile jobs.")
+@click.option(
+    "--jobs", "-j", type=click.IntRange(1, 256), default=None, help="Parallel compile jobs."
+)
 def build_cmd(lane: str, dev: bool, jobs: int | None) -> None:
     """Build worker/ against the pinned llama.cpp (cached by source digest)."""
     root = repo_root()

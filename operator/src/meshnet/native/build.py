@@ -59,8 +59,13 @@ def worker_key(root: Path, manifest: PinManifest, lane: str) -> str:
 
 
 def build_worker(
-    root: Path, manifest: PinManifest, ws: Workspace, lane: str, say: Say,
-    dev: bool = False, jobs: int | None = None,
+    root: Path,
+    manifest: PinManifest,
+    ws: Workspace,
+    lane: str,
+    say: Say,
+    dev: bool = False,
+    jobs: int | None = None,
 ) -> WorkerBuild:
     started = time.monotonic()
     llama = build_dir_for(manifest, lane)
@@ -80,19 +85,33 @@ def build_worker(
     log.write_text("")
     jobs = jobs or os.cpu_count() or 2
     say(f"configuring worker/ in {directory} ...")
-    run_logged(["cmake", "-S", str(root / "worker"), "-B", str(directory / "build"),
-                *generator_args(), "-DCMAKE_BUILD_TYPE=Release",
-                f"-DCMAKE_PREFIX_PATH={llama / 'install'}",
-                f"-DMESHNET_PROTO_DIR={root / 'proto'}"], log, progress=False)
+    run_logged(
+        [
+            "cmake",
+            "-S",
+            str(root / "worker"),
+            "-B",
+            str(directory / "build"),
+            *generator_args(),
+            "-DCMAKE_BUILD_TYPE=Release",
+            f"-DCMAKE_PREFIX_PATH={llama / 'install'}",
+            f"-DMESHNET_PROTO_DIR={root / 'proto'}",
+        ],
+        log,
+        progress=False,
+    )
     say(f"compiling worker/ with {jobs} jobs (log: {log}) ...")
-    run_logged(["cmake", "--build", str(directory / "build"), "--parallel", str(jobs)],
-               log, progress=True, label="worker")
+    run_logged(
+        ["cmake", "--build", str(directory / "build"), "--parallel", str(jobs)],
+        log,
+        progress=True,
+        label="worker",
+    )
     seconds = time.monotonic() - started
     (directory / "complete.json").write_text(json.dumps({"seconds": round(seconds, 1)}))
     ws.link("worker-build", directory)
     say(f"worker built in {seconds:.0f}s: {directory / 'build' / 'bin'}")
     return WorkerBuild(directory, False, seconds)
-
 
 
 def find_binary(name: str, ws: Workspace) -> Path:

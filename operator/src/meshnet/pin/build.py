@@ -99,7 +99,9 @@ def build_dir_for(manifest: PinManifest, lane: str) -> Path:
     return cache_dir() / "llama" / f"{lane}-{build_key(manifest, lane)}"
 
 
-def build(manifest: PinManifest, ws: Workspace, lane: str, say: Say, jobs: int | None = None) -> BuildResult:
+def build(
+    manifest: PinManifest, ws: Workspace, lane: str, say: Say, jobs: int | None = None
+) -> BuildResult:
     """Build (or reuse) the patched tree for `lane`; link it into the workspace."""
     if lane not in LANE_OPTIONS:
         raise PinError(f"unknown lane {lane!r}; choose one of {', '.join(LANE_OPTIONS)}")
@@ -118,12 +120,35 @@ def build(manifest: PinManifest, ws: Workspace, lane: str, say: Say, jobs: int |
     log = directory / "build.log"
     jobs = jobs or os.cpu_count() or 2
     say(f"configuring llama.cpp ({lane}) in {directory} ...")
-    run_logged(["cmake", "-S", str(ws.patched), "-B", str(directory / "build"),
-                *generator_args(), f"-DCMAKE_INSTALL_PREFIX={directory / 'install'}",
-                *COMMON_OPTIONS, *LANE_OPTIONS[lane]], log, progress=False)
+    run_logged(
+        [
+            "cmake",
+            "-S",
+            str(ws.patched),
+            "-B",
+            str(directory / "build"),
+            *generator_args(),
+            f"-DCMAKE_INSTALL_PREFIX={directory / 'install'}",
+            *COMMON_OPTIONS,
+            *LANE_OPTIONS[lane],
+        ],
+        log,
+        progress=False,
+    )
     say(f"compiling {', '.join(TARGETS)} with {jobs} jobs (log: {log}) ...")
-    run_logged(["cmake", "--build", str(directory / "build"), "--parallel", str(jobs),
-                "--target", *TARGETS], log, progress=True)
+    run_logged(
+        [
+            "cmake",
+            "--build",
+            str(directory / "build"),
+            "--parallel",
+            str(jobs),
+            "--target",
+            *TARGETS,
+        ],
+        log,
+        progress=True,
+    )
     run_logged(["cmake", "--install", str(directory / "build")], log, progress=False)
     bin_dir = directory / "install" / "bin"
     bin_dir.mkdir(parents=True, exist_ok=True)
@@ -134,6 +159,3 @@ def build(manifest: PinManifest, ws: Workspace, lane: str, say: Say, jobs: int |
     ws.link("llama-build", directory)
     say(f"built in {seconds:.0f}s: {directory}")
     return BuildResult(key, directory, False, seconds)
-
-
-

@@ -25,7 +25,7 @@ def fetch(manifest: PinManifest, ws: Workspace, say: Say, force: bool = False) -
     if ws.pristine.exists() and not force:
         verify_tree(ws.pristine, manifest.upstream.tree, "the fetched llama.cpp tree")
         say(f"llama.cpp tree {manifest.upstream.tree} already fetched and verified")
-        return ws.read_marker(ws.pristine_marker).get("source", "unknown")
+        return str(ws.read_marker(ws.pristine_marker).get("source", "unknown"))
     failures: list[str] = []
     for source in manifest.sources:
         staging = ws.root / "llama.cpp-staging"
@@ -46,7 +46,9 @@ def fetch(manifest: PinManifest, ws: Workspace, say: Say, force: bool = False) -
     raise PinError("no accepted source produced the pinned tree:\n" + "\n".join(failures))
 
 
-def _fetch_source(source: GitSource | SdistSource, manifest: PinManifest, dest: Path, say: Say) -> str:
+def _fetch_source(
+    source: GitSource | SdistSource, manifest: PinManifest, dest: Path, say: Say
+) -> str:
     if isinstance(source, GitSource):
         return _fetch_git(source, manifest.upstream.commit, dest, say)
     return _fetch_sdist(source, dest, say)
@@ -83,8 +85,20 @@ def download_sdist(source: SdistSource, say: Say) -> Path:
         say(f"downloading {source.package}=={source.version} (sdist) with pip ...")
         with tempfile.TemporaryDirectory(prefix="meshnet-sdist-") as scratch:
             proc = subprocess.run(
-                [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-                 "--progress-bar", "on", "-d", scratch, f"{source.package}=={source.version}"],
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "download",
+                    "--no-deps",
+                    "--no-binary",
+                    ":all:",
+                    "--progress-bar",
+                    "on",
+                    "-d",
+                    scratch,
+                    f"{source.package}=={source.version}",
+                ],
                 stdout=sys.stderr,
                 stderr=subprocess.STDOUT,
             )
@@ -112,7 +126,7 @@ def extract_subdirectory(archive: Path, subdirectory: str, dest: Path) -> int:
         for member in members:
             if not member.name.startswith(prefix):
                 continue
-            member.name = member.name[len(prefix):]
+            member.name = member.name[len(prefix) :]
             if ".git" in member.name.split("/"):
                 continue  # submodule gitlinks point outside the tree; git ignores .git anyway
             tar.extract(member, dest, filter="data")
@@ -128,4 +142,3 @@ def _fetch_sdist(source: SdistSource, dest: Path, say: Say) -> str:
     count = extract_subdirectory(archive, source.subdirectory, dest)
     say(f"extracted {count} entries; verifying git tree hash ...")
     return f"sdist {source.package}=={source.version}:{source.subdirectory}"
-

@@ -74,8 +74,15 @@ def apply_patches(
     shutil.copytree(ws.pristine, ws.patched, symlinks=True)
     git("init", "-q", str(ws.patched))
     git("-C", str(ws.patched), "add", "-A", "-f", ".")
-    git("-C", str(ws.patched), "commit", "-q", "--no-verify", "-m",
-        f"llama.cpp {manifest.upstream.commit} (pinned tree {manifest.upstream.tree})")
+    git(
+        "-C",
+        str(ws.patched),
+        "commit",
+        "-q",
+        "--no-verify",
+        "-m",
+        f"llama.cpp {manifest.upstream.commit} (pinned tree {manifest.upstream.tree})",
+    )
     base_tree = git("-C", str(ws.patched), "rev-parse", "HEAD^{tree}")
     if base_tree != manifest.upstream.tree:
         raise PinError(
@@ -94,7 +101,9 @@ def apply_patches(
     return True
 
 
-def export_patches(manifest_path: Path, ws: Workspace, patches_dir: Path, say: Say) -> list[PatchEntry]:
+def export_patches(
+    manifest_path: Path, ws: Workspace, patches_dir: Path, say: Say
+) -> list[PatchEntry]:
     """Turn the commits on top of the base in the workspace into `patches/` + manifest entries."""
     if not (ws.patched / ".git").exists():
         raise PinError("no patched workspace: run `meshnet pin patch` first")
@@ -103,8 +112,19 @@ def export_patches(manifest_path: Path, ws: Workspace, patches_dir: Path, say: S
     for old in patches_dir.glob("[0-9][0-9][0-9][0-9]-*.patch"):
         old.unlink()
     patches_dir.mkdir(parents=True, exist_ok=True)
-    git("-C", str(ws.patched), "format-patch", "-q", "--zero-commit", "--no-numbered",
-        "--no-signature", "--full-index", "-o", str(patches_dir.resolve()), f"{BASE_TAG}..HEAD")
+    git(
+        "-C",
+        str(ws.patched),
+        "format-patch",
+        "-q",
+        "--zero-commit",
+        "--no-numbered",
+        "--no-signature",
+        "--full-index",
+        "-o",
+        str(patches_dir.resolve()),
+        f"{BASE_TAG}..HEAD",
+    )
     entries = [
         PatchEntry(name=path.name, sha256=sha256_file(path))
         for path in sorted(patches_dir.glob("[0-9][0-9][0-9][0-9]-*.patch"))
@@ -114,4 +134,3 @@ def export_patches(manifest_path: Path, ws: Workspace, patches_dir: Path, say: S
     for entry in entries:
         say(f"{entry.name}  {entry.sha256}")
     return entries
-

@@ -39,7 +39,8 @@ def format_status(status: dict[str, Any]) -> str:
         f"llama.cpp   {status['repository']}",
         f"commit      {status['commit']}",
         f"tree        {status['tree']}",
-        f"fetched     {yes[status['fetched']]}" + (f" (from {status['source']})" if status["source"] else ""),
+        f"fetched     {yes[status['fetched']]}"
+        + (f" (from {status['source']})" if status["source"] else ""),
         f"patches     {len(status['patches'])} in stack, "
         + ("applied" if status["patched"] else "not applied"),
         *[f"  {p['name']}  {p['sha256'][:16]}" for p in status["patches"]],
@@ -48,5 +49,3 @@ def format_status(status: dict[str, Any]) -> str:
         f"pin digest  {status['pin_digest']}  (enters the recipe identity)",
     ]
     return "\n".join(lines)
-
-
