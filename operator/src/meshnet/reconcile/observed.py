@@ -1,0 +1,143 @@
+"""What the planner sees: compact, typed views of the route, its pods and its artifact,
+parsed from raw Kubernetes objects by pure functions."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from meshnet.api import labels
+from meshnet.api.modelartifact import ArtifactStorage, ModelArtifactSpec
+from meshnet.api.shardroute import ShardRouteSpec
+from meshnet.api.validate import block_count
+
+# Container waiting reasons that mean the stage will not come up without help.
+FAILING_REASONS = frozenset({
+    "CrashLoopBackOff", "ErrImagePull", "ImagePullBackOff", "InvalidImageName",
+    "CreateContainerConfigError", "CreateContainerError", "RunContainerError",
+})
+
+
+@dataclass(frozen=True)
+class ObservedPod:
+    """One stage pod as the kubelet reports it."""
+
+    name: str
+    stage: str
+    epoch: int
+    template_hash: str = ""
+    digest: str = ""  # first 16 hex digits of the routeDigest it was started for
+    uid: str = ""
+    phase: str = "Pending"
+    ready: bool = False
+    terminating: bool = False
+    restarts: int = 0
+    failing_reason: str | None = None  # e.g. CrashLoopBackOff
+    failing_message: str = ""
+    unschedulable: str | None = None  # the scheduler's message
+
+
+@dataclass(frozen=True)
+class ObservedArtifact:
+    """The referenced ModelArtifact, reduced to what a route needs."""
+
+    name: str
+    ready: bool
+    message: str = ""
+    manifest_digest: str | None = None
+    block_count: int | None = None
+    model_file: str = ""
+    storage: ArtifactStorage | None = None
+
+
+@dataclass(frozen=True)
+class ObservedRoute:
+    """The ShardRoute itself; spec is None when it does not parse (problems say why)."""
+
+    name: str
+    namespace: str
+    uid: str
+    generation: int | None
+    spec: ShardRouteSpec | None
+    spec_errors: tuple[str, ...] = ()
+    status: Mapping[str, Any] = field(default_factory=dict)
+    deleting: bool = False
+
+
+@dataclass(frozen=True)
+class Observed:
+    """Everything one reconcile of one route is based on."""
+
+    route: ObservedRoute
+    pods: tuple[ObservedPod, ...] = ()
+    service_hash: str | None = None  # template hash of the existing Service, None if absent
+    artifact: ObservedArtifact | None = None
+
+
+def observe_route(body: Mapping[str, Any]) -> ObservedRoute:
+    meta = body.get("metadata") or {}
+    spec: ShardRouteSpec | None = None
+    errors: tuple[str, ...] = ()
+    try:
+        spec = ShardRouteSpec.model_validate(body.get("spec") or {})
+    except ValidationError as exc:
+        errors = tuple(
+            f"spec.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
+        )
+    return ObservedRoute(
+        name=meta.get("name", ""), namespace=meta.get("namespace", "default"),
+        uid=meta.get("uid", ""), generation=meta.get("generation"), spec=spec,
+        spec_errors=errors, status=body.get("status") or {},
+        deleting=bool(meta.get("deletionTimestamp")),
+    )
+
+
+def observe_pod(body: Mapping[str, Any]) -> ObservedPod | None:
+    """None for pods that do not carry the route/stage/epoch labels."""
+    meta = body.get("metadata") or {}
+    tags = meta.get("labels") or {}
+    if labels.STAGE not in tags or not str(tags.get(labels.EPOCH, "")).isdigit():
+        return None
+    status = body.get("status") or {}
+    conditions = {c.get("type"): c for c in status.get("conditions") or []}
+    containers = status.get("containerStatuses") or []
+    waiting = [(c.get("state") or {}).get("waiting") or {} for c in containers]
+    failing = next((w for w in waiting if w.get("reason") in FAILING_REASONS), None)
+    scheduled = conditions.get("PodScheduled") or {}
+    return ObservedPod(
+        name=meta.get("name", ""), stage=tags[labels.STAGE], epoch=int(tags[labels.EPOCH]),
+        template_hash=tags.get(labels.TEMPLATE, ""), digest=tags.get(labels.DIGEST, ""),
+        uid=meta.get("uid", ""),
+        phase=status.get("phase", "Pending"),
+        ready=(conditions.get("Ready") or {}).get("status") == "True",
+        terminating=bool(meta.get("deletionTimestamp")),
+        restarts=sum(int(c.get("restartCount", 0)) for c in containers),
+        failing_reason=failing.get("reason") if failing else None,
+        failing_message=failing.get("message", "") if failing else "",
+        unschedulable=scheduled.get("message", "unschedulable")
+        if scheduled.get("reason") == "Unschedulable" else None,
+    )
+
+
+def observe_artifact(body: Mapping[str, Any]) -> ObservedArtifact:
+    meta, status = body.get("metadata") or {}, body.get("status") or {}
+    name = meta.get("name", "")
+    try:
+        spec = ModelArtifactSpec.model_validate(body.get("spec") or {})
+    except ValidationError as exc:
+        why = f"invalid spec: {exc.errors()[0]['msg']}"
+        return ObservedArtifact(name, ready=False, message=why)
+    conditions = status.get("conditions") or []
+    ready: dict[str, Any] = next((c for c in conditions if c.get("type") == "Ready"), {})
+    digest = status.get("manifestDigest")
+    is_ready = ready.get("status") == "True" and digest == spec.manifest_digest()
+    message = ready.get("message") or ready.get("reason") or "not provisioned yet"
+    if ready.get("status") == "True" and not is_ready:
+        message = "status.manifestDigest does not match the files in its spec"
+    return ObservedArtifact(
+        name, ready=is_ready, message="" if is_ready else message, manifest_digest=digest,
+        block_count=block_count(dict(body)), model_file=spec.model_file(), storage=spec.storage,
+    )

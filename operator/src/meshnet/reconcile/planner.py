@@ -1,0 +1,237 @@
+"""The pure planner: observed state + spec -> the actions, events and status of one
+reconcile. No I/O; `meshnet.operator.executor` carries the plan out."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from meshnet.api import labels
+from meshnet.api.checks import route_problems
+from meshnet.api.shardroute import ShardRouteSpec
+from meshnet.identity import recipe_digest, route_digest
+from meshnet.reconcile import status as derive
+from meshnet.reconcile.naming import service_name
+from meshnet.reconcile.observed import Observed, ObservedPod
+from meshnet.reconcile.podspec import (
+    GPU_RESOURCES,
+    RouteRef,
+    StageInputs,
+    WorkerConfig,
+    headless_service,
+    stage_pod,
+)
+
+STATUS_KEYS = ("observedGeneration", "epoch", "routeDigest", "recipeDigest", "manifestDigest",
+               "stages", "stagesReady", "coverage", "capacity", "conditions")
+
+
+@dataclass(frozen=True)
+class Create:
+    obj: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Patch:
+    kind: str
+    name: str
+    body: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Delete:
+    kind: str
+    name: str
+
+
+Action = Create | Patch | Delete
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str  # Normal or Warning
+    reason: str  # EpochAdvanced, StagePodCreated, StagePodReplaced, InvalidSpec
+    message: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    actions: tuple[Action, ...] = ()
+    events: tuple[Event, ...] = ()
+    status: dict[str, Any] | None = None  # the whole new status; None when unchanged
+    epoch_advanced: bool = False
+    conditions: Mapping[str, str] = field(default_factory=dict)  # type -> status, for metrics
+
+
+def plan(observed: Observed, config: WorkerConfig, now: str) -> Plan:
+    """One level-based step towards the spec; safe to repeat with the same inputs."""
+    route = observed.route
+    if route.deleting:
+        return Plan(actions=_delete_children(observed))
+    problems = _problems(observed, config)
+    if route.spec is None or problems:
+        return _invalid(observed, problems, config, now)
+    artifact = observed.artifact
+    if artifact is None or not artifact.ready or artifact.manifest_digest is None:
+        why = artifact.message if artifact else "it does not exist"
+        message = f"waiting for ModelArtifact {route.spec.artifact_ref.name} to be Ready: {why}"
+        return _finish(observed, derive.waiting_for_artifact(message), config, now, {})
+    return _rollout(observed, route.spec, artifact.manifest_digest, config, now)
+
+
+def _problems(observed: Observed, config: WorkerConfig) -> list[str]:
+    spec = observed.route.spec
+    if spec is None:
+        return list(observed.route.spec_errors)
+    block_count = observed.artifact.block_count if observed.artifact else None
+    problems = [str(p) for p in route_problems(spec, block_count)]
+    lane = spec.recipe.lane
+    if spec.recipe.image is None and lane not in config.images:
+        problems.append(f"spec.recipe: no worker image for lane {lane}; set recipe.image")
+    problems += [f"spec.stages[{i}].resources: lane {lane} has no default GPU resource;"
+                 " set gpuResourceName" for i, s in enumerate(spec.stages)
+                 if s.resources.gpus and not s.resources.gpu_resource_name
+                 and lane not in GPU_RESOURCES]
+    return problems
+
+
+def _invalid(observed: Observed, problems: Sequence[str], config: WorkerConfig,
+             now: str) -> Plan:
+    message = "; ".join(problems)
+    verdict = derive.invalid(message)
+    old = {c.get("type"): c for c in observed.route.status.get("conditions") or []}
+    seen = (old.get("Degraded") or {}).get("message") == message
+    events = () if seen else (Event("Warning", "InvalidSpec", message),)
+    pods = tuple(Delete("Pod", p.name) for p in observed.pods if not p.terminating)
+    result = _finish(observed, verdict, config, now, {})
+    return Plan(actions=pods, events=events, status=result.status, conditions=result.conditions)
+
+
+def _rollout(observed: Observed, spec: ShardRouteSpec, manifest: str, config: WorkerConfig,
+             now: str) -> Plan:
+    route = observed.route
+    recipe = recipe_digest(config.pin_digest, spec.recipe.identity())
+    digest = route_digest(manifest, recipe, [(s.layers.begin, s.layers.end) for s in spec.stages])
+    epoch, advanced = next_epoch(route.status, observed.pods, digest)
+    ref = RouteRef(route.name, route.namespace, route.uid)
+    assert observed.artifact is not None and observed.artifact.storage is not None
+    desired = {s.name: stage_pod(StageInputs(
+        ref, s, spec.recipe, spec.tls, epoch, digest, observed.artifact.model_file,
+        observed.artifact.storage, manifest), config) for s in spec.stages}
+    actions, events = _pod_actions(observed.pods, desired, epoch)
+    actions += _service_actions(observed, ref, config)
+    if advanced:
+        previous = route.status.get("epoch") or 0
+        events.insert(0, Event("Normal", "EpochAdvanced",
+                               f"epoch {previous} -> {epoch}: route digest {digest[:12]}"))
+    current = {p.stage: p for p in observed.pods if p.epoch == epoch and p.stage in desired}
+    rolling = any(p.epoch != epoch for p in observed.pods)
+    verdict = derive.from_stages(spec, current, rolling, epoch)
+    identity = {"epoch": epoch, "routeDigest": digest, "recipeDigest": recipe,
+                "manifestDigest": manifest}
+    result = _finish(observed, verdict, config, now, identity, current)
+    return Plan(tuple(actions), tuple(events), result.status, advanced, result.conditions)
+
+
+def next_epoch(status: Mapping[str, Any], pods: Sequence[ObservedPod],
+               digest: str) -> tuple[int, bool]:
+    """(epoch, advanced): +1 exactly when the routeDigest changed. A lost status adopts pods
+    already running this digest instead of restarting them."""
+    previous = int(status.get("epoch") or 0)
+    if status.get("routeDigest") == digest:
+        return previous, False
+    running = [p.epoch for p in pods if p.digest == digest[:16]]
+    if status.get("routeDigest") is None and running and max(running) >= previous:
+        return max(running), False
+    return max([previous, *(p.epoch for p in pods)]) + 1, True
+
+
+def _pod_actions(pods: Sequence[ObservedPod], desired: Mapping[str, dict[str, Any]],
+                 epoch: int) -> tuple[list[Action], list[Event]]:
+    """Old-epoch pods go first; new ones are created only once no other epoch is left."""
+    actions: list[Action] = []
+    events: list[Event] = []
+    for pod in pods:
+        why = _replace_reason(pod, desired, epoch)
+        if why and not pod.terminating:
+            actions.append(Delete("Pod", pod.name))
+            events.append(Event("Normal", "StagePodReplaced", f"deleted pod {pod.name}: {why}"))
+    if any(p.epoch != epoch for p in pods):
+        return actions, events  # never mix epochs: wait until the old ones are gone
+    present = {p.stage for p in pods}
+    for stage, body in desired.items():
+        if stage not in present:
+            actions.append(Create(body))
+            args = body["spec"]["containers"][0]["args"]
+            layers = args[args.index("--layers") + 1]
+            events.append(Event("Normal", "StagePodCreated", f"created pod"
+                                f" {body['metadata']['name']} for stage {stage}"
+                                f" (layers {layers}, epoch {epoch})"))
+    return actions, events
+
+
+def _replace_reason(pod: ObservedPod, desired: Mapping[str, dict[str, Any]],
+                    epoch: int) -> str | None:
+    if pod.epoch != epoch:
+        return f"epoch {pod.epoch} is replaced by epoch {epoch}"
+    if pod.stage not in desired:
+        return f"stage {pod.stage} is no longer in the spec"
+    want = desired[pod.stage]["metadata"]["labels"]
+    if pod.template_hash != want.get(labels.TEMPLATE):
+        return "its pod template changed"
+    if pod.phase in ("Failed", "Succeeded"):
+        return f"it has {pod.phase.lower()}"
+    return None
+
+
+def _service_actions(observed: Observed, ref: RouteRef, config: WorkerConfig) -> list[Action]:
+    service = headless_service(ref, config)
+    want = service["metadata"]["labels"][labels.TEMPLATE]
+    if observed.service_hash is None:
+        return [Create(service)]
+    if observed.service_hash != want:
+        return [Patch("Service", service["metadata"]["name"],
+                      {"metadata": {"labels": service["metadata"]["labels"]},
+                       "spec": service["spec"]})]
+    return []
+
+
+def _delete_children(observed: Observed) -> tuple[Action, ...]:
+    actions: list[Action] = [Delete("Pod", p.name) for p in observed.pods if not p.terminating]
+    if observed.service_hash is not None:
+        actions.append(Delete("Service", service_name(observed.route.name)))
+    return tuple(actions)
+
+
+def _finish(observed: Observed, verdict: derive.Verdict, config: WorkerConfig, now: str,
+            identity: dict[str, Any], current: Mapping[str, ObservedPod] | None = None) -> Plan:
+    """The new status (kept epoch/digests unless given) and whether it changed."""
+    route, old = observed.route, observed.route.status
+    status: dict[str, Any] = {k: old[k] for k in ("epoch", "routeDigest", "recipeDigest",
+                                                 "manifestDigest") if old.get(k) is not None}
+    status.update(identity)
+    status.setdefault("epoch", 0)
+    if route.generation is not None:
+        status["observedGeneration"] = route.generation
+    status["conditions"] = derive.conditions(verdict, old.get("conditions") or [],
+                                             route.generation, now)
+    if route.spec is not None:
+        _stage_status(status, observed, route.spec, current or {}, config.grpc_port)
+    changed = {k: old.get(k) for k in STATUS_KEYS} != {k: status.get(k) for k in STATUS_KEYS}
+    summary = {c["type"]: c["status"] for c in status["conditions"]}
+    return Plan(status=status if changed else None, conditions=summary)
+
+
+def _stage_status(status: dict[str, Any], observed: Observed, spec: ShardRouteSpec,
+                  current: Mapping[str, ObservedPod], port: int) -> None:
+    route = observed.route
+    stages = derive.stage_entries(spec, current, route.name, route.namespace, port)
+    ready = sum(1 for s in stages if s["ready"])
+    block_count = observed.artifact.block_count if observed.artifact else None
+    status.update(
+        stages=stages, stagesReady=f"{ready}/{len(stages)}",
+        coverage=derive.coverage(spec, block_count),
+        capacity={"readyStages": ready, "totalStages": len(stages),
+                  "sessionSlots": spec.recipe.session_slots if ready == len(stages) else 0},
+    )

@@ -1,0 +1,211 @@
+"""Pure builders of a route's children: the worker's arguments, the stage pod and the
+headless Service. Nothing here talks to the cluster."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from meshnet.api import labels
+from meshnet.api.common import API_VERSION
+from meshnet.api.modelartifact import ArtifactStorage
+from meshnet.api.shardroute import KIND, Recipe, RouteTls, Stage
+from meshnet.reconcile.naming import pod_name, service_name
+
+MODEL_DIR = "/models"
+TLS_DIR = "/etc/meshnet/tls"
+RUN_AS = 65532  # the distroless "nonroot" user
+# Extended resource that carries GPUs, per lane; a stage may override it.
+GPU_RESOURCES = {"cuda": "nvidia.com/gpu", "rocm": "amd.com/gpu"}
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """Operator-wide inputs of every stage pod (from settings)."""
+
+    images: Mapping[str, str] = field(default_factory=dict)  # lane -> image
+    pin_digest: str = ""
+    grpc_port: int = 50051
+    metrics_port: int = 9090
+    image_pull_policy: str = "IfNotPresent"
+    startup_seconds: int = 1800  # large models take minutes to map and warm up
+
+
+@dataclass(frozen=True)
+class RouteRef:
+    """The owning route: enough to name, label and own its children."""
+
+    name: str
+    namespace: str
+    uid: str
+
+
+def worker_args(
+    *, model_path: str, stage: Stage, route_id: str, epoch: int, recipe: Recipe,
+    config: WorkerConfig, tls: RouteTls | None,
+) -> list[str]:
+    """The `meshnet-shard-worker` command line for one stage (the single place to change it)."""
+    args = [
+        "--model", model_path,
+        "--layers", f"{stage.layers.begin}:{stage.layers.end}",
+        "--route-id", route_id,
+        "--epoch", str(epoch),
+        "--listen", f"0.0.0.0:{config.grpc_port}",
+        "--metrics-listen", f"0.0.0.0:{config.metrics_port}",
+        "--slots", str(recipe.session_slots),
+        "--ctx", str(recipe.context_length),
+        "--boundary-dtype", recipe.boundary_dtype,
+    ]
+    if tls is not None:
+        args += ["--tls-cert", f"{TLS_DIR}/tls.crt", "--tls-key", f"{TLS_DIR}/tls.key"]
+        if tls.require_client_cert:
+            args += ["--tls-client-ca", f"{TLS_DIR}/ca.crt"]
+    return args
+
+
+def template_hash(obj: Mapping[str, Any]) -> str:
+    """Short digest of a child's desired form: a changed hash means the child is replaced."""
+    blob = json.dumps(obj, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def owner_reference(route: RouteRef) -> dict[str, Any]:
+    return {"apiVersion": API_VERSION, "kind": KIND, "name": route.name, "uid": route.uid,
+            "controller": True, "blockOwnerDeletion": True}
+
+
+def child_labels(route: RouteRef) -> dict[str, str]:
+    return {"app.kubernetes.io/name": "meshnet-shard-worker",
+            "app.kubernetes.io/instance": route.name,
+            labels.MANAGED_BY: labels.OPERATOR_NAME, labels.ROUTE: route.name}
+
+
+def _resources(stage: Stage, lane: str) -> dict[str, Any]:
+    requests = {k: str(v) for k, v in stage.resources.requests.items()}
+    limits = {k: str(v) for k, v in stage.resources.limits.items()}
+    if stage.resources.gpus:
+        gpu = stage.resources.gpu_resource_name or GPU_RESOURCES[lane]
+        requests[gpu] = limits[gpu] = str(stage.resources.gpus)
+    return {k: v for k, v in (("requests", requests), ("limits", limits)) if v}
+
+
+def _model_volume(storage: ArtifactStorage) -> dict[str, Any]:
+    if storage.pvc is not None:
+        claim = {"claimName": storage.pvc.claim_name, "readOnly": True}
+        return {"name": "model", "persistentVolumeClaim": claim}
+    assert storage.host_path is not None  # the CRD requires exactly one
+    return {"name": "model", "hostPath": {"path": storage.host_path.path, "type": "Directory"}}
+
+
+def _node_selector(stage: Stage, storage: ArtifactStorage, digest: str) -> dict[str, str]:
+    selector = dict(stage.node_selector)
+    if storage.host_path is not None:  # only nodes holding a verified copy
+        selector[labels.artifact_node_label(digest)] = labels.VERIFIED
+    return selector
+
+
+def _grpc_probe(port: int, period: int, failures: int) -> dict[str, Any]:
+    return {"grpc": {"port": port}, "periodSeconds": period, "failureThreshold": failures,
+            "timeoutSeconds": 5}
+
+
+def _container(stage: Stage, recipe: Recipe, args: list[str], config: WorkerConfig,
+               mounts: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "name": "worker",
+        "image": recipe.image or config.images[recipe.lane],
+        "imagePullPolicy": config.image_pull_policy,
+        "args": args,
+        "ports": [{"name": "grpc", "containerPort": config.grpc_port, "protocol": "TCP"},
+                  {"name": "metrics", "containerPort": config.metrics_port, "protocol": "TCP"}],
+        "resources": _resources(stage, recipe.lane),
+        "startupProbe": _grpc_probe(config.grpc_port, 10, max(1, config.startup_seconds // 10)),
+        "readinessProbe": _grpc_probe(config.grpc_port, 5, 3),
+        "livenessProbe": _grpc_probe(config.grpc_port, 10, 6),
+        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                            "runAsNonRoot": True, "capabilities": {"drop": ["ALL"]}},
+        "volumeMounts": mounts,
+    }
+
+
+@dataclass(frozen=True)
+class StageInputs:
+    """What one stage pod is built from."""
+
+    route: RouteRef
+    stage: Stage
+    recipe: Recipe
+    tls: RouteTls | None
+    epoch: int
+    route_digest: str
+    model_file: str
+    storage: ArtifactStorage
+    manifest_digest: str
+
+
+def stage_pod(inputs: StageInputs, config: WorkerConfig) -> dict[str, Any]:
+    """The pod serving one stage at one epoch."""
+    route, stage = inputs.route, inputs.stage
+    args = worker_args(
+        model_path=f"{MODEL_DIR}/{inputs.model_file}", stage=stage,
+        route_id=f"{route.namespace}/{route.name}", epoch=inputs.epoch, recipe=inputs.recipe,
+        config=config, tls=inputs.tls,
+    )
+    mounts: list[dict[str, Any]] = [{"name": "model", "mountPath": MODEL_DIR, "readOnly": True},
+              {"name": "tmp", "mountPath": "/tmp"}]
+    volumes = [_model_volume(inputs.storage), {"name": "tmp", "emptyDir": {}}]
+    if inputs.storage.pvc is not None and inputs.storage.pvc.sub_path:
+        mounts[0]["subPath"] = inputs.storage.pvc.sub_path
+    if inputs.tls is not None:
+        mounts.append({"name": "tls", "mountPath": TLS_DIR, "readOnly": True})
+        volumes.append({"name": "tls", "secret": {"secretName": inputs.tls.secret_name,
+                                                  "defaultMode": 0o440}})
+    spec: dict[str, Any] = {
+        "hostname": stage.name,
+        "subdomain": service_name(route.name),
+        "restartPolicy": "Always",
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "securityContext": {"runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS,
+                            "fsGroup": RUN_AS, "seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": [_container(stage, inputs.recipe, args, config, mounts)],
+        "volumes": volumes,
+        "nodeSelector": _node_selector(stage, inputs.storage, inputs.manifest_digest),
+        "tolerations": [t.model_dump(by_alias=True, exclude_none=True) for t in stage.tolerations],
+    }
+    if stage.affinity:
+        spec["affinity"] = stage.affinity
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {
+            "name": pod_name(route.name, stage.name, inputs.epoch),
+            "namespace": route.namespace,
+            "labels": {**child_labels(route), labels.STAGE: stage.name,
+                       labels.EPOCH: str(inputs.epoch), labels.DIGEST: inputs.route_digest[:16],
+                       labels.TEMPLATE: template_hash(spec)},
+            "annotations": {labels.ROUTE_DIGEST_ANNOTATION: inputs.route_digest},
+            "ownerReferences": [owner_reference(route)],
+        },
+        "spec": spec,
+    }
+
+
+def headless_service(route: RouteRef, config: WorkerConfig) -> dict[str, Any]:
+    """One headless Service per route: DNS names for the stage pods of the live epoch."""
+    spec = {
+        "clusterIP": "None",
+        "publishNotReadyAddresses": False,
+        "selector": {labels.ROUTE: route.name},
+        "ports": [{"name": "grpc", "port": config.grpc_port, "targetPort": "grpc"},
+                  {"name": "metrics", "port": config.metrics_port, "targetPort": "metrics"}],
+    }
+    return {
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": service_name(route.name), "namespace": route.namespace,
+                     "labels": {**child_labels(route), labels.TEMPLATE: template_hash(spec)},
+                     "ownerReferences": [owner_reference(route)]},
+        "spec": spec,
+    }

@@ -1,0 +1,247 @@
+"""The pure planner: epochs, children, conditions and events from observed state alone."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+from meshnet.reconcile import (
+    Create,
+    Delete,
+    Observed,
+    ObservedPod,
+    Plan,
+    WorkerConfig,
+    observe_artifact,
+    observe_pod,
+    observe_route,
+    plan,
+)
+
+CONFIG = WorkerConfig(images={"cpu": "ghcr.io/meshnet/worker-cpu:1", "cuda": "w-cuda:1"},
+                      pin_digest="p" * 64)
+NOW = "2026-11-29T12:00:00Z"
+MakeArtifact = MakeRoute = Callable[..., dict[str, Any]]  # fixtures from conftest.py
+
+
+def kubelet(pods: dict[str, dict[str, Any]], result: Plan, *, ready: bool = True,
+            waiting: str | None = None) -> None:
+    """Carry out a plan's pod actions the way the cluster would, marking new pods ready."""
+    for action in result.actions:
+        if isinstance(action, Delete) and action.kind == "Pod":
+            pods.pop(action.name)
+        elif isinstance(action, Create) and action.obj["kind"] == "Pod":
+            body = copy.deepcopy(action.obj)
+            body["metadata"]["uid"] = "pod-" + body["metadata"]["name"]
+            state = {"waiting": {"reason": waiting, "message": "back-off 5m"}} if waiting else {}
+            body["status"] = {"phase": "Running",
+                              "conditions": [{"type": "Ready", "status": str(ready)}],
+                              "containerStatuses": [{"restartCount": 3 if waiting else 0,
+                                                     "state": state}]}
+            pods[body["metadata"]["name"]] = body
+
+
+def observe(route: dict[str, Any], artifact: dict[str, Any] | None,
+            pods: dict[str, dict[str, Any]], service: bool = True) -> Observed:
+    observed = [p for p in map(observe_pod, pods.values()) if p is not None]
+    return Observed(observe_route(route), tuple(observed),
+                    service_hash=_service_hash(route) if service else None,
+                    artifact=observe_artifact(artifact) if artifact else None)
+
+
+def _service_hash(route: dict[str, Any]) -> str:
+    from meshnet.reconcile import headless_service
+    from meshnet.reconcile.podspec import RouteRef
+    meta = route["metadata"]
+    svc = headless_service(RouteRef(meta["name"], meta["namespace"], meta["uid"]), CONFIG)
+    return str(svc["metadata"]["labels"]["meshnet.dev/template-hash"])
+
+
+def converge(route: dict[str, Any], artifact: dict[str, Any],
+             pods: dict[str, dict[str, Any]], **kubelet_args: Any) -> list[Plan]:
+    """Plan, apply, repeat until a plan has nothing to do; returns every plan."""
+    plans = []
+    for _ in range(10):
+        result = plan(observe(route, artifact, pods), CONFIG, NOW)
+        plans.append(result)
+        kubelet(pods, result, **kubelet_args)
+        if result.status is not None:
+            route["status"] = result.status
+        if not result.actions and result.status is None:
+            return plans
+    raise AssertionError("the planner did not converge")
+
+
+def condition(route: dict[str, Any], kind: str) -> dict[str, Any]:
+    return next(c for c in route["status"]["conditions"] if c["type"] == kind)
+
+
+def reasons(plans: list[Plan]) -> list[str]:
+    return [e.reason for p in plans for e in p.events]
+
+
+def test_a_new_route_gets_one_pod_per_stage_a_headless_service_and_epoch_one(
+        make_route: MakeRoute, make_artifact: MakeArtifact) -> None:
+    route = make_route()
+    first = plan(observe(route, make_artifact(), {}, service=False), CONFIG, NOW)
+    kinds = sorted(a.obj["kind"] for a in first.actions if isinstance(a, Create))
+    assert kinds == ["Pod", "Pod", "Pod", "Service"]
+    assert first.epoch_advanced and first.status is not None and first.status["epoch"] == 1
+    names = [a.obj["metadata"]["name"] for a in first.actions if isinstance(a, Create)]
+    assert names == ["r1-s0-e1", "r1-s1-e1", "r1-s2-e1", "r1-workers"]
+    assert [e.reason for e in first.events] == ["EpochAdvanced"] + ["StagePodCreated"] * 3
+
+
+def test_a_converged_route_is_ready_with_endpoints_coverage_and_capacity(
+        make_route: MakeRoute, make_artifact: MakeArtifact) -> None:
+    route, pods = make_route(), {}
+    converge(route, make_artifact(), pods)
+    status = route["status"]
+    assert condition(route, "Ready")["status"] == "True"
+    assert condition(route, "Progressing")["reason"] == "RolloutComplete"
+    assert condition(route, "Degraded")["status"] == "False"
+    assert status["stagesReady"] == "3/3" and status["coverage"] == "0-30/30"
+    assert status["capacity"] == {"readyStages": 3, "totalStages": 3, "sessionSlots": 4}
+    assert status["stages"][1]["endpoint"] == "s1.r1-workers.default.svc:50051"
+    assert all(c["observedGeneration"] == 1 for c in status["conditions"])
+
+
+def test_the_epoch_advances_only_when_the_route_digest_changes(
+        make_route: MakeRoute, make_artifact: MakeArtifact) -> None:
+    route, artifact, pods = make_route(), make_artifact(), {}
+    converge(route, artifact, pods)
+    again = plan(observe(route, artifact, pods), CONFIG, NOW)
+    assert again == Plan(conditions=again.conditions)  # nothing to do, status unchanged
+    assert route["status"]["epoch"] == 1
+
+
+def test_labels_annotations_and_status_changes_never_advance_the_epoch(
+        make_route: MakeRoute, make_artifact: MakeArtifact) -> None:
+    route, artifact, pods = make_route(), make_artifact(), {}
+    converge(route, artifact, pods)
+    route["metadata"]["labels"] = {"team": "inference"}
+    route["metadata"]["annotations"] = {"note": "hello"}
+    route["status"]["stagesReady"] = "0/3"  # someone scribbled on the status
+    plans = converge(route, artifact, pods)
+    assert route["status"]["epoch"] == 1
+    assert "EpochAdvanced" not in reasons(plans)
+    assert route["status"]["stagesReady"] == "3/3"  # rebuilt from the pods
+
+
+def test_a_stage_range_change_advances_the_epoch_and_replaces_every_pod_without_mixing(
+        make_route: MakeRoute, make_artifact: MakeArtifact) -> None:
+    route, artifact, pods = make_route(), make_artifact(), {}
+    converge(route, artifact, pods)
+    route["spec"]["stages"][0]["layers"]["end"] = 12
+    route["spec"]["stages"][1]["layers"]["begin"] = 12
+    first = plan(observe(route, artifact, pods), CONFIG, NOW)
+    assert all(isinstance(a, Delete) for a in first.actions)  # old epoch goes first
+    assert first.status is not None and first.status["epoch"] == 2
+    plans = converge(route, artifact, pods)
+    assert sorted(pods) == ["r1-s0-e2", "r1-s1-e2", "r1-s2-e2"]
+    assert reasons(plans).count("StagePodReplaced") == 3
+    assert reasons(plans).count("EpochAdvanced") == 1
+    assert route["status"]["epoch"] == 2
+
+
+def test_a_recipe_change_advances_the_epoch_but_an_image_override_only_replaces_pods(
+        make_route: MakeRoute, make_artifact: MakeArtifact) -> None:
+    route, artifact, pods = make_route(), make_artifact(), {}
+    converge(route, artifact, pods)
+    route["spec"]["recipe"]["image"] = "registry.local/worker:patched"
+    plans = converge(route, artifact, pods)
+    assert route["status"]["epoch"] == 1 and "EpochAdvanced" not in reasons(plans)
+    assert reasons(plans).count("StagePodReplaced") == 3
+    assert all(p["spec"]["containers"][0]["image"] == "registry.local/worker:patched"
+               for p in pods.values())
+    route["spec"]["recipe"]["boundaryDtype"] = "f16"
+    converge(route, artifact, pods)
+    assert route["status"]["epoch"] == 2
+
+
+def test_a_route_waits_for_its_artifact_to_be_ready(
+        make_route: MakeRoute, make_artifact: MakeArtifact) -> None:
+    route = make_route()
+    result = plan(observe(route, make_artifact(ready=False), {}, service=False), CONFIG, NOW)
+    assert result.actions == ()
+    assert result.status is not None
+    progressing = next(c for c in result.status["conditions"] if c["type"] == "Progressing")
+    assert (progressing["status"], progressing["reason"]) == ("True", "ArtifactNotReady")
+    assert "ModelArtifact smollm2" in progressing["message"]
+    missing = plan(observe(route, None, {}, service=False), CONFIG, NOW)
+    assert missing.actions == () and missing.conditions["Ready"] == "False"
+
+
+def test_stages_beyond_the_block_count_make_the_route_degraded_with_no_pods(
+        make_route: MakeRoute, make_artifact: MakeArtifact) -> None:
+    route = make_route(ranges=[(0, 20), (20, 40)])
+    result = plan(observe(route, make_artifact(block_count=30), {}, service=False), CONFIG, NOW)
+    assert not any(isinstance(a, Create) for a in result.actions)
+    assert result.status is not None
+    degraded = next(c for c in result.status["conditions"] if c["type"] == "Degraded")
+    assert (degraded["status"], degraded["reason"]) == ("True", "InvalidSpec")
+    assert "stage 's1' ends at layer 40 but the artifact has only 30 blocks" in degraded["message"]
+    assert [e.reason for e in result.events] == ["InvalidSpec"]
+    route["status"] = result.status
+    again = plan(observe(route, make_artifact(block_count=30), {}, service=False), CONFIG, NOW)
+    assert again.events == () and again.status is None  # reported once, not every resync
+
+
+def test_a_spec_that_turns_invalid_removes_the_running_pods(
+        make_route: MakeRoute, make_artifact: MakeArtifact) -> None:
+    route, artifact, pods = make_route(), make_artifact(), {}
+    converge(route, artifact, pods)
+    route["spec"]["recipe"]["mtp"] = "Enabled"
+    converge(route, artifact, pods)
+    assert pods == {}
+    assert condition(route, "Degraded")["reason"] == "InvalidSpec"
+    assert "mtp is reserved" in condition(route, "Degraded")["message"]
+    assert route["status"]["epoch"] == 1
+
+
+def test_a_crash_looping_stage_makes_the_route_degraded_naming_the_stage(
+        make_route: MakeRoute, make_artifact: MakeArtifact) -> None:
+    route, pods = make_route(), {}
+    converge(route, make_artifact(), pods, ready=False, waiting="CrashLoopBackOff")
+    degraded = condition(route, "Degraded")
+    assert (degraded["status"], degraded["reason"]) == ("True", "StageCrashLooping")
+    assert "stage s0 (pod r1-s0-e1) is CrashLoopBackOff" in degraded["message"]
+    assert condition(route, "Ready")["status"] == "False"
+    assert route["status"]["stages"][0]["restarts"] == 3
+
+
+def test_a_deleted_route_deletes_its_pods_and_service(
+        make_route: MakeRoute, make_artifact: MakeArtifact) -> None:
+    route, artifact, pods = make_route(), make_artifact(), {}
+    converge(route, artifact, pods)
+    route["metadata"]["deletionTimestamp"] = NOW
+    result = plan(observe(route, artifact, pods), CONFIG, NOW)
+    assert sorted((a.kind, a.name) for a in result.actions if isinstance(a, Delete)) == [
+        ("Pod", "r1-s0-e1"), ("Pod", "r1-s1-e1"), ("Pod", "r1-s2-e1"), ("Service", "r1-workers")]
+
+
+def test_a_lost_status_adopts_pods_already_running_the_same_digest(
+        make_route: MakeRoute, make_artifact: MakeArtifact) -> None:
+    route, artifact, pods = make_route(), make_artifact(), {}
+    converge(route, artifact, pods)
+    del route["status"]
+    result = plan(observe(route, artifact, pods), CONFIG, NOW)
+    assert not result.epoch_advanced and result.actions == ()
+    assert result.status is not None and result.status["epoch"] == 1
+
+
+def test_condition_transition_times_move_only_when_the_status_flips(
+        make_route: MakeRoute, make_artifact: MakeArtifact) -> None:
+    route, artifact, pods = make_route(), make_artifact(), {}
+    converge(route, artifact, pods)
+    before = condition(route, "Ready")["lastTransitionTime"]
+    later = plan(observe(route, artifact, pods), CONFIG, "2026-12-01T00:00:00Z")
+    assert later.status is None and condition(route, "Ready")["lastTransitionTime"] == before
+
+
+def test_pods_that_are_not_ours_are_ignored() -> None:
+    assert observe_pod({"metadata": {"name": "x", "labels": {"app": "other"}}}) is None
+    pod = observe_pod({"metadata": {"name": "x", "labels": {"meshnet.dev/stage": "s0",
+                                                             "meshnet.dev/epoch": "2"}}})
+    assert pod == ObservedPod(name="x", stage="s0", epoch=2)
