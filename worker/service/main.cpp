@@ -1,0 +1,64 @@
+// main.cpp - meshnet-shard-worker: serve one layer range of a GGUF model over gRPC
+// (meshnet.shard.v1) until SIGINT/SIGTERM.
+#include "engine.h"
+#include "worker_params.h"
+#include "worker_server.h"
+
+#include <csignal>
+#include <cstdio>
+
+int main(int argc, char ** argv) {
+    meshnet::worker_params params;
+    std::string error;
+    bool help = false;
+    if (!meshnet::worker_params_parse(argc, argv, params, error, help)) {
+        std::fputs(meshnet::worker_params_usage(), help ? stdout : stderr);
+        if (!help) {
+            std::fprintf(stderr, "\nerror: %s\n", error.c_str());
+        }
+        return help ? 0 : 2;
+    }
+
+    // Block the stop signals before any thread starts so only sigwait below sees them.
+    sigset_t stop_signals;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+    meshnet::engine_params engine_params;
+    engine_params.model_path   = params.model_path;
+    engine_params.layer_begin  = params.layer_begin;
+    engine_params.layer_end    = params.layer_end;
+    engine_params.n_ctx        = params.n_ctx;
+    engine_params.n_slots      = params.n_slots;
+    engine_params.n_batch      = params.n_batch;
+    engine_params.n_threads    = params.n_threads;
+    engine_params.n_gpu_layers = params.n_gpu_layers;
+    meshnet::engine_ptr engine = meshnet::llama_engine_init(engine_params, error);
+    if (!engine) {
+        std::fprintf(stderr, "error: cannot load %s: %s\n", params.model_path.c_str(), error.c_str());
+        return 1;
+    }
+
+    meshnet::worker_server server;
+    if (!server.start(params, *engine, error)) {
+        std::fprintf(stderr, "error: %s\n", error.c_str());
+        return 1;
+    }
+    const meshnet::engine_info & info = engine->info();
+    std::fprintf(stderr, "meshnet-shard-worker: layers %d:%d of %d (%s), route %s epoch %llu, incarnation %s\n",
+                 info.layer_begin, info.layer_end, info.n_layer, info.arch.c_str(), params.route_id.c_str(),
+                 static_cast<unsigned long long>(params.epoch), server.incarnation().c_str());
+    if (server.metrics_port() > 0) {
+        std::fprintf(stderr, "meshnet-shard-worker: metrics on port %d\n", server.metrics_port());
+    }
+    std::fprintf(stderr, "meshnet-shard-worker: listening on port %d\n", server.port());
+    std::fflush(stderr);
+
+    int signal_number = 0;
+    sigwait(&stop_signals, &signal_number);
+    std::fprintf(stderr, "meshnet-shard-worker: signal %d, shutting down\n", signal_number);
+    server.stop(2000);
+    return 0;
+}

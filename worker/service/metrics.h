@@ -1,0 +1,73 @@
+// metrics.h - the worker's Prometheus metrics and the small HTTP server that exposes
+// them as text on their own port (GET /metrics).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace meshnet {
+
+class metrics_registry {
+public:
+    metrics_registry();
+
+    void count_request(const std::string & rpc, const std::string & code);
+    void observe_forward_seconds(double seconds);
+    void add_boundary_bytes_in(int64_t bytes)  { boundary_bytes_in_ += bytes; }
+    void add_boundary_bytes_out(int64_t bytes) { boundary_bytes_out_ += bytes; }
+
+    // Gauges and counters owned elsewhere, read at scrape time.
+    struct gauges {
+        int64_t tokens_processed = 0;
+        int64_t engine_steps     = 0;
+        int64_t active_sessions  = 0;
+        int64_t slots_total      = 0;
+        int64_t kv_tokens_used   = 0;
+        int64_t kv_tokens_total  = 0;
+        int64_t queue_depth      = 0;
+    };
+
+    std::string render(const gauges & now) const;
+
+private:
+    mutable std::mutex                                  mutex_;
+    std::map<std::pair<std::string, std::string>, int64_t> requests_;
+    std::vector<double>                                 bucket_bounds_;
+    std::vector<int64_t>                                bucket_counts_;
+    double                                              latency_sum_ = 0.0;
+    int64_t                                             latency_count_ = 0;
+    std::atomic<int64_t>                                boundary_bytes_in_{0};
+    std::atomic<int64_t>                                boundary_bytes_out_{0};
+};
+
+// Serves `render()` on GET /metrics (404 elsewhere), one connection at a time.
+class metrics_server {
+public:
+    ~metrics_server();
+
+    // Binds host:port (port 0 picks one); false with `error` set on failure.
+    bool start(const std::string & address, std::function<std::string()> render, std::string & error);
+    void stop();
+    int  port() const { return port_; }
+
+private:
+    void serve();
+
+    int                          listen_fd_ = -1;
+    int                          port_      = 0;
+    std::atomic<bool>            stopping_{false};
+    std::function<std::string()> render_;
+    std::thread                  thread_;
+};
+
+// Splits "host:port" / "[v6]:port"; false when malformed.
+bool split_host_port(const std::string & address, std::string & host, int & port);
+
+} // namespace meshnet

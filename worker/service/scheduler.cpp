@@ -1,0 +1,270 @@
+// scheduler.cpp - batching: take queued steps in arrival order, at most one per
+// session and at most max_step_tokens tokens, and run them as one engine step.
+#include "scheduler.h"
+
+#include <algorithm>
+
+namespace meshnet {
+
+const char * engine_status_text(engine_status status) {
+    switch (status) {
+        case engine_status::ok:                 return "ok";
+        case engine_status::invalid_argument:   return "invalid_argument";
+        case engine_status::cache_miss:         return "cache_miss";
+        case engine_status::capacity_exhausted: return "capacity_exhausted";
+        case engine_status::context_overflow:   return "context_overflow";
+        case engine_status::internal:           return "internal";
+    }
+    return "unknown";
+}
+
+static error_reason reason_of(engine_status status) {
+    switch (status) {
+        case engine_status::invalid_argument:   return error_reason::invalid_boundary;
+        case engine_status::cache_miss:         return error_reason::cache_miss;
+        case engine_status::capacity_exhausted: return error_reason::capacity_exhausted;
+        case engine_status::context_overflow:   return error_reason::context_overflow;
+        case engine_status::ok:
+        case engine_status::internal:           break;
+    }
+    return error_reason::engine_failure;
+}
+
+scheduler::scheduler(engine_i & engine, session_store & sessions, int32_t max_step_tokens)
+    : engine_(engine), sessions_(sessions), max_step_tokens_(max_step_tokens) {}
+
+scheduler::~scheduler() {
+    stop();
+}
+
+void scheduler::start() {
+    thread_ = std::thread([this] { run(); });
+}
+
+void scheduler::stop() {
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (stopping_ && !thread_.joinable()) {
+            return;
+        }
+        stopping_ = true;
+    }
+    wake_.notify_all();
+    if (thread_.joinable()) {
+        thread_.join();
+    }
+}
+
+void scheduler::submit(step_job job) {
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (!stopping_) {
+            steps_.push_back(std::move(job));
+            job.done = nullptr;
+        }
+    }
+    if (job.done) { // stopping: answer at once
+        step_outcome outcome;
+        outcome.error = make_error(error_reason::session_cancelled, "the worker is shutting down");
+        job.done(outcome);
+        return;
+    }
+    wake_.notify_one();
+}
+
+void scheduler::release(const session_key & key, std::function<void(bool)> done) {
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        releases_.push_back(release_job{key, std::move(done)});
+    }
+    wake_.notify_one();
+}
+
+int32_t scheduler::queue_depth() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return static_cast<int32_t>(steps_.size());
+}
+
+void scheduler::record_tokens(int64_t n_tokens) {
+    tokens_processed_ += n_tokens;
+    const auto now = session_clock::now();
+    std::lock_guard<std::mutex> lock(rate_mutex_);
+    rate_window_.emplace_back(now, n_tokens);
+    while (!rate_window_.empty() && now - rate_window_.front().first > std::chrono::seconds(10)) {
+        rate_window_.pop_front();
+    }
+}
+
+double scheduler::recent_tokens_per_second() const {
+    const auto now = session_clock::now();
+    std::lock_guard<std::mutex> lock(rate_mutex_);
+    int64_t total = 0;
+    for (const auto & sample : rate_window_) {
+        if (now - sample.first <= std::chrono::seconds(10)) {
+            total += sample.second;
+        }
+    }
+    return static_cast<double>(total) / 10.0;
+}
+
+void scheduler::run() {
+    while (true) {
+        std::vector<release_job> releases;
+        std::vector<step_job>    batch;
+        bool                     stopping = false;
+        {
+            std::unique_lock<std::mutex> lock(mutex_);
+            wake_.wait(lock, [this] { return stopping_ || !steps_.empty() || !releases_.empty(); });
+            releases.assign(std::make_move_iterator(releases_.begin()), std::make_move_iterator(releases_.end()));
+            releases_.clear();
+            stopping = stopping_;
+            if (stopping) {
+                batch.assign(std::make_move_iterator(steps_.begin()), std::make_move_iterator(steps_.end()));
+                steps_.clear();
+            } else {
+                int64_t tokens = 0;
+                for (auto it = steps_.begin(); it != steps_.end();) {
+                    const bool same_session = std::any_of(batch.begin(), batch.end(),
+                        [&](const step_job & job) { return job.key == it->key; });
+                    const int64_t n = static_cast<int64_t>(it->positions.size());
+                    if (same_session || (!batch.empty() && tokens + n > max_step_tokens_)) {
+                        ++it;
+                        continue;
+                    }
+                    tokens += n;
+                    batch.push_back(std::move(*it));
+                    it = steps_.erase(it);
+                }
+            }
+        }
+        for (auto & job : releases) {
+            const int32_t slot = sessions_.release(job.key);
+            if (slot >= 0) {
+                engine_.slot_clear(slot);
+            }
+            if (job.done) {
+                job.done(slot >= 0);
+            }
+        }
+        if (stopping) {
+            for (auto & job : batch) {
+                step_outcome outcome;
+                outcome.error = make_error(error_reason::session_cancelled, "the worker is shutting down");
+                job.done(outcome);
+            }
+            return;
+        }
+        if (!batch.empty()) {
+            run_batch(batch);
+        }
+        kv_used_ = engine_.kv_used();
+    }
+}
+
+void scheduler::run_batch(std::vector<step_job> & batch) {
+    const auto now = session_clock::now();
+    std::vector<step_request> requests;
+    std::vector<size_t>       request_job; // requests[i] belongs to batch[request_job[i]]
+    std::vector<int32_t>      busy;
+    std::vector<step_outcome> outcomes(batch.size());
+
+    auto release_slot = [&](const session_key & key) {
+        const int32_t slot = sessions_.release(key);
+        if (slot >= 0) {
+            engine_.slot_clear(slot);
+        }
+    };
+
+    for (size_t i = 0; i < batch.size(); ++i) {
+        step_job &     job     = batch[i];
+        step_outcome & outcome = outcomes[i];
+        if (job.cancelled && job.cancelled()) {
+            release_slot(job.key);
+            outcome.error = make_error(error_reason::session_cancelled, "the call was cancelled; the session was released");
+            continue;
+        }
+        int32_t slot = sessions_.find(job.key);
+        if (slot < 0 && job.n_past > 0) {
+            outcome.error = make_error(error_reason::cache_miss,
+                "the stage holds no state for this session (new, evicted, released or restarted)",
+                {{"stage_n_past", "0"}, {"expected_n_past", std::to_string(job.n_past)}});
+            continue;
+        }
+        if (slot < 0) {
+            const auto acquired = sessions_.acquire(job.key, busy, now);
+            if (acquired.slot < 0) {
+                outcome.error = make_error(error_reason::capacity_exhausted,
+                    "every session slot is held by a recently used session",
+                    {{"slots_total", std::to_string(sessions_.n_slots())}});
+                continue;
+            }
+            slot = acquired.slot;
+            engine_.slot_clear(slot); // a reused slot starts empty
+        }
+        const int64_t held = engine_.slot_n_past(slot);
+        if (held != job.n_past) {
+            if (held > job.n_past) {
+                release_slot(job.key); // the tail the caller does not know is unusable
+            }
+            outcome.error = make_error(error_reason::cache_miss,
+                "the stage holds " + std::to_string(held) + " positions, the request builds on " +
+                std::to_string(job.n_past),
+                {{"stage_n_past", std::to_string(held > job.n_past ? 0 : held)},
+                 {"expected_n_past", std::to_string(job.n_past)}});
+            continue;
+        }
+        busy.push_back(slot);
+        step_request request;
+        request.slot        = slot;
+        request.positions   = std::move(job.positions);
+        request.tokens      = std::move(job.tokens);
+        request.boundary    = std::move(job.boundary);
+        request.output_rows = job.output_rows;
+        requests.push_back(std::move(request));
+        request_job.push_back(i);
+    }
+
+    if (!requests.empty()) {
+        const auto started = session_clock::now();
+        std::vector<step_result> results = engine_.step(requests);
+        const int64_t micros = std::chrono::duration_cast<std::chrono::microseconds>(
+            session_clock::now() - started).count();
+        ++steps_run_;
+        int64_t n_tokens = 0;
+        const auto finished = session_clock::now();
+        for (size_t r = 0; r < requests.size(); ++r) {
+            step_job &     job     = batch[request_job[r]];
+            step_outcome & outcome = outcomes[request_job[r]];
+            outcome.engine_micros  = micros;
+            outcome.batch_sessions = static_cast<int32_t>(requests.size());
+            step_result * result = r < results.size() ? &results[r] : nullptr;
+            if (result == nullptr || result->status != engine_status::ok) {
+                const engine_status status = result ? result->status : engine_status::internal;
+                if (status == engine_status::internal) {
+                    release_slot(job.key); // the engine cleared it; forget the session too
+                }
+                outcome.error = make_error(reason_of(status),
+                    std::string("engine: ") + engine_status_text(status) + (result ? ": " + result->message : ""));
+                continue;
+            }
+            n_tokens += static_cast<int64_t>(requests[r].positions.size());
+            if (job.cancelled && job.cancelled()) {
+                release_slot(job.key);
+                outcome.error = make_error(error_reason::session_cancelled, "the call was cancelled; the session was released");
+                continue;
+            }
+            sessions_.touch(job.key, finished);
+            outcome.ok       = true;
+            outcome.n_past   = engine_.slot_n_past(requests[r].slot);
+            outcome.boundary = std::move(result->boundary);
+            outcome.logits   = std::move(result->logits);
+        }
+        record_tokens(n_tokens);
+    }
+
+    for (size_t i = 0; i < batch.size(); ++i) {
+        batch[i].done(outcomes[i]);
+    }
+}
+
+} // namespace meshnet

@@ -1,0 +1,92 @@
+// scheduler.h - the one thread that drives the engine: it batches the queued steps of
+// different sessions into one engine step and serialises slot changes.
+#pragma once
+
+#include "engine.h"
+#include "error_info.h"
+#include "session_store.h"
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace meshnet {
+
+// Names engine statuses without needing the engine library (fake-engine tests).
+const char * engine_status_text(engine_status status);
+
+struct step_outcome {
+    bool               ok = false;
+    shard_error        error{error_reason::engine_failure, "", {}};
+    int64_t            n_past = 0;     // positions held after the step
+    std::vector<float> boundary;       // non-last stage
+    std::vector<float> logits;         // last stage: output_rows x n_vocab
+    int64_t            engine_micros = 0;
+    int32_t            batch_sessions = 0;
+};
+
+struct step_job {
+    session_key          key;
+    int64_t              n_past = 0;
+    std::vector<int32_t> positions;
+    std::vector<int32_t> tokens;
+    std::vector<float>   boundary;
+    std::vector<int32_t> output_rows;
+    std::function<bool()>               cancelled; // polled before and after the step
+    std::function<void(step_outcome &)> done;      // called once, on the engine thread
+};
+
+class scheduler {
+public:
+    scheduler(engine_i & engine, session_store & sessions, int32_t max_step_tokens);
+    ~scheduler();
+
+    void start();
+    void stop(); // answers queued steps with SESSION_CANCELLED
+
+    void submit(step_job job);
+
+    // Forgets the session and clears its slot; `done(released)` on the engine thread.
+    void release(const session_key & key, std::function<void(bool)> done);
+
+    int32_t queue_depth() const;
+    double  recent_tokens_per_second() const;
+    int64_t tokens_processed() const { return tokens_processed_.load(); }
+    int64_t steps_run() const { return steps_run_.load(); }
+    // KV cells in use as of the last engine step or release (read without the engine).
+    int64_t kv_used() const { return kv_used_.load(); }
+
+private:
+    struct release_job {
+        session_key               key;
+        std::function<void(bool)> done;
+    };
+
+    void run();
+    void run_batch(std::vector<step_job> & batch);
+    void record_tokens(int64_t n_tokens);
+
+    engine_i &      engine_;
+    session_store & sessions_;
+    int32_t         max_step_tokens_;
+
+    mutable std::mutex      mutex_;
+    std::condition_variable wake_;
+    std::deque<step_job>    steps_;
+    std::deque<release_job> releases_;
+    bool                    stopping_ = false;
+    std::thread             thread_;
+
+    std::atomic<int64_t> tokens_processed_{0};
+    std::atomic<int64_t> steps_run_{0};
+    std::atomic<int64_t> kv_used_{0};
+    mutable std::mutex   rate_mutex_;
+    std::deque<std::pair<session_clock::time_point, int64_t>> rate_window_;
+};
+
+} // namespace meshnet

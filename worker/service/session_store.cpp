@@ -1,0 +1,90 @@
+// session_store.cpp - slot bookkeeping; the engine's KV for a slot is cleared by the
+// caller whenever a slot changes owner.
+#include "session_store.h"
+
+#include <algorithm>
+
+namespace meshnet {
+
+session_store::session_store(int32_t n_slots, session_clock::duration evict_idle)
+    : evict_idle_(evict_idle), slot_owner_(static_cast<size_t>(std::max(n_slots, 0)), nullptr) {}
+
+int32_t session_store::find(const session_key & key) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto it = sessions_.find(key);
+    return it == sessions_.end() ? -1 : it->second.slot;
+}
+
+session_store::acquire_result session_store::acquire(const session_key & key, const std::vector<int32_t> & busy,
+                                                     session_clock::time_point now) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    acquire_result result;
+    const auto found = sessions_.find(key);
+    if (found != sessions_.end()) {
+        result.slot = found->second.slot;
+        return result;
+    }
+    int32_t slot = -1;
+    for (size_t i = 0; i < slot_owner_.size(); ++i) {
+        if (slot_owner_[i] == nullptr) {
+            slot = static_cast<int32_t>(i);
+            break;
+        }
+    }
+    if (slot < 0) {
+        auto victim = sessions_.end();
+        for (auto it = sessions_.begin(); it != sessions_.end(); ++it) {
+            const bool in_step = std::find(busy.begin(), busy.end(), it->second.slot) != busy.end();
+            if (in_step || now - it->second.last_used < evict_idle_) {
+                continue;
+            }
+            if (victim == sessions_.end() || it->second.last_used < victim->second.last_used) {
+                victim = it;
+            }
+        }
+        if (victim == sessions_.end()) {
+            return result;
+        }
+        slot                = victim->second.slot;
+        result.evicted      = true;
+        result.evicted_key  = victim->first;
+        sessions_.erase(victim);
+    }
+    const auto inserted = sessions_.emplace(key, entry{slot, now}).first;
+    slot_owner_[static_cast<size_t>(slot)] = &inserted->first;
+    result.slot    = slot;
+    result.created = true;
+    return result;
+}
+
+void session_store::touch(const session_key & key, session_clock::time_point now) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto it = sessions_.find(key);
+    if (it != sessions_.end()) {
+        it->second.last_used = now;
+    }
+}
+
+int32_t session_store::release(const session_key & key) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto it = sessions_.find(key);
+    if (it == sessions_.end()) {
+        return -1;
+    }
+    const int32_t slot = it->second.slot;
+    slot_owner_[static_cast<size_t>(slot)] = nullptr;
+    sessions_.erase(it);
+    return slot;
+}
+
+int32_t session_store::slots_free() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return static_cast<int32_t>(std::count(slot_owner_.begin(), slot_owner_.end(), nullptr));
+}
+
+int32_t session_store::active() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return static_cast<int32_t>(sessions_.size());
+}
+
+} // namespace meshnet

@@ -1,0 +1,73 @@
+// session_store.h - (route_id, epoch, session_id) -> engine slot: bounded slots, LRU
+// eviction of idle sessions, and the slot each session's KV lives in.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace meshnet {
+
+struct session_key {
+    std::string route_id;
+    uint64_t    epoch = 0;
+    std::string session_id;
+
+    bool operator<(const session_key & other) const {
+        return std::tie(route_id, epoch, session_id) < std::tie(other.route_id, other.epoch, other.session_id);
+    }
+    bool operator==(const session_key & other) const {
+        return route_id == other.route_id && epoch == other.epoch && session_id == other.session_id;
+    }
+};
+
+using session_clock = std::chrono::steady_clock;
+
+class session_store {
+public:
+    // `evict_idle` is the grace a session keeps its slot after its last step before a
+    // new session may evict it.
+    session_store(int32_t n_slots, session_clock::duration evict_idle);
+
+    struct acquire_result {
+        int32_t     slot    = -1;    // -1: no slot (capacity exhausted)
+        bool        created = false; // the session was new
+        bool        evicted = false; // `evicted_key` lost its slot to make room
+        session_key evicted_key;
+    };
+
+    // The session's slot, or -1 when it holds none.
+    int32_t find(const session_key & key) const;
+
+    // The session's slot, allocating one for a new session: a free slot, else the
+    // least-recently-used session that is idle past the grace and not in `busy`.
+    acquire_result acquire(const session_key & key, const std::vector<int32_t> & busy,
+                           session_clock::time_point now);
+
+    // Marks a step of the session done at `now` (LRU order).
+    void touch(const session_key & key, session_clock::time_point now);
+
+    // Forgets the session; returns its slot, or -1 when it held none.
+    int32_t release(const session_key & key);
+
+    int32_t n_slots() const { return static_cast<int32_t>(slot_owner_.size()); }
+    int32_t slots_free() const;
+    int32_t active() const;
+
+private:
+    struct entry {
+        int32_t                   slot;
+        session_clock::time_point last_used;
+    };
+
+    mutable std::mutex                 mutex_;
+    session_clock::duration            evict_idle_;
+    std::map<session_key, entry>       sessions_;
+    std::vector<const session_key *>   slot_owner_; // null: free
+};
+
+} // namespace meshnet

@@ -1,0 +1,530 @@
+// shard_service.cpp - every RPC of meshnet.shard.v1; checks happen here, before a step
+// reaches the engine, so a bad request never touches a session's state.
+#include "shard_service.h"
+
+#include <chrono>
+#include <cmath>
+#include <mutex>
+#include <set>
+
+namespace meshnet {
+
+const char * status_code_name(grpc::StatusCode code) {
+    switch (code) {
+        case grpc::StatusCode::OK:                  return "OK";
+        case grpc::StatusCode::CANCELLED:           return "CANCELLED";
+        case grpc::StatusCode::UNKNOWN:             return "UNKNOWN";
+        case grpc::StatusCode::INVALID_ARGUMENT:    return "INVALID_ARGUMENT";
+        case grpc::StatusCode::DEADLINE_EXCEEDED:   return "DEADLINE_EXCEEDED";
+        case grpc::StatusCode::NOT_FOUND:           return "NOT_FOUND";
+        case grpc::StatusCode::ALREADY_EXISTS:      return "ALREADY_EXISTS";
+        case grpc::StatusCode::PERMISSION_DENIED:   return "PERMISSION_DENIED";
+        case grpc::StatusCode::RESOURCE_EXHAUSTED:  return "RESOURCE_EXHAUSTED";
+        case grpc::StatusCode::FAILED_PRECONDITION: return "FAILED_PRECONDITION";
+        case grpc::StatusCode::ABORTED:             return "ABORTED";
+        case grpc::StatusCode::OUT_OF_RANGE:        return "OUT_OF_RANGE";
+        case grpc::StatusCode::UNIMPLEMENTED:       return "UNIMPLEMENTED";
+        case grpc::StatusCode::INTERNAL:            return "INTERNAL";
+        case grpc::StatusCode::UNAVAILABLE:         return "UNAVAILABLE";
+        case grpc::StatusCode::DATA_LOSS:           return "DATA_LOSS";
+        case grpc::StatusCode::UNAUTHENTICATED:     return "UNAUTHENTICATED";
+        default:                                    return "UNKNOWN";
+    }
+}
+
+static pb::BoundaryDtype dtype_to_pb(wire_dtype dtype) {
+    switch (dtype) {
+        case wire_dtype::f32:  return pb::BOUNDARY_DTYPE_F32;
+        case wire_dtype::f16:  return pb::BOUNDARY_DTYPE_F16;
+        case wire_dtype::bf16: return pb::BOUNDARY_DTYPE_BF16;
+    }
+    return pb::BOUNDARY_DTYPE_UNSPECIFIED;
+}
+
+static pb::BoundarySchema schema_to_pb(boundary_schema schema) {
+    return schema == boundary_schema::mhc_residual ? pb::BOUNDARY_SCHEMA_MHC_RESIDUAL
+                                                   : pb::BOUNDARY_SCHEMA_DENSE_RESIDUAL;
+}
+
+// Shape of one token's boundary row.
+static std::vector<int64_t> row_shape(const engine_info & info) {
+    if (info.schema == boundary_schema::mhc_residual && info.n_embd > 0) {
+        return {info.boundary_row / info.n_embd, info.n_embd};
+    }
+    return {info.boundary_row};
+}
+
+static int64_t micros_since(std::chrono::steady_clock::time_point start) {
+    return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start).count();
+}
+
+shard_service::shard_service(service_identity identity, engine_i & engine, session_store & sessions,
+                             scheduler & steps, metrics_registry & metrics)
+    : identity_(std::move(identity)), engine_(engine), info_(engine.info()), sessions_(sessions),
+      steps_(steps), metrics_(metrics) {}
+
+metrics_registry::gauges shard_service::gauges() const {
+    metrics_registry::gauges now;
+    now.tokens_processed = steps_.tokens_processed();
+    now.engine_steps     = steps_.steps_run();
+    now.active_sessions  = sessions_.active();
+    now.slots_total      = sessions_.n_slots();
+    now.kv_tokens_used   = steps_.kv_used();
+    now.kv_tokens_total  = engine_.kv_total();
+    now.queue_depth      = steps_.queue_depth();
+    return now;
+}
+
+void shard_service::finish(grpc::ServerUnaryReactor * reactor, const char * rpc, const grpc::Status & status) {
+    metrics_.count_request(rpc, status_code_name(status.error_code()));
+    reactor->Finish(status);
+}
+
+std::optional<shard_error> shard_service::check_key(const pb::RouteKey & key) const {
+    if (key.session_id().empty() || key.session_id().size() > 256) {
+        return make_error(error_reason::invalid_route_key, "session_id must hold 1..256 bytes");
+    }
+    if (key.route_id() != identity_.route_id) {
+        return make_error(error_reason::route_mismatch,
+            "this worker serves route '" + identity_.route_id + "', not '" + key.route_id() + "'",
+            {{"stage_route_id", identity_.route_id}});
+    }
+    if (key.epoch() != identity_.epoch) {
+        return make_error(error_reason::epoch_mismatch,
+            "this worker serves epoch " + std::to_string(identity_.epoch) + ", the request carries " +
+            std::to_string(key.epoch()),
+            {{"stage_epoch", std::to_string(identity_.epoch)}});
+    }
+    return std::nullopt;
+}
+
+std::optional<shard_error> shard_service::prepare(const pb::ForwardRequest & request, step_job & job,
+                                                  output_plan & plan) {
+    const int64_t size = static_cast<int64_t>(request.ByteSizeLong());
+    if (size > identity_.max_message_bytes) {
+        return make_error(error_reason::message_too_large,
+            "request of " + std::to_string(size) + " bytes is over the limit",
+            {{"max_message_bytes", std::to_string(identity_.max_message_bytes)}});
+    }
+    if (!request.has_key()) {
+        return make_error(error_reason::invalid_route_key, "the request carries no RouteKey");
+    }
+    if (auto error = check_key(request.key())) {
+        return error;
+    }
+    if (request.has_expected_range() &&
+        (request.expected_range().begin() != info_.layer_begin || request.expected_range().end() != info_.layer_end)) {
+        const std::string mine = std::to_string(info_.layer_begin) + ":" + std::to_string(info_.layer_end);
+        return make_error(error_reason::range_mismatch,
+            "this stage owns layers " + mine + ", the route expects " +
+            std::to_string(request.expected_range().begin()) + ":" + std::to_string(request.expected_range().end()),
+            {{"stage_range", mine}});
+    }
+
+    const int64_t n_past = request.n_past();
+    const int64_t n      = request.positions_size();
+    if (n == 0) {
+        return make_error(error_reason::invalid_positions, "a step needs at least one position");
+    }
+    if (n > identity_.max_step_tokens) {
+        return make_error(error_reason::step_too_large,
+            std::to_string(n) + " tokens in one step; split it",
+            {{"max_step_tokens", std::to_string(identity_.max_step_tokens)}});
+    }
+    if (n_past < 0) {
+        return make_error(error_reason::invalid_positions, "n_past must not be negative");
+    }
+    for (int64_t i = 0; i < n; ++i) {
+        if (request.positions(static_cast<int>(i)) != n_past + i) {
+            return make_error(error_reason::invalid_positions,
+                "positions must be n_past, n_past+1, ...: position " + std::to_string(i) + " is " +
+                std::to_string(request.positions(static_cast<int>(i))) + ", expected " + std::to_string(n_past + i));
+        }
+    }
+    if (n_past + n > info_.n_ctx) {
+        return make_error(error_reason::context_overflow,
+            "positions up to " + std::to_string(n_past + n) + " exceed the context of " + std::to_string(info_.n_ctx),
+            {{"n_ctx", std::to_string(info_.n_ctx)}});
+    }
+
+    const bool wants_tokens = info_.is_first() || info_.needs_token_sideband;
+    if (wants_tokens || request.tokens_size() > 0) {
+        if (request.tokens_size() != n) {
+            return make_error(error_reason::invalid_tokens,
+                std::to_string(request.tokens_size()) + " token ids for " + std::to_string(n) + " positions");
+        }
+        for (int i = 0; i < request.tokens_size(); ++i) {
+            const int32_t token = request.tokens(i);
+            if (token < 0 || token >= info_.n_vocab) {
+                return make_error(error_reason::invalid_tokens,
+                    "token id " + std::to_string(token) + " is outside the vocabulary [0, " +
+                    std::to_string(info_.n_vocab) + ")");
+            }
+        }
+    }
+    if (info_.is_first()) {
+        if (request.has_boundary()) {
+            return make_error(error_reason::invalid_boundary, "the first stage takes token ids, not a boundary");
+        }
+    } else {
+        if (!request.has_boundary()) {
+            return make_error(error_reason::invalid_boundary, "this stage needs the previous stage's boundary");
+        }
+        const pb::Boundary & boundary = request.boundary();
+        if (boundary.schema() != schema_to_pb(info_.schema)) {
+            return make_error(error_reason::boundary_schema_mismatch,
+                std::string("boundary schema ") + pb::BoundarySchema_Name(boundary.schema()) + ", this stage takes " +
+                pb::BoundarySchema_Name(schema_to_pb(info_.schema)));
+        }
+        if (boundary.dtype() != dtype_to_pb(identity_.boundary_dtype)) {
+            return make_error(error_reason::boundary_schema_mismatch,
+                std::string("boundary dtype ") + pb::BoundaryDtype_Name(boundary.dtype()) + ", this stage takes " +
+                pb::BoundaryDtype_Name(dtype_to_pb(identity_.boundary_dtype)));
+        }
+        std::vector<int64_t> expected_shape{n};
+        for (int64_t dim : row_shape(info_)) expected_shape.push_back(dim);
+        const std::vector<int64_t> shape(boundary.shape().begin(), boundary.shape().end());
+        if (shape != expected_shape) {
+            std::string want, got;
+            for (int64_t d : expected_shape) want += (want.empty() ? "" : ",") + std::to_string(d);
+            for (int64_t d : shape) got += (got.empty() ? "" : ",") + std::to_string(d);
+            return make_error(error_reason::invalid_boundary, "boundary shape [" + got + "], expected [" + want + "]");
+        }
+        std::string error;
+        if (!boundary_decode(boundary.data(), static_cast<size_t>(n * info_.boundary_row), identity_.boundary_dtype,
+                             job.boundary, error)) {
+            return make_error(error_reason::invalid_boundary, error);
+        }
+        metrics_.add_boundary_bytes_in(static_cast<int64_t>(boundary.data().size()));
+    }
+
+    plan.last     = info_.is_last();
+    plan.kind     = request.output().kind();
+    plan.n_tokens = n;
+    if (!plan.last) {
+        if (plan.kind != pb::OUTPUT_KIND_UNSPECIFIED && plan.kind != pb::OUTPUT_KIND_BOUNDARY) {
+            return make_error(error_reason::invalid_output_request,
+                std::string(pb::OutputKind_Name(plan.kind)) + " asked of a non-last stage (layers " +
+                std::to_string(info_.layer_begin) + ":" + std::to_string(info_.layer_end) + " of " +
+                std::to_string(info_.n_layer) + "); it answers only its boundary");
+        }
+        plan.kind = pb::OUTPUT_KIND_BOUNDARY;
+    } else {
+        if (plan.kind == pb::OUTPUT_KIND_BOUNDARY) {
+            return make_error(error_reason::invalid_output_request, "the last stage answers logits, top-k or samples");
+        }
+        if (plan.kind == pb::OUTPUT_KIND_UNSPECIFIED) {
+            plan.kind = pb::OUTPUT_KIND_LOGITS;
+        }
+        for (int32_t row : request.output().rows()) {
+            if (row < 0 || row >= n) {
+                return make_error(error_reason::invalid_output_request,
+                    "row " + std::to_string(row) + " is outside the step's " + std::to_string(n) + " rows");
+            }
+            plan.rows.push_back(row);
+        }
+        if (plan.rows.empty()) {
+            plan.rows.push_back(static_cast<int32_t>(n - 1));
+        }
+        for (int32_t row : plan.rows) {
+            plan.row_positions.push_back(request.positions(row));
+        }
+        if (plan.kind == pb::OUTPUT_KIND_TOP_K) {
+            plan.top_k = request.output().top_k();
+            if (plan.top_k < 1 || plan.top_k > info_.n_vocab) {
+                return make_error(error_reason::invalid_output_request, "top_k must be within [1, n_vocab]");
+            }
+        }
+        if (plan.kind == pb::OUTPUT_KIND_SAMPLED) {
+            const pb::SamplingParams & sampling = request.output().sampling();
+            if (!(sampling.temperature() >= 0.0f) || sampling.top_k() < 0 ||
+                !(sampling.top_p() >= 0.0f && sampling.top_p() <= 1.0f)) {
+                return make_error(error_reason::invalid_output_request,
+                    "sampling needs temperature >= 0, top_k >= 0 and top_p within [0, 1]");
+            }
+            plan.sampling = sampling_params{sampling.temperature(), sampling.top_k(), sampling.top_p(), sampling.seed()};
+        }
+    }
+
+    job.key         = session_key{request.key().route_id(), request.key().epoch(), request.key().session_id()};
+    job.n_past      = n_past;
+    job.positions.assign(request.positions().begin(), request.positions().end());
+    if (wants_tokens) {
+        job.tokens.assign(request.tokens().begin(), request.tokens().end());
+    }
+    if (plan.last) {
+        job.output_rows = plan.rows;
+    }
+    return std::nullopt;
+}
+
+void shard_service::answer(const output_plan & plan, step_outcome & outcome, pb::ForwardResponse & response) {
+    response.set_n_past(outcome.n_past);
+    response.set_engine_micros(outcome.engine_micros);
+    if (!plan.last) {
+        pb::Boundary * boundary = response.mutable_boundary();
+        boundary->set_schema(schema_to_pb(info_.schema));
+        boundary->set_dtype(dtype_to_pb(identity_.boundary_dtype));
+        boundary->add_shape(plan.n_tokens);
+        for (int64_t dim : row_shape(info_)) boundary->add_shape(dim);
+        boundary_encode(outcome.boundary.data(), outcome.boundary.size(), identity_.boundary_dtype,
+                        *boundary->mutable_data());
+        metrics_.add_boundary_bytes_out(static_cast<int64_t>(boundary->data().size()));
+        return;
+    }
+    const int32_t n_vocab = info_.n_vocab;
+    for (size_t i = 0; i < plan.rows.size(); ++i) {
+        const float * logits = outcome.logits.data() + i * static_cast<size_t>(n_vocab);
+        switch (plan.kind) {
+            case pb::OUTPUT_KIND_SAMPLED:
+                response.add_sampled_tokens(sample_token(logits, n_vocab, plan.sampling, plan.row_positions[i]));
+                break;
+            case pb::OUTPUT_KIND_TOP_K: {
+                pb::LogitsRow * row = response.add_rows();
+                row->set_row(plan.rows[i]);
+                for (const auto & entry : top_k_logits(logits, n_vocab, plan.top_k)) {
+                    row->add_token_ids(entry.first);
+                    row->add_logits(entry.second);
+                }
+                break;
+            }
+            default: {
+                pb::LogitsRow * row = response.add_rows();
+                row->set_row(plan.rows[i]);
+                row->mutable_logits()->Add(logits, logits + n_vocab);
+                break;
+            }
+        }
+    }
+}
+
+grpc::ServerUnaryReactor * shard_service::GetInfo(grpc::CallbackServerContext * ctx, const pb::GetInfoRequest *,
+                                                  pb::GetInfoResponse * response) {
+    response->set_protocol("meshnet.shard.v1");
+    response->set_worker_version(identity_.worker_version);
+    response->set_incarnation(identity_.incarnation);
+    response->set_route_id(identity_.route_id);
+    response->set_epoch(identity_.epoch);
+    response->set_manifest_digest(identity_.manifest_digest);
+    response->set_recipe_digest(identity_.recipe_digest);
+    response->set_route_digest(identity_.route_digest);
+    response->set_architecture(info_.arch);
+    response->set_n_layer(info_.n_layer);
+    response->mutable_layers()->set_begin(info_.layer_begin);
+    response->mutable_layers()->set_end(info_.layer_end);
+    response->set_n_embd(info_.n_embd);
+    response->set_n_vocab(info_.n_vocab);
+    response->set_has_vocab(info_.has_vocab);
+    pb::BoundarySpec * boundary = response->mutable_boundary();
+    boundary->set_schema(schema_to_pb(info_.schema));
+    boundary->set_dtype(dtype_to_pb(identity_.boundary_dtype));
+    for (int64_t dim : row_shape(info_)) boundary->add_row_shape(dim);
+    boundary->set_needs_token_sideband(info_.needs_token_sideband);
+    response->set_n_ctx(info_.n_ctx);
+    response->set_n_slots(info_.n_slots);
+    response->set_max_step_tokens(identity_.max_step_tokens);
+    response->set_max_message_bytes(identity_.max_message_bytes);
+    auto * reactor = ctx->DefaultReactor();
+    finish(reactor, "GetInfo", grpc::Status::OK);
+    return reactor;
+}
+
+grpc::ServerUnaryReactor * shard_service::GetCapacity(grpc::CallbackServerContext * ctx, const pb::GetCapacityRequest *,
+                                                      pb::GetCapacityResponse * response) {
+    const auto now = gauges();
+    response->set_slots_total(static_cast<int32_t>(now.slots_total));
+    response->set_slots_free(sessions_.slots_free());
+    response->set_kv_tokens_total(now.kv_tokens_total);
+    response->set_kv_tokens_free(now.kv_tokens_total - now.kv_tokens_used);
+    response->set_queue_depth(static_cast<int32_t>(now.queue_depth));
+    response->set_recent_tokens_per_second(steps_.recent_tokens_per_second());
+    response->set_active_sessions(static_cast<int32_t>(now.active_sessions));
+    auto * reactor = ctx->DefaultReactor();
+    finish(reactor, "GetCapacity", grpc::Status::OK);
+    return reactor;
+}
+
+grpc::ServerUnaryReactor * shard_service::Forward(grpc::CallbackServerContext * ctx, const pb::ForwardRequest * request,
+                                                  pb::ForwardResponse * response) {
+    auto * reactor = ctx->DefaultReactor();
+    const auto arrived = std::chrono::steady_clock::now();
+    step_job    job;
+    output_plan plan;
+    if (auto error = prepare(*request, job, plan)) {
+        finish(reactor, "Forward", error_status(*error));
+        return reactor;
+    }
+    job.cancelled = [ctx] { return ctx->IsCancelled(); };
+    job.done = [this, reactor, response, plan, arrived](step_outcome & outcome) {
+        if (!outcome.ok) {
+            finish(reactor, "Forward", error_status(outcome.error));
+            return;
+        }
+        answer(plan, outcome, *response);
+        const int64_t micros = micros_since(arrived);
+        response->set_server_micros(micros);
+        metrics_.observe_forward_seconds(static_cast<double>(micros) * 1e-6);
+        finish(reactor, "Forward", grpc::Status::OK);
+    };
+    steps_.submit(std::move(job));
+    return reactor;
+}
+
+namespace {
+
+// One stream of steps, answered in order; cancelling it releases its sessions.
+class forward_stream_reactor final
+    : public grpc::ServerBidiReactor<pb::ForwardStreamRequest, pb::ForwardStreamResponse> {
+public:
+    explicit forward_stream_reactor(shard_service & service) : service_(service) {
+        StartRead(&request_);
+    }
+
+    void OnReadDone(bool ok) override {
+        if (!ok) { // half-close or cancellation: no step is in flight
+            finish(grpc::Status::OK);
+            return;
+        }
+        arrived_ = std::chrono::steady_clock::now();
+        step_job job;
+        plan_ = output_plan{};
+        if (auto error = service_.prepare(request_.forward(), job, plan_)) {
+            finish(error_status(*error));
+            return;
+        }
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            keys_.insert(job.key);
+        }
+        job.cancelled = [this] { return cancelled_.load(); };
+        job.done = [this](step_outcome & outcome) {
+            if (!outcome.ok) {
+                finish(error_status(outcome.error));
+                return;
+            }
+            response_.Clear();
+            service_.answer(plan_, outcome, *response_.mutable_forward());
+            const int64_t micros = micros_since(arrived_);
+            response_.mutable_forward()->set_server_micros(micros);
+            service_.metrics().observe_forward_seconds(static_cast<double>(micros) * 1e-6);
+            service_.metrics().count_request("ForwardStream", "OK");
+            StartWrite(&response_);
+        };
+        service_.steps().submit(std::move(job));
+    }
+
+    void OnWriteDone(bool ok) override {
+        if (!ok) {
+            finish(grpc::Status(grpc::StatusCode::CANCELLED, "the stream was closed while answering"));
+            return;
+        }
+        StartRead(&request_);
+    }
+
+    void OnCancel() override {
+        cancelled_ = true;
+        std::lock_guard<std::mutex> lock(mutex_);
+        for (const auto & key : keys_) {
+            service_.steps().release(key, nullptr);
+        }
+        keys_.clear();
+    }
+
+    void OnDone() override {
+        delete this;
+    }
+
+private:
+    void finish(const grpc::Status & status) {
+        if (!status.ok()) {
+            service_.metrics().count_request("ForwardStream", status_code_name(status.error_code()));
+        }
+        Finish(status);
+    }
+
+    shard_service &                        service_;
+    pb::ForwardStreamRequest               request_;
+    pb::ForwardStreamResponse              response_;
+    output_plan                            plan_;
+    std::chrono::steady_clock::time_point  arrived_;
+    std::atomic<bool>                      cancelled_{false};
+    std::mutex                             mutex_;
+    std::set<session_key>                  keys_;
+};
+
+} // namespace
+
+grpc::ServerBidiReactor<pb::ForwardStreamRequest, pb::ForwardStreamResponse> *
+shard_service::ForwardStream(grpc::CallbackServerContext *) {
+    return new forward_stream_reactor(*this);
+}
+
+grpc::ServerUnaryReactor * shard_service::ReleaseSession(grpc::CallbackServerContext * ctx,
+                                                         const pb::ReleaseSessionRequest * request,
+                                                         pb::ReleaseSessionResponse * response) {
+    auto * reactor = ctx->DefaultReactor();
+    if (auto error = check_key(request->key())) {
+        finish(reactor, "ReleaseSession", error_status(*error));
+        return reactor;
+    }
+    const session_key key{request->key().route_id(), request->key().epoch(), request->key().session_id()};
+    steps_.release(key, [this, reactor, response](bool released) {
+        response->set_released(released);
+        finish(reactor, "ReleaseSession", grpc::Status::OK);
+    });
+    return reactor;
+}
+
+grpc::ServerUnaryReactor * shard_service::Tokenize(grpc::CallbackServerContext * ctx, const pb::TokenizeRequest * request,
+                                                   pb::TokenizeResponse * response) {
+    auto * reactor = ctx->DefaultReactor();
+    if (!info_.has_vocab) {
+        finish(reactor, "Tokenize", error_status(make_error(error_reason::no_vocabulary, "this stage has no vocabulary")));
+        return reactor;
+    }
+    if (static_cast<int64_t>(request->ByteSizeLong()) > identity_.max_message_bytes) {
+        finish(reactor, "Tokenize", error_status(make_error(error_reason::message_too_large, "text over the limit",
+            {{"max_message_bytes", std::to_string(identity_.max_message_bytes)}})));
+        return reactor;
+    }
+    std::vector<int32_t> tokens;
+    const engine_status status = engine_.tokenize(request->text(), request->add_special(), tokens);
+    if (status != engine_status::ok) {
+        finish(reactor, "Tokenize", error_status(make_error(error_reason::engine_failure,
+            std::string("tokenize: ") + engine_status_text(status))));
+        return reactor;
+    }
+    response->mutable_tokens()->Add(tokens.begin(), tokens.end());
+    finish(reactor, "Tokenize", grpc::Status::OK);
+    return reactor;
+}
+
+grpc::ServerUnaryReactor * shard_service::Detokenize(grpc::CallbackServerContext * ctx,
+                                                     const pb::DetokenizeRequest * request,
+                                                     pb::DetokenizeResponse * response) {
+    auto * reactor = ctx->DefaultReactor();
+    if (!info_.has_vocab) {
+        finish(reactor, "Detokenize", error_status(make_error(error_reason::no_vocabulary, "this stage has no vocabulary")));
+        return reactor;
+    }
+    for (int32_t token : request->tokens()) {
+        if (token < 0 || token >= info_.n_vocab) {
+            finish(reactor, "Detokenize", error_status(make_error(error_reason::invalid_tokens,
+                "token id " + std::to_string(token) + " is outside the vocabulary")));
+            return reactor;
+        }
+    }
+    const std::vector<int32_t> tokens(request->tokens().begin(), request->tokens().end());
+    std::string text;
+    const engine_status status = engine_.detokenize(tokens, text);
+    if (status != engine_status::ok) {
+        finish(reactor, "Detokenize", error_status(make_error(error_reason::engine_failure,
+            std::string("detokenize: ") + engine_status_text(status))));
+        return reactor;
+    }
+    response->set_text(text);
+    finish(reactor, "Detokenize", grpc::Status::OK);
+    return reactor;
+}
+
+} // namespace meshnet

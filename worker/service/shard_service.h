@@ -1,0 +1,91 @@
+// shard_service.h - ShardService (meshnet.shard.v1) on the gRPC callback API: request
+// checks, the step scheduler, and the stage's answers (boundary, logits, samples).
+#pragma once
+
+#include "boundary_codec.h"
+#include "engine.h"
+#include "error_info.h"
+#include "metrics.h"
+#include "sampling.h"
+#include "scheduler.h"
+#include "session_store.h"
+
+#include "meshnet/shard/v1/shard_service.grpc.pb.h"
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace meshnet {
+
+namespace pb = ::meshnet::shard::v1;
+
+// What the service says about itself (GetInfo) besides the engine's facts.
+struct service_identity {
+    std::string route_id;
+    uint64_t    epoch = 0;
+    std::string manifest_digest;
+    std::string recipe_digest;
+    std::string route_digest;
+    std::string incarnation;
+    std::string worker_version;
+    wire_dtype  boundary_dtype    = wire_dtype::f32;
+    int64_t     max_message_bytes = 64ll << 20;
+    int32_t     max_step_tokens   = 512;
+};
+
+// How the answer to one accepted step is built once the engine ran it.
+struct output_plan {
+    bool                 last = false;
+    pb::OutputKind       kind = pb::OUTPUT_KIND_UNSPECIFIED;
+    std::vector<int32_t> rows;          // last stage: rows of the step
+    std::vector<int32_t> row_positions; // their positions (sampling seed)
+    int32_t              top_k = 0;
+    sampling_params      sampling;
+    int64_t              n_tokens = 0;
+};
+
+class shard_service final : public pb::ShardService::CallbackService {
+public:
+    shard_service(service_identity identity, engine_i & engine, session_store & sessions,
+                  scheduler & steps, metrics_registry & metrics);
+
+    grpc::ServerUnaryReactor * GetInfo(grpc::CallbackServerContext * ctx, const pb::GetInfoRequest * request,
+                                       pb::GetInfoResponse * response) override;
+    grpc::ServerUnaryReactor * GetCapacity(grpc::CallbackServerContext * ctx, const pb::GetCapacityRequest * request,
+                                           pb::GetCapacityResponse * response) override;
+    grpc::ServerUnaryReactor * Forward(grpc::CallbackServerContext * ctx, const pb::ForwardRequest * request,
+                                       pb::ForwardResponse * response) override;
+    grpc::ServerBidiReactor<pb::ForwardStreamRequest, pb::ForwardStreamResponse> *
+        ForwardStream(grpc::CallbackServerContext * ctx) override;
+    grpc::ServerUnaryReactor * ReleaseSession(grpc::CallbackServerContext * ctx, const pb::ReleaseSessionRequest * request,
+                                              pb::ReleaseSessionResponse * response) override;
+    grpc::ServerUnaryReactor * Tokenize(grpc::CallbackServerContext * ctx, const pb::TokenizeRequest * request,
+                                        pb::TokenizeResponse * response) override;
+    grpc::ServerUnaryReactor * Detokenize(grpc::CallbackServerContext * ctx, const pb::DetokenizeRequest * request,
+                                          pb::DetokenizeResponse * response) override;
+
+    // Checks a step and turns it into a job; the error answers the request otherwise.
+    std::optional<shard_error> prepare(const pb::ForwardRequest & request, step_job & job, output_plan & plan);
+    // Fills the response of a step the engine ran.
+    void answer(const output_plan & plan, step_outcome & outcome, pb::ForwardResponse & response);
+
+    std::optional<shard_error> check_key(const pb::RouteKey & key) const;
+    void finish(grpc::ServerUnaryReactor * reactor, const char * rpc, const grpc::Status & status);
+
+    scheduler &        steps() { return steps_; }
+    metrics_registry & metrics() { return metrics_; }
+    metrics_registry::gauges gauges() const;
+
+private:
+    service_identity   identity_;
+    engine_i &         engine_;
+    const engine_info  info_;
+    session_store &    sessions_;
+    scheduler &        steps_;
+    metrics_registry & metrics_;
+};
+
+const char * status_code_name(grpc::StatusCode code);
+
+} // namespace meshnet

@@ -1,0 +1,141 @@
+// worker_params.cpp - flag parsing: `--name value` or `--name=value`, strict numbers.
+#include "worker_params.h"
+
+#include <cstdlib>
+#include <functional>
+#include <map>
+
+namespace meshnet {
+
+const char * worker_params_usage() {
+    return
+        "usage: meshnet-shard-worker --model PATH --layers BEGIN:END [options]\n"
+        "\n"
+        "  --model PATH              GGUF model (first split file for split models)\n"
+        "  --layers BEGIN:END        owned layer range [BEGIN, END); END may be empty (to n_layer)\n"
+        "  --route-id ID             route identity every request must carry (default: local)\n"
+        "  --epoch N                 route epoch every request must carry (default: 1)\n"
+        "  --manifest-digest HEX     artifact identity reported by GetInfo\n"
+        "  --recipe-digest HEX       recipe identity reported by GetInfo\n"
+        "  --route-digest HEX        route identity reported by GetInfo\n"
+        "  --listen ADDR             gRPC address (default: 127.0.0.1:50051; port 0 picks one)\n"
+        "  --metrics-listen ADDR     Prometheus /metrics address (default: 127.0.0.1:9464; '' disables)\n"
+        "  --slots N                 concurrent sessions (default: 4)\n"
+        "  --ctx N                   context length per session (default: 4096)\n"
+        "  --batch N                 most tokens per engine step (default: 512)\n"
+        "  --threads N               CPU threads (default: all)\n"
+        "  --gpu-layers N            layers to offload (default: 0)\n"
+        "  --boundary-dtype T        f32 | f16 | bf16 on the wire (default: f32)\n"
+        "  --max-message-bytes N     largest accepted request (default: 67108864)\n"
+        "  --evict-idle-ms N         grace before an idle session may be evicted (default: 1000)\n"
+        "  --tls-cert F --tls-key F  serve TLS with this PEM certificate chain and key\n"
+        "  --tls-client-ca F         require client certificates signed by this CA (mTLS)\n";
+}
+
+static bool parse_int64(const std::string & text, int64_t & out) {
+    if (text.empty()) return false;
+    char * end = nullptr;
+    errno = 0;
+    const long long value = std::strtoll(text.c_str(), &end, 10);
+    if (errno != 0 || *end != '\0') return false;
+    out = value;
+    return true;
+}
+
+bool worker_params_parse(int argc, char ** argv, worker_params & params, std::string & error, bool & help) {
+    help = false;
+    auto int32_into = [](int32_t & field, int64_t min) {
+        return [&field, min](const std::string & v) {
+            int64_t n;
+            if (!parse_int64(v, n) || n < min || n > INT32_MAX) return false;
+            field = static_cast<int32_t>(n);
+            return true;
+        };
+    };
+    auto string_into = [](std::string & field) {
+        return [&field](const std::string & v) { field = v; return true; };
+    };
+    std::map<std::string, std::function<bool(const std::string &)>> flags = {
+        {"--model",           string_into(params.model_path)},
+        {"--route-id",        string_into(params.route_id)},
+        {"--manifest-digest", string_into(params.manifest_digest)},
+        {"--recipe-digest",   string_into(params.recipe_digest)},
+        {"--route-digest",    string_into(params.route_digest)},
+        {"--listen",          string_into(params.listen)},
+        {"--metrics-listen",  string_into(params.metrics_listen)},
+        {"--tls-cert",        string_into(params.tls_cert)},
+        {"--tls-key",         string_into(params.tls_key)},
+        {"--tls-client-ca",   string_into(params.tls_client_ca)},
+        {"--slots",           int32_into(params.n_slots, 1)},
+        {"--ctx",             int32_into(params.n_ctx, 1)},
+        {"--batch",           int32_into(params.n_batch, 1)},
+        {"--threads",         int32_into(params.n_threads, 0)},
+        {"--gpu-layers",      int32_into(params.n_gpu_layers, 0)},
+        {"--epoch", [&](const std::string & v) {
+            int64_t n;
+            if (!parse_int64(v, n) || n < 0) return false;
+            params.epoch = static_cast<uint64_t>(n);
+            return true;
+        }},
+        {"--max-message-bytes", [&](const std::string & v) {
+            return parse_int64(v, params.max_message_bytes) && params.max_message_bytes >= 1024;
+        }},
+        {"--evict-idle-ms", [&](const std::string & v) {
+            return parse_int64(v, params.evict_idle_ms) && params.evict_idle_ms >= 0;
+        }},
+        {"--boundary-dtype", [&](const std::string & v) { return wire_dtype_parse(v, params.boundary_dtype); }},
+        {"--layers", [&](const std::string & v) {
+            const size_t colon = v.find(':');
+            if (colon == std::string::npos) return false;
+            int64_t begin, end = -1;
+            if (!parse_int64(v.substr(0, colon), begin) || begin < 0) return false;
+            const std::string tail = v.substr(colon + 1);
+            if (!tail.empty() && (!parse_int64(tail, end) || end <= begin)) return false;
+            params.layer_begin = static_cast<int32_t>(begin);
+            params.layer_end   = static_cast<int32_t>(end);
+            return true;
+        }},
+    };
+    for (int i = 1; i < argc; ++i) {
+        std::string arg = argv[i];
+        if (arg == "-h" || arg == "--help") {
+            help = true;
+            return false;
+        }
+        std::string value;
+        const size_t eq = arg.find('=');
+        if (eq != std::string::npos) {
+            value = arg.substr(eq + 1);
+            arg   = arg.substr(0, eq);
+        } else if (i + 1 < argc) {
+            value = argv[++i];
+        } else {
+            error = "flag " + arg + " needs a value";
+            return false;
+        }
+        const auto flag = flags.find(arg);
+        if (flag == flags.end()) {
+            error = "unknown flag " + arg;
+            return false;
+        }
+        if (!flag->second(value)) {
+            error = "bad value for " + arg + ": '" + value + "'";
+            return false;
+        }
+    }
+    if (params.model_path.empty()) {
+        error = "--model is required";
+        return false;
+    }
+    if (params.tls_cert.empty() != params.tls_key.empty()) {
+        error = "--tls-cert and --tls-key go together";
+        return false;
+    }
+    if (!params.tls_client_ca.empty() && params.tls_cert.empty()) {
+        error = "--tls-client-ca needs --tls-cert and --tls-key";
+        return false;
+    }
+    return true;
+}
+
+} // namespace meshnet

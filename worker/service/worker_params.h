@@ -1,0 +1,41 @@
+// worker_params.h - command-line flags of meshnet-shard-worker (defaults bind to
+// loopback; the operator passes every identity explicitly).
+#pragma once
+
+#include "boundary_codec.h"
+
+#include <cstdint>
+#include <string>
+
+namespace meshnet {
+
+struct worker_params {
+    std::string model_path;
+    int32_t     layer_begin     = 0;
+    int32_t     layer_end       = -1;          // -1: to n_layer
+    std::string route_id        = "local";
+    uint64_t    epoch           = 1;
+    std::string manifest_digest;
+    std::string recipe_digest;
+    std::string route_digest;
+    std::string listen          = "127.0.0.1:50051";
+    std::string metrics_listen  = "127.0.0.1:9464"; // "" disables /metrics
+    int32_t     n_slots         = 4;
+    int32_t     n_ctx           = 4096;
+    int32_t     n_batch         = 512;          // max tokens per step (and per Forward)
+    int32_t     n_threads       = 0;
+    int32_t     n_gpu_layers    = 0;
+    wire_dtype  boundary_dtype  = wire_dtype::f32;
+    int64_t     max_message_bytes = 64ll << 20;
+    int64_t     evict_idle_ms   = 1000;
+    std::string tls_cert;
+    std::string tls_key;
+    std::string tls_client_ca;                  // set: clients must present a cert (mTLS)
+};
+
+// Parses argv; false with `error` set (or `help` true for --help).
+bool worker_params_parse(int argc, char ** argv, worker_params & params, std::string & error, bool & help);
+
+const char * worker_params_usage();
+
+} // namespace meshnet

@@ -1,0 +1,143 @@
+// worker_server.cpp - server wiring. Binds where told (127.0.0.1 by default) and warns
+// loudly when a non-loopback address is served without TLS.
+#include "worker_server.h"
+
+#include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/server_builder.h>
+
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#ifndef MESHNET_WORKER_VERSION
+#define MESHNET_WORKER_VERSION "0.1.0"
+#endif
+
+namespace meshnet {
+
+std::string new_incarnation() {
+    std::random_device device;
+    std::ostringstream out;
+    for (int i = 0; i < 4; ++i) {
+        char part[9];
+        std::snprintf(part, sizeof(part), "%08x", device());
+        out << part;
+    }
+    return out.str();
+}
+
+static bool read_file(const std::string & path, std::string & out, std::string & error) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) {
+        error = "cannot read " + path;
+        return false;
+    }
+    std::ostringstream buffer;
+    buffer << in.rdbuf();
+    out = buffer.str();
+    return true;
+}
+
+static bool is_loopback(const std::string & address) {
+    return address.rfind("127.", 0) == 0 || address.rfind("localhost:", 0) == 0 || address.rfind("[::1]:", 0) == 0 ||
+           address.rfind("unix:", 0) == 0;
+}
+
+worker_server::~worker_server() {
+    stop(0);
+}
+
+bool worker_server::start(const worker_params & params, engine_i & engine, std::string & error) {
+    const engine_info & info = engine.info();
+    identity_.route_id          = params.route_id;
+    identity_.epoch             = params.epoch;
+    identity_.manifest_digest   = params.manifest_digest;
+    identity_.recipe_digest     = params.recipe_digest;
+    identity_.route_digest      = params.route_digest;
+    identity_.incarnation       = new_incarnation();
+    identity_.worker_version    = MESHNET_WORKER_VERSION;
+    identity_.boundary_dtype    = params.boundary_dtype;
+    identity_.max_message_bytes = params.max_message_bytes;
+    identity_.max_step_tokens   = params.n_batch;
+
+    std::shared_ptr<grpc::ServerCredentials> credentials;
+    if (!params.tls_cert.empty()) {
+        grpc::SslServerCredentialsOptions ssl(params.tls_client_ca.empty()
+            ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+            : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+        grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
+        if (!read_file(params.tls_key, pair.private_key, error) || !read_file(params.tls_cert, pair.cert_chain, error)) {
+            return false;
+        }
+        ssl.pem_key_cert_pairs.push_back(pair);
+        if (!params.tls_client_ca.empty() && !read_file(params.tls_client_ca, ssl.pem_root_certs, error)) {
+            return false;
+        }
+        credentials = grpc::SslServerCredentials(ssl);
+    } else {
+        credentials = grpc::InsecureServerCredentials();
+        if (!is_loopback(params.listen)) {
+            std::fprintf(stderr,
+                "\n!!! WARNING: serving %s WITHOUT TLS. Anyone who can reach it can run the model and\n"
+                "!!! read boundaries. Pass --tls-cert/--tls-key (and --tls-client-ca for mTLS).\n\n",
+                params.listen.c_str());
+        }
+    }
+
+    sessions_  = std::make_unique<session_store>(info.n_slots, std::chrono::milliseconds(params.evict_idle_ms));
+    scheduler_ = std::make_unique<scheduler>(engine, *sessions_, params.n_batch);
+    registry_  = std::make_unique<metrics_registry>();
+    service_   = std::make_unique<shard_service>(identity_, engine, *sessions_, *scheduler_, *registry_);
+    scheduler_->start();
+
+    grpc::EnableDefaultHealthCheckService(true);
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort(params.listen, credentials, &port_);
+    builder.RegisterService(service_.get());
+    // The transport limit sits above the service's own so oversize requests get the
+    // documented MESSAGE_TOO_LARGE answer; only far larger ones hit gRPC's plain one.
+    const int64_t transport_limit = std::min<int64_t>(INT32_MAX, 2 * params.max_message_bytes + (1 << 20));
+    builder.SetMaxReceiveMessageSize(static_cast<int>(transport_limit));
+    builder.SetMaxSendMessageSize(-1);
+    server_ = builder.BuildAndStart();
+    if (!server_ || port_ == 0) {
+        error = "cannot listen on " + params.listen;
+        scheduler_->stop();
+        return false;
+    }
+    auto * health = server_->GetHealthCheckService();
+    health->SetServingStatus("", true);
+    health->SetServingStatus(pb::ShardService::service_full_name(), true);
+
+    if (!params.metrics_listen.empty()) {
+        shard_service * service = service_.get();
+        metrics_registry * registry = registry_.get();
+        if (!metrics_.start(params.metrics_listen,
+                            [service, registry] { return registry->render(service->gauges()); }, error)) {
+            stop(0);
+            return false;
+        }
+    }
+    return true;
+}
+
+void worker_server::stop(int grace_ms) {
+    if (server_) {
+        auto * health = server_->GetHealthCheckService();
+        if (health) {
+            health->SetServingStatus("", false);
+            health->SetServingStatus(pb::ShardService::service_full_name(), false);
+        }
+        server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(grace_ms));
+        server_->Wait();
+        server_.reset();
+    }
+    if (scheduler_) {
+        scheduler_->stop();
+    }
+    metrics_.stop();
+}
+
+} // namespace meshnet

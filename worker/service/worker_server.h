@@ -1,0 +1,45 @@
+// worker_server.h - assembles a running worker: session store, scheduler, ShardService,
+// health service, TLS/mTLS credentials and the /metrics server.
+#pragma once
+
+#include "engine.h"
+#include "metrics.h"
+#include "scheduler.h"
+#include "session_store.h"
+#include "shard_service.h"
+#include "worker_params.h"
+
+#include <grpcpp/server.h>
+
+#include <memory>
+#include <string>
+
+namespace meshnet {
+
+class worker_server {
+public:
+    ~worker_server();
+
+    // Serves `engine` as `params` say; false with `error` set when it cannot.
+    bool start(const worker_params & params, engine_i & engine, std::string & error);
+    // Stops accepting, lets in-flight calls finish (up to `grace_ms`), stops the engine thread.
+    void stop(int grace_ms = 2000);
+
+    int port() const { return port_; }
+    int metrics_port() const { return metrics_.port(); }
+    const std::string & incarnation() const { return identity_.incarnation; }
+
+private:
+    service_identity                  identity_;
+    std::unique_ptr<session_store>    sessions_;
+    std::unique_ptr<scheduler>        scheduler_;
+    std::unique_ptr<metrics_registry> registry_;
+    std::unique_ptr<shard_service>    service_;
+    std::unique_ptr<grpc::Server>     server_;
+    metrics_server                    metrics_;
+    int                               port_ = 0;
+};
+
+std::string new_incarnation();
+
+} // namespace meshnet
