@@ -2,6 +2,13 @@
 
     MeshnetError            a problem the user can act on; the CLI prints it, exits 1
     ├── PinError            llama.cpp pin: source, hash, patch or build refused
+    ├── ArtifactError       model artifact: each subclass's `reason` is a status reason
+    │   ├── ArtifactSpecError   the ModelArtifact file itself is unusable (InvalidSpec)
+    │   ├── IncompleteSplitSet  a split-GGUF set is partial, mixed or inconsistent
+    │   ├── StorageRefused      destination under /home, unwritable, or too little space
+    │   ├── DownloadFailed      the source could not deliver the bytes (after retries)
+    │   ├── HashMismatch        bytes arrived but their sha256 is not the manifest's
+    │   └── ExpectationMismatch GGUF headers contradict spec.expectations
     └── ...                 further subsystems add their own subclasses
 """
 
@@ -12,3 +19,44 @@ class MeshnetError(Exception):
 
 class PinError(MeshnetError):
     """The pinned llama.cpp could not be fetched, verified, patched or built."""
+
+
+class ArtifactError(MeshnetError):
+    """A model artifact could not be described, provisioned or verified."""
+
+    reason = "ArtifactFailed"
+    # False where running again cannot help (a spec or storage problem).
+    retryable = False
+
+
+class ArtifactSpecError(ArtifactError):
+    reason = "InvalidSpec"
+
+
+class IncompleteSplitSet(ArtifactError):
+    reason = "IncompleteSplitSet"
+
+
+class StorageRefused(ArtifactError):
+    reason = "StorageRefused"
+
+
+class DownloadFailed(ArtifactError):
+    reason = "DownloadFailed"
+    retryable = True
+
+
+class HashMismatch(ArtifactError):
+    reason = "HashMismatch"
+    # A transfer can corrupt bytes; a fresh download may succeed.
+    retryable = True
+
+    def __init__(self, name: str, expected: str, actual: str) -> None:
+        super().__init__(f"{name}: sha256 mismatch: expected {expected}, got {actual}")
+        self.name = name
+        self.expected = expected
+        self.actual = actual
+
+
+class ExpectationMismatch(ArtifactError):
+    reason = "ExpectationMismatch"

@@ -13,6 +13,7 @@ from meshnet.errors import MeshnetError
 # Command modules, each exposing a click command or group named `command`.
 COMMAND_MODULES = [
     "meshnet.cli.pin",
+    "meshnet.cli.artifact",
     "meshnet.cli.crds",
     "meshnet.cli.validate",
     "meshnet.cli.operator",

@@ -1,0 +1,140 @@
+"""GGUF facts of a whole model, derived purely from its ordered split headers.
+
+Stage footprints follow the range-ownership rule of DESIGN.md §4: a stage loads its
+own layers, the token embeddings only when it starts at layer 0, and the output
+head only when it ends at the last layer (a tied head needs the embeddings there too).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from meshnet.artifacts.gguf_header import GGUFHeader, ScalarValue
+from meshnet.errors import IncompleteSplitSet
+
+DENSE_RESIDUAL = "DENSE_RESIDUAL"
+MHC_RESIDUAL = "MHC_RESIDUAL"
+
+_LAYER_TENSOR = re.compile(r"^blk\.(\d+)\.")
+_INPUT_PREFIXES = ("token_embd.",)
+_HEAD_PREFIXES = ("output.", "output_norm.", "hc_head")
+
+
+@dataclass(frozen=True)
+class Boundary:
+    """What crosses a seam between two stages, per token."""
+
+    schema: str
+    shape: tuple[int, ...]
+    token_ids: bool  # hash-routed layers need the token IDs beside the residual
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    architecture: str
+    block_count: int  # `{arch}.block_count`, MTP blocks included
+    layers: int  # main layers that stages partition (block_count minus MTP blocks)
+    embedding_length: int
+    boundary: Boundary
+    layer_bytes: tuple[int, ...]  # bytes of each main layer's tensors, index = layer
+    input_bytes: int  # token embeddings
+    head_bytes: int  # output norm, output head (and mHC head)
+    shared_bytes: int  # other global tensors every stage loads
+    mtp_bytes: int  # MTP blocks: reserved, never loaded while MTP is off
+    tied_output: bool  # no output.weight: the head reuses the token embeddings
+    total_bytes: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "architecture": self.architecture,
+            "blockCount": self.block_count,
+            "layers": self.layers,
+            "embeddingLength": self.embedding_length,
+            "boundary": {
+                "schema": self.boundary.schema,
+                "shape": list(self.boundary.shape),
+                "tokenIds": self.boundary.token_ids,
+            },
+            "bytesPerLayer": list(self.layer_bytes),
+            "inputBytes": self.input_bytes,
+            "headBytes": self.head_bytes,
+            "sharedBytes": self.shared_bytes,
+            "mtpBytes": self.mtp_bytes,
+            "tiedOutput": self.tied_output,
+            "tensorBytes": self.total_bytes,
+        }
+
+
+def _required_int(metadata: dict[str, ScalarValue], key: str, file: str) -> int:
+    value = metadata.get(key)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise IncompleteSplitSet(f"{file} has no integer {key}: not a model this tool understands")
+    return value
+
+
+def model_facts(ordered: Sequence[GGUFHeader]) -> ModelFacts:
+    """Facts of a complete split set given in split order (see `order_split_set`)."""
+    first = ordered[0]
+    arch = first.architecture or ""
+    meta = first.metadata
+    block_count = _required_int(meta, f"{arch}.block_count", first.name)
+    n_embd = _required_int(meta, f"{arch}.embedding_length", first.name)
+    mtp_blocks = meta.get(f"{arch}.nextn_predict_layers", 0)
+    layers = block_count - (mtp_blocks if isinstance(mtp_blocks, int) else 0)
+    hc_mult = meta.get(f"{arch}.hyper_connection.count")
+    hash_layers = meta.get(f"{arch}.hash_layer_count", 0)
+    if isinstance(hc_mult, int) and hc_mult > 1:
+        boundary = Boundary(MHC_RESIDUAL, (hc_mult, n_embd), bool(hash_layers))
+    else:
+        boundary = Boundary(DENSE_RESIDUAL, (n_embd,), bool(hash_layers))
+
+    per_layer = [0] * layers
+    input_bytes = head_bytes = shared_bytes = mtp_bytes = total = 0
+    names: set[str] = set()
+    for header in ordered:
+        for name, size in header.tensor_bytes.items():
+            names.add(name)
+            total += size
+            layer = _LAYER_TENSOR.match(name)
+            if layer:
+                index = int(layer.group(1))
+                if index < layers:
+                    per_layer[index] += size
+                else:
+                    mtp_bytes += size
+            elif name.startswith(_INPUT_PREFIXES):
+                input_bytes += size
+            elif name.startswith(_HEAD_PREFIXES):
+                head_bytes += size
+            else:
+                shared_bytes += size
+    return ModelFacts(
+        architecture=arch,
+        block_count=block_count,
+        layers=layers,
+        embedding_length=n_embd,
+        boundary=boundary,
+        layer_bytes=tuple(per_layer),
+        input_bytes=input_bytes,
+        head_bytes=head_bytes,
+        shared_bytes=shared_bytes,
+        mtp_bytes=mtp_bytes,
+        tied_output="output.weight" not in names,
+        total_bytes=total,
+    )
+
+
+def stage_footprint(facts: ModelFacts, begin: int, end: int) -> int:
+    """Tensor bytes a stage owning layers [begin, end) loads (weights only, no KV)."""
+    if not 0 <= begin < end <= facts.layers:
+        raise ValueError(f"layer range [{begin}, {end}) is not within [0, {facts.layers})")
+    footprint = sum(facts.layer_bytes[begin:end]) + facts.shared_bytes
+    first, last = begin == 0, end == facts.layers
+    if first or (last and facts.tied_output):
+        footprint += facts.input_bytes
+    if last:
+        footprint += facts.head_bytes
+    return footprint

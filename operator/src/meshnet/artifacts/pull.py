@@ -1,0 +1,365 @@
+"""`meshnet artifact pull`: provision a ModelArtifact into a folder, resumably.
+
+Per file: skip it when its verified marker matches; otherwise fetch it into
+`NAME.partial` (resuming from the checkpoint journal, see journal.py), hashing while
+writing; rename it into place only when the whole-file sha256 matches, else move the
+partial to quarantine and report HashMismatch naming the file and both digests.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import time
+from collections.abc import Callable
+from contextlib import closing, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from meshnet.artifacts.facts import ModelFacts
+from meshnet.artifacts.hashing import sha256_file
+from meshnet.artifacts.journal import (
+    Chunk,
+    Journal,
+    format_chunk,
+    format_header,
+    new_journal,
+    parse_journal,
+    plan_resume,
+)
+from meshnet.artifacts.markers import (
+    Layout,
+    fsync_dir,
+    has_valid_marker,
+    write_atomic,
+    write_marker,
+)
+from meshnet.artifacts.progress import Meter
+from meshnet.artifacts.retry import RetryPolicy
+from meshnet.artifacts.sources import ByteSource, TransientError
+from meshnet.artifacts.spec import Artifact, ArtifactFile
+from meshnet.artifacts.splitset import check_split_names
+from meshnet.artifacts.storage import check_space, refuse_home
+from meshnet.artifacts.verify import MeterFactory, read_model_facts
+from meshnet.errors import ArtifactError, DownloadFailed, HashMismatch, StorageRefused
+
+SUMMARY_KIND = "ArtifactPullSummary"
+VERIFIED = "Verified"
+
+
+@dataclass
+class FileOutcome:
+    name: str
+    size: int
+    state: str = "pending"  # skipped | verified | downloaded | resumed | failed
+    received: int = 0  # bytes that came from the source during this run
+    resumed_from: int = 0  # bytes of an earlier partial reused after re-checking them
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        entry: dict[str, Any] = {
+            "name": self.name,
+            "size": self.size,
+            "state": self.state,
+            "receivedBytes": self.received,
+            "resumedFrom": self.resumed_from,
+        }
+        if self.error:
+            entry["error"] = self.error
+        return entry
+
+
+@dataclass
+class PullSummary:
+    """What a pull did; its JSON form is what the operator turns into status (status.py)."""
+
+    artifact: str
+    manifest_digest: str
+    dest: str
+    files: list[FileOutcome] = field(default_factory=list)
+    result: str = VERIFIED  # "Verified" or the failing error's reason
+    message: str = ""
+    retryable: bool = False
+    facts: ModelFacts | None = None
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.result == VERIFIED
+
+    def to_json(self) -> dict[str, Any]:
+        verified = [
+            f for f in self.files if f.state in {"skipped", "verified", "downloaded", "resumed"}
+        ]
+        return {
+            "kind": SUMMARY_KIND,
+            "artifact": self.artifact,
+            "manifestDigest": self.manifest_digest,
+            "dest": self.dest,
+            "result": self.result,
+            "message": self.message,
+            "retryable": self.retryable,
+            "filesTotal": len(self.files),
+            "filesVerified": len(verified),
+            "bytesTotal": sum(f.size for f in self.files),
+            "bytesVerified": sum(f.size for f in verified),
+            "bytesReceived": sum(f.received for f in self.files),
+            "seconds": round(self.seconds, 3),
+            "files": [f.to_json() for f in self.files],
+            "gguf": self.facts.to_json() if self.facts else None,
+        }
+
+
+@dataclass
+class _Transfer:
+    """One file's partial download: the open file, its journal and the running hashes."""
+
+    file: ArtifactFile
+    journal: Journal
+    data: IO[bytes]
+    log: IO[str]
+    whole: hashlib._Hash = field(default_factory=hashlib.sha256)
+    piece: hashlib._Hash = field(default_factory=hashlib.sha256)
+    offset: int = 0
+    piece_start: int = 0
+
+    def write(self, block: bytes) -> None:
+        self.data.write(block)
+        self.whole.update(block)
+        self.piece.update(block)
+        self.offset += len(block)
+
+    def checkpoint(self) -> None:
+        """Make the bytes so far durable, then vouch for them in the journal."""
+        self.data.flush()
+        os.fsync(self.data.fileno())
+        self.log.write(
+            format_chunk(
+                Chunk(self.piece_start, self.offset - self.piece_start, self.piece.hexdigest())
+            )
+        )
+        self.log.flush()
+        os.fsync(self.log.fileno())
+        self.piece = hashlib.sha256()
+        self.piece_start = self.offset
+
+
+class Puller:
+    def __init__(
+        self,
+        layout: Layout,
+        source: ByteSource,
+        meter: Meter,
+        policy: RetryPolicy | None = None,
+        rng: random.Random | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.layout = layout
+        self.source = source
+        self.meter = meter
+        self.policy = policy or RetryPolicy()
+        self.rng = rng or random.Random()
+        self.sleep = sleep
+
+    def fetch(self, file: ArtifactFile, outcome: FileOutcome) -> None:
+        """Bring one file into place verified, or raise the ArtifactError saying why not."""
+        self.meter.describe(file.name)
+        final = self.layout.final(file.name)
+        if final.is_file():
+            if final.stat().st_size == file.size and sha256_file(final, self.meter) == file.sha256:
+                self._seal(file)
+                outcome.state = "verified"
+                return
+            self.meter.log(f"{file.name}: the file in place does not match: fetching it again")
+            self._quarantine(final, file.name)
+        transfer = self._open(file, outcome)
+        try:
+            self._download(transfer, outcome)
+            transfer.data.flush()
+            os.fsync(transfer.data.fileno())
+        finally:
+            transfer.data.close()
+            transfer.log.close()
+        actual = transfer.whole.hexdigest()
+        if actual != file.sha256:
+            self._quarantine(self.layout.partial(file.name), file.name)
+            self.layout.journal(file.name).unlink(missing_ok=True)
+            raise HashMismatch(file.name, file.sha256, actual)
+        os.replace(self.layout.partial(file.name), final)
+        fsync_dir(self.layout.dest)
+        self._seal(file)
+        self.layout.journal(file.name).unlink(missing_ok=True)
+        outcome.state = "resumed" if outcome.resumed_from else "downloaded"
+
+    def _seal(self, file: ArtifactFile) -> None:
+        if not write_marker(self.layout, file):
+            raise StorageRefused(f"cannot write the verified marker in {self.layout.state}")
+
+    def _quarantine(self, path: Path, name: str) -> None:
+        # Kept for inspection, one per name so a flapping source cannot fill the disk.
+        target = self.layout.quarantine(name)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(path, target)
+
+    def _open(self, file: ArtifactFile, outcome: FileOutcome) -> _Transfer:
+        """Open the partial, re-check the checkpointed prefix from disk, and truncate after it."""
+        partial = self.layout.partial(file.name)
+        journal_path = self.layout.journal(file.name)
+        try:
+            journal = parse_journal(journal_path.read_text())
+        except (OSError, UnicodeDecodeError):
+            journal = None
+        size = partial.stat().st_size if partial.exists() else None
+        plan = plan_resume(file, journal, size)
+        if size is not None:
+            self.meter.log(f"{file.name}: {plan.why}")
+        fresh = new_journal(file)
+        keep: list[Chunk] = []
+        data = open(partial, "r+b" if size is not None else "w+b")  # noqa: SIM115 (kept open)
+        whole = hashlib.sha256()
+        for chunk in plan.reuse:
+            data.seek(chunk.offset)
+            block = data.read(chunk.length)
+            if len(block) != chunk.length or hashlib.sha256(block).hexdigest() != chunk.sha256:
+                self.meter.log(
+                    f"{file.name}: checkpointed bytes at {chunk.offset:,} changed on "
+                    "disk: downloading again from there"
+                )
+                break
+            whole.update(block)
+            keep.append(chunk)
+            self.meter.advance(chunk.length)
+        offset = keep[-1].end if keep else 0
+        data.truncate(offset)
+        data.seek(offset)
+        start = Journal(
+            fresh.name,
+            fresh.size,
+            fresh.sha256,
+            journal.chunk_size if journal and keep else fresh.chunk_size,
+            tuple(keep),
+        )
+        write_atomic(journal_path, format_header(start) + "".join(format_chunk(c) for c in keep))
+        outcome.resumed_from = offset
+        return _Transfer(
+            file,
+            start,
+            data,
+            open(journal_path, "a"),
+            whole=whole,
+            offset=offset,
+            piece_start=offset,
+        )
+
+    def _download(self, transfer: _Transfer, outcome: FileOutcome) -> None:
+        file = transfer.file
+        failures = 0
+        while transfer.offset < file.size:
+            attempt_start = transfer.offset
+            try:
+                with closing(self.source.stream(file, transfer.offset)) as blocks:
+                    for block in blocks:
+                        self._take(transfer, block)
+                        outcome.received += len(block)
+                if transfer.offset < file.size:
+                    raise TransientError(
+                        f"transfer ended at byte {transfer.offset:,} of {file.size:,}"
+                    )
+            except TransientError as exc:
+                failures = 1 if transfer.offset > attempt_start else failures + 1
+                if self.policy.exhausted(failures):
+                    raise DownloadFailed(
+                        f"{file.name}: gave up after {failures} attempts without progress "
+                        f"from {self.source.describe(file)}: {exc}"
+                    ) from None
+                delay = self.policy.delay(failures, self.rng)
+                self.meter.log(
+                    f"{file.name}: {exc}; retrying from byte {transfer.offset:,} in {delay:.1f}s"
+                )
+                self.sleep(delay)
+        if transfer.offset > transfer.piece_start:
+            transfer.checkpoint()
+
+    def _take(self, transfer: _Transfer, block: bytes) -> None:
+        file = transfer.file
+        while block:
+            room = transfer.journal.chunk_size - (transfer.offset - transfer.piece_start)
+            head, block = block[:room], block[room:]
+            if transfer.offset + len(head) > file.size:
+                raise DownloadFailed(
+                    f"{file.name}: the source has more than the manifest's {file.size:,} bytes"
+                )
+            transfer.write(head)
+            self.meter.advance(len(head))
+            if transfer.offset - transfer.piece_start == transfer.journal.chunk_size:
+                transfer.checkpoint()
+
+
+def _reusable_bytes(layout: Layout, file: ArtifactFile) -> int:
+    for path in (layout.final(file.name), layout.partial(file.name)):
+        with suppress(OSError):
+            return min(path.stat().st_size, file.size)
+    return 0
+
+
+def pull(
+    artifact: Artifact,
+    dest: Path,
+    source: ByteSource,
+    meters: MeterFactory,
+    policy: RetryPolicy | None = None,
+    rng: random.Random | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> PullSummary:
+    """Provision `artifact` into `dest`. Never raises ArtifactError: failures are in the summary."""
+    started = time.monotonic()
+    spec = artifact.spec
+    layout = Layout(dest)
+    summary = PullSummary(
+        artifact.name,
+        spec.manifest_digest(),
+        str(dest),
+        [FileOutcome(f.name, f.size) for f in spec.files],
+    )
+    outcomes = {o.name: o for o in summary.files}
+    first_error: ArtifactError | None = None
+    try:
+        refuse_home(dest)
+        check_split_names([f.name for f in spec.files])
+        try:
+            layout.state.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StorageRefused(f"cannot create {layout.state}: {exc.strerror}") from None
+        pending = []
+        for file in spec.files:
+            if has_valid_marker(layout, file):
+                outcomes[file.name].state = "skipped"
+            else:
+                pending.append(file)
+        check_space(dest, sum(f.size - _reusable_bytes(layout, f) for f in pending))
+        with meters(sum(f.size for f in pending), "pull") as meter:
+            puller = Puller(layout, source, meter, policy, rng, sleep)
+            for file in pending:
+                try:
+                    puller.fetch(file, outcomes[file.name])
+                except (DownloadFailed, HashMismatch) as exc:
+                    # Keep going: the next attempt then has less left to fetch.
+                    outcomes[file.name].state = "failed"
+                    outcomes[file.name].error = str(exc)
+                    meter.log(f"{file.name}: {exc}")
+                    first_error = first_error or exc
+        if first_error:
+            raise first_error
+        summary.facts = read_model_facts(dest, [f.name for f in spec.files], spec.expectations)
+        summary.message = (
+            f"{len(spec.files)} files, {spec.total_bytes():,} bytes verified in {dest}"
+        )
+    except ArtifactError as exc:
+        summary.result, summary.message, summary.retryable = exc.reason, str(exc), exc.retryable
+    except OSError as exc:
+        summary.result, summary.retryable = StorageRefused.reason, False
+        summary.message = f"storage error at {dest}: {exc}"
+    summary.seconds = time.monotonic() - started
+    return summary
