@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from meshnet.native.cache import prune
 from meshnet.native.cmake import BuildError, generator_args, run_logged
 from meshnet.paths import cache_dir
 from meshnet.pin.build import build_dir_for, compiler_id
@@ -109,6 +110,8 @@ def build_worker(
     )
     seconds = time.monotonic() - started
     (directory / "complete.json").write_text(json.dumps({"seconds": round(seconds, 1)}))
+    if not dev:  # the dev build lives in the workspace, not in the cache
+        prune(directory.parent)
     ws.link("worker-build", directory)
     say(f"worker built in {seconds:.0f}s: {directory / 'build' / 'bin'}")
     return WorkerBuild(directory, False, seconds)

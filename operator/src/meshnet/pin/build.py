@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from meshnet.errors import PinError
+from meshnet.native.cache import prune
 from meshnet.native.cmake import generator_args, run_logged
 from meshnet.paths import cache_dir
 from meshnet.pin.manifest import PinManifest
@@ -156,6 +157,7 @@ def build(
         shutil.copy2(directory / "build" / "bin" / tool, bin_dir / tool)
     seconds = time.monotonic() - started
     done_marker.write_text(json.dumps({"key": key, "lane": lane, "seconds": round(seconds, 1)}))
+    prune(directory.parent)
     ws.link("llama-build", directory)
     say(f"built in {seconds:.0f}s: {directory}")
     return BuildResult(key, directory, False, seconds)
