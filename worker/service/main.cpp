@@ -1,6 +1,7 @@
 // main.cpp - meshnet-shard-worker: serve one layer range of a GGUF model over gRPC
 // (meshnet.shard.v1) until SIGINT/SIGTERM.
 #include "engine.h"
+#include "gguf_vocab.h"
 #include "worker_params.h"
 #include "worker_server.h"
 
@@ -42,7 +43,7 @@ int main(int argc, char ** argv) {
     }
 
     meshnet::worker_server server;
-    if (!server.start(params, *engine, error)) {
+    if (!server.start(params, *engine, error, meshnet::gguf_eos_token_ids(params.model_path))) {
         std::fprintf(stderr, "error: %s\n", error.c_str());
         return 1;
     }

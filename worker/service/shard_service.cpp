@@ -324,6 +324,7 @@ grpc::ServerUnaryReactor * shard_service::GetInfo(grpc::CallbackServerContext * 
     response->set_n_slots(info_.n_slots);
     response->set_max_step_tokens(identity_.max_step_tokens);
     response->set_max_message_bytes(identity_.max_message_bytes);
+    response->mutable_eos_token_ids()->Add(identity_.eos_token_ids.begin(), identity_.eos_token_ids.end());
     auto * reactor = ctx->DefaultReactor();
     finish(reactor, "GetInfo", grpc::Status::OK);
     return reactor;

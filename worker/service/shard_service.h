@@ -32,6 +32,7 @@ struct service_identity {
     wire_dtype  boundary_dtype    = wire_dtype::f32;
     int64_t     max_message_bytes = 64ll << 20;
     int32_t     max_step_tokens   = 512;
+    std::vector<int32_t> eos_token_ids; // from the GGUF vocabulary (engine_info has none)
 };
 
 // How the answer to one accepted step is built once the engine ran it.

@@ -49,7 +49,8 @@ worker_server::~worker_server() {
     stop(0);
 }
 
-bool worker_server::start(const worker_params & params, engine_i & engine, std::string & error) {
+bool worker_server::start(const worker_params & params, engine_i & engine, std::string & error,
+                          std::vector<int32_t> eos_token_ids) {
     const engine_info & info = engine.info();
     identity_.route_id          = params.route_id;
     identity_.epoch             = params.epoch;
@@ -61,6 +62,7 @@ bool worker_server::start(const worker_params & params, engine_i & engine, std::
     identity_.boundary_dtype    = params.boundary_dtype;
     identity_.max_message_bytes = params.max_message_bytes;
     identity_.max_step_tokens   = params.n_batch;
+    identity_.eos_token_ids     = std::move(eos_token_ids);
 
     std::shared_ptr<grpc::ServerCredentials> credentials;
     if (!params.tls_cert.empty()) {

@@ -21,7 +21,8 @@ public:
     ~worker_server();
 
     // Serves `engine` as `params` say; false with `error` set when it cannot.
-    bool start(const worker_params & params, engine_i & engine, std::string & error);
+    bool start(const worker_params & params, engine_i & engine, std::string & error,
+               std::vector<int32_t> eos_token_ids = {});
     // Stops accepting, lets in-flight calls finish (up to `grace_ms`), stops the engine thread.
     void stop(int grace_ms = 2000);
 

@@ -18,6 +18,7 @@ COMMAND_MODULES = [
     "meshnet.cli.validate",
     "meshnet.cli.operator",
     "meshnet.cli.worker",
+    "meshnet.cli.generate",
 ]
 
 

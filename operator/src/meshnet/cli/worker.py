@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import click
 
+from meshnet import identity
 from meshnet.cli.pin import lane_option, say
 from meshnet.native.build import build_worker
 from meshnet.paths import repo_root, workspace
 from meshnet.pin.manifest import load_manifest
 from meshnet.pin.workspace import Workspace
+from meshnet.route.launch import WorkerSpec, local_manifest_digest, worker_binary
 
 
 @click.group("worker")
@@ -27,3 +32,65 @@ def build_cmd(lane: str, dev: bool, jobs: int | None) -> None:
     root = repo_root()
     manifest = load_manifest(root / "llama-pin.yaml")
     build_worker(root, manifest, Workspace(workspace(root)), lane, say, dev=dev, jobs=jobs)
+
+
+@command.command("run", context_settings={"ignore_unknown_options": False})
+@click.option("--model", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              required=True, help="GGUF file (the first file of a split set).")
+@click.option("--layers", required=True, metavar="BEGIN:END",
+              help="Owned layer range [BEGIN, END).")
+@click.option("--route-id", default="local", show_default=True,
+              help="Route every request must name.")
+@click.option("--epoch", type=click.IntRange(0), default=1, show_default=True)
+@click.option("--listen", default="127.0.0.1:50051", show_default=True, help="gRPC address.")
+@click.option("--metrics-listen", default="127.0.0.1:9464", show_default=True,
+              help="Prometheus /metrics address ('' disables).")
+@click.option("--slots", type=click.IntRange(1), default=4, show_default=True)
+@click.option("--ctx", type=click.IntRange(1), default=4096, show_default=True,
+              help="Context length per session.")
+@click.option("--batch", type=click.IntRange(1), default=512, show_default=True,
+              help="Most tokens per engine step.")
+@click.option("--threads", type=click.IntRange(0), default=0, show_default=True,
+              help="0: all cores.")
+@click.option("--boundary-dtype", type=click.Choice(["f32", "f16", "bf16"]), default="f32",
+              show_default=True)
+@click.option("--manifest-digest", default=None, help="Default: hashed from the model file(s).")
+@click.option("--recipe-digest", default=None, help="Default: from the pin and these flags.")
+@click.option("--route-digest", default="")
+@click.option("--evict-idle-ms", type=click.IntRange(0), default=None)
+@click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), default=None)
+@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), default=None)
+@click.option("--tls-client-ca", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Require client certificates signed by this CA (mTLS).")
+@click.option("--dev", is_flag=True, help="Run the `worker build --dev` binary.")
+@lane_option
+def run_cmd(model: Path, layers: str, route_id: str, epoch: int, listen: str, metrics_listen: str,
+            slots: int, ctx: int, batch: int, threads: int, boundary_dtype: str,
+            manifest_digest: str | None, recipe_digest: str | None, route_digest: str,
+            evict_idle_ms: int | None, tls_cert: str | None, tls_key: str | None,
+            tls_client_ca: str | None, dev: bool, lane: str) -> None:
+    """Start a built meshnet-shard-worker serving LAYERS of MODEL (replaces this process)."""
+    begin_text, _, end_text = layers.partition(":")
+    try:
+        span = (int(begin_text), int(end_text) if end_text else None)
+    except ValueError:
+        raise click.BadParameter("expected BEGIN:END, e.g. 0:10", param_hint="--layers") from None
+    if recipe_digest is None:
+        pin = load_manifest(repo_root() / "llama-pin.yaml").digest()
+        recipe_digest = identity.recipe_digest(pin, {
+            "lane": lane, "boundary_dtype": boundary_dtype, "n_ctx": ctx, "slots": slots,
+            "batch": batch,
+        })
+    spec = WorkerSpec(
+        model=model, layers=span, route_id=route_id, epoch=epoch, listen=listen,
+        metrics_listen=metrics_listen, slots=slots, ctx=ctx, batch=batch, threads=threads,
+        boundary_dtype=boundary_dtype,
+        manifest_digest=manifest_digest or local_manifest_digest(model),
+        recipe_digest=recipe_digest, route_digest=route_digest, evict_idle_ms=evict_idle_ms,
+        tls_cert=Path(tls_cert) if tls_cert else None,
+        tls_key=Path(tls_key) if tls_key else None,
+        tls_client_ca=Path(tls_client_ca) if tls_client_ca else None,
+    )
+    binary = worker_binary(dev=dev)
+    click.echo(f"[worker] {binary} {' '.join(spec.args())}", err=True)
+    os.execv(binary, [str(binary), *spec.args()])

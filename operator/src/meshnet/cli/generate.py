@@ -1,0 +1,95 @@
+"""`meshnet generate`: run a prompt through a route of shard workers."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from meshnet.route import RouteDriver, Sampling, TlsFiles
+
+
+@click.command("generate")
+@click.option("--stage", "stages", multiple=True, required=True, metavar="HOST:PORT",
+              help="A stage's gRPC endpoint; repeat in pipeline order.")
+@click.option("--prompt", required=True, help="Prompt text (tokenized by the route).")
+@click.option("--max-tokens", type=click.IntRange(1), default=64, show_default=True)
+@click.option("--temperature", type=click.FloatRange(0.0), default=0.0, show_default=True,
+              help="0 is greedy.")
+@click.option("--top-k", type=click.IntRange(0), default=0, show_default=True, help="0: off.")
+@click.option("--top-p", type=click.FloatRange(0.0, 1.0), default=0.0, show_default=True,
+              help="0 or 1: off.")
+@click.option("--seed", type=click.IntRange(0, 2**64 - 1), default=0, show_default=True)
+@click.option("--ignore-eos", is_flag=True, help="Do not stop at the end-of-generation token.")
+@click.option("--chunk", type=click.IntRange(1), default=None,
+              help="Prefill chunk in tokens (default: the route's step limit).")
+@click.option("--sample-locally", is_flag=True,
+              help="Fetch logits and sample here instead of on the last stage (same result).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON object: text, token ids, timings, recoveries.")
+@click.option("--tls-ca", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              default=None, help="CA of the workers' certificates (enables TLS).")
+@click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              default=None, help="Client certificate for mTLS.")
+@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              default=None, help="Client key for mTLS.")
+def command(stages: tuple[str, ...], prompt: str, max_tokens: int, temperature: float,
+            top_k: int, top_p: float, seed: int, ignore_eos: bool, chunk: int | None,
+            sample_locally: bool, as_json: bool, tls_ca: Path | None, tls_cert: Path | None,
+            tls_key: Path | None) -> None:
+    """Generate text through the route STAGES (streams the text as it comes)."""
+    tls = TlsFiles(tls_ca, tls_cert, tls_key) if (tls_ca or tls_cert) else None
+    sampling = Sampling(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+    with RouteDriver(list(stages), tls=tls, chunk_tokens=chunk,
+                     sample_locally=sample_locally) as driver:
+        route = driver.connect(wait=10.0)
+        printer = _TextStream(driver) if not as_json else None
+        generation = driver.generate(
+            prompt, max_tokens=max_tokens, sampling=sampling, stop_at_eos=not ignore_eos,
+            on_token=printer.add if printer else None,
+        )
+        if printer:
+            printer.finish(generation.text)
+            click.echo(
+                f"[{len(generation.prompt_tokens)} prompt tokens at "
+                f"{generation.prefill_tokens_per_second:.1f} tok/s, {len(generation.tokens)} "
+                f"generated at {generation.decode_tokens_per_second:.1f} tok/s, "
+                f"{generation.recoveries} recoveries, stop: {generation.stop_reason}]",
+                err=True,
+            )
+            return
+        data = generation.to_json()
+        data["route"] = {
+            "route_id": route.route_id, "epoch": route.epoch,
+            "manifest_digest": route.manifest_digest, "recipe_digest": route.recipe_digest,
+            "stages": [{"endpoint": s.endpoint, "layers": [s.begin, s.end],
+                        "incarnation": s.incarnation} for s in route.stages],
+            "seam_bytes_per_token": route.seam_bytes_per_token,
+        }
+        click.echo(json.dumps(data, indent=2))
+
+
+class _TextStream:
+    """Prints the text of the tokens so far as it grows (detokenizing the whole
+    generation each time keeps multi-token characters whole)."""
+
+    def __init__(self, driver: RouteDriver) -> None:
+        self.driver = driver
+        self.tokens: list[int] = []
+        self.shown = ""
+
+    def add(self, token: int) -> None:
+        self.tokens.append(token)
+        self._show(self.driver.detokenize(self.tokens))
+
+    def _show(self, text: str) -> None:
+        if text.startswith(self.shown) and not text.endswith("\ufffd"):
+            sys.stdout.write(text[len(self.shown):])
+            sys.stdout.flush()
+            self.shown = text
+
+    def finish(self, text: str) -> None:
+        self._show(text)
+        sys.stdout.write("\n")

@@ -1,0 +1,287 @@
+"""The route driver: walks a pipeline of shard workers for one generation at a time
+per call (calls may run concurrently from several threads, one session each).
+
+Per token the driver hands the first stage the token, each later stage the previous
+stage's boundary, and the last stage samples (hub topology: 2S network legs per token;
+the protocol keeps every step a plain request so a worker-to-worker relay can be added
+later without changing sessions or errors). On CACHE_MISS, EPOCH_MISMATCH, ENGINE_FAILURE
+or a worker that went away, it waits for the route, checks it again and re-prefills the
+whole history under a new session id; positional seeding keeps the output identical.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from meshnet.route.errors import PromptTooLong, RecoveryFailed, RouteError, StageError
+from meshnet.route.handshake import RouteInfo, check_route
+from meshnet.route.proto import pb
+from meshnet.route.sampling import Sampling, sample
+from meshnet.route.stage import StageClient, TlsFiles
+
+# Reasons after which the session's state on some stage is gone or stale.
+RECOVERABLE_REASONS = {"CACHE_MISS", "EPOCH_MISMATCH", "ENGINE_FAILURE"}
+# Transport answers meaning the worker is (re)starting or unreachable for now.
+TRANSIENT_CODES = {"UNAVAILABLE", "DEADLINE_EXCEEDED", "CANCELLED"}
+
+
+@dataclass
+class Generation:
+    """What one `generate` call produced, with its timings."""
+
+    session_id: str
+    prompt_tokens: list[int]
+    tokens: list[int] = field(default_factory=list)
+    text: str = ""
+    stop_reason: str = "max_tokens"  # max_tokens | eos | context
+    recoveries: int = 0
+    recovery_reasons: list[str] = field(default_factory=list)
+    prefill_seconds: float = 0.0
+    decode_seconds: float = 0.0
+    boundary_bytes: int = 0
+
+    @property
+    def prefill_tokens_per_second(self) -> float:
+        return len(self.prompt_tokens) / self.prefill_seconds if self.prefill_seconds else 0.0
+
+    @property
+    def decode_tokens_per_second(self) -> float:
+        # The first token comes out of the prefill; each later one costs one decode step.
+        steps = max(len(self.tokens) - 1, 0)
+        return steps / self.decode_seconds if self.decode_seconds else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["prefill_tokens_per_second"] = round(self.prefill_tokens_per_second, 2)
+        data["decode_tokens_per_second"] = round(self.decode_tokens_per_second, 2)
+        return data
+
+
+class RouteDriver:
+    """Drives generations over the stages at `endpoints`, in pipeline order."""
+
+    def __init__(
+        self,
+        endpoints: Sequence[str],
+        *,
+        tls: TlsFiles | None = None,
+        max_recoveries: int = 4,
+        wait_seconds: float = 60.0,
+        chunk_tokens: int | None = None,
+        sample_locally: bool = False,
+    ) -> None:
+        if not endpoints:
+            raise RouteError("a route needs at least one --stage")
+        self.clients = [StageClient(endpoint, tls) for endpoint in endpoints]
+        self.max_recoveries = max_recoveries
+        self.wait_seconds = wait_seconds
+        self.chunk_tokens = chunk_tokens
+        self.sample_locally = sample_locally
+        self._lock = threading.Lock()
+        self._route: RouteInfo | None = None
+
+    def close(self) -> None:
+        for client in self.clients:
+            client.close()
+
+    def __enter__(self) -> RouteDriver:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    # -- the route ------------------------------------------------------------------
+
+    @property
+    def route(self) -> RouteInfo:
+        with self._lock:
+            if self._route is None:
+                self._route = self._handshake(wait=0.0)
+            return self._route
+
+    def connect(self, wait: float = 0.0) -> RouteInfo:
+        """GetInfo on every stage and check them as one route (waiting up to `wait`
+        seconds for stages that are starting or still on another epoch)."""
+        with self._lock:
+            self._route = self._handshake(wait)
+            return self._route
+
+    def _handshake(self, wait: float) -> RouteInfo:
+        deadline = time.monotonic() + wait
+        delay = 0.05
+        while True:
+            try:
+                answers = [(c.endpoint, c.info(timeout=5.0)) for c in self.clients]
+                route = check_route(answers)
+                return route
+            except (StageError, RouteError):
+                if time.monotonic() + delay > deadline:
+                    raise
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+    def _vocab_client(self) -> StageClient:
+        route = self.route
+        for client, stage in zip(self.clients, route.stages, strict=True):
+            if stage.has_vocab:
+                return client
+        raise RouteError("no stage can tokenize")
+
+    def tokenize(self, text: str) -> list[int]:
+        return self._vocab_client().tokenize(text, add_special=True)
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        return self._vocab_client().detokenize(tokens)
+
+    # -- generation -----------------------------------------------------------------
+
+    def generate(
+        self,
+        prompt: str | Sequence[int],
+        *,
+        max_tokens: int = 64,
+        sampling: Sampling | None = None,
+        stop_at_eos: bool = True,
+        on_token: Callable[[int], None] | None = None,
+    ) -> Generation:
+        """Prefills `prompt` (text or token ids) and decodes up to `max_tokens`."""
+        sampling = sampling or Sampling()
+        route = self.route
+        prompt_ids = self.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
+        if not prompt_ids:
+            raise RouteError("the prompt is empty")
+        if len(prompt_ids) > route.n_ctx:
+            raise PromptTooLong(
+                f"the prompt has {len(prompt_ids)} tokens, the route's context holds {route.n_ctx}"
+            )
+        run = _Run(self, prompt_ids, sampling)
+        started = time.perf_counter()
+        token = run.step_with_recovery(prompt_ids)
+        run.result.prefill_seconds = time.perf_counter() - started
+        decode_started = time.perf_counter()
+        while True:
+            run.result.tokens.append(token)
+            if on_token is not None:
+                on_token(token)
+            if stop_at_eos and token in route.eos_token_ids:
+                run.result.stop_reason = "eos"
+                break
+            if len(run.result.tokens) >= max_tokens:
+                break
+            if len(run.history) + 1 > route.n_ctx:
+                run.result.stop_reason = "context"
+                break
+            token = run.step_with_recovery([token])
+        run.result.decode_seconds = time.perf_counter() - decode_started
+        run.release()
+        run.result.text = self.detokenize(run.result.tokens)
+        return run.result
+
+
+class _Run:
+    """One generation's session: the history fed so far and the step logic."""
+
+    def __init__(self, driver: RouteDriver, prompt_ids: list[int], sampling: Sampling) -> None:
+        self.driver = driver
+        self.sampling = sampling
+        self.history: list[int] = []  # tokens every stage holds (after a successful step)
+        self.session_id = uuid.uuid4().hex
+        self.result = Generation(session_id=self.session_id, prompt_tokens=list(prompt_ids))
+
+    def key(self, route: RouteInfo) -> pb.RouteKey:
+        return pb.RouteKey(route_id=route.route_id, epoch=route.epoch, session_id=self.session_id)
+
+    def step_with_recovery(self, tokens: list[int]) -> int:
+        """Feeds `tokens` after the history; returns the token sampled after the last."""
+        while True:
+            try:
+                token = self.feed(tokens, n_past=len(self.history))
+                self.history.extend(tokens)
+                return token
+            except StageError as exc:
+                if exc.reason not in RECOVERABLE_REASONS and exc.code not in TRANSIENT_CODES:
+                    raise
+                self.recover(exc)
+                tokens = self.history + tokens  # re-prefill everything under a new session
+                self.history = []
+
+    def recover(self, cause: StageError) -> None:
+        result = self.result
+        result.recoveries += 1
+        result.recovery_reasons.append(f"{cause.endpoint}: {cause.reason or cause.code}")
+        if result.recoveries > self.driver.max_recoveries:
+            raise RecoveryFailed(
+                f"gave up after {self.driver.max_recoveries} recoveries: "
+                + "; ".join(result.recovery_reasons)
+            ) from cause
+        self.release()
+        self.driver.connect(wait=self.driver.wait_seconds)
+        self.session_id = uuid.uuid4().hex
+        result.session_id = self.session_id
+
+    def release(self) -> None:
+        """Frees the session on every stage (best effort: a gone stage holds nothing)."""
+        route = self.driver.route
+        for client in self.driver.clients:
+            with contextlib.suppress(StageError):
+                client.release(self.key(route))
+
+    def feed(self, tokens: list[int], n_past: int) -> int:
+        route = self.driver.route
+        chunk = self.driver.chunk_tokens or route.max_step_tokens
+        chunk = max(1, min(chunk, route.max_step_tokens))
+        token = -1
+        for start in range(0, len(tokens), chunk):
+            token = self.feed_chunk(route, tokens[start:start + chunk], n_past + start)
+        return token
+
+    def feed_chunk(self, route: RouteInfo, tokens: list[int], n_past: int) -> int:
+        key = self.key(route)
+        positions = list(range(n_past, n_past + len(tokens)))
+        boundary: pb.Boundary | None = None
+        last_index = len(self.driver.clients) - 1
+        stages = zip(self.driver.clients, route.stages, strict=True)
+        for index, (client, stage) in enumerate(stages):
+            request = pb.ForwardRequest(
+                key=key,
+                n_past=n_past,
+                positions=positions,
+                expected_range=pb.LayerRange(begin=stage.begin, end=stage.end),
+            )
+            if index == 0 or stage.needs_token_sideband:
+                request.tokens.extend(tokens)
+            if boundary is not None:
+                request.boundary.CopyFrom(boundary)
+                self.result.boundary_bytes += len(boundary.data)
+            if index == last_index:
+                self.ask_output(request.output, len(tokens))
+            response = client.forward(request)
+            if index == last_index:
+                return self.take_output(response, positions[-1])
+            boundary = response.boundary
+        raise AssertionError("unreachable: a route has a last stage")
+
+    def ask_output(self, output: pb.OutputRequest, n_tokens: int) -> None:
+        output.rows.append(n_tokens - 1)
+        if self.driver.sample_locally and not self.sampling.greedy:
+            output.kind = pb.OUTPUT_KIND_LOGITS
+            return
+        output.kind = pb.OUTPUT_KIND_SAMPLED
+        output.sampling.temperature = self.sampling.temperature
+        output.sampling.top_k = self.sampling.top_k
+        output.sampling.top_p = self.sampling.top_p
+        output.sampling.seed = self.sampling.seed
+
+    def take_output(self, response: pb.ForwardResponse, position: int) -> int:
+        if response.sampled_tokens:
+            return int(response.sampled_tokens[0])
+        logits = np.asarray(response.rows[0].logits, dtype=np.float32)
+        return sample(logits, self.sampling, position)

@@ -1,0 +1,51 @@
+"""Exceptions of the route driver.
+
+MeshnetError
+└── RouteError          the route cannot serve the request
+    ├── RouteRefused    the handshake found an inconsistent route (`problems` lists why)
+    ├── PromptTooLong   the prompt does not fit the route's context
+    ├── StageError      a stage answered an error (`reason` from the protocol's set)
+    └── RecoveryFailed  CACHE_MISS / EPOCH_MISMATCH / restarts kept coming back
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from meshnet.errors import MeshnetError
+
+
+class RouteError(MeshnetError):
+    """The route cannot serve the request."""
+
+
+class RouteRefused(RouteError):
+    """GetInfo on the stages shows a route that must not be used."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("route refused:\n  - " + "\n  - ".join(problems))
+        self.problems = problems
+
+
+class PromptTooLong(RouteError):
+    """The prompt alone is longer than the per-session context."""
+
+
+class StageError(RouteError):
+    """A stage answered a gRPC error; `reason` is its ErrorInfo reason ("" if none)."""
+
+    def __init__(
+        self, endpoint: str, code: str, reason: str, message: str,
+        metadata: Mapping[str, str] | None = None,
+    ) -> None:
+        label = reason or code
+        super().__init__(f"stage {endpoint}: {label}: {message}")
+        self.endpoint = endpoint
+        self.code = code
+        self.reason = reason
+        self.detail = message
+        self.metadata = dict(metadata or {})
+
+
+class RecoveryFailed(RouteError):
+    """The route kept losing the session's state; gave up after the allowed recoveries."""

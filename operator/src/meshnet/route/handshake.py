@@ -1,0 +1,133 @@
+"""The route handshake: GetInfo from every stage, checked as one route (pure)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from meshnet.route.errors import RouteRefused
+from meshnet.route.proto import pb
+
+PROTOCOL = "meshnet.shard.v1"
+
+
+@dataclass(frozen=True)
+class StageInfo:
+    endpoint: str
+    begin: int
+    end: int
+    incarnation: str
+    has_vocab: bool
+    needs_token_sideband: bool
+
+
+@dataclass(frozen=True)
+class RouteInfo:
+    route_id: str
+    epoch: int
+    manifest_digest: str
+    recipe_digest: str
+    route_digest: str
+    architecture: str
+    n_layer: int
+    n_vocab: int
+    n_ctx: int              # the smallest stage's
+    max_step_tokens: int    # the smallest stage's
+    eos_token_ids: tuple[int, ...]
+    boundary_schema: int
+    boundary_dtype: int
+    boundary_row_shape: tuple[int, ...]
+    stages: tuple[StageInfo, ...]
+
+    @property
+    def seam_bytes_per_token(self) -> int:
+        """Boundary payload bytes per token per seam (dtype size x row elements)."""
+        size = 4 if self.boundary_dtype == pb.BOUNDARY_DTYPE_F32 else 2
+        row = 1
+        for dim in self.boundary_row_shape:
+            row *= dim
+        return size * row
+
+
+def check_route(answers: Sequence[tuple[str, pb.GetInfoResponse]]) -> RouteInfo:
+    """The route the stages describe, in order; RouteRefused lists every problem."""
+    if not answers:
+        raise RouteRefused(["a route needs at least one stage"])
+    problems: list[str] = []
+    first = answers[0][1]
+
+    def same(field: str, label: str) -> None:
+        values = {getattr(info, field) for _, info in answers}
+        if len(values) > 1:
+            detail = ", ".join(f"{ep}={getattr(info, field)!r}" for ep, info in answers)
+            problems.append(f"stages disagree on {label}: {detail}")
+
+    for endpoint, info in answers:
+        if info.protocol != PROTOCOL:
+            problems.append(f"{endpoint} speaks {info.protocol!r}, not {PROTOCOL}")
+    same("route_id", "the route id")
+    same("epoch", "the epoch (a route change is rolling out: retry)")
+    same("manifest_digest", "the artifact (manifest digest)")
+    same("recipe_digest", "the recipe (recipe digest)")
+    same("route_digest", "the route digest")
+    same("architecture", "the architecture")
+    same("n_layer", "the layer count")
+    same("n_vocab", "the vocabulary size")
+
+    expected_begin = 0
+    for endpoint, info in answers:
+        begin, end = info.layers.begin, info.layers.end
+        if begin != expected_begin:
+            what = "a gap" if begin > expected_begin else "an overlap"
+            problems.append(
+                f"{endpoint} owns layers {begin}:{end}, but the route needs a stage starting "
+                f"at layer {expected_begin} there ({what})"
+            )
+        expected_begin = end
+    if expected_begin != first.n_layer:
+        problems.append(
+            f"the stages cover layers 0:{expected_begin}, not all {first.n_layer} layers"
+        )
+
+    specs = {
+        (e.boundary.schema, e.boundary.dtype, tuple(e.boundary.row_shape)) for _, e in answers[1:]
+    } | {(first.boundary.schema, first.boundary.dtype, tuple(first.boundary.row_shape))}
+    if len(specs) > 1:
+        detail = ", ".join(
+            f"{ep}={pb.BoundarySchema.Name(i.boundary.schema)}/"
+            f"{pb.BoundaryDtype.Name(i.boundary.dtype)}{list(i.boundary.row_shape)}"
+            for ep, i in answers
+        )
+        problems.append(f"stages disagree on the boundary: {detail}")
+    if not any(info.has_vocab for _, info in answers):
+        problems.append("no stage can tokenize (has_vocab is false everywhere)")
+    if problems:
+        raise RouteRefused(problems)
+
+    return RouteInfo(
+        route_id=first.route_id,
+        epoch=first.epoch,
+        manifest_digest=first.manifest_digest,
+        recipe_digest=first.recipe_digest,
+        route_digest=first.route_digest,
+        architecture=first.architecture,
+        n_layer=first.n_layer,
+        n_vocab=first.n_vocab,
+        n_ctx=min(info.n_ctx for _, info in answers),
+        max_step_tokens=min(info.max_step_tokens for _, info in answers),
+        eos_token_ids=tuple(first.eos_token_ids),
+        boundary_schema=first.boundary.schema,
+        boundary_dtype=first.boundary.dtype,
+        boundary_row_shape=tuple(first.boundary.row_shape),
+        stages=tuple(
+            StageInfo(
+                endpoint=endpoint,
+                begin=info.layers.begin,
+                end=info.layers.end,
+                incarnation=info.incarnation,
+                has_vocab=info.has_vocab,
+                needs_token_sideband=info.boundary.needs_token_sideband,
+            )
+            for endpoint, info in answers
+        ),
+    )

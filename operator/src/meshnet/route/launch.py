@@ -1,0 +1,226 @@
+"""Start and stop meshnet-shard-worker processes on this machine (tests, benchmarks,
+`meshnet worker run`): argument building, readiness from the worker's own log line,
+and a restart on the same port."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from meshnet.errors import MeshnetError
+
+_LISTENING = re.compile(r"listening on port (\d+)")
+_METRICS = re.compile(r"metrics on port (\d+)")
+
+
+class WorkerStartError(MeshnetError):
+    """The worker process exited or did not come up in time."""
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """The flags of one worker (names as the operator passes them)."""
+
+    model: Path
+    layers: tuple[int, int | None]
+    route_id: str = "local"
+    epoch: int = 1
+    listen: str = "127.0.0.1:0"
+    metrics_listen: str = "127.0.0.1:0"
+    slots: int = 4
+    ctx: int = 4096
+    batch: int = 512
+    threads: int = 0
+    boundary_dtype: str = "f32"
+    manifest_digest: str = ""
+    recipe_digest: str = ""
+    route_digest: str = ""
+    evict_idle_ms: int | None = None
+    max_message_bytes: int | None = None
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_client_ca: Path | None = None
+    extra: tuple[str, ...] = field(default_factory=tuple)
+
+    def args(self) -> list[str]:
+        begin, end = self.layers
+        args = [
+            "--model", str(self.model),
+            "--layers", f"{begin}:{'' if end is None else end}",
+            "--route-id", self.route_id,
+            "--epoch", str(self.epoch),
+            "--listen", self.listen,
+            "--metrics-listen", self.metrics_listen,
+            "--slots", str(self.slots),
+            "--ctx", str(self.ctx),
+            "--batch", str(self.batch),
+            "--threads", str(self.threads),
+            "--boundary-dtype", self.boundary_dtype,
+        ]
+        optional = {
+            "--manifest-digest": self.manifest_digest or None,
+            "--recipe-digest": self.recipe_digest or None,
+            "--route-digest": self.route_digest or None,
+            "--evict-idle-ms": self.evict_idle_ms,
+            "--max-message-bytes": self.max_message_bytes,
+            "--tls-cert": self.tls_cert,
+            "--tls-key": self.tls_key,
+            "--tls-client-ca": self.tls_client_ca,
+        }
+        for flag, value in optional.items():
+            if value is not None:
+                args += [flag, str(value)]
+        return args + list(self.extra)
+
+
+def free_port() -> int:
+    """A port free on 127.0.0.1 right now (for workers that must keep their address)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class WorkerProcess:
+    """A running worker; `endpoint` is "127.0.0.1:PORT" once `start` returned."""
+
+    def __init__(self, binary: Path, spec: WorkerSpec, log_path: Path | None = None,
+                 env: dict[str, str] | None = None) -> None:
+        self.binary = binary
+        self.spec = spec
+        self.log_path = log_path
+        self.env = env
+        self.port = 0
+        self.metrics_port = 0
+        self.lines: list[str] = []
+        self._proc: subprocess.Popen[str] | None = None
+        self._ready = threading.Event()
+
+    @property
+    def endpoint(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        return self._proc.pid if self._proc else -1
+
+    def start(self, timeout: float = 120.0) -> WorkerProcess:
+        self._ready.clear()
+        self.lines = []
+        self._proc = subprocess.Popen(
+            [str(self.binary), *self.spec.args()],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, **(self.env or {})},
+        )
+        threading.Thread(target=self._pump, args=(self._proc,), daemon=True).start()
+        deadline = time.monotonic() + timeout
+        while not self._ready.wait(0.05):
+            if self._proc.poll() is not None or time.monotonic() > deadline:
+                self.kill()
+                tail = "\n".join(self.lines[-20:])
+                raise WorkerStartError(f"worker {self.spec.layers} did not start:\n{tail}")
+        # The port is fixed from now on, so a restart keeps the endpoint.
+        self.spec = replace(self.spec, listen=f"127.0.0.1:{self.port}")
+        return self
+
+    def _pump(self, proc: subprocess.Popen[str]) -> None:
+        assert proc.stderr is not None
+        sink = self.log_path.open("a") if self.log_path else None
+        for line in proc.stderr:
+            self.lines.append(line.rstrip())
+            if sink:
+                sink.write(line)
+                sink.flush()
+            if match := _METRICS.search(line):
+                self.metrics_port = int(match.group(1))
+            if match := _LISTENING.search(line):
+                self.port = int(match.group(1))
+                self._ready.set()
+        if sink:
+            sink.close()
+
+    def stop(self, timeout: float = 10.0) -> int | None:
+        """SIGTERM, then SIGKILL after `timeout`; the exit code."""
+        if self._proc is None or self._proc.poll() is not None:
+            return self._proc.returncode if self._proc else None
+        self._proc.send_signal(signal.SIGTERM)
+        try:
+            return self._proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return self.kill()
+
+    def kill(self) -> int | None:
+        if self._proc is None:
+            return None
+        if self._proc.poll() is None:
+            self._proc.kill()
+        return self._proc.wait()
+
+    def restart(self, timeout: float = 120.0) -> WorkerProcess:
+        self.kill()
+        return self.start(timeout)
+
+    def __enter__(self) -> WorkerProcess:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+
+def start_route(binary: Path, specs: Sequence[WorkerSpec], log_dir: Path | None = None,
+                timeout: float = 120.0) -> list[WorkerProcess]:
+    """Starts one worker per spec (one at a time: model loading is CPU heavy)."""
+    workers: list[WorkerProcess] = []
+    try:
+        for index, spec in enumerate(specs):
+            log = log_dir / f"worker-{index}.log" if log_dir else None
+            workers.append(WorkerProcess(binary, spec, log).start(timeout))
+    except BaseException:
+        for worker in workers:
+            worker.kill()
+        raise
+    return workers
+
+
+def worker_binary(dev: bool = False) -> Path:
+    """meshnet-shard-worker: MESHNET_BIN_DIR, else the cached build, else (or with
+    `dev`) the incremental dev build of `meshnet worker build --dev`."""
+    from meshnet.native.build import find_binary
+    from meshnet.native.cmake import BuildError
+    from meshnet.paths import workspace
+    from meshnet.pin.workspace import Workspace
+
+    ws = Workspace(workspace())
+    dev_binary = ws.root / "worker-dev-cpu" / "build" / "bin" / "meshnet-shard-worker"
+    if dev and dev_binary.is_file():
+        return dev_binary
+    try:
+        return find_binary("meshnet-shard-worker", ws)
+    except BuildError:
+        if dev_binary.is_file():
+            return dev_binary
+        raise
+
+
+def model_files(model: Path) -> list[Path]:
+    """The GGUF file, or every file of its split set (NAME-0000i-of-0000n.gguf)."""
+    match = re.fullmatch(r"(.*)-(\d{5})-of-(\d{5})\.gguf", model.name)
+    if not match:
+        return [model]
+    prefix, _, count = match.groups()
+    return [model.with_name(f"{prefix}-{i:05d}-of-{count}.gguf") for i in range(1, int(count) + 1)]
+
+
+def local_manifest_digest(model: Path) -> str:
+    """manifestDigest of a model on local disk (hashes every file of the set)."""
+    from meshnet.identity import manifest_digest
+    from meshnet.pin.manifest import sha256_file
+
+    return manifest_digest((p.name, p.stat().st_size, sha256_file(p)) for p in model_files(model))
