@@ -15,10 +15,14 @@ from meshnet.route.errors import StageError
 from meshnet.route.proto import pb, pb_grpc
 
 ERROR_DOMAIN = "shard.meshnet.dev"
-# Large enough for full-vocabulary logits of several rows.
+# Large enough for full-vocabulary logits of several rows; reconnect quickly to a
+# restarted worker (gRPC's default backoff grows to minutes).
 CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", 256 << 20),
     ("grpc.max_send_message_length", 256 << 20),
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 2000),
 ]
 
 

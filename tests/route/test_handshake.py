@@ -1,0 +1,91 @@
+"""The route handshake accepts one consistent, contiguous, complete route and refuses
+anything else with every problem named."""
+
+from __future__ import annotations
+
+import pytest
+from meshnet.route import RouteRefused, check_route
+from meshnet.route.proto import pb
+
+
+def info(begin: int, end: int, **changes: object) -> pb.GetInfoResponse:
+    answer = pb.GetInfoResponse(
+        protocol="meshnet.shard.v1", incarnation=f"inc-{begin}", route_id="default/r", epoch=4,
+        manifest_digest="m" * 64, recipe_digest="r" * 64, architecture="llama", n_layer=30,
+        layers=pb.LayerRange(begin=begin, end=end), n_embd=576, n_vocab=49152, has_vocab=True,
+        boundary=pb.BoundarySpec(schema=pb.BOUNDARY_SCHEMA_DENSE_RESIDUAL,
+                                 dtype=pb.BOUNDARY_DTYPE_F32, row_shape=[576]),
+        n_ctx=4096, n_slots=4, max_step_tokens=512, eos_token_ids=[2],
+    )
+    for name, value in changes.items():
+        if name == "dtype":
+            answer.boundary.dtype = value  # type: ignore[assignment]
+        else:
+            setattr(answer, name, value)
+    return answer
+
+
+def route(*stages: pb.GetInfoResponse) -> list[tuple[str, pb.GetInfoResponse]]:
+    return [(f"127.0.0.1:{7000 + i}", stage) for i, stage in enumerate(stages)]
+
+
+def refusal(*stages: pb.GetInfoResponse) -> str:
+    with pytest.raises(RouteRefused) as caught:
+        check_route(route(*stages))
+    return str(caught.value)
+
+
+def test_a_contiguous_complete_route_is_accepted_with_its_identities() -> None:
+    checked = check_route(route(info(0, 10), info(10, 20), info(20, 30)))
+    assert [(s.begin, s.end) for s in checked.stages] == [(0, 10), (10, 20), (20, 30)]
+    assert checked.epoch == 4
+    assert checked.eos_token_ids == (2,)
+    assert checked.seam_bytes_per_token == 576 * 4
+
+
+def test_a_gap_between_stages_is_refused() -> None:
+    assert "a gap" in refusal(info(0, 10), info(12, 30))
+
+
+def test_overlapping_stages_are_refused() -> None:
+    assert "an overlap" in refusal(info(0, 12), info(10, 30))
+
+
+def test_a_route_that_stops_short_of_the_last_layer_is_refused() -> None:
+    assert "not all 30 layers" in refusal(info(0, 10), info(10, 20))
+
+
+def test_stages_in_the_wrong_order_are_refused() -> None:
+    message = refusal(info(10, 30), info(0, 10))
+    assert "starting at layer 0" in message
+
+
+def test_stages_of_different_artifacts_or_recipes_are_refused() -> None:
+    assert "artifact" in refusal(info(0, 10), info(10, 30, manifest_digest="x" * 64))
+    assert "recipe" in refusal(info(0, 10), info(10, 30, recipe_digest="y" * 64))
+
+
+def test_stages_on_different_epochs_are_refused() -> None:
+    assert "epoch" in refusal(info(0, 10), info(10, 30, epoch=5))
+
+
+def test_stages_of_different_routes_are_refused() -> None:
+    assert "route id" in refusal(info(0, 10), info(10, 30, route_id="default/other"))
+
+
+def test_stages_with_different_boundaries_are_refused() -> None:
+    assert "boundary" in refusal(info(0, 10), info(10, 30, dtype=pb.BOUNDARY_DTYPE_F16))
+
+
+def test_a_stage_speaking_another_protocol_is_refused() -> None:
+    assert "meshnet.shard.v2" in refusal(info(0, 10), info(10, 30, protocol="meshnet.shard.v2"))
+
+
+def test_a_route_without_any_vocabulary_is_refused() -> None:
+    assert "tokenize" in refusal(info(0, 10, has_vocab=False), info(10, 30, has_vocab=False))
+
+
+def test_every_problem_is_listed_at_once() -> None:
+    with pytest.raises(RouteRefused) as caught:
+        check_route(route(info(0, 10), info(12, 20, epoch=9)))
+    assert len(caught.value.problems) == 3  # epoch, gap, coverage

@@ -1,0 +1,114 @@
+"""A SmolLM2 route of three real workers generates exactly what the unsplit model
+generates: greedy, sampled (server- or driver-side), alone or concurrently, and through
+`meshnet generate`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from meshnet.route import RouteDriver, Sampling
+from meshnet.route.launch import WorkerProcess
+
+PROMPTS = [
+    "The capital of France is",
+    "def fibonacci(n):",
+    "Once upon a time, in a small village by the sea,",
+]
+Reference = Callable[..., list[int]]
+
+
+@pytest.fixture(scope="module")
+def driver(three_stages: list[WorkerProcess]) -> RouteDriver:
+    route = RouteDriver([w.endpoint for w in three_stages])
+    route.connect(wait=30)
+    return route
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("prompt", PROMPTS)
+def test_the_split_route_generates_the_unsplit_models_64_greedy_tokens(
+    driver: RouteDriver, reference: Reference, prompt: str,
+) -> None:
+    generation = driver.generate(prompt, max_tokens=64, stop_at_eos=False)
+    assert len(generation.tokens) == 64
+    assert generation.tokens == reference(generation.prompt_tokens, 64)
+    assert generation.recoveries == 0
+    assert generation.text == driver.detokenize(generation.tokens)
+
+
+def test_a_long_prompt_prefilled_in_chunks_gives_the_same_tokens(
+    driver: RouteDriver, reference: Reference,
+) -> None:
+    prompt = " ".join(PROMPTS * 6)
+    driver.chunk_tokens = 16
+    try:
+        generation = driver.generate(prompt, max_tokens=16, stop_at_eos=False)
+    finally:
+        driver.chunk_tokens = None
+    assert len(generation.prompt_tokens) > 48
+    assert generation.tokens == reference(generation.prompt_tokens, 16)
+
+
+def test_seeded_sampling_matches_the_unsplit_model_on_either_side(
+    driver: RouteDriver, reference: Reference,
+) -> None:
+    sampling = Sampling(temperature=0.8, top_k=40, top_p=0.95, seed=1234)
+    on_stage = driver.generate(PROMPTS[2], max_tokens=32, sampling=sampling, stop_at_eos=False)
+    driver.sample_locally = True
+    try:
+        here = driver.generate(PROMPTS[2], max_tokens=32, sampling=sampling, stop_at_eos=False)
+    finally:
+        driver.sample_locally = False
+    assert on_stage.tokens == here.tokens
+    expected = reference(on_stage.prompt_tokens, 32, "--temperature", "0.8", "--top-k", "40",
+                         "--top-p", "0.95", "--seed", "1234")
+    assert on_stage.tokens == expected
+    other_seed = driver.generate(PROMPTS[2], max_tokens=32, stop_at_eos=False,
+                                 sampling=Sampling(temperature=0.8, top_k=40, top_p=0.95, seed=9))
+    assert other_seed.tokens != on_stage.tokens
+
+
+def test_concurrent_sessions_each_get_their_own_tokens(driver: RouteDriver) -> None:
+    alone = [driver.generate(p, max_tokens=24, stop_at_eos=False).tokens for p in PROMPTS]
+    with ThreadPoolExecutor(len(PROMPTS)) as pool:
+        together = list(pool.map(
+            lambda p: driver.generate(p, max_tokens=24, stop_at_eos=False).tokens, PROMPTS))
+    assert together == alone
+
+
+def test_generation_stops_at_the_end_of_generation_token(driver: RouteDriver) -> None:
+    generation = driver.generate(
+        "<|im_start|>user\nSay hi.<|im_end|>\n<|im_start|>assistant\n", max_tokens=200)
+    assert generation.stop_reason == "eos"
+    assert generation.tokens[-1] in driver.route.eos_token_ids
+
+
+def test_meshnet_generate_prints_text_tokens_timings_and_recoveries(
+    three_stages: list[WorkerProcess], driver: RouteDriver,
+) -> None:
+    meshnet = Path(sys.executable).parent / "meshnet"
+    stages = [arg for w in three_stages for arg in ("--stage", w.endpoint)]
+    result = subprocess.run(
+        [str(meshnet), "generate", *stages, "--prompt", PROMPTS[0], "--max-tokens", "12",
+         "--ignore-eos", "--json"], capture_output=True, text=True, check=True, timeout=120,
+    )
+    data = json.loads(result.stdout)
+    expected = driver.generate(PROMPTS[0], max_tokens=12, stop_at_eos=False)
+    assert data["tokens"] == expected.tokens
+    assert data["text"] == expected.text
+    assert data["recoveries"] == 0
+    assert data["decode_tokens_per_second"] > 0
+    assert [s["layers"] for s in data["route"]["stages"]] == [[0, 10], [10, 20], [20, 30]]
+
+    streamed = subprocess.run(
+        [str(meshnet), "generate", *stages, "--prompt", PROMPTS[0], "--max-tokens", "12",
+         "--ignore-eos"], capture_output=True, text=True, check=True, timeout=120,
+    )
+    assert streamed.stdout.rstrip("\n") == expected.text
+    assert "generated at" in streamed.stderr

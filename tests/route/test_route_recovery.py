@@ -1,0 +1,102 @@
+"""A route that loses a session's state mid-generation - a worker killed and restarted,
+or the whole route moved to a new epoch - recovers by re-prefilling, and the text is
+the same as without the failure."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from meshnet.route import RecoveryFailed, RouteDriver
+from meshnet.route.launch import WorkerProcess, WorkerSpec, start_route
+
+PROMPT = "The quick brown fox jumps over the lazy dog. Then the fox"
+
+
+@pytest.fixture
+def workers(
+    shard_worker: Path, smollm2: Path, tmp_path: Path,
+    make_route_specs: Callable[[Path], list[WorkerSpec]],
+) -> Iterator[list[WorkerProcess]]:
+    started = start_route(shard_worker, make_route_specs(smollm2), tmp_path)
+    yield started
+    for worker in started:
+        worker.stop()
+
+
+def after_tokens(count: int, action: object) -> object:
+    seen = [0]
+
+    def on_token(_: int) -> None:
+        seen[0] += 1
+        if seen[0] == count:
+            action()  # type: ignore[operator]
+
+    return on_token
+
+
+@pytest.mark.slow
+def test_killing_and_restarting_the_middle_worker_costs_one_recovery_and_no_text(
+    workers: list[WorkerProcess],
+) -> None:
+    middle = workers[1]
+    with RouteDriver([w.endpoint for w in workers]) as driver:
+        expected = driver.generate(PROMPT, max_tokens=48, stop_at_eos=False)
+
+        def kill_then_restart_later() -> None:
+            middle.kill()
+            threading.Timer(0.5, middle.start).start()
+
+        generation = driver.generate(PROMPT, max_tokens=48, stop_at_eos=False,
+                                     on_token=after_tokens(20, kill_then_restart_later))  # type: ignore[arg-type]
+    assert generation.tokens == expected.tokens
+    assert generation.text == expected.text
+    assert generation.recoveries == 1
+    assert middle.endpoint in generation.recovery_reasons[0]
+
+
+@pytest.mark.slow
+def test_a_new_epoch_mid_generation_is_recovered_with_the_same_text(
+    workers: list[WorkerProcess],
+) -> None:
+    with RouteDriver([w.endpoint for w in workers]) as driver:
+        expected = driver.generate(PROMPT, max_tokens=32, stop_at_eos=False)
+
+        def move_to_epoch_2() -> None:
+            for worker in workers:
+                worker.kill()
+                worker.spec = replace(worker.spec, epoch=2)
+                worker.start()
+
+        generation = driver.generate(PROMPT, max_tokens=32, stop_at_eos=False,
+                                     on_token=after_tokens(10, move_to_epoch_2))  # type: ignore[arg-type]
+        assert driver.route.epoch == 2
+    assert generation.tokens == expected.tokens
+    assert generation.recoveries == 1
+    assert "EPOCH_MISMATCH" in generation.recovery_reasons[0]
+
+
+def test_a_route_that_keeps_losing_state_gives_up_after_the_allowed_recoveries(
+    workers: list[WorkerProcess],
+) -> None:
+    with RouteDriver([w.endpoint for w in workers], max_recoveries=2, wait_seconds=20) as driver:
+        driver.generate(PROMPT, max_tokens=2, stop_at_eos=False)  # handshake done
+        stop = threading.Event()
+
+        def restart_forever() -> None:
+            while not stop.is_set():
+                workers[2].restart()
+                time.sleep(0.05)
+
+        restarter = threading.Thread(target=restart_forever)
+        restarter.start()
+        try:
+            with pytest.raises(RecoveryFailed):
+                driver.generate(PROMPT, max_tokens=400, stop_at_eos=False)
+        finally:
+            stop.set()
+            restarter.join()

