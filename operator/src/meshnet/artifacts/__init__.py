@@ -6,14 +6,15 @@ Public surface:
     pull(artifact, dest, source, meters) -> PullSummary   `meshnet artifact pull`
     verify_folder(folder, artifact, meters) -> VerifyReport  `meshnet artifact verify`
     stage_footprint(facts, begin, end) -> int         weight bytes of a layer range
-    artifact_status(summary, job_phase, ...) -> dict  ModelArtifact status for the operator
+    artifact_status(spec, summary, job_phase, ...) -> ModelArtifactStatus   for the operator
+    node_copy(node, spec, summary, job_phase) -> NodeCopy   one host-path copy's status
 """
 
 from meshnet.artifacts.facts import ModelFacts, stage_footprint
 from meshnet.artifacts.manifest import Manifest, build_manifest
 from meshnet.artifacts.pull import PullSummary, pull
 from meshnet.artifacts.spec import Artifact, load_artifact, parse_artifact
-from meshnet.artifacts.status import artifact_status
+from meshnet.artifacts.status import artifact_status, node_copy
 from meshnet.artifacts.verify import VerifyReport, verify_folder
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "artifact_status",
     "build_manifest",
     "load_artifact",
+    "node_copy",
     "parse_artifact",
     "pull",
     "stage_footprint",

@@ -271,8 +271,7 @@ class Puller:
                 failures = 1 if transfer.offset > attempt_start else failures + 1
                 if self.policy.exhausted(failures):
                     raise DownloadFailed(
-                        f"{file.name}: gave up after {failures} attempts without progress "
-                        f"from {self.source.describe(file)}: {exc}"
+                        f"{file.name}: gave up after {failures} attempts without progress: {exc}"
                     ) from None
                 delay = self.policy.delay(failures, self.rng)
                 self.meter.log(
@@ -344,18 +343,18 @@ def pull(
             for file in pending:
                 try:
                     puller.fetch(file, outcomes[file.name])
-                except (DownloadFailed, HashMismatch) as exc:
-                    # Keep going: the next attempt then has less left to fetch.
+                except ArtifactError as exc:
                     outcomes[file.name].state = "failed"
                     outcomes[file.name].error = str(exc)
-                    meter.log(f"{file.name}: {exc}")
+                    if not isinstance(exc, HashMismatch):
+                        raise  # the source or the storage is the problem: stop here
+                    # Only this file's bytes were bad: fetch the others, so a retry has less to do.
+                    meter.log(str(exc))
                     first_error = first_error or exc
         if first_error:
             raise first_error
         summary.facts = read_model_facts(dest, [f.name for f in spec.files], spec.expectations)
-        summary.message = (
-            f"{len(spec.files)} files, {spec.total_bytes():,} bytes verified in {dest}"
-        )
+        summary.message = f"{len(spec.files)} files, {spec.total_bytes():,} bytes in {dest}"
     except ArtifactError as exc:
         summary.result, summary.message, summary.retryable = exc.reason, str(exc), exc.retryable
     except OSError as exc:

@@ -1,9 +1,10 @@
 """ModelArtifact status from what its provisioning Job reported (pure, no I/O).
 
 The operator observes the Job's phase and the `meshnet artifact pull --json` summary
-of its latest finished attempt, and calls `artifact_status()`; status is rebuilt from
-those observations every time, never from the previous status (only condition
-transition times are carried over while a condition keeps its status).
+of its latest finished attempt, and calls `artifact_status()` (and `node_copy()` per
+node for host-path storage); status is rebuilt from those observations every time,
+never from the previous status (only condition transition times are carried over
+while a condition keeps its status).
 """
 
 from __future__ import annotations
@@ -12,6 +13,15 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from meshnet.api.common import Condition
+from meshnet.api.modelartifact import (
+    ArtifactProgress,
+    GgufFacts,
+    ModelArtifactSpec,
+    ModelArtifactStatus,
+    NodeCopy,
+    human_size,
+)
 from meshnet.errors import (
     ArtifactSpecError,
     DownloadFailed,
@@ -55,21 +65,21 @@ def _condition(
     message: str,
     generation: int,
     now: datetime,
-    previous: Sequence[Mapping[str, Any]],
-) -> dict[str, Any]:
-    value = "True" if status else "False"
+    previous: Sequence[Condition],
+) -> Condition:
+    value: Literal["True", "False"] = "True" if status else "False"
     since = _timestamp(now)
     for old in previous:
-        if old.get("type") == kind and old.get("status") == value and old.get("lastTransitionTime"):
-            since = str(old["lastTransitionTime"])
-    return {
-        "type": kind,
-        "status": value,
-        "reason": reason,
-        "message": message,
-        "observedGeneration": generation,
-        "lastTransitionTime": since,
-    }
+        if old.type == kind and old.status == value and old.last_transition_time:
+            since = old.last_transition_time
+    return Condition(
+        type=kind,
+        status=value,
+        reason=reason,
+        message=message,
+        observed_generation=generation,
+        last_transition_time=since,
+    )
 
 
 def _conditions(
@@ -117,35 +127,79 @@ def _conditions(
     ]
 
 
+def _facts(summary: Mapping[str, Any]) -> GgufFacts | None:
+    facts = summary.get("gguf")
+    if not isinstance(facts, Mapping):
+        return None
+    boundary = facts.get("boundary")
+    if not isinstance(boundary, Mapping):
+        boundary = {}
+    return GgufFacts(
+        architecture=facts.get("architecture"),
+        block_count=facts.get("blockCount"),
+        embedding_length=facts.get("embeddingLength"),
+        boundary_schema=boundary.get("schema"),
+        boundary_shape=list(boundary.get("shape", [])),
+    )
+
+
+def _current(summary: Mapping[str, Any] | None, digest: str) -> Mapping[str, Any] | None:
+    """The summary if it was made for this manifest; one for an older spec is stale."""
+    return summary if summary is not None and summary.get("manifestDigest") == digest else None
+
+
 def artifact_status(
+    spec: ModelArtifactSpec,
     summary: Mapping[str, Any] | None,
     job_phase: JobPhase,
     *,
-    manifest_digest: str,
     generation: int,
     now: datetime,
-    previous_conditions: Sequence[Mapping[str, Any]] = (),
-) -> dict[str, Any]:
-    """The ModelArtifact `status` for one provisioning Job.
+    previous_conditions: Sequence[Condition] = (),
+) -> ModelArtifactStatus:
+    """The ModelArtifact status for one provisioning Job.
 
-    `summary` is the parsed JSON of `meshnet artifact pull --json` (None while no
-    attempt has finished); one made for another manifest is stale and ignored.
-    `manifest_digest` is the current spec's; `previous_conditions` only lends
-    lastTransitionTime to conditions whose status did not change.
+    `summary` is the parsed JSON of `meshnet artifact pull --json` from the Job's latest
+    finished attempt (None while none has finished); one made for another manifest is
+    ignored. `previous_conditions` only lends lastTransitionTime to conditions whose
+    status did not change. Conditions: Ready, Progressing, Failed; failure reasons
+    DownloadFailed, HashMismatch, IncompleteSplitSet, StorageRefused (and InvalidSpec,
+    ExpectationMismatch for a spec the headers contradict).
     """
-    if summary is not None and summary.get("manifestDigest") != manifest_digest:
-        summary = None
-    status: dict[str, Any] = {"observedGeneration": generation, "manifestDigest": manifest_digest}
+    digest = spec.manifest_digest()
+    summary = _current(summary, digest)
+    progress = ArtifactProgress(files_total=len(spec.files), bytes_total=spec.total_bytes())
     if summary is not None:
-        status["progress"] = {
-            key: int(summary.get(key, 0))
-            for key in ("filesVerified", "filesTotal", "bytesVerified", "bytesTotal")
-        }
-        facts = summary.get("gguf")
-        if isinstance(facts, Mapping):
-            status["gguf"] = {key: facts[key] for key in _FACT_KEYS if key in facts}
-    status["conditions"] = [
-        _condition(kind, value, reason, message, generation, now, previous_conditions)
+        progress = ArtifactProgress(
+            files_verified=int(summary.get("filesVerified", 0)),
+            files_total=len(spec.files),
+            bytes_verified=int(summary.get("bytesVerified", 0)),
+            bytes_total=spec.total_bytes(),
+        )
+    return ModelArtifactStatus(
+        observed_generation=generation,
+        manifest_digest=digest,
+        short_digest=digest[:12],
+        size=human_size(spec.total_bytes()),
+        progress=progress,
+        gguf=_facts(summary) if summary is not None else None,
+        conditions=[
+            _condition(kind, value, reason, message, generation, now, previous_conditions)
+            for kind, value, reason, message in _conditions(summary, job_phase)
+        ],
+    )
+
+
+def node_copy(
+    node: str, spec: ModelArtifactSpec, summary: Mapping[str, Any] | None, job_phase: JobPhase
+) -> NodeCopy:
+    """One node's host-path copy (one provisioning Job per node) for `status.nodes`."""
+    summary = _current(summary, spec.manifest_digest())
+    conditions = {
+        kind: (value, reason, message)
         for kind, value, reason, message in _conditions(summary, job_phase)
-    ]
-    return status
+    }
+    verified, reason, message = conditions[READY]
+    return NodeCopy(
+        node=node, verified=verified, message="" if verified else f"{reason}: {message}"
+    )

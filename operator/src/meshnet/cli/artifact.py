@@ -19,7 +19,7 @@ from meshnet.artifacts.manifest import (
     render_document,
 )
 from meshnet.artifacts.progress import ByteMeter, Meter
-from meshnet.artifacts.pull import PullSummary, pull
+from meshnet.artifacts.pull import FileOutcome, PullSummary, pull
 from meshnet.artifacts.sources import open_source
 from meshnet.artifacts.spec import load_artifact
 from meshnet.artifacts.verify import verify_folder
@@ -107,15 +107,25 @@ def _write_summary_file(path: Path, report: dict[str, Any]) -> None:
     path.write_text(text[:TERMINATION_LIMIT])
 
 
+def _pull_detail(outcome: FileOutcome) -> str | None:
+    if outcome.state == "skipped":
+        return "verified marker matches"
+    if outcome.state == "verified":
+        return "already in place, hash ok"
+    if outcome.state == "downloaded":
+        return f"received {_mb(outcome.received)}"
+    if outcome.state == "resumed":
+        return f"resumed at {_mb(outcome.resumed_from)}, received {_mb(outcome.received)}"
+    if outcome.state == "failed":
+        return "see below"
+    return None  # never reached
+
+
 def _print_pull(summary: PullSummary) -> None:
     for outcome in summary.files:
-        detail = {
-            "skipped": "verified marker matches",
-            "verified": "already in place, hash ok",
-            "downloaded": f"received {_mb(outcome.received)}",
-            "resumed": f"resumed at {_mb(outcome.resumed_from)}, received {_mb(outcome.received)}",
-        }.get(outcome.state, outcome.error or outcome.state)
-        click.echo(f"  {outcome.state:<10} {outcome.name}  ({detail})")
+        detail = _pull_detail(outcome)
+        if detail:
+            click.echo(f"  {outcome.state:<10} {outcome.name}  ({detail})")
     if summary.ok and summary.facts:
         facts = summary.facts
         click.echo(
