@@ -1,0 +1,261 @@
+"""`meshnet artifact pull` against a real HTTP server with Range, on a real split set."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from meshnet.artifacts.markers import Layout
+from meshnet.artifacts.pull import pull
+from meshnet.artifacts.retry import RetryPolicy
+from meshnet.artifacts.sources import HttpSource
+from meshnet.artifacts.spec import load_artifact
+from meshnet.identity import manifest_digest
+
+from .conftest import SplitSet, copy_set, meshnet_command
+
+
+def on_disk(dest: Path) -> int:
+    """Bytes of the artifact already written into `dest` (partials and finished files)."""
+    return sum(p.stat().st_size for p in dest.glob("*.gguf*") if p.is_file())
+
+
+def same_files(split_set: SplitSet, dest: Path) -> bool:
+    return all((dest / f.name).read_bytes() == f.read_bytes() for f in split_set.files)
+
+
+def test_pull_downloads_verifies_and_reports_gguf_facts(split_set, serve, meshnet, tmp_path):
+    server, url = serve(split_set.folder)
+    artifact = split_set.artifact_yaml(tmp_path / "ma.yaml", url)
+    dest = tmp_path / "models"
+
+    result = meshnet("artifact", "pull", "--artifact", str(artifact), "--dest", str(dest), "--json")
+
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["result"] == "Verified"
+    assert summary["manifestDigest"] == manifest_digest(
+        (e.name, e.size, e.sha256) for e in split_set.manifest.entries)
+    assert summary["filesVerified"] == summary["filesTotal"] == 3
+    assert summary["bytesVerified"] == summary["bytesReceived"] == split_set.total
+    assert summary["gguf"]["architecture"] == "llama"
+    assert summary["gguf"]["blockCount"] == 30
+    assert summary["gguf"]["embeddingLength"] == 576
+    assert same_files(split_set, dest)
+    assert not list(dest.glob("*.partial"))
+    assert server.bytes_sent == split_set.total
+
+
+def test_a_second_pull_skips_files_whose_verified_marker_matches(split_set, serve, meshnet,
+                                                                  tmp_path):
+    server, url = serve(split_set.folder)
+    artifact = split_set.artifact_yaml(tmp_path / "ma.yaml", url)
+    dest = tmp_path / "models"
+    first = meshnet("artifact", "pull", "--artifact", str(artifact), "--dest", str(dest))
+    assert first.returncode == 0, first.stderr
+    server.reset_counts()
+
+    again = meshnet("artifact", "pull", "--artifact", str(artifact), "--dest", str(dest), "--json")
+
+    assert again.returncode == 0, again.stderr
+    assert {f["state"] for f in json.loads(again.stdout)["files"]} == {"skipped"}
+    assert server.bytes_sent == 0
+
+
+def test_a_pull_killed_half_way_resumes_with_range_and_resends_little(split_set, serve,
+                                                                      tmp_path, capsys):
+    # Throttled so that "half way" lasts long enough to be caught from outside.
+    server, url = serve(split_set.folder, rate=25e6)
+    artifact = split_set.artifact_yaml(tmp_path / "ma.yaml", url)
+    dest = tmp_path / "models"
+    command = meshnet_command("artifact", "pull", "--artifact", str(artifact), "--dest", str(dest))
+    first = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while on_disk(dest) < split_set.total // 2:
+        assert first.poll() is None, "the pull ended before half way"
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    os.kill(first.pid, signal.SIGKILL)
+    first.wait()
+    killed_at = on_disk(dest)
+    assert list(dest.glob("*.partial")), "nothing was left half done"
+
+    server.reset_counts()
+    server.rate = None
+    second = subprocess.run([*command, "--json"], capture_output=True, text=True, timeout=300)
+
+    assert second.returncode == 0, second.stderr
+    assert json.loads(second.stdout)["result"] == "Verified"
+    assert same_files(split_set, dest)
+    resumed = [r for r in server.range_requests() if r.range and r.range != "bytes=0-"]
+    assert resumed, f"no Range request after the kill: {server.requests}"
+    resent = server.bytes_sent / split_set.total
+    with capsys.disabled():
+        print(f"\nresume: killed at {killed_at / split_set.total:.1%} on disk; re-sent "
+              f"{server.bytes_sent:,} of {split_set.total:,} bytes = {resent:.1%} "
+              f"({resumed[0].path} {resumed[0].range})")
+    assert resent < 0.55
+
+
+def test_one_flipped_byte_is_a_hash_mismatch_naming_the_file(split_set, serve, meshnet, tmp_path):
+    served = copy_set(split_set, tmp_path / "served")
+    victim = served / split_set.files[1].name
+    with open(victim, "r+b") as handle:
+        handle.seek(12345)
+        byte = handle.read(1)
+        handle.seek(12345)
+        handle.write(bytes([byte[0] ^ 0x01]))
+    actual = hashlib.sha256(victim.read_bytes()).hexdigest()
+    expected = split_set.manifest.entries[1].sha256
+    _, url = serve(served)
+    artifact = split_set.artifact_yaml(tmp_path / "ma.yaml", url)
+    dest = tmp_path / "models"
+
+    result = meshnet("artifact", "pull", "--artifact", str(artifact), "--dest", str(dest), "--json")
+
+    assert result.returncode == 1  # worth retrying: the next transfer may be clean
+    summary = json.loads(result.stdout)
+    assert summary["result"] == "HashMismatch"
+    assert victim.name in summary["message"]
+    assert expected in summary["message"] and actual in summary["message"]
+    assert "HashMismatch" in result.stderr and victim.name in result.stderr
+    assert not (dest / victim.name).exists()
+    assert not (dest / f"{victim.name}.partial").exists()
+    assert Layout(dest).quarantine(victim.name).read_bytes() == victim.read_bytes()
+    states = {f["name"]: f["state"] for f in summary["files"]}
+    assert states[victim.name] == "failed"
+    assert [s for n, s in states.items() if n != victim.name] == ["downloaded", "downloaded"]
+
+
+def test_a_missing_split_file_is_an_incomplete_split_set(split_set, serve, meshnet, tmp_path):
+    server, url = serve(split_set.folder)
+    missing = split_set.files[1].name
+    artifact = split_set.artifact_yaml(tmp_path / "ma.yaml", url, drop=(missing,))
+    dest = tmp_path / "models"
+
+    result = meshnet("artifact", "pull", "--artifact", str(artifact), "--dest", str(dest), "--json")
+
+    assert result.returncode == 3  # a spec problem: retrying cannot help
+    summary = json.loads(result.stdout)
+    assert summary["result"] == "IncompleteSplitSet"
+    assert missing in summary["message"]
+    assert server.bytes_sent == 0
+    assert "Traceback" not in result.stderr
+
+
+def test_a_server_that_drops_connections_at_random_still_yields_the_exact_files(
+    split_set, serve, tmp_path, null_meters
+):
+    server, url = serve(split_set.folder, drop_probability=0.6, seed=7)
+    artifact = load_artifact(split_set.artifact_yaml(tmp_path / "ma.yaml", url))
+    dest = tmp_path / "models"
+    source = HttpSource(url)
+    try:
+        summary = pull(artifact, dest, source, null_meters,
+                       policy=RetryPolicy(max_attempts=20, base_seconds=0.01, cap_seconds=0.05),
+                       rng=random.Random(1))
+    finally:
+        source.close()
+
+    assert summary.ok, summary.message
+    assert same_files(split_set, dest)
+    dropped = [r for r in server.requests if r.dropped]
+    assert len(dropped) >= 3, "the server never dropped a connection: the test proves nothing"
+    assert len(server.range_requests()) >= len(dropped)
+    # Every retry continued where the last one stopped: nothing arrived twice.
+    assert summary.to_json()["bytesReceived"] == split_set.total
+
+
+@pytest.mark.parametrize("via_symlink", [False, True])
+def test_a_destination_under_home_is_refused_before_any_byte_is_written(
+    split_set, serve, meshnet, tmp_path, via_symlink
+):
+    server, url = serve(split_set.folder)
+    artifact = split_set.artifact_yaml(tmp_path / "ma.yaml", url)
+    target = Path("/home") / f"meshnet-test-{os.getpid()}-{via_symlink}" / "models"
+    if via_symlink:
+        (tmp_path / "link").symlink_to(target.parent)
+        dest = tmp_path / "link" / "models"
+    else:
+        dest = target
+
+    result = meshnet("artifact", "pull", "--artifact", str(artifact), "--dest", str(dest), "--json")
+
+    assert result.returncode == 3
+    summary = json.loads(result.stdout)
+    assert summary["result"] == "StorageRefused"
+    assert "/home" in summary["message"]
+    assert not target.parent.exists()
+    assert server.requests == []
+
+
+def test_a_pull_that_cannot_fit_is_refused_before_downloading(split_set, serve, meshnet, tmp_path):
+    server, url = serve(split_set.folder)
+    huge = {split_set.files[2].name: 1 << 60}
+    artifact = split_set.artifact_yaml(tmp_path / "ma.yaml", url, size_of=huge)
+    dest = tmp_path / "models"
+
+    result = meshnet("artifact", "pull", "--artifact", str(artifact), "--dest", str(dest), "--json")
+
+    assert result.returncode == 3
+    summary = json.loads(result.stdout)
+    assert summary["result"] == "StorageRefused"
+    assert "not enough space" in summary["message"]
+    assert server.requests == []
+    assert not list(dest.glob("*.gguf*"))
+
+
+def test_a_resumed_pull_rechecks_its_prefix_and_refetches_from_a_damaged_chunk(
+    split_set, serve, tmp_path, null_meters
+):
+    server, url = serve(split_set.folder, drop_probability=1.0, seed=3)
+    artifact = load_artifact(split_set.artifact_yaml(tmp_path / "ma.yaml", url))
+    dest = tmp_path / "models"
+    source = HttpSource(url)
+    quick_give_up = RetryPolicy(max_attempts=1, base_seconds=0.0, cap_seconds=0.0)
+    try:
+        broken = pull(artifact, dest, source, null_meters, policy=quick_give_up)
+        assert broken.result == "DownloadFailed"
+        partial = dest / f"{split_set.files[0].name}.partial"
+        kept = partial.stat().st_size
+        assert kept > 2 << 20, "need a few checkpointed chunks to damage one"
+        with open(partial, "r+b") as handle:  # damage the second 1 MiB chunk
+            handle.seek((1 << 20) + 10)
+            handle.write(b"\xff\xfe")
+        server.drop_probability = 0.0
+        server.reset_counts()
+        healed = pull(artifact, dest, source, null_meters)
+    finally:
+        source.close()
+
+    assert healed.ok, healed.message
+    assert same_files(split_set, dest)
+    first = next(r for r in server.requests if r.path.endswith(split_set.files[0].name))
+    assert first.range == f"bytes={1 << 20}-"
+
+
+def test_a_file_the_server_does_not_have_is_a_download_failure_naming_it(split_set, serve,
+                                                                          meshnet, tmp_path):
+    served = tmp_path / "served"
+    served.mkdir()
+    for path in split_set.files[1:]:
+        os.symlink(path, served / path.name)
+    server, url = serve(served)
+    artifact = split_set.artifact_yaml(tmp_path / "ma.yaml", url)
+
+    result = meshnet("artifact", "pull", "--artifact", str(artifact), "--dest",
+                     str(tmp_path / "models"), "--json")
+
+    assert result.returncode == 1  # the file may appear: worth retrying later
+    summary = json.loads(result.stdout)
+    assert summary["result"] == "DownloadFailed"
+    assert split_set.files[0].name in summary["message"] and "HTTP 404" in summary["message"]
+    assert server.bytes_sent == 0  # the source is the problem: the other files wait
