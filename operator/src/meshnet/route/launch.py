@@ -111,6 +111,12 @@ class WorkerProcess:
     def pid(self) -> int:
         return self._proc.pid if self._proc else -1
 
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def exit_code(self) -> int | None:
+        return self._proc.poll() if self._proc else None
+
     def start(self, timeout: float = 120.0) -> WorkerProcess:
         self._ready.clear()
         self.lines = []

@@ -1,0 +1,226 @@
+"""Apply the operator's plan to local worker processes.
+
+The planner is the one the Kubernetes backend uses. Two differences, both because a
+machine is not a cluster: a pod is a process on a loopback port, and an epoch change is
+make-before-break — old-epoch workers are hidden from the planner (so it starts the new
+epoch at once) but keep serving until the new epoch is Ready, then they are stopped.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from meshnet.api import labels
+from meshnet.local.manifests import RouteFile
+from meshnet.local.provision import LocalArtifact, provision
+from meshnet.local.registry import publish, withdraw
+from meshnet.local.stages import LocalStage, worker_spec
+from meshnet.reconcile import (
+    Create,
+    Delete,
+    Observed,
+    Patch,
+    Plan,
+    WorkerConfig,
+    observe_route,
+    plan,
+)
+from meshnet.route.launch import WorkerProcess, WorkerStartError
+
+Say = Callable[[str], None]
+MAX_BACKOFF_S = 30.0
+
+
+class LocalBackend:
+    def __init__(
+        self, binary: Path, log_dir: Path, pin_digest: str, say: Say, threads: int = 0
+    ) -> None:
+        self.binary = binary
+        self.log_dir = log_dir
+        self.say = say
+        self.threads = threads
+        self.config = WorkerConfig(
+            images={"cpu": "local", "cuda": "local", "rocm": "local", "vulkan": "local"},
+            pin_digest=pin_digest,
+        )
+        self.stages: dict[str, LocalStage] = {}
+        self.status: dict[str, Any] = {}
+        self.restarts: dict[str, int] = {}
+        self.not_before: dict[str, float] = {}
+        self.service_hash: str | None = None
+        self.route_file: RouteFile | None = None
+        self.artifact: LocalArtifact | None = None
+        self.generation = 0
+
+    # ---- inputs ----------------------------------------------------------------
+    def load(self, route_file: RouteFile) -> None:
+        """Take a (re)read route file: re-provision a changed artifact, bump the generation."""
+        previous = self.route_file
+        if previous is None or previous.artifact.get("spec") != route_file.artifact.get("spec"):
+            self.say(f"provisioning ModelArtifact {route_file.artifact['metadata']['name']} ...")
+            self.artifact = provision(route_file.artifact)
+            self.say(
+                f"artifact ready: {self.artifact.model_path} "
+                f"(manifestDigest {self.artifact.observed.manifest_digest})"
+            )
+        if previous is None or previous.route.get("spec") != route_file.route.get("spec"):
+            self.generation += 1
+        self.route_file = route_file
+
+    def observe(self) -> Observed:
+        assert self.route_file is not None and self.artifact is not None
+        doc = self.route_file.route
+        body = {
+            **doc,
+            "metadata": {
+                **doc["metadata"],
+                "uid": f"local-{doc['metadata']['name']}",
+                "generation": self.generation,
+            },
+            "status": self.status,
+        }
+        pods = tuple(s.observed() for s in self.stages.values() if not s.retiring)
+        return Observed(observe_route(body), pods, self.service_hash, self.artifact.observed)
+
+    # ---- one reconcile -----------------------------------------------------------
+    def reconcile(self) -> Plan:
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        result = plan(self.observe(), self.config, now)
+        for event in result.events:
+            self.say(f"{event.reason}: {event.message}")
+        if result.status is not None:
+            self.status = result.status
+        for action in result.actions:
+            self._apply(action)
+        self._finish_rollout()
+        return result
+
+    def _apply(self, action: Create | Patch | Delete) -> None:
+        if isinstance(action, Create) and action.obj["kind"] == "Pod":
+            self._start(action.obj)
+        elif isinstance(action, Delete) and action.kind == "Pod":
+            self._stop_or_retire(action.name)
+        elif action_kind(action) == "Service":  # no Services here; remember what was applied
+            self.service_hash = None if isinstance(action, Delete) else _service_hash(action)
+
+    def _start(self, pod: dict[str, Any]) -> None:
+        assert self.artifact is not None
+        stage = pod["metadata"]["labels"][labels.STAGE]
+        if time.monotonic() < self.not_before.get(stage, 0.0):
+            return  # backing off; the next reconcile asks again
+        spec = worker_spec(pod, self.artifact.model_path, self.threads)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        process = WorkerProcess(self.binary, spec, self.log_dir / f"{pod['metadata']['name']}.log")
+        entry = LocalStage(pod, process, restarts=self.restarts.get(stage, 0))
+        self.stages[entry.name] = entry
+        try:
+            process.start()
+        except WorkerStartError as exc:
+            self.say(f"stage {stage}: worker did not start: {exc}")
+            return
+        self.say(
+            f"stage {stage}: layers {spec.layers[0]}:{spec.layers[1]} epoch {spec.epoch} "
+            f"on {process.endpoint} (pid {process.pid})"
+        )
+
+    def _stop_or_retire(self, name: str) -> None:
+        entry = self.stages.get(name)
+        if entry is None:
+            return
+        epoch = int(self.status.get("epoch") or 0)
+        if entry.alive() and entry.epoch < epoch:
+            entry.retiring = True  # keeps serving until epoch `epoch` is Ready
+            return
+        if not entry.alive():
+            self._note_crash(entry)
+        entry.process.stop()
+        del self.stages[name]
+
+    def _note_crash(self, entry: LocalStage) -> None:
+        count = self.restarts.get(entry.stage, 0) + 1
+        self.restarts[entry.stage] = count
+        delay = min(MAX_BACKOFF_S, 2.0 ** (count - 1))
+        self.not_before[entry.stage] = time.monotonic() + delay
+        self.say(
+            f"stage {entry.stage}: worker exited with code {entry.process.exit_code()}; "
+            f"restart #{count} in {delay:.0f}s"
+        )
+
+    def _finish_rollout(self) -> None:
+        """Once the current epoch is Ready: stop retired workers and publish the route."""
+        if not self.ready():
+            return
+        retired = [s for s in self.stages.values() if s.retiring]
+        for entry in retired:
+            entry.process.stop()
+            del self.stages[entry.name]
+        if retired:
+            self.say(
+                f"epoch {self.status['epoch']} is ready; stopped {len(retired)} workers "
+                f"of epoch {retired[0].epoch}"
+            )
+        publish(self.route_name, self.route_entry())
+
+    # ---- what it serves ----------------------------------------------------------
+    @property
+    def route_name(self) -> str:
+        assert self.route_file is not None
+        return self.route_file.route_name
+
+    def ready(self) -> bool:
+        conditions = {c["type"]: c["status"] for c in self.status.get("conditions") or []}
+        return conditions.get("Ready") == "True"
+
+    def current_stages(self) -> list[LocalStage]:
+        """This epoch's workers in pipeline order."""
+        epoch = int(self.status.get("epoch") or 0)
+        order = [
+            s["name"] for s in (self.route_file.route["spec"]["stages"] if self.route_file else [])
+        ]
+        live = {s.stage: s for s in self.stages.values() if s.epoch == epoch and not s.retiring}
+        return [live[name] for name in order if name in live]
+
+    def route_entry(self) -> dict[str, Any]:
+        return {
+            "name": self.route_name,
+            "epoch": self.status.get("epoch"),
+            "routeDigest": self.status.get("routeDigest"),
+            "file": str(self.route_file.path) if self.route_file else "",
+            "stages": [
+                {
+                    "name": s.stage,
+                    "layers": "{}:{}".format(*s.process.spec.layers),
+                    "endpoint": s.process.endpoint,
+                    "pid": s.process.pid,
+                }
+                for s in self.current_stages()
+            ],
+        }
+
+    def shutdown(self) -> int:
+        """Stop every worker (SIGTERM, then SIGKILL); the number stopped."""
+        if self.route_file is not None:
+            withdraw(self.route_name)
+        count = 0
+        for entry in list(self.stages.values()):
+            entry.process.stop()
+            count += 1
+        self.stages.clear()
+        return count
+
+
+def action_kind(action: Create | Patch | Delete) -> str:
+    return str(action.obj["kind"]) if isinstance(action, Create) else action.kind
+
+
+def _service_hash(action: Create | Patch | Delete) -> str | None:
+    meta = (
+        action.obj["metadata"]
+        if isinstance(action, Create)
+        else (action.body.get("metadata") if isinstance(action, Patch) else {})
+    )
+    return str((meta or {}).get("labels", {}).get(labels.TEMPLATE)) or None

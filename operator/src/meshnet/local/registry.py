@@ -1,0 +1,55 @@
+"""Where `meshnet up` publishes its routes, so `meshnet generate --route NAME` finds them."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from meshnet.errors import MeshnetError
+from meshnet.paths import cache_dir
+
+
+class RouteNotFound(MeshnetError):
+    """No running `meshnet up` serves a route of that name."""
+
+
+def registry_dir() -> Path:
+    return cache_dir() / "routes"
+
+
+def publish(name: str, entry: dict[str, Any]) -> None:
+    path = registry_dir() / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({**entry, "pid": os.getpid()}, indent=2) + "\n")
+    tmp.replace(path)
+
+
+def withdraw(name: str) -> None:
+    (registry_dir() / f"{name}.json").unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def lookup(name: str) -> dict[str, Any]:
+    """The published route; refuses one whose `meshnet up` is gone."""
+    path = registry_dir() / f"{name}.json"
+    try:
+        entry: dict[str, Any] = json.loads(path.read_text())
+    except (OSError, ValueError):
+        known = sorted(p.stem for p in registry_dir().glob("*.json"))
+        hint = f" (running: {', '.join(known)})" if known else " (none is running)"
+        raise RouteNotFound(f"no route {name!r} started by `meshnet up`{hint}") from None
+    if not _alive(int(entry.get("pid", -1))):
+        raise RouteNotFound(f"route {name!r}: its `meshnet up` (pid {entry.get('pid')}) is gone")
+    return entry

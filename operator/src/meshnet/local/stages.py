@@ -1,0 +1,91 @@
+"""One stage pod of the plan, run as a worker process on loopback."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from meshnet.api import labels
+from meshnet.reconcile import ObservedPod
+from meshnet.route.launch import WorkerProcess, WorkerSpec
+
+# Pod args the local backend rewrites: files live on this machine, ports on loopback.
+_LOCAL_FLAGS = {
+    "--model",
+    "--listen",
+    "--metrics-listen",
+    "--layers",
+    "--route-id",
+    "--epoch",
+    "--slots",
+    "--ctx",
+    "--boundary-dtype",
+}
+
+
+def worker_spec(pod: dict[str, Any], model_path: Path, threads: int) -> WorkerSpec:
+    """The pod's worker arguments, with the model path and addresses of this machine."""
+    args: list[str] = pod["spec"]["containers"][0]["args"]
+    flags = dict(zip(args[::2], args[1::2], strict=True))
+    unknown = sorted(set(flags) - _LOCAL_FLAGS)
+    if unknown:  # e.g. TLS material mounted from a Secret: there is no Secret here
+        raise ValueError(f"the local backend cannot run pods with {', '.join(unknown)}")
+    begin, end = flags["--layers"].split(":")
+    return WorkerSpec(
+        model=model_path,
+        layers=(int(begin), int(end)),
+        route_id=flags["--route-id"],
+        epoch=int(flags["--epoch"]),
+        slots=int(flags["--slots"]),
+        ctx=int(flags["--ctx"]),
+        boundary_dtype=flags["--boundary-dtype"],
+        threads=threads,
+    )
+
+
+@dataclass
+class LocalStage:
+    """A stage pod and its process; `restarts` counts crashes, as the kubelet would."""
+
+    pod: dict[str, Any]
+    process: WorkerProcess
+    restarts: int = 0
+    failed_at: float | None = None  # when the process was last seen dead
+    retiring: bool = False  # an old epoch kept serving until the new one is ready
+    started_at: float = field(default_factory=time.time)
+
+    @property
+    def name(self) -> str:
+        return str(self.pod["metadata"]["name"])
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return dict(self.pod["metadata"]["labels"])
+
+    @property
+    def stage(self) -> str:
+        return self.labels[labels.STAGE]
+
+    @property
+    def epoch(self) -> int:
+        return int(self.labels[labels.EPOCH])
+
+    def alive(self) -> bool:
+        return self.process.running()
+
+    def observed(self) -> ObservedPod:
+        running = self.alive()
+        return ObservedPod(
+            name=self.name,
+            stage=self.stage,
+            epoch=self.epoch,
+            template_hash=self.labels.get(labels.TEMPLATE, ""),
+            digest=self.labels.get(labels.DIGEST, ""),
+            phase="Running" if running else "Failed",
+            ready=running,
+            restarts=self.restarts,
+            failing_reason=None if running else "CrashLoopBackOff",
+            failing_message="" if running else f"worker exited with {self.process.exit_code()}",
+        )
