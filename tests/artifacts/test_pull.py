@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from meshnet.artifacts.markers import Layout
-from meshnet.artifacts.pull import pull
+from meshnet.artifacts.pull import compact_json, pull
 from meshnet.artifacts.retry import RetryPolicy
 from meshnet.artifacts.sources import HttpSource
 from meshnet.artifacts.spec import load_artifact
@@ -37,11 +37,15 @@ def test_pull_downloads_verifies_and_reports_gguf_facts(split_set, serve, meshne
     artifact = split_set.artifact_yaml(tmp_path / "ma.yaml", url)
     dest = tmp_path / "models"
 
-    result = meshnet("artifact", "pull", "--artifact", str(artifact), "--dest", str(dest), "--json")
+    termination_log = tmp_path / "termination-log"
+
+    result = meshnet("artifact", "pull", "--artifact", str(artifact), "--dest", str(dest), "--json",
+                     "--summary-file", str(termination_log))
 
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)
     assert summary["result"] == "Verified"
+    assert json.loads(termination_log.read_text()) == summary  # small enough to keep whole
     assert summary["manifestDigest"] == manifest_digest(
         (e.name, e.size, e.sha256) for e in split_set.manifest.entries)
     assert summary["filesVerified"] == summary["filesTotal"] == 3
@@ -259,3 +263,37 @@ def test_a_file_the_server_does_not_have_is_a_download_failure_naming_it(split_s
     assert summary["result"] == "DownloadFailed"
     assert split_set.files[0].name in summary["message"] and "HTTP 404" in summary["message"]
     assert server.bytes_sent == 0  # the source is the problem: the other files wait
+
+
+def test_two_pulls_into_one_folder_take_turns_and_fetch_each_byte_once(split_set, serve,
+                                                                       tmp_path):
+    server, url = serve(split_set.folder, rate=60e6)
+    artifact = split_set.artifact_yaml(tmp_path / "ma.yaml", url)
+    dest = tmp_path / "models"
+    command = meshnet_command("artifact", "pull", "--artifact", str(artifact), "--dest",
+                              str(dest), "--json")
+
+    pulls = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    results = [p.communicate(timeout=300) for p in pulls]
+
+    assert [p.returncode for p in pulls] == [0, 0], results
+    states = sorted(tuple(f["state"] for f in json.loads(out)["files"]) for out, _ in results)
+    assert states == [("downloaded",) * 3, ("skipped",) * 3]
+    assert any("waiting" in err for _, err in results)
+    assert server.bytes_sent == split_set.total
+    assert same_files(split_set, dest)
+
+
+def test_a_summary_too_big_for_a_termination_message_keeps_totals_and_facts():
+    report = {"result": "HashMismatch", "message": "x" * 5000, "filesTotal": 300,
+              "files": [{"name": f"m-{i:05d}-of-00300.gguf"} for i in range(300)],
+              "gguf": {"architecture": "deepseek4", "bytesPerLayer": [123456789] * 43}}
+
+    text = compact_json(report, 4096)
+
+    compact = json.loads(text)
+    assert len(text.encode()) <= 4096
+    assert compact["files"] == [] and compact["filesTotal"] == 300
+    assert compact["gguf"] == {"architecture": "deepseek4"}
+    assert compact["result"] == "HashMismatch" and compact["message"].endswith("...")

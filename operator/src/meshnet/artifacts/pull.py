@@ -9,8 +9,10 @@ partial to quarantine and report HashMismatch naming the file and both digests.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import random
+import sys
 import time
 from collections.abc import Callable
 from contextlib import closing, suppress
@@ -19,7 +21,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from meshnet.artifacts.facts import ModelFacts
-from meshnet.artifacts.hashing import sha256_file
+from meshnet.artifacts.hashing import READ_BYTES, sha256_file
 from meshnet.artifacts.journal import (
     Chunk,
     Journal,
@@ -41,7 +43,7 @@ from meshnet.artifacts.retry import RetryPolicy
 from meshnet.artifacts.sources import ByteSource, TransientError
 from meshnet.artifacts.spec import Artifact, ArtifactFile
 from meshnet.artifacts.splitset import check_split_names
-from meshnet.artifacts.storage import check_space, refuse_home
+from meshnet.artifacts.storage import check_space, exclusive, refuse_home
 from meshnet.artifacts.verify import MeterFactory, read_model_facts
 from meshnet.errors import ArtifactError, DownloadFailed, HashMismatch, StorageRefused
 
@@ -110,6 +112,25 @@ class PullSummary:
             "files": [f.to_json() for f in self.files],
             "gguf": self.facts.to_json() if self.facts else None,
         }
+
+
+def compact_json(report: dict[str, Any], limit: int) -> str:
+    """The summary in at most `limit` bytes (a termination message keeps 4096): per-file
+    detail goes first, then the per-layer sizes, then the end of the message."""
+
+    def dump(value: dict[str, Any]) -> str:
+        return json.dumps(value, separators=(",", ":"))
+
+    if len(dump(report).encode()) > limit:
+        report = {**report, "files": []}
+    if len(dump(report).encode()) > limit and report.get("gguf"):
+        report["gguf"] = {k: v for k, v in report["gguf"].items() if k != "bytesPerLayer"}
+    excess = len(dump(report).encode()) - limit
+    if excess > 0:
+        message = str(report.get("message", "")).encode()
+        report["message"] = message[: max(0, len(message) - excess - 3)].decode(errors="ignore")
+        report["message"] += "..."
+    return dump(report)
 
 
 @dataclass
@@ -220,17 +241,15 @@ class Puller:
         data = open(partial, "r+b" if size is not None else "w+b")  # noqa: SIM115 (kept open)
         whole = hashlib.sha256()
         for chunk in plan.reuse:
-            data.seek(chunk.offset)
-            block = data.read(chunk.length)
-            if len(block) != chunk.length or hashlib.sha256(block).hexdigest() != chunk.sha256:
+            checked = self._recheck(data, chunk, whole)
+            if checked is None:
                 self.meter.log(
                     f"{file.name}: checkpointed bytes at {chunk.offset:,} changed on "
                     "disk: downloading again from there"
                 )
                 break
-            whole.update(block)
+            whole = checked
             keep.append(chunk)
-            self.meter.advance(chunk.length)
         offset = keep[-1].end if keep else 0
         data.truncate(offset)
         data.seek(offset)
@@ -252,6 +271,22 @@ class Puller:
             offset=offset,
             piece_start=offset,
         )
+
+    def _recheck(self, data: IO[bytes], chunk: Chunk, whole: hashlib._Hash) -> hashlib._Hash | None:
+        """`whole` extended by the chunk's bytes on disk, or None if they are not the
+        bytes the journal vouched for (read in pieces: a chunk may be 256 MiB)."""
+        extended, piece = whole.copy(), hashlib.sha256()
+        data.seek(chunk.offset)
+        left = chunk.length
+        while left:
+            block = data.read(min(READ_BYTES, left))
+            if not block:
+                return None
+            extended.update(block)
+            piece.update(block)
+            left -= len(block)
+            self.meter.advance(len(block))
+        return extended if piece.hexdigest() == chunk.sha256 else None
 
     def _download(self, transfer: _Transfer, outcome: FileOutcome) -> None:
         file = transfer.file
@@ -303,6 +338,23 @@ def _reusable_bytes(layout: Layout, file: ArtifactFile) -> int:
     return 0
 
 
+def _fetch_all(files: list[ArtifactFile], outcomes: dict[str, FileOutcome], puller: Puller) -> None:
+    first_mismatch: HashMismatch | None = None
+    for file in files:
+        try:
+            puller.fetch(file, outcomes[file.name])
+        except ArtifactError as exc:
+            outcomes[file.name].state = "failed"
+            outcomes[file.name].error = str(exc)
+            if not isinstance(exc, HashMismatch):
+                raise  # the source or the storage is the problem: stop here
+            # Only this file's bytes were bad: fetch the others, so a retry has less to do.
+            puller.meter.log(str(exc))
+            first_mismatch = first_mismatch or exc
+    if first_mismatch:
+        raise first_mismatch
+
+
 def pull(
     artifact: Artifact,
     dest: Path,
@@ -316,14 +368,8 @@ def pull(
     started = time.monotonic()
     spec = artifact.spec
     layout = Layout(dest)
-    summary = PullSummary(
-        artifact.name,
-        spec.manifest_digest(),
-        str(dest),
-        [FileOutcome(f.name, f.size) for f in spec.files],
-    )
-    outcomes = {o.name: o for o in summary.files}
-    first_error: ArtifactError | None = None
+    outcomes = {f.name: FileOutcome(f.name, f.size) for f in spec.files}
+    summary = PullSummary(artifact.name, spec.manifest_digest(), str(dest), list(outcomes.values()))
     try:
         refuse_home(dest)
         check_split_names([f.name for f in spec.files])
@@ -331,28 +377,17 @@ def pull(
             layout.state.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise StorageRefused(f"cannot create {layout.state}: {exc.strerror}") from None
-        pending = []
-        for file in spec.files:
-            if has_valid_marker(layout, file):
-                outcomes[file.name].state = "skipped"
-            else:
-                pending.append(file)
-        check_space(dest, sum(f.size - _reusable_bytes(layout, f) for f in pending))
-        with meters(sum(f.size for f in pending), "pull") as meter:
-            puller = Puller(layout, source, meter, policy, rng, sleep)
-            for file in pending:
-                try:
-                    puller.fetch(file, outcomes[file.name])
-                except ArtifactError as exc:
-                    outcomes[file.name].state = "failed"
-                    outcomes[file.name].error = str(exc)
-                    if not isinstance(exc, HashMismatch):
-                        raise  # the source or the storage is the problem: stop here
-                    # Only this file's bytes were bad: fetch the others, so a retry has less to do.
-                    meter.log(str(exc))
-                    first_error = first_error or exc
-        if first_error:
-            raise first_error
+        with exclusive(layout.state / "pull.lock", lambda: log_waiting(dest)):
+            pending = []
+            for file in spec.files:
+                if has_valid_marker(layout, file):
+                    outcomes[file.name].state = "skipped"
+                else:
+                    pending.append(file)
+            check_space(dest, sum(f.size - _reusable_bytes(layout, f) for f in pending))
+            with meters(sum(f.size for f in pending), "pull") as meter:
+                puller = Puller(layout, source, meter, policy, rng, sleep)
+                _fetch_all(pending, outcomes, puller)
         summary.facts = read_model_facts(dest, [f.name for f in spec.files], spec.expectations)
         summary.message = f"{len(spec.files)} files, {spec.total_bytes():,} bytes in {dest}"
     except ArtifactError as exc:
@@ -362,3 +397,7 @@ def pull(
         summary.message = f"storage error at {dest}: {exc}"
     summary.seconds = time.monotonic() - started
     return summary
+
+
+def log_waiting(dest: Path) -> None:
+    print(f"another pull is writing into {dest}: waiting for it to finish", file=sys.stderr)

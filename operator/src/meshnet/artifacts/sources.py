@@ -29,8 +29,6 @@ class TransientError(Exception):
 
 
 class ByteSource(Protocol):
-    def describe(self, file: ArtifactFile) -> str: ...
-
     def stream(self, file: ArtifactFile, offset: int) -> Generator[bytes, None, None]:
         """The file's bytes from `offset` to its end (fewer if the transfer breaks)."""
         ...
@@ -47,9 +45,6 @@ class HttpSource:
 
     def close(self) -> None:
         self.client.close()
-
-    def describe(self, file: ArtifactFile) -> str:
-        return self.url(file)
 
     def url(self, file: ArtifactFile) -> str:
         if file.url:
@@ -104,9 +99,6 @@ class DirectorySource:
 
     def close(self) -> None:
         pass
-
-    def describe(self, file: ArtifactFile) -> str:
-        return str(self.root / file.name)
 
     def stream(self, file: ArtifactFile, offset: int) -> Generator[bytes, None, None]:
         try:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from meshnet.errors import StorageRefused
@@ -44,3 +47,21 @@ def check_space(dest: Path, needed: int, free: int | None = None) -> None:
             f"not enough space at {dest}: {needed:,} bytes still to write "
             f"(+{HEADROOM_BYTES >> 20} MiB headroom) but {available:,} free"
         )
+
+
+@contextmanager
+def exclusive(lock_file: Path, on_wait: Callable[[], None]) -> Iterator[None]:
+    """Hold an exclusive lock on `lock_file`, waiting (after `on_wait()`) while another
+    process holds it. A Job pod retried while its predecessor still terminates must not
+    write the same partials; the kernel drops the lock when its holder dies, even by SIGKILL.
+    """
+    with open(lock_file, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            on_wait()
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

@@ -7,7 +7,6 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -19,7 +18,7 @@ from meshnet.artifacts.manifest import (
     render_document,
 )
 from meshnet.artifacts.progress import ByteMeter, Meter
-from meshnet.artifacts.pull import FileOutcome, PullSummary, pull
+from meshnet.artifacts.pull import FileOutcome, PullSummary, compact_json, pull
 from meshnet.artifacts.sources import open_source
 from meshnet.artifacts.spec import load_artifact
 from meshnet.artifacts.verify import verify_folder
@@ -92,19 +91,6 @@ def manifest_cmd(
         )
     else:
         click.echo(text, nl=False)
-
-
-def _write_summary_file(path: Path, report: dict[str, Any]) -> None:
-    text = json.dumps(report, separators=(",", ":"))
-    if len(text.encode()) > TERMINATION_LIMIT:
-        # Per-file detail is the first thing to go; the totals and facts stay.
-        report = {
-            **report,
-            "files": [],
-            "gguf": {k: v for k, v in (report.get("gguf") or {}).items() if k != "bytesPerLayer"},
-        }
-        text = json.dumps(report, separators=(",", ":"))
-    path.write_text(text[:TERMINATION_LIMIT])
 
 
 def _pull_detail(outcome: FileOutcome) -> str | None:
@@ -189,7 +175,7 @@ def pull_cmd(
             )
     report = summary.to_json()
     if summary_file:
-        _write_summary_file(summary_file, report)
+        summary_file.write_text(compact_json(report, TERMINATION_LIMIT))
     if as_json:
         click.echo(json.dumps(report, indent=2))
     else:
