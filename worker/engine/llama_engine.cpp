@@ -1,0 +1,448 @@
+// llama_engine.cpp - engine_i on the patched llama.cpp: one layer range of a GGUF model in
+// one context whose sequences are the session slots; a step is batched into one decode.
+#include "engine.h"
+#include "gguf_facts.h"
+#include "layer_range.h"
+
+#include "llama-cpp.h"
+#include "llama.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+namespace meshnet {
+
+namespace {
+
+// Keeps llama.cpp's error lines while a model loads, so a refused load can say why;
+// everything is still passed on to the logger installed before.
+class load_log_capture {
+public:
+    load_log_capture() {
+        llama_log_get(&prev_callback_, &prev_user_data_);
+        llama_log_set(&load_log_capture::on_log, this);
+    }
+    ~load_log_capture() { llama_log_set(prev_callback_, prev_user_data_); }
+
+    load_log_capture(const load_log_capture &) = delete;
+    load_log_capture & operator=(const load_log_capture &) = delete;
+
+    // the last error line, without its "function: " prefix and newline
+    std::string last_error() const {
+        std::string line = last_error_;
+        while (!line.empty() && (line.back() == '\n' || line.back() == ' ')) {
+            line.pop_back();
+        }
+        const size_t colon = line.find(": ");
+        return colon == std::string::npos ? line : line.substr(colon + 2);
+    }
+
+private:
+    static void on_log(ggml_log_level level, const char * text, void * user_data) {
+        auto * self = static_cast<load_log_capture *>(user_data);
+        if (level == GGML_LOG_LEVEL_ERROR && std::strstr(text, "error loading model:") != nullptr) {
+            self->last_error_ = text;
+        }
+        if (self->prev_callback_) {
+            self->prev_callback_(level, text, self->prev_user_data_);
+        }
+    }
+
+    ggml_log_callback prev_callback_  = nullptr;
+    void *            prev_user_data_ = nullptr;
+    std::string       last_error_;
+};
+
+step_result failure(engine_status status, std::string message) {
+    step_result result;
+    result.status  = status;
+    result.message = std::move(message);
+    return result;
+}
+
+int32_t default_threads() {
+    const unsigned n = std::thread::hardware_concurrency();
+    return n == 0 ? 4 : static_cast<int32_t>(n);
+}
+
+class llama_engine final : public engine_i {
+public:
+    llama_engine(engine_info info, llama_model_ptr model, llama_context_ptr ctx, int32_t n_batch)
+        : info_(std::move(info)), model_(std::move(model)), ctx_(std::move(ctx)), n_batch_(n_batch),
+          batch_(llama_batch_ext_init(ctx_.get())) {}
+
+    const engine_info & info() const override { return info_; }
+
+    std::vector<step_result> step(const std::vector<step_request> & requests) override;
+
+    int32_t slot_n_past(int32_t slot) const override {
+        std::lock_guard<std::mutex> lock(mutex_);
+        return n_past(slot);
+    }
+
+    void slot_clear(int32_t slot) override {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (slot >= 0 && slot < info_.n_slots) {
+            llama_memory_seq_rm(memory(), slot, -1, -1);
+        }
+    }
+
+    int64_t kv_used() const override {
+        std::lock_guard<std::mutex> lock(mutex_);
+        int64_t used = 0;
+        for (int32_t slot = 0; slot < info_.n_slots; ++slot) {
+            used += n_past(slot);
+        }
+        return used;
+    }
+
+    int64_t kv_total() const override {
+        return static_cast<int64_t>(info_.n_ctx) * info_.n_slots;
+    }
+
+    engine_status tokenize(const std::string & text, bool add_special, std::vector<int32_t> & out) const override;
+    engine_status detokenize(const std::vector<int32_t> & tokens, std::string & out) const override;
+
+private:
+    llama_memory_t memory() const { return llama_get_memory(ctx_.get()); }
+
+    int32_t n_past(int32_t slot) const {
+        if (slot < 0 || slot >= info_.n_slots) {
+            return 0;
+        }
+        return llama_memory_seq_pos_max(memory(), slot) + 1;
+    }
+
+    step_result check(const step_request & request) const;
+
+    // decodes the requests as one batch; false when the decode failed as a whole, with
+    // every slot of the group back where it was before
+    bool decode(const std::vector<step_request> & requests, const std::vector<size_t> & group,
+                std::vector<step_result> & results, int32_t & rc);
+
+    engine_info       info_;
+    llama_model_ptr   model_;
+    llama_context_ptr ctx_;
+    int32_t           n_batch_;
+    llama_batch_ext_ptr batch_;
+    mutable std::mutex mutex_;
+};
+
+step_result llama_engine::check(const step_request & request) const {
+    if (request.slot < 0 || request.slot >= info_.n_slots) {
+        return failure(engine_status::invalid_argument,
+                       "slot " + std::to_string(request.slot) + " is outside 0.." + std::to_string(info_.n_slots - 1));
+    }
+    const size_t n_tokens = request.positions.size();
+    if (n_tokens == 0) {
+        return failure(engine_status::invalid_argument, "a step needs at least one position");
+    }
+    if (n_tokens > static_cast<size_t>(n_batch_)) {
+        return failure(engine_status::invalid_argument, "a step holds at most " + std::to_string(n_batch_) +
+                       " tokens per session, got " + std::to_string(n_tokens));
+    }
+    if (info_.is_first()) {
+        if (request.tokens.size() != n_tokens) {
+            return failure(engine_status::invalid_argument, "the first stage needs one token id per position");
+        }
+        if (!request.boundary.empty()) {
+            return failure(engine_status::invalid_argument, "the first stage takes token ids, not a boundary");
+        }
+        for (int32_t token : request.tokens) {
+            if (token < 0 || token >= info_.n_vocab) {
+                return failure(engine_status::invalid_argument, "token id " + std::to_string(token) +
+                               " is outside the vocabulary of " + std::to_string(info_.n_vocab));
+            }
+        }
+    } else {
+        if (request.boundary.size() != n_tokens * static_cast<size_t>(info_.boundary_row)) {
+            return failure(engine_status::invalid_argument, "the boundary needs " + std::to_string(n_tokens) + " x " +
+                           std::to_string(info_.boundary_row) + " floats, got " + std::to_string(request.boundary.size()));
+        }
+        if (!request.tokens.empty() && request.tokens.size() != n_tokens) {
+            return failure(engine_status::invalid_argument, "token ids beside a boundary need one per position");
+        }
+        for (float value : request.boundary) {
+            if (!std::isfinite(value)) {
+                return failure(engine_status::invalid_argument, "the boundary holds a NaN or infinite value");
+            }
+        }
+    }
+    if (info_.is_last()) {
+        for (int32_t row : request.output_rows) {
+            if (row < 0 || static_cast<size_t>(row) >= n_tokens) {
+                return failure(engine_status::invalid_argument, "output row " + std::to_string(row) +
+                               " is outside the step's " + std::to_string(n_tokens) + " rows");
+            }
+        }
+    }
+    const int32_t past = n_past(request.slot);
+    if (request.positions[0] != past) {
+        return failure(engine_status::cache_miss, "slot " + std::to_string(request.slot) + " holds " +
+                       std::to_string(past) + " positions, the step starts at " + std::to_string(request.positions[0]));
+    }
+    for (size_t i = 1; i < n_tokens; ++i) {
+        if (request.positions[i] != request.positions[0] + static_cast<int32_t>(i)) {
+            return failure(engine_status::invalid_argument, "positions must be consecutive");
+        }
+    }
+    if (static_cast<int64_t>(past) + static_cast<int64_t>(n_tokens) > info_.n_ctx) {
+        return failure(engine_status::context_overflow, "slot " + std::to_string(request.slot) + " would hold " +
+                       std::to_string(past + static_cast<int64_t>(n_tokens)) + " positions, the context holds " +
+                       std::to_string(info_.n_ctx));
+    }
+    return step_result{};
+}
+
+bool llama_engine::decode(const std::vector<step_request> & requests, const std::vector<size_t> & group,
+                          std::vector<step_result> & results, int32_t & rc) {
+    llama_batch_ext * batch = batch_.get();
+    llama_batch_ext_clear(batch);
+
+    const size_t row_floats = static_cast<size_t>(info_.boundary_row);
+    std::vector<int32_t> first_index(group.size());
+    for (size_t g = 0; g < group.size(); ++g) {
+        const step_request & request = requests[group[g]];
+        std::vector<bool> wanted(request.positions.size(), !info_.is_last());
+        for (int32_t row : request.output_rows) {
+            wanted[static_cast<size_t>(row)] = true;
+        }
+        for (size_t i = 0; i < request.positions.size(); ++i) {
+            int32_t index;
+            if (info_.is_first()) {
+                index = llama_batch_ext_add_token(batch, request.slot, request.tokens[i]);
+            } else {
+                const llama_embd row = { request.boundary.data() + i * row_floats, 1, row_floats };
+                index = llama_batch_ext_add_embd(batch, request.slot, row);
+            }
+            if (index < 0 || !llama_batch_ext_set_pos(batch, index, &request.positions[i]) ||
+                !llama_batch_ext_set_output_logits(batch, index, wanted[i])) {
+                rc = -1;
+                return false;
+            }
+            if (i == 0) {
+                first_index[g] = index;
+            }
+        }
+    }
+
+    rc = llama_process(ctx_.get(), LLAMA_PROCESS_TYPE_DECODE, batch);
+    if (rc != 0) {
+        // 1 and -1 leave the memory as it was; other failures may keep finished ubatches
+        for (size_t r : group) {
+            llama_memory_seq_rm(memory(), requests[r].slot, requests[r].positions[0], -1);
+        }
+        return false;
+    }
+
+    for (size_t g = 0; g < group.size(); ++g) {
+        const step_request & request = requests[group[g]];
+        step_result & result = results[group[g]];
+        if (!info_.is_last()) {
+            result.boundary.resize(request.positions.size() * row_floats);
+            for (size_t i = 0; i < request.positions.size(); ++i) {
+                const float * row = llama_get_boundary_ith(ctx_.get(), first_index[g] + static_cast<int32_t>(i));
+                if (row == nullptr) {
+                    result = failure(engine_status::internal, "llama.cpp returned no boundary row");
+                    llama_memory_seq_rm(memory(), request.slot, -1, -1);
+                    break;
+                }
+                std::memcpy(result.boundary.data() + i * row_floats, row, row_floats * sizeof(float));
+            }
+            continue;
+        }
+        const size_t n_vocab = static_cast<size_t>(info_.n_vocab);
+        result.logits.resize(request.output_rows.size() * n_vocab);
+        for (size_t k = 0; k < request.output_rows.size(); ++k) {
+            const float * row = llama_get_logits_ith(ctx_.get(), first_index[g] + request.output_rows[k]);
+            if (row == nullptr) {
+                result = failure(engine_status::internal, "llama.cpp returned no logits row");
+                llama_memory_seq_rm(memory(), request.slot, -1, -1);
+                break;
+            }
+            std::memcpy(result.logits.data() + k * n_vocab, row, n_vocab * sizeof(float));
+        }
+    }
+    return true;
+}
+
+std::vector<step_result> llama_engine::step(const std::vector<step_request> & requests) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::vector<step_result> results(requests.size());
+
+    // admit the valid requests, at most one per slot, into groups that fit one decode
+    std::vector<std::vector<size_t>> groups;
+    std::vector<bool> slot_taken(static_cast<size_t>(info_.n_slots), false);
+    size_t group_tokens = 0;
+    for (size_t r = 0; r < requests.size(); ++r) {
+        results[r] = check(requests[r]);
+        if (results[r].status != engine_status::ok) {
+            continue;
+        }
+        if (slot_taken[static_cast<size_t>(requests[r].slot)]) {
+            results[r] = failure(engine_status::invalid_argument,
+                                 "slot " + std::to_string(requests[r].slot) + " appears twice in one step");
+            continue;
+        }
+        slot_taken[static_cast<size_t>(requests[r].slot)] = true;
+        const size_t n_tokens = requests[r].positions.size();
+        if (groups.empty() || group_tokens + n_tokens > static_cast<size_t>(n_batch_)) {
+            groups.emplace_back();
+            group_tokens = 0;
+        }
+        groups.back().push_back(r);
+        group_tokens += n_tokens;
+    }
+
+    for (const std::vector<size_t> & group : groups) {
+        int32_t rc = 0;
+        if (decode(requests, group, results, rc)) {
+            continue;
+        }
+        // the batch failed as a whole: run each session alone, so one cannot fail another
+        for (size_t r : group) {
+            if (group.size() > 1 && decode(requests, {r}, results, rc)) {
+                continue;
+            }
+            if (rc == 1) {
+                results[r] = failure(engine_status::capacity_exhausted, "no free KV cells for the step");
+            } else if (rc == -1) {
+                results[r] = failure(engine_status::invalid_argument, "llama.cpp refused the batch");
+            } else {
+                llama_memory_seq_rm(memory(), requests[r].slot, -1, -1);
+                results[r] = failure(engine_status::internal,
+                                     "decode failed (" + std::to_string(rc) + "); the slot was cleared");
+            }
+        }
+    }
+    return results;
+}
+
+engine_status llama_engine::tokenize(const std::string & text, bool add_special, std::vector<int32_t> & out) const {
+    const llama_vocab * vocab = llama_model_get_vocab(model_.get());
+    const int32_t text_len = static_cast<int32_t>(text.size());
+    int32_t n = llama_tokenize(vocab, text.data(), text_len, nullptr, 0, add_special, /*parse_special =*/ true);
+    if (n == INT32_MIN) {
+        return engine_status::invalid_argument;
+    }
+    out.resize(static_cast<size_t>(n < 0 ? -n : n));
+    n = llama_tokenize(vocab, text.data(), text_len, out.data(), static_cast<int32_t>(out.size()), add_special, true);
+    if (n < 0) {
+        out.clear();
+        return engine_status::internal;
+    }
+    out.resize(static_cast<size_t>(n));
+    return engine_status::ok;
+}
+
+engine_status llama_engine::detokenize(const std::vector<int32_t> & tokens, std::string & out) const {
+    const llama_vocab * vocab = llama_model_get_vocab(model_.get());
+    for (int32_t token : tokens) {
+        if (token < 0 || token >= info_.n_vocab) {
+            return engine_status::invalid_argument;
+        }
+    }
+    const int32_t n_tokens = static_cast<int32_t>(tokens.size());
+    out.assign(tokens.size() * 8 + 16, '\0');
+    int32_t n = llama_detokenize(vocab, tokens.data(), n_tokens, out.data(), static_cast<int32_t>(out.size()), false, false);
+    if (n < 0) {
+        out.assign(static_cast<size_t>(-n), '\0');
+        n = llama_detokenize(vocab, tokens.data(), n_tokens, out.data(), static_cast<int32_t>(out.size()), false, false);
+    }
+    if (n < 0) {
+        out.clear();
+        return engine_status::internal;
+    }
+    out.resize(static_cast<size_t>(n));
+    return engine_status::ok;
+}
+
+} // namespace
+
+engine_ptr llama_engine_init(const engine_params & params, std::string & error) {
+    gguf_facts facts;
+    if (!gguf_facts_read(params.model_path, facts, error)) {
+        return nullptr;
+    }
+    const layer_range range = { params.layer_begin, params.layer_end < 0 ? facts.n_layer : params.layer_end };
+    const std::string range_problem = layer_range_check(range, facts.n_layer);
+    if (!range_problem.empty()) {
+        error = range_problem;
+        return nullptr;
+    }
+    if (params.n_ctx <= 0 || params.n_slots <= 0 || params.n_batch <= 0 || params.n_threads < 0) {
+        error = "n_ctx, n_slots and n_batch must be positive, n_threads non-negative";
+        return nullptr;
+    }
+
+    static std::once_flag backend_once;
+    std::call_once(backend_once, [] { llama_backend_init(); });
+
+    llama_model_params mparams = llama_model_default_params();
+    mparams.layer_begin  = range.begin;
+    mparams.layer_end    = range.end;
+    mparams.n_gpu_layers = params.n_gpu_layers;
+    // read only the owned tensors into buffers of their own: no mapping of the whole file
+    mparams.load_mode    = LLAMA_LOAD_MODE_NONE;
+    // no repacked CPU weight copies: at the pin the AMX repack path crashes on our build
+    // machines (llama-bench too, unless --repack 0), and the plain layout keeps the stage
+    // footprint equal to the tensors it owns
+    mparams.use_extra_bufts = false;
+
+    llama_model_ptr model;
+    {
+        load_log_capture capture;
+        model.reset(llama_model_load_from_file(params.model_path.c_str(), mparams));
+        if (!model) {
+            const std::string reason = capture.last_error();
+            error = "llama.cpp could not load layers " + range.str() + " of " + params.model_path +
+                    (reason.empty() ? "" : ": " + reason);
+            return nullptr;
+        }
+    }
+
+    const int32_t n_threads = params.n_threads > 0 ? params.n_threads : default_threads();
+    llama_context_params cparams = llama_context_default_params();
+    cparams.n_ctx           = static_cast<uint32_t>(params.n_ctx) * static_cast<uint32_t>(params.n_slots);
+    cparams.n_seq_max       = static_cast<uint32_t>(params.n_slots);
+    cparams.kv_unified      = false; // every slot its own KV stream of n_ctx cells
+    cparams.n_batch         = static_cast<uint32_t>(params.n_batch);
+    cparams.n_ubatch        = static_cast<uint32_t>(params.n_batch);
+    cparams.n_threads       = n_threads;
+    cparams.n_threads_batch = n_threads;
+    cparams.no_perf         = true;
+
+    llama_context_ptr ctx;
+    {
+        load_log_capture capture;
+        ctx.reset(llama_init_from_model(model.get(), cparams));
+        if (!ctx) {
+            error = "llama.cpp could not create a context of " + std::to_string(params.n_slots) + " x " +
+                    std::to_string(params.n_ctx) + " positions for layers " + range.str();
+            return nullptr;
+        }
+    }
+
+    engine_info info;
+    info.arch         = facts.arch;
+    info.n_layer      = llama_model_n_layer(model.get());
+    info.layer_begin  = llama_model_layer_begin(model.get());
+    info.layer_end    = llama_model_layer_end(model.get());
+    info.n_embd       = llama_model_n_embd(model.get());
+    info.n_vocab      = llama_vocab_n_tokens(llama_model_get_vocab(model.get()));
+    info.has_vocab    = info.n_vocab > 0;
+    info.schema       = boundary_schema::dense_residual;
+    info.boundary_row = info.n_embd;
+    info.n_ctx        = static_cast<int32_t>(llama_n_ctx_seq(ctx.get()));
+    info.n_slots      = static_cast<int32_t>(llama_n_seq_max(ctx.get()));
+    info.weight_bytes = llama_model_buffer_size(model.get());
+    info.kv_bytes     = llama_memory_buffer_size(llama_get_memory(ctx.get()));
+
+    const int32_t n_batch = static_cast<int32_t>(llama_n_batch(ctx.get()));
+    return std::make_unique<llama_engine>(std::move(info), std::move(model), std::move(ctx), n_batch);
+}
+
+} // namespace meshnet
