@@ -18,6 +18,8 @@ COMMAND_MODULES = [
     "meshnet.cli.validate",
     "meshnet.cli.operator",
     "meshnet.cli.worker",
+    "meshnet.cli.up",
+    "meshnet.cli.parity",
     "meshnet.cli.generate",
 ]
 
