@@ -163,3 +163,14 @@ def test_manifest_of_one_unsplit_gguf_is_a_one_file_artifact(meshnet):
     document = yaml.safe_load(result.stdout)
     assert [f["name"] for f in document["spec"]["files"]] == [smollm2_gguf().name]
     assert document["metadata"]["name"] == "smollm2-135m-instruct-q4-1"
+
+
+def test_a_file_that_is_not_gguf_is_refused_by_name(meshnet, tmp_path):
+    fake = tmp_path / "model.gguf"
+    fake.write_bytes(b"<html>404 not found</html>" * 10)
+
+    result = meshnet("artifact", "manifest", str(fake))
+
+    assert result.returncode == 1
+    assert "model.gguf is not a readable GGUF file" in result.stderr
+    assert "Traceback" not in result.stderr

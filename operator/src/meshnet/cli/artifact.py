@@ -151,10 +151,11 @@ def pull_cmd(
     """Provision the artifact's files into DEST, resumably, and verify them.
 
     A file whose verified marker matches is skipped. Others are downloaded with HTTP
-    Range resume into NAME.partial, hashed while written, checkpointed per chunk (so a
-    killed pull resumes both download and verification), and renamed into place only
-    when the sha256 matches. Exit status: 0 verified, 1 worth retrying (download
-    failed, hash mismatch), 3 not worth retrying (spec, split set, storage).
+    Range resume into NAME.partial, hashed while written and checkpointed per chunk (a
+    killed pull re-checks what it has from local disk and downloads only the rest),
+    and renamed into place only when the sha256 matches. Exit status: 0 verified,
+    1 worth retrying (download failed, hash mismatch), 3 not worth retrying (spec,
+    split set, storage).
     """
     try:
         artifact = load_artifact(artifact_file)
