@@ -191,13 +191,22 @@ def test_a_step_over_the_batch_limit_is_refused(route: Route) -> None:
 
 
 def test_a_prompt_longer_than_the_context_is_refused(route: Route) -> None:
-    n_ctx = route.info_first.n_ctx
+    n_ctx, step = route.info_first.n_ctx, route.info_first.max_step_tokens
     session = uuid.uuid4().hex
-    route.first.forward(route.tokens_request(session, 0, [1] * 30))
-    route.first.forward(route.tokens_request(session, 30, [1] * 30))
-    error = refused(route.first.forward, route.tokens_request(session, 60, [1] * (n_ctx - 59)))
-    assert (error.code, error.reason) == ("OUT_OF_RANGE", "CONTEXT_OVERFLOW")
-    route.first.release(route.key(session))
+    try:
+        n_past = 0
+        while n_past + step <= n_ctx - 4:  # fill the context up to 4 free positions
+            route.first.forward(route.tokens_request(session, n_past, [1] * step))
+            n_past += step
+        while n_past < n_ctx - 4:
+            route.first.forward(route.tokens_request(session, n_past, [1]))
+            n_past += 1
+        error = refused(route.first.forward, route.tokens_request(session, n_past, [1] * 5))
+        assert (error.code, error.reason) == ("OUT_OF_RANGE", "CONTEXT_OVERFLOW")
+        assert error.metadata["n_ctx"] == str(n_ctx)
+        assert route.first.forward(route.tokens_request(session, n_past, [1] * 4)).n_past == n_ctx
+    finally:
+        route.first.release(route.key(session))
 
 
 def test_the_driver_refuses_a_prompt_longer_than_the_context(
@@ -209,6 +218,7 @@ def test_the_driver_refuses_a_prompt_longer_than_the_context(
 
 def test_more_sessions_than_slots_are_refused_until_a_slot_is_released(route: Route) -> None:
     holder, late = uuid.uuid4().hex, uuid.uuid4().hex  # the bystander holds the other slot
+    assert route.first.capacity().slots_free == 1
     route.first.forward(route.tokens_request(holder, 0, [1]))
     error = refused(route.first.forward, route.tokens_request(late, 0, [1]))
     assert (error.code, error.reason) == ("RESOURCE_EXHAUSTED", "CAPACITY_EXHAUSTED")

@@ -157,15 +157,16 @@ def test_tls_and_mtls_serve_only_clients_that_trust_and_are_trusted(
 
 
 def test_meshnet_worker_run_starts_the_worker_with_computed_identities(
-    shard_worker: Path, smollm2: Path,
+    shard_worker: Path, smollm2: Path, tmp_path: Path,
 ) -> None:
     port, metrics = free_port(), free_port()
     meshnet = Path(sys.executable).parent / "meshnet"
+    log = (tmp_path / "worker.log").open("w")
     process = subprocess.Popen(
         [str(meshnet), "worker", "run", "--model", str(smollm2), "--layers", "0:30",
          "--listen", f"127.0.0.1:{port}", "--metrics-listen", f"127.0.0.1:{metrics}",
          "--threads", "1", "--route-id", "cli/route", "--epoch", "3"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.DEVNULL, stderr=log, text=True,
         env={**os.environ, "MESHNET_BIN_DIR": str(shard_worker.parent)},
     )
     try:
@@ -176,7 +177,7 @@ def test_meshnet_worker_run_starts_the_worker_with_computed_identities(
                 info = client.info()
                 break
             except StageError:
-                assert process.poll() is None, process.stderr.read() if process.stderr else ""
+                assert process.poll() is None, (tmp_path / "worker.log").read_text()[-2000:]
                 assert time.monotonic() < deadline
                 time.sleep(0.2)
         assert (info.route_id, info.epoch) == ("cli/route", 3)
@@ -186,3 +187,4 @@ def test_meshnet_worker_run_starts_the_worker_with_computed_identities(
     finally:
         process.terminate()
         assert process.wait(10) == 0
+        log.close()
