@@ -21,7 +21,8 @@ def artifact_body(name: str = "smollm2", *, block_count: int = 30, ready: bool =
     storage = ({"hostPath": {"path": "/var/lib/meshnet/models/smollm2"}} if host_path
                else {"pvc": {"claimName": "models", "subPath": name}})
     spec = {"files": files, "source": {"http": {"baseURL": "https://models.example/smollm2"}},
-            "storage": storage, "expectations": {"architecture": "llama", "blockCount": block_count}}
+            "storage": storage,
+            "expectations": {"architecture": "llama", "blockCount": block_count}}
     status: dict[str, Any] = {}
     if ready:
         status = {"manifestDigest": ModelArtifactSpec.model_validate(spec).manifest_digest(),
@@ -33,7 +34,10 @@ def artifact_body(name: str = "smollm2", *, block_count: int = 30, ready: bool =
             "spec": spec, "status": status}
 
 
-def route_body(name: str = "r1", *, ranges: Sequence[tuple[int, int]] = ((0, 10), (10, 20), (20, 30)),
+THREE_STAGES = ((0, 10), (10, 20), (20, 30))
+
+
+def route_body(name: str = "r1", *, ranges: Sequence[tuple[int, int]] = THREE_STAGES,
                artifact: str = "smollm2", namespace: str = "default", generation: int = 1,
                recipe: dict[str, Any] | None = None, **spec_extra: Any) -> dict[str, Any]:
     stages = [{"name": f"s{i}", "layers": {"begin": b, "end": e}}

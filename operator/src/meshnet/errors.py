@@ -9,6 +9,8 @@
     │   ├── DownloadFailed      the source could not deliver the bytes (after retries)
     │   ├── HashMismatch        bytes arrived but their sha256 is not the manifest's
     │   └── ExpectationMismatch GGUF headers contradict spec.expectations
+    ├── OperatorError       operator settings or cluster access refused
+    │   └── KubeApiError    the Kubernetes API answered with an error status
     └── ...                 further subsystems add their own subclasses
 """
 
@@ -60,3 +62,15 @@ class HashMismatch(ArtifactError):
 
 class ExpectationMismatch(ArtifactError):
     reason = "ExpectationMismatch"
+
+
+class OperatorError(MeshnetError):
+    """The operator cannot start or reach the cluster (bad settings, no credentials)."""
+
+
+class KubeApiError(OperatorError):
+    """The Kubernetes API refused a request; `status` is the HTTP status code."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"Kubernetes API error {status}: {message}")
+        self.status = status

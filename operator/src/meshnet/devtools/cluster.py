@@ -1,0 +1,159 @@
+"""An emulated Kubernetes API (kmock's KubernetesEmulator over real HTTP) declaring what
+the operator and kopf need, plus a kubelet stand-in that marks stage pods ready."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import itertools
+import threading
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import jsonpatch
+import kmock
+
+from meshnet.api import GROUP, VERSION, labels
+from meshnet.operator.kube import Connection
+from meshnet.operator.metrics import OperatorMetrics
+from meshnet.operator.run import run
+from meshnet.operator.settings import OperatorSettings
+
+ALL_VERBS = ["get", "list", "watch", "create", "update", "patch", "delete"]
+RESOURCES: dict[str, dict[str, Any]] = {
+    f"{GROUP}/{VERSION}/shardroutes": {"kind": "ShardRoute", "namespaced": True,
+                                       "subresources": ["status"], "shortnames": ["sr"]},
+    f"{GROUP}/{VERSION}/modelartifacts": {"kind": "ModelArtifact", "namespaced": True,
+                                          "subresources": ["status"], "shortnames": ["ma"]},
+    "v1/pods": {"kind": "Pod", "namespaced": True, "subresources": ["status"]},
+    "v1/services": {"kind": "Service", "namespaced": True},
+    "v1/events": {"kind": "Event", "namespaced": True},
+    # kopf only starts watching once it can scan these two.
+    "apiextensions.k8s.io/v1/customresourcedefinitions": {"kind": "CustomResourceDefinition",
+                                                          "namespaced": False},
+    "v1/namespaces": {"kind": "Namespace", "namespaced": False},
+}
+
+
+class Emulator(kmock.KubernetesEmulator):
+    """The emulator plus the metadata an API server fills in: uid, creationTimestamp,
+    generateName, resourceVersion, and a generation that moves with the spec."""
+
+    _serial = itertools.count(1)
+
+    async def _handle(self, request: Any) -> Any:
+        data = request.data
+        if request.resource is not None and request.action == kmock.action.CREATE \
+                and isinstance(data, dict):
+            self._on_create(data.setdefault("metadata", {}))
+        elif request.resource is not None and request.action == kmock.action.UPDATE:
+            self._on_update(request, data)
+        try:
+            return await super()._handle(request)
+        except jsonpatch.JsonPatchTestFailed as exc:  # optimistic concurrency lost: 422
+            raise kmock.KubernetesError(status=422, reason="Invalid", message=str(exc)) from exc
+
+    def _on_update(self, request: Any, data: Any) -> None:
+        version = str(next(self._serial))
+        if isinstance(data, list):  # a JSON patch (kopf tests resourceVersion first)
+            data.append({"op": "replace", "path": "/metadata/resourceVersion", "value": version})
+        elif isinstance(data, dict):
+            meta = data.setdefault("metadata", {})
+            meta["resourceVersion"] = version
+            if "spec" in data and not request.subresource:
+                current = self.objects[request.resource, request.namespace, request.name]
+                meta["generation"] = (current.get("metadata") or {}).get("generation", 1) + 1
+
+    def _on_create(self, meta: dict[str, Any]) -> None:
+        if not meta.get("name") and meta.get("generateName"):
+            meta["name"] = f"{meta['generateName']}{next(self._serial):05d}"
+        meta.setdefault("uid", str(uuid.uuid4()))
+        meta.setdefault("generation", 1)
+        meta["resourceVersion"] = str(next(self._serial))
+        meta.setdefault("creationTimestamp",
+                        datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
+
+    def live(self, resource: str, namespace: str | None = None) -> Iterator[dict[str, Any]]:
+        """Current bodies of one resource ('v1/pods' or 'group/version/plural')."""
+        group_version, plural = resource.rsplit("/", 1)
+        group, _, version = group_version.rpartition("/")
+        for (res, ns, _), obj in list(self.objects.items()):
+            if (res.group, res.version, res.plural) == (group, version, plural) \
+                    and not obj.deleted and (namespace is None or ns == namespace):
+                yield dict(obj.raw)
+
+
+@asynccontextmanager
+async def emulated_cluster() -> AsyncIterator[Emulator]:
+    """An emulator on a random 127.0.0.1 port with every resource the operator touches."""
+    async with Emulator() as emulator, kmock.Server(emulator):
+        for resource, info in RESOURCES.items():
+            emulator.resources[resource] = kmock.ResourceInfo(verbs=ALL_VERBS, **info)
+        yield emulator
+
+
+@asynccontextmanager
+async def running_operator(emulator: Emulator, settings: OperatorSettings,
+                           metrics: OperatorMetrics | None = None) -> AsyncIterator[None]:
+    """The real operator (kopf and all) against the emulator, stopped on exit. It runs in a
+    thread of its own: on shutdown kopf cancels every task of its loop it did not start."""
+    stop, ready = threading.Event(), threading.Event()
+    failure: list[BaseException] = []
+    connection = Connection(server=str(emulator.url).rstrip("/"))
+
+    def serve() -> None:
+        try:
+            asyncio.run(run(settings, connection, stop_flag=stop, ready_flag=ready,
+                            metrics=metrics))
+        except BaseException as exc:  # reported to the test below
+            failure.append(exc)
+
+    thread = threading.Thread(target=serve, name="meshnet-operator", daemon=True)
+    thread.start()
+    await eventually(lambda: ready.is_set() or not thread.is_alive(), 30, "the operator")
+    if failure:
+        raise failure[0]
+    try:
+        yield
+    finally:
+        stop.set()
+        await eventually(lambda: not thread.is_alive(), 30, "the operator to stop")
+
+
+async def mark_pods(emulator: Emulator, namespace: str, *, ready: bool = True,
+                    waiting: str | None = None,
+                    select: Callable[[dict[str, Any]], bool] = lambda _: True) -> int:
+    """Do the kubelet's part for stage pods: report them Running (and Ready) over HTTP."""
+    count = 0
+    for pod in emulator.live("v1/pods", namespace):
+        meta = pod["metadata"]
+        if labels.STAGE not in (meta.get("labels") or {}) or not select(pod):
+            continue
+        if _pod_ready(pod) == ready and not waiting:
+            continue
+        waits = {"reason": waiting, "message": "back-off restarting"}
+        state = {"waiting": waits} if waiting else {}
+        status = {"phase": "Running", "podIP": "10.0.0.1",
+                  "conditions": [{"type": "Ready", "status": str(ready)}],
+                  "containerStatuses": [{"name": "worker", "restartCount": 2 if waiting else 0,
+                                         "ready": ready, "state": state}]}
+        await emulator.patch(f"/api/v1/namespaces/{namespace}/pods/{meta['name']}/status",
+                             json={"status": status})
+        count += 1
+    return count
+
+
+def _pod_ready(pod: dict[str, Any]) -> bool:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+async def eventually(check: Callable[[], bool], timeout: float = 20.0, what: str = "") -> None:
+    """Poll `check` until it holds; fail with `what` after `timeout` seconds."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not check():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or check}")
+        await asyncio.sleep(0.05)

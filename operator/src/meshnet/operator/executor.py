@@ -1,0 +1,46 @@
+"""Carries a plan out against the cluster: children created/patched/deleted with the
+operator's field manager, events with fixed reasons, status patched only on change."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, cast
+
+import kopf
+
+from meshnet.api import shardroute
+from meshnet.api.common import API_VERSION
+from meshnet.operator.kube import KubeClient, path
+from meshnet.reconcile import Create, Delete, Patch, Plan
+from meshnet.reconcile.planner import STATUS_KEYS
+
+PLURALS = {"Pod": "pods", "Service": "services"}
+
+
+async def execute(client: KubeClient, route: Mapping[str, Any], result: Plan) -> None:
+    """Apply the plan's actions in order, then post its events, then its status."""
+    namespace = route["metadata"]["namespace"]
+    for action in result.actions:
+        if isinstance(action, Create):
+            kind = action.obj["kind"]
+            await client.create(path("v1", PLURALS[kind], namespace), action.obj)
+        elif isinstance(action, Patch):
+            await client.patch(path("v1", PLURALS[action.kind], namespace, action.name),
+                               action.body)
+        elif isinstance(action, Delete):
+            await client.delete(path("v1", PLURALS[action.kind], namespace, action.name))
+    owner = kopf.Body(cast(kopf.RawBody, dict(route)))
+    for event in result.events:
+        kopf.event(owner, type=event.type, reason=event.reason, message=event.message)
+    if result.status is not None:
+        await client.patch(route_path(namespace, route["metadata"]["name"], "status"),
+                           {"status": status_patch(result.status)})
+
+
+def status_patch(status: Mapping[str, Any]) -> dict[str, Any]:
+    """A merge patch owning every status key we write: absent keys are removed (None)."""
+    return {key: status.get(key) for key in STATUS_KEYS}
+
+
+def route_path(namespace: str, name: str, sub: str = "") -> str:
+    return path(API_VERSION, shardroute.PLURAL, namespace, name, sub)

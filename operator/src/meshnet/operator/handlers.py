@@ -1,0 +1,119 @@
+"""Thin kopf handlers: every trigger of a ShardRoute (create, update, resume, timer,
+delete, a child pod's event, its artifact's event) runs the same level-based reconcile."""
+
+from __future__ import annotations
+
+import datetime
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import kopf
+
+from meshnet.api import GROUP, VERSION, labels, modelartifact, shardroute
+from meshnet.errors import KubeApiError
+from meshnet.operator.executor import execute, route_path
+from meshnet.operator.kube import KubeClient
+from meshnet.operator.metrics import OperatorMetrics
+from meshnet.operator.queue import KeyedQueue
+from meshnet.operator.settings import OperatorSettings
+from meshnet.reconcile import Observed, observe_artifact, observe_pod, observe_route, plan
+
+ROUTES = (GROUP, VERSION, shardroute.PLURAL)
+ARTIFACTS = (GROUP, VERSION, modelartifact.PLURAL)
+OURS: dict[str, Any] = {
+    labels.ROUTE: kopf.PRESENT, labels.MANAGED_BY: labels.OPERATOR_NAME}
+# Handlers take a `labels` kwarg, which would shadow the module inside them.
+ROUTE_LABEL = labels.ROUTE
+TEMPLATE_LABEL = labels.TEMPLATE
+
+
+@dataclass
+class Context:
+    """What every handler shares: settings, the API client, metrics, the per-route queue."""
+
+    settings: OperatorSettings
+    client: KubeClient
+    metrics: OperatorMetrics = field(default_factory=OperatorMetrics)
+    queue: KeyedQueue = field(default_factory=KeyedQueue)
+
+
+async def reconcile(ctx: Context, namespace: str, name: str, indices: dict[str, Any]) -> None:
+    """observe -> plan -> execute for one route, serialised per route."""
+    await ctx.queue.run((namespace, name), lambda: _reconcile_once(ctx, namespace, name, indices))
+
+
+async def _reconcile_once(ctx: Context, namespace: str, name: str,
+                          indices: dict[str, Any]) -> None:
+    started = time.monotonic()
+    ctx.metrics.reconciles.labels(shardroute.KIND).inc()
+    try:
+        body = await ctx.client.get(route_path(namespace, name))  # fresh: the epoch lives here
+        if body is None:
+            ctx.metrics.route_conditions((namespace, name), None)
+            return
+        observed = _observe(body, indices)
+        now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        result = plan(observed, ctx.settings.worker_config(), now)
+        await execute(ctx.client, body, result)
+    except KubeApiError as exc:
+        ctx.metrics.errors.labels(shardroute.KIND).inc()
+        delay = 1 if exc.status == 409 else 10  # a conflict clears on the next read
+        raise kopf.TemporaryError(str(exc), delay=delay) from exc
+    finally:
+        ctx.metrics.duration.labels(shardroute.KIND).observe(time.monotonic() - started)
+    ctx.metrics.epoch_advances.inc(int(result.epoch_advanced))
+    ctx.metrics.route_conditions((namespace, name), None if observed.route.deleting
+                                 else result.conditions)
+
+
+def _observe(body: dict[str, Any], indices: dict[str, Any]) -> Observed:
+    route = observe_route(body)
+    key = (route.namespace, route.name)
+    pods = tuple(p for p in indices["route_pods"].get(key, ()) if p is not None)
+    service = next(iter(indices["route_services"].get(key, ())), None)
+    artifact = None
+    if route.spec is not None:
+        found = indices["artifacts"].get((route.namespace, route.spec.artifact_ref.name), ())
+        artifact = next(iter(found), None)
+    return Observed(route, pods, service_hash=service, artifact=artifact)
+
+
+def register(registry: kopf.OperatorRegistry, ctx: Context) -> None:
+    """Register every handler on `registry`, bound to `ctx` (no module-level state)."""
+
+    @kopf.index("pods", labels=OURS, id="route_pods", registry=registry)
+    def route_pods(namespace: str | None, labels: kopf.Labels, body: kopf.Body,
+                   **_: Any) -> Any:
+        return {(namespace, labels[ROUTE_LABEL]): observe_pod(body)}
+
+    @kopf.index("services", labels=OURS, id="route_services", registry=registry)
+    def route_services(namespace: str | None, labels: kopf.Labels, **_: Any) -> Any:
+        return {(namespace, labels[ROUTE_LABEL]): labels.get(TEMPLATE_LABEL, "")}
+
+    @kopf.index(*ARTIFACTS, id="artifacts", registry=registry)
+    def artifacts(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> Any:
+        return {(namespace, name): observe_artifact(body)}
+
+    @kopf.index(*ROUTES, id="routes_by_artifact", registry=registry)
+    def routes_by_artifact(namespace: str | None, name: str, spec: kopf.Spec,
+                           **_: Any) -> Any:
+        return {(namespace, (spec.get("artifactRef") or {}).get("name")): name}
+
+    @kopf.on.resume(*ROUTES, registry=registry)
+    @kopf.on.create(*ROUTES, registry=registry)
+    @kopf.on.update(*ROUTES, registry=registry)
+    @kopf.on.delete(*ROUTES, registry=registry)
+    @kopf.on.timer(*ROUTES, interval=ctx.settings.resync_seconds, registry=registry)
+    async def route_changed(namespace: str | None, name: str, **kwargs: Any) -> None:
+        await reconcile(ctx, namespace or "", name, kwargs)
+
+    @kopf.on.event("pods", labels=OURS, registry=registry)
+    async def pod_changed(namespace: str | None, labels: kopf.Labels, **kwargs: Any) -> None:
+        await reconcile(ctx, namespace or "", labels[ROUTE_LABEL], kwargs)
+
+    @kopf.on.event(*ARTIFACTS, registry=registry)
+    async def artifact_changed(namespace: str | None, name: str, **kwargs: Any) -> None:
+        for route in set(kwargs["routes_by_artifact"].get((namespace, name), ())):
+            await reconcile(ctx, namespace or "", route, kwargs)
+

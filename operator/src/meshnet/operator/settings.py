@@ -1,0 +1,82 @@
+"""Operator settings, read once from the environment (the Helm chart sets them)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from meshnet.errors import MeshnetError, OperatorError
+from meshnet.paths import repo_root
+from meshnet.pin.manifest import load_manifest
+from meshnet.reconcile.podspec import WorkerConfig
+
+LANES = ("cpu", "cuda", "rocm", "vulkan")
+T = TypeVar("T", int, float)
+
+
+@dataclass(frozen=True)
+class OperatorSettings:
+    """Everything configurable about the operator; defaults suit a single-namespace test."""
+
+    namespaces: tuple[str, ...] = ()  # empty: every namespace (cluster-wide)
+    worker_images: Mapping[str, str] = field(default_factory=dict)  # lane -> image
+    pin_digest: str = ""
+    tracker_url: str | None = None
+    tracker_secret: str | None = None  # Secret holding the Tracker bearer token
+    metrics_port: int = 8080  # the operator's own Prometheus endpoint (0: off)
+    health_port: int = 8081  # kopf liveness endpoint (0: off)
+    worker_grpc_port: int = 50051
+    worker_metrics_port: int = 9090
+    worker_pull_policy: str = "IfNotPresent"
+    resync_seconds: float = 60.0  # periodic reconcile of every route
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> OperatorSettings:
+        """MESHNET_* variables; a malformed value names the variable."""
+        images = {lane: env[key] for lane in LANES
+                  if (key := f"MESHNET_WORKER_IMAGE_{lane.upper()}") in env and env[key]}
+        return cls(
+            namespaces=tuple(n.strip() for n in env.get("MESHNET_NAMESPACES", "").split(",")
+                             if n.strip()),
+            worker_images=images,
+            pin_digest=env.get("MESHNET_PIN_DIGEST") or _pin_from_checkout(),
+            tracker_url=env.get("MESHNET_TRACKER_URL") or None,
+            tracker_secret=env.get("MESHNET_TRACKER_SECRET") or None,
+            metrics_port=_number(env, "MESHNET_METRICS_PORT", 8080, int),
+            health_port=_number(env, "MESHNET_HEALTH_PORT", 8081, int),
+            worker_grpc_port=_number(env, "MESHNET_WORKER_GRPC_PORT", 50051, int),
+            worker_metrics_port=_number(env, "MESHNET_WORKER_METRICS_PORT", 9090, int),
+            worker_pull_policy=env.get("MESHNET_WORKER_PULL_POLICY", "IfNotPresent"),
+            resync_seconds=_number(env, "MESHNET_RESYNC_SECONDS", 60.0, float),
+        )
+
+    def worker_config(self) -> WorkerConfig:
+        return WorkerConfig(
+            images=dict(self.worker_images), pin_digest=self.pin_digest,
+            grpc_port=self.worker_grpc_port, metrics_port=self.worker_metrics_port,
+            image_pull_policy=self.worker_pull_policy,
+        )
+
+
+def _number(env: Mapping[str, str], key: str, default: T, kind: type[T]) -> T:
+    raw = env.get(key, "")
+    if not raw:
+        return default
+    try:
+        value = kind(raw)
+    except ValueError:
+        raise OperatorError(f"{key}={raw!r} is not a valid {kind.__name__}") from None
+    if value < 0:
+        raise OperatorError(f"{key}={raw!r} must not be negative")
+    return value
+
+
+def _pin_from_checkout() -> str:
+    """The pin digest of llama-pin.yaml when running from a checkout (or an image holding it)."""
+    try:
+        return load_manifest(repo_root() / "llama-pin.yaml").digest()
+    except (FileNotFoundError, MeshnetError) as exc:
+        raise OperatorError(
+            f"MESHNET_PIN_DIGEST is not set and llama-pin.yaml is unusable: {exc}"
+        ) from exc

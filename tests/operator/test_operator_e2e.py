@@ -1,0 +1,179 @@
+"""The real kopf operator end to end against kmock's KubernetesEmulator over real HTTP."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+from meshnet.devtools.cluster import (
+    Emulator,
+    emulated_cluster,
+    eventually,
+    mark_pods,
+    running_operator,
+)
+from meshnet.operator.metrics import OperatorMetrics
+from meshnet.operator.settings import OperatorSettings
+
+MakeArtifact = MakeRoute = Callable[..., dict[str, Any]]  # fixtures from conftest.py
+NS = "default"
+ROUTES = f"/apis/meshnet.dev/v1alpha1/namespaces/{NS}/shardroutes"
+ARTIFACTS = f"/apis/meshnet.dev/v1alpha1/namespaces/{NS}/modelartifacts"
+SETTINGS = OperatorSettings(worker_images={"cpu": "meshnet/worker-cpu:test"},
+                            pin_digest="p" * 64, metrics_port=0, health_port=0)
+
+
+@pytest.fixture
+async def cluster() -> AsyncIterator[Emulator]:
+    async with emulated_cluster() as emulator:
+        yield emulator
+
+
+@pytest.fixture
+async def metrics(cluster: Emulator) -> AsyncIterator[OperatorMetrics]:
+    metrics = OperatorMetrics()
+    async with running_operator(cluster, SETTINGS, metrics):
+        yield metrics
+
+
+def pods(cluster: Emulator) -> dict[str, dict[str, Any]]:
+    return {p["metadata"]["name"]: p for p in cluster.live("v1/pods", NS)}
+
+
+def route(cluster: Emulator, name: str = "r1") -> dict[str, Any]:
+    found = [r for r in cluster.live("meshnet.dev/v1alpha1/shardroutes", NS)
+             if r["metadata"]["name"] == name]
+    return found[0] if found else {}
+
+
+def condition(body: dict[str, Any], kind: str) -> dict[str, Any]:
+    conditions = (body.get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c["type"] == kind), {})
+
+
+def event_reasons(cluster: Emulator) -> list[str]:
+    return [e["reason"] for e in cluster.live("v1/events", NS)]
+
+
+async def create(cluster: Emulator, url: str, body: dict[str, Any]) -> None:
+    body = {k: v for k, v in body.items() if k != "status"} | {"metadata": {
+        k: v for k, v in body["metadata"].items() if k not in ("uid", "generation")}}
+    response = await cluster.post(url, json=body)
+    assert response.status == 200, await response.text()
+
+
+async def ready_route(cluster: Emulator, make_route: MakeRoute, make_artifact: MakeArtifact,
+                      **route_args: Any) -> None:
+    artifact = make_artifact()
+    await create(cluster, ARTIFACTS, artifact)
+    await cluster.patch(f"{ARTIFACTS}/smollm2/status", json={"status": artifact["status"]})
+    await create(cluster, ROUTES, make_route(**route_args))
+    await eventually(lambda: len(pods(cluster)) == 3, what="three stage pods")
+    await mark_pods(cluster, NS)
+    await eventually(lambda: condition(route(cluster), "Ready").get("status") == "True",
+                     what="the route to be Ready")
+
+
+async def test_an_artifact_and_a_route_become_stage_pods_and_a_headless_service(
+        cluster: Emulator, metrics: OperatorMetrics, make_route: MakeRoute,
+        make_artifact: MakeArtifact) -> None:
+    await ready_route(cluster, make_route, make_artifact)
+    found = pods(cluster)
+    assert sorted(found) == ["r1-s0-e1", "r1-s1-e1", "r1-s2-e1"]
+    worker = found["r1-s1-e1"]["spec"]["containers"][0]
+    assert worker["image"] == "meshnet/worker-cpu:test"
+    args = worker["args"]
+    assert args[args.index("--layers") + 1] == "10:20"
+    assert args[args.index("--epoch") + 1] == "1"
+    assert args[args.index("--model") + 1] == "/models/model-00001-of-00002.gguf"
+    assert found["r1-s1-e1"]["metadata"]["ownerReferences"][0]["name"] == "r1"
+    services = list(cluster.live("v1/services", NS))
+    assert [s["metadata"]["name"] for s in services] == ["r1-workers"]
+    assert services[0]["spec"]["clusterIP"] == "None"
+    status = route(cluster)["status"]
+    assert status["epoch"] == 1 and status["stagesReady"] == "3/3"
+    assert status["coverage"] == "0-30/30"
+    assert "EpochAdvanced" in event_reasons(cluster)
+    assert event_reasons(cluster).count("StagePodCreated") == 3
+    assert metrics.epoch_advances._value.get() == 1
+    assert metrics.routes.labels("Ready", "True")._value.get() == 1
+
+
+async def test_a_stage_range_change_advances_the_epoch_and_replaces_every_pod(
+        cluster: Emulator, metrics: OperatorMetrics, make_route: MakeRoute,
+        make_artifact: MakeArtifact) -> None:
+    await ready_route(cluster, make_route, make_artifact)
+    stages = make_route(ranges=[(0, 12), (12, 20), (20, 30)])["spec"]["stages"]
+    await cluster.patch(f"{ROUTES}/r1", json={"spec": {"stages": stages}})
+    await eventually(lambda: sorted(pods(cluster)) == ["r1-s0-e2", "r1-s1-e2", "r1-s2-e2"],
+                     what="epoch-2 pods only")
+    await mark_pods(cluster, NS)
+    await eventually(lambda: condition(route(cluster), "Ready").get("status") == "True")
+    status = route(cluster)["status"]
+    assert status["epoch"] == 2 and {s["epoch"] for s in status["stages"]} == {2}
+    assert event_reasons(cluster).count("StagePodReplaced") == 3
+
+
+async def test_a_label_change_does_not_start_a_new_epoch(
+        cluster: Emulator, metrics: OperatorMetrics, make_route: MakeRoute,
+        make_artifact: MakeArtifact) -> None:
+    await ready_route(cluster, make_route, make_artifact)
+    before = metrics.reconciles.labels("ShardRoute")._value.get()
+    await cluster.patch(f"{ROUTES}/r1", json={"metadata": {"labels": {"team": "serving"}}})
+    await eventually(lambda: metrics.reconciles.labels("ShardRoute")._value.get() > before,
+                     what="a reconcile of the relabelled route")
+    assert route(cluster)["status"]["epoch"] == 1
+    assert sorted(pods(cluster)) == ["r1-s0-e1", "r1-s1-e1", "r1-s2-e1"]
+    assert event_reasons(cluster).count("EpochAdvanced") == 1
+
+
+async def test_a_deleted_route_leaves_no_children(
+        cluster: Emulator, metrics: OperatorMetrics, make_route: MakeRoute,
+        make_artifact: MakeArtifact) -> None:
+    await ready_route(cluster, make_route, make_artifact)
+    await cluster.delete(f"{ROUTES}/r1")
+    await eventually(lambda: not pods(cluster) and not list(cluster.live("v1/services", NS))
+                     and not route(cluster), what="pods, service and route to be gone")
+
+
+async def test_an_invalid_route_is_degraded_with_a_clear_message_and_gets_no_pods(
+        cluster: Emulator, metrics: OperatorMetrics, make_route: MakeRoute,
+        make_artifact: MakeArtifact) -> None:
+    artifact = make_artifact(block_count=30)
+    await create(cluster, ARTIFACTS, artifact)
+    await cluster.patch(f"{ARTIFACTS}/smollm2/status", json={"status": artifact["status"]})
+    await create(cluster, ROUTES, make_route(ranges=[(0, 16), (16, 32)]))
+    await eventually(lambda: condition(route(cluster), "Degraded").get("status") == "True")
+    degraded = condition(route(cluster), "Degraded")
+    assert degraded["reason"] == "InvalidSpec"
+    assert "stage 's1' ends at layer 32 but the artifact has only 30 blocks" in degraded["message"]
+    assert pods(cluster) == {}
+    await eventually(lambda: "InvalidSpec" in event_reasons(cluster), what="an InvalidSpec event")
+
+
+async def test_a_route_waits_for_its_artifact_and_starts_once_it_is_ready(
+        cluster: Emulator, metrics: OperatorMetrics, make_route: MakeRoute,
+        make_artifact: MakeArtifact) -> None:
+    artifact = make_artifact()
+    await create(cluster, ARTIFACTS, artifact)
+    await create(cluster, ROUTES, make_route())
+    await eventually(lambda: condition(route(cluster), "Progressing").get("reason")
+                     == "ArtifactNotReady")
+    assert pods(cluster) == {}
+    await cluster.patch(f"{ARTIFACTS}/smollm2/status", json={"status": artifact["status"]})
+    await eventually(lambda: len(pods(cluster)) == 3, what="pods once the artifact is Ready")
+
+
+async def test_a_crash_looping_stage_makes_the_route_degraded_naming_it(
+        cluster: Emulator, metrics: OperatorMetrics, make_route: MakeRoute,
+        make_artifact: MakeArtifact) -> None:
+    await ready_route(cluster, make_route, make_artifact)
+    await mark_pods(cluster, NS, ready=False, waiting="CrashLoopBackOff",
+                    select=lambda p: p["metadata"]["name"] == "r1-s2-e1")
+    await eventually(lambda: condition(route(cluster), "Degraded").get("status") == "True")
+    degraded = condition(route(cluster), "Degraded")
+    assert degraded["reason"] == "StageCrashLooping"
+    assert "stage s2 (pod r1-s2-e1) is CrashLoopBackOff" in degraded["message"]
+    assert condition(route(cluster), "Ready")["status"] == "False"
