@@ -5,10 +5,13 @@
 #include "engine.h"
 #include "service_test.h"
 
+#include "gguf.h"
 #include "llama.h"
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <limits>
 #include <string>
 
@@ -96,6 +99,30 @@ TEST("the patched llama.cpp itself refuses bad ranges without crashing") {
         CHECK(model == nullptr);
         llama_model_free(model);
     }
+}
+
+TEST("an architecture whose graph ignores ranges refuses a partial range at load") {
+    // header-only qwen2 GGUF: the refusal comes with the hyperparameters, before any tensor
+    const std::string path = (std::filesystem::temp_directory_path() / "meshnet-test-qwen2-header.gguf").string();
+    gguf_context * header = gguf_init_empty();
+    gguf_set_val_str(header, "general.architecture", "qwen2");
+    gguf_set_val_u32(header, "qwen2.block_count", 2);
+    gguf_set_val_u32(header, "qwen2.context_length", 128);
+    gguf_set_val_u32(header, "qwen2.embedding_length", 64);
+    gguf_set_val_u32(header, "qwen2.feed_forward_length", 128);
+    gguf_set_val_u32(header, "qwen2.attention.head_count", 4);
+    gguf_set_val_f32(header, "qwen2.attention.layer_norm_rms_epsilon", 1e-6f);
+    CHECK(gguf_write_to_file(header, path.c_str(), /*only_meta =*/ true));
+    gguf_free(header);
+
+    engine_params params;
+    params.model_path  = path;
+    params.layer_begin = 0;
+    params.layer_end   = 1;
+    std::string error;
+    CHECK(!llama_engine_init(params, error));
+    CHECK(mentions(error, "architecture 'qwen2' can only run all its layers"));
+    std::remove(path.c_str());
 }
 
 TEST("a stage owns only its layers: smaller weights and KV, boundary schema") {
