@@ -24,6 +24,8 @@ def structural(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
     """Rewrite one pydantic JSON schema node into a Kubernetes structural schema node."""
     node = _inline(node, defs)
     out = {k: v for k, v in node.items() if k not in _DROPPED}
+    if node.get("x-kubernetes-int-or-string"):
+        out["anyOf"] = node["anyOf"]
     if "const" in node:
         out["enum"] = [node["const"]]
     if node.get("default", 0) is None:

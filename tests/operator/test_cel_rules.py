@@ -1,0 +1,96 @@
+"""The CRDs' CEL rules, evaluated by a CEL library on valid and invalid objects."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from meshnet.api.schemacheck import check
+from meshnet.api.validate import schemas
+
+MakeArtifact = MakeRoute = Callable[..., dict[str, Any]]  # fixtures from conftest.py
+
+
+def problems(body: dict[str, Any]) -> list[str]:
+    body = {k: v for k, v in body.items() if k != "status"}
+    return [str(p) for p in check(body, schemas()[body["kind"]])]
+
+
+def test_valid_examples_pass_every_rule(make_route: MakeRoute, make_artifact: MakeArtifact) -> None:
+    assert problems(make_route()) == []
+    assert problems(make_route(ranges=[(0, 30)])) == []
+    assert problems(make_artifact()) == []
+    assert problems(make_artifact(host_path=True)) == []
+
+
+@pytest.mark.parametrize(("ranges", "message"), [
+    ([(0, 10), (10, 10)], "spec.stages[1].layers: layers.begin must be less than layers.end"),
+    ([(0, 10), (12, 30)], "spec.stages: stages must be ordered and contiguous"),
+    ([(0, 12), (10, 30)], "spec.stages: stages must be ordered and contiguous"),
+    ([(10, 20), (0, 10)], "spec.stages: stages must be ordered and contiguous"),
+])
+def test_stage_ranges_must_be_non_empty_ordered_and_contiguous(
+        make_route: MakeRoute, ranges: list[tuple[int, int]], message: str) -> None:
+    assert any(p.startswith(message) for p in problems(make_route(ranges=ranges)))
+
+
+def test_stage_names_must_be_unique(make_route: MakeRoute) -> None:
+    route = make_route()
+    route["spec"]["stages"][2]["name"] = "s0"
+    assert problems(route) == ["spec.stages: stage names must be unique"]
+
+
+def test_mtp_must_stay_disabled(make_route: MakeRoute) -> None:
+    route = make_route(recipe={"lane": "cpu", "mtp": "Enabled"})
+    assert problems(route) == ["spec.recipe.mtp: mtp is reserved and must be Disabled:"
+                               " multi-token prediction is not certified"]
+
+
+@pytest.mark.parametrize("path", ["/home/models", "/home", "/var/../home/x", "relative/dir",
+                                  "/data//models"])
+def test_host_paths_must_be_absolute_normalised_and_outside_home(
+        make_artifact: MakeArtifact, path: str) -> None:
+    artifact = make_artifact(host_path=True)
+    artifact["spec"]["storage"]["hostPath"]["path"] = path
+    found = problems(artifact)
+    assert len(found) == 1 and found[0].startswith("spec.storage.hostPath: path must be an")
+    source = copy.deepcopy(make_artifact())
+    source["spec"]["source"] = {"hostPath": {"path": path}}
+    assert problems(source)[0].startswith("spec.source.hostPath: path must be an absolute")
+
+
+def test_sha256_must_be_64_lower_case_hex_digits(make_artifact: MakeArtifact) -> None:
+    artifact = make_artifact()
+    artifact["spec"]["files"][0]["sha256"] = "A" * 64
+    assert problems(artifact) == ["spec.files[0].sha256: sha256 must be 64 lower-case hex digits"]
+
+
+@pytest.mark.parametrize("name", ["dir/model.gguf", "..", "a\\b.gguf"])
+def test_file_names_must_not_contain_path_separators(make_artifact: MakeArtifact,
+                                                     name: str) -> None:
+    artifact = make_artifact()
+    artifact["spec"]["files"][0]["name"] = name
+    assert problems(artifact) == [
+        "spec.files[0].name: file names must not contain path separators"]
+
+
+def test_exactly_one_source_and_one_storage_must_be_given(make_artifact: MakeArtifact) -> None:
+    artifact = make_artifact()
+    artifact["spec"]["source"]["pvc"] = {"claimName": "other"}
+    del artifact["spec"]["storage"]["pvc"]
+    assert problems(artifact) == [
+        "spec.source: exactly one of http, pvc, hostPath must be set",
+        "spec.storage: exactly one of pvc, hostPath must be set"]
+
+
+def test_unknown_fields_and_wrong_types_are_reported_with_their_path(
+        make_route: MakeRoute) -> None:
+    route = make_route()
+    route["spec"]["stages"][0]["gpu"] = 1
+    route["spec"]["recipe"]["sessionSlots"] = "four"
+    found = problems(route)
+    assert "spec.recipe.sessionSlots: 'four' is not of type 'integer'" in found
+    assert any(p.startswith("spec.stages[0]: Additional properties") for p in found)

@@ -1,0 +1,108 @@
+"""Stage pods: worker arguments, placement, GPUs and a locked-down security context."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from meshnet.api.modelartifact import ArtifactStorage
+from meshnet.api.shardroute import Recipe, RouteTls, Stage
+from meshnet.reconcile.podspec import RouteRef, StageInputs, WorkerConfig, stage_pod, worker_args
+
+CONFIG = WorkerConfig(images={"cuda": "worker-cuda:1", "cpu": "worker-cpu:1"}, pin_digest="p")
+DIGEST = "d" * 64
+
+
+def pod(stage: dict[str, Any], recipe: dict[str, Any] | None = None,
+        storage: dict[str, Any] | None = None, tls: RouteTls | None = None) -> dict[str, Any]:
+    inputs = StageInputs(
+        RouteRef("r1", "ml", "uid-1"), Stage.model_validate(stage),
+        Recipe.model_validate(recipe or {}), tls, 3, "f" * 64, "m-00001-of-00002.gguf",
+        ArtifactStorage.model_validate(storage or {"pvc": {"claimName": "models"}}), DIGEST)
+    return stage_pod(inputs, CONFIG)
+
+
+STAGE = {"name": "s1", "layers": {"begin": 10, "end": 20}}
+
+
+def test_worker_args_carry_the_model_range_route_epoch_ports_and_recipe() -> None:
+    args = worker_args(model_path="/models/m.gguf", stage=Stage.model_validate(STAGE),
+                       route_id="ml/r1", epoch=3,
+                       recipe=Recipe(boundary_dtype="bf16", context_length=8192, session_slots=2),
+                       config=CONFIG, tls=None)
+    assert args == ["--model", "/models/m.gguf", "--layers", "10:20", "--route-id", "ml/r1",
+                    "--epoch", "3", "--listen", "0.0.0.0:50051",
+                    "--metrics-listen", "0.0.0.0:9090", "--slots", "2", "--ctx", "8192",
+                    "--boundary-dtype", "bf16"]
+
+
+def test_tls_adds_certificate_flags_and_a_read_only_secret_mount() -> None:
+    body = pod(STAGE, tls=RouteTls(secret_name="stage-tls", require_client_cert=True))
+    container = body["spec"]["containers"][0]
+    assert container["args"][-6:] == ["--tls-cert", "/etc/meshnet/tls/tls.crt",
+                                      "--tls-key", "/etc/meshnet/tls/tls.key",
+                                      "--tls-client-ca", "/etc/meshnet/tls/ca.crt"]
+    assert {"name": "tls", "mountPath": "/etc/meshnet/tls", "readOnly": True} in \
+        container["volumeMounts"]
+
+
+def test_stage_pods_run_non_root_read_only_without_privilege_escalation() -> None:
+    spec = pod(STAGE)["spec"]
+    container = spec["containers"][0]
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["automountServiceAccountToken"] is False
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True, "capabilities": {"drop": ["ALL"]}}
+    model = next(m for m in container["volumeMounts"] if m["name"] == "model")
+    assert model["readOnly"] is True
+    assert spec["volumes"][0]["persistentVolumeClaim"] == {"claimName": "models",
+                                                           "readOnly": True}
+
+
+def test_probes_use_the_grpc_health_service_and_ports_are_declared() -> None:
+    container = pod(STAGE)["spec"]["containers"][0]
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert container[probe]["grpc"] == {"port": 50051}
+    assert [(p["name"], p["containerPort"]) for p in container["ports"]] == [
+        ("grpc", 50051), ("metrics", 9090)]
+
+
+def test_gpus_node_selector_tolerations_and_affinity_come_from_the_stage() -> None:
+    affinity = {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}}
+    stage = {**STAGE, "resources": {"gpus": 2, "requests": {"memory": "8Gi"}},
+             "nodeSelector": {"pool": "h100"}, "affinity": affinity,
+             "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}]}
+    spec = pod(stage, recipe={"lane": "cuda"})["spec"]
+    resources = spec["containers"][0]["resources"]
+    assert resources == {"requests": {"memory": "8Gi", "nvidia.com/gpu": "2"},
+                         "limits": {"nvidia.com/gpu": "2"}}
+    assert spec["containers"][0]["image"] == "worker-cuda:1"
+    assert spec["nodeSelector"] == {"pool": "h100"}
+    assert spec["tolerations"] == [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    assert spec["affinity"] == affinity
+
+
+def test_host_path_artifacts_pin_pods_to_nodes_with_a_verified_copy() -> None:
+    spec = pod(STAGE, storage={"hostPath": {"path": "/var/lib/meshnet/models"}})["spec"]
+    assert spec["nodeSelector"] == {f"artifact.meshnet.dev/{DIGEST[:32]}": "verified"}
+    assert spec["volumes"][0]["hostPath"] == {"path": "/var/lib/meshnet/models",
+                                              "type": "Directory"}
+
+
+def test_pods_carry_route_stage_epoch_and_digest_labels_and_an_owner() -> None:
+    meta = pod(STAGE)["metadata"]
+    assert meta["name"] == "r1-s1-e3"
+    assert {k: meta["labels"][k] for k in ("meshnet.dev/route", "meshnet.dev/stage",
+                                           "meshnet.dev/epoch", "meshnet.dev/route-digest")} \
+        == {"meshnet.dev/route": "r1", "meshnet.dev/stage": "s1", "meshnet.dev/epoch": "3",
+            "meshnet.dev/route-digest": "f" * 16}
+    assert meta["ownerReferences"] == [{"apiVersion": "meshnet.dev/v1alpha1",
+                                        "kind": "ShardRoute", "name": "r1", "uid": "uid-1",
+                                        "controller": True, "blockOwnerDeletion": True}]
+
+
+def test_long_names_are_trimmed_to_a_dns_label_with_a_stable_hash() -> None:
+    from meshnet.reconcile.naming import pod_name
+    name = pod_name("a" * 60, "stage", 12)
+    assert len(name) == 63 and name == pod_name("a" * 60, "stage", 12)
+    assert name != pod_name("a" * 60, "stage", 13)
