@@ -24,6 +24,7 @@ class OperatorSettings:
     pin_digest: str = ""
     tracker_url: str | None = None
     tracker_secret: str | None = None  # Secret holding the Tracker bearer token
+    tracker_token: str | None = field(default=None, repr=False)  # mounted from that Secret
     metrics_port: int = 8080  # the operator's own Prometheus endpoint (0: off)
     health_port: int = 8081  # kopf liveness endpoint (0: off)
     worker_grpc_port: int = 50051
@@ -43,6 +44,7 @@ class OperatorSettings:
             pin_digest=env.get("MESHNET_PIN_DIGEST") or _pin_from_checkout(),
             tracker_url=env.get("MESHNET_TRACKER_URL") or None,
             tracker_secret=env.get("MESHNET_TRACKER_SECRET") or None,
+            tracker_token=env.get("MESHNET_TRACKER_TOKEN") or None,
             metrics_port=_number(env, "MESHNET_METRICS_PORT", 8080, int),
             health_port=_number(env, "MESHNET_HEALTH_PORT", 8081, int),
             worker_grpc_port=_number(env, "MESHNET_WORKER_GRPC_PORT", 50051, int),

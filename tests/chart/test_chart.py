@@ -1,0 +1,138 @@
+"""The Helm chart with the real helm binary: lint, render, Kubernetes schema validation."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from meshnet.api.crd import crd_documents
+from meshnet.devtools.kube_tools import install
+from meshnet.paths import repo_root
+
+CHART = repo_root() / "charts/meshnet-shard-operator"
+SCENARIOS = [None, *sorted(p.name for p in (CHART / "ci").glob("*-values.yaml"))]
+MONITORING = "monitoring.coreos.com/v1/ServiceMonitor"
+K8S_VERSION = "1.35"
+
+
+@pytest.fixture(scope="module")
+def helm() -> Path:
+    return install()["helm"]  # idempotent: a no-op once ~/.cache/meshnet/bin has it
+
+
+def run(helm: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(helm), *args], capture_output=True, text=True, timeout=120)
+
+
+def render(helm: Path, values: str | None = None, *extra: str) -> list[dict[str, Any]]:
+    args = ["template", "meshnet", str(CHART), "--namespace", "meshnet-system", *extra]
+    if values:
+        args += ["-f", str(CHART / "ci" / values)]
+    result = run(helm, *args)
+    assert result.returncode == 0, result.stderr
+    return [d for d in yaml.safe_load_all(result.stdout) if d]
+
+
+def by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+@pytest.mark.parametrize("values", SCENARIOS)
+def test_helm_lint_passes(helm: Path, values: str | None) -> None:
+    args = ["lint", "--strict", str(CHART)] + (["-f", str(CHART / "ci" / values)] if values else [])
+    result = run(helm, *args)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "1 chart(s) linted, 0 chart(s) failed" in result.stdout
+
+
+@pytest.mark.parametrize("values", SCENARIOS)
+def test_rendered_manifests_are_valid_kubernetes_objects(helm: Path, values: str | None) -> None:
+    docs = render(helm, values, "--api-versions", MONITORING)
+    for doc in docs:
+        if doc["kind"] == "ServiceMonitor":
+            continue  # not a core API; its shape is checked below
+        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+
+
+def test_a_misspelt_value_fails_the_install(helm: Path) -> None:
+    result = run(helm, "template", "x", str(CHART), "--set", "imagee.tag=1")
+    assert result.returncode != 0
+    assert "additional properties 'imagee' not allowed" in result.stderr
+
+
+def test_the_operator_runs_once_with_recreate_a_liveness_probe_and_restricted_security(
+        helm: Path) -> None:
+    (deployment,) = by_kind(render(helm), "Deployment")
+    spec = deployment["spec"]
+    assert spec["replicas"] == 1 and spec["strategy"] == {"type": "Recreate"}
+    pod = spec["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert container["securityContext"] == {"allowPrivilegeEscalation": False,
+                                            "readOnlyRootFilesystem": True,
+                                            "capabilities": {"drop": ["ALL"]}}
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["MESHNET_WORKER_IMAGE_CUDA"] == "meshnet/meshnet-shard-worker-cuda:0.1.0"
+    assert container["image"] == "meshnet/meshnet-operator:0.1.0"
+
+
+def rules(role: dict[str, Any]) -> dict[str, set[str]]:
+    return {f"{g}/{r}": set(rule["verbs"]) for rule in role["rules"]
+            for g in rule["apiGroups"] for r in rule["resources"]}
+
+
+NAMESPACED = {
+    "meshnet.dev/shardroutes": {"get", "list", "watch", "patch"},
+    "meshnet.dev/shardroutes/status": {"patch"},
+    "meshnet.dev/modelartifacts": {"list", "watch"},
+    "/pods": {"list", "watch", "create", "delete"},
+    "/services": {"list", "watch", "create", "patch", "delete"},
+    "/events": {"create"},
+}
+DISCOVERY = {"apiextensions.k8s.io/customresourcedefinitions": {"list", "watch"},
+             "/namespaces": {"list", "watch"}}
+
+
+def test_rbac_grants_exactly_the_verbs_the_operator_uses(helm: Path) -> None:
+    (cluster_role,) = by_kind(render(helm), "ClusterRole")
+    assert rules(cluster_role) == DISCOVERY | NAMESPACED
+    docs = render(helm, "namespaced-values.yaml")
+    (cluster_role,) = by_kind(docs, "ClusterRole")
+    assert rules(cluster_role) == DISCOVERY
+    roles = by_kind(docs, "Role")
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["ml", "serving"]
+    assert all(rules(r) == NAMESPACED for r in roles)
+    assert len(by_kind(docs, "RoleBinding")) == 2
+
+
+def test_the_service_monitor_needs_the_flag_and_the_prometheus_operator_api(helm: Path) -> None:
+    assert not by_kind(render(helm, "servicemonitor-values.yaml"), "ServiceMonitor")
+    assert not by_kind(render(helm, None, "--api-versions", MONITORING), "ServiceMonitor")
+    (monitor,) = by_kind(render(helm, "servicemonitor-values.yaml", "--api-versions", MONITORING),
+                         "ServiceMonitor")
+    assert monitor["spec"]["endpoints"] == [{"port": "metrics", "path": "/metrics",
+                                             "interval": "15s"}]
+    assert monitor["metadata"]["labels"]["release"] == "prometheus"
+
+
+def test_crds_are_the_generated_ones_kept_on_uninstall_and_optional(helm: Path) -> None:
+    crds = by_kind(render(helm), "CustomResourceDefinition")
+    generated = {d["metadata"]["name"]: d for d in crd_documents().values()}
+    assert {c["metadata"]["name"] for c in crds} == set(generated)
+    for crd in crds:
+        assert crd["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+        assert crd["spec"] == generated[crd["metadata"]["name"]]["spec"]
+    assert not by_kind(render(helm, "pinned-image-values.yaml"), "CustomResourceDefinition")
+
+
+def test_an_image_digest_pins_the_operator_image(helm: Path) -> None:
+    (deployment,) = by_kind(render(helm, "pinned-image-values.yaml"), "Deployment")
+    image = deployment["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert image == ("registry.internal/platform/meshnet-operator@sha256:" + "0" * 64)
