@@ -82,19 +82,11 @@ def test_a_new_epoch_mid_generation_is_recovered_with_the_same_text(
 def test_a_route_that_keeps_losing_state_gives_up_after_the_allowed_recoveries(
     workers: list[WorkerProcess],
 ) -> None:
-    with RouteDriver([w.endpoint for w in workers], max_recoveries=2, wait_seconds=20) as driver:
-        driver.generate(PROMPT, max_tokens=2, stop_at_eos=False)  # handshake done
-        stop = threading.Event()
+    def restart_last_stage(_: int) -> None:  # every token: the last stage forgets it all
+        workers[2].restart()
 
-        def restart_forever() -> None:  # each restart loses the session's KV again
-            while not stop.wait(0.7):
-                workers[2].restart()
-
-        restarter = threading.Thread(target=restart_forever)
-        restarter.start()
-        try:
-            with pytest.raises(RecoveryFailed):
-                driver.generate(PROMPT, max_tokens=400, stop_at_eos=False)
-        finally:
-            stop.set()
-            restarter.join()
+    endpoints = [w.endpoint for w in workers]
+    with (RouteDriver(endpoints, max_recoveries=2, wait_seconds=20) as driver,
+          pytest.raises(RecoveryFailed) as caught):
+        driver.generate(PROMPT, max_tokens=50, stop_at_eos=False, on_token=restart_last_stage)
+    assert "after 2 recoveries" in str(caught.value)

@@ -235,39 +235,70 @@ class _Run:
                 client.release(self.key(route))
 
     def feed(self, tokens: list[int], n_past: int) -> int:
+        """Runs `tokens` through every stage; returns the token sampled after the last.
+
+        Several chunks are pipelined: while stage s runs chunk k, stage s+1 runs chunk
+        k-1 (a wavefront), so a prefill keeps every stage busy at once."""
         route = self.driver.route
-        chunk = self.driver.chunk_tokens or route.max_step_tokens
-        chunk = max(1, min(chunk, route.max_step_tokens))
+        chunks = self.chunks(route, len(tokens))
+        n_stages = len(self.driver.clients)
+        outputs: dict[tuple[int, int], pb.Boundary] = {}
         token = -1
-        for start in range(0, len(tokens), chunk):
-            token = self.feed_chunk(route, tokens[start:start + chunk], n_past + start)
+        for wave in range(len(chunks) + n_stages - 1):
+            calls = []
+            for stage_index in range(n_stages):
+                chunk_index = wave - stage_index
+                if not 0 <= chunk_index < len(chunks):
+                    continue
+                start, end = chunks[chunk_index]
+                request = self.stage_request(
+                    route, stage_index, tokens[start:end], n_past + start,
+                    outputs.pop((stage_index - 1, chunk_index), None),
+                    wants_token=chunk_index == len(chunks) - 1,
+                )
+                call = self.driver.clients[stage_index].forward_async(request)
+                calls.append((stage_index, chunk_index, request, call))
+            for stage_index, chunk_index, request, call in calls:
+                response = call.result()
+                if stage_index < n_stages - 1:
+                    outputs[(stage_index, chunk_index)] = response.boundary
+                elif chunk_index == len(chunks) - 1:
+                    token = self.take_output(response, request.positions[-1])
         return token
 
-    def feed_chunk(self, route: RouteInfo, tokens: list[int], n_past: int) -> int:
-        key = self.key(route)
-        positions = list(range(n_past, n_past + len(tokens)))
-        boundary: pb.Boundary | None = None
-        last_index = len(self.driver.clients) - 1
-        stages = zip(self.driver.clients, route.stages, strict=True)
-        for index, (client, stage) in enumerate(stages):
-            request = pb.ForwardRequest(
-                key=key,
-                n_past=n_past,
-                positions=positions,
-                expected_range=pb.LayerRange(begin=stage.begin, end=stage.end),
-            )
-            if index == 0 or stage.needs_token_sideband:
-                request.tokens.extend(tokens)
-            if boundary is not None:
-                request.boundary.CopyFrom(boundary)
-                self.result.boundary_bytes += len(boundary.data)
-            if index == last_index:
+    def chunks(self, route: RouteInfo, n_tokens: int) -> list[tuple[int, int]]:
+        """[start, end) of each step: the driver's chunk, else small enough that a
+        prefill fills the pipeline (about 4 chunks per stage, at least 16 tokens)."""
+        n_stages = len(route.stages)
+        size = self.driver.chunk_tokens or max(16, -(-n_tokens // (4 * n_stages)))
+        if n_stages == 1 and not self.driver.chunk_tokens:
+            size = route.max_step_tokens
+        size = max(1, min(size, route.max_step_tokens))
+        return [(start, min(start + size, n_tokens)) for start in range(0, n_tokens, size)]
+
+    def stage_request(
+        self, route: RouteInfo, index: int, tokens: list[int], n_past: int,
+        boundary: pb.Boundary | None, wants_token: bool,
+    ) -> pb.ForwardRequest:
+        stage = route.stages[index]
+        request = pb.ForwardRequest(
+            key=self.key(route),
+            n_past=n_past,
+            positions=range(n_past, n_past + len(tokens)),
+            expected_range=pb.LayerRange(begin=stage.begin, end=stage.end),
+        )
+        if index == 0 or stage.needs_token_sideband:
+            request.tokens.extend(tokens)
+        if boundary is not None:
+            request.boundary.CopyFrom(boundary)
+            self.result.boundary_bytes += len(boundary.data)
+        if index == len(route.stages) - 1:
+            if wants_token:
                 self.ask_output(request.output, len(tokens))
-            response = client.forward(request)
-            if index == last_index:
-                return self.take_output(response, positions[-1])
-            boundary = response.boundary
-        raise AssertionError("unreachable: a route has a last stage")
+            else:  # a prefill chunk before the last: the cheapest answer
+                request.output.kind = pb.OUTPUT_KIND_SAMPLED
+                request.output.rows.append(len(tokens) - 1)
+        return request
 
     def ask_output(self, output: pb.OutputRequest, n_tokens: int) -> None:
         output.rows.append(n_tokens - 1)

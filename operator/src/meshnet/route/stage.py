@@ -60,6 +60,21 @@ def stage_error(endpoint: str, error: grpc.RpcError) -> StageError:
     return StageError(endpoint, code, reason, message or "", metadata)
 
 
+class PendingForward:
+    """A Forward in flight."""
+
+    def __init__(self, endpoint: str, future: grpc.Future) -> None:
+        self.endpoint = endpoint
+        self._future = future
+
+    def result(self) -> pb.ForwardResponse:
+        try:
+            response: pb.ForwardResponse = self._future.result()
+        except grpc.RpcError as exc:
+            raise stage_error(self.endpoint, exc) from None
+        return response
+
+
 class StageClient:
     """One worker endpoint ("host:port"). Thread-safe; calls raise StageError."""
 
@@ -89,6 +104,11 @@ class StageClient:
 
     def forward(self, request: pb.ForwardRequest) -> pb.ForwardResponse:
         return self._call("Forward", request)  # type: ignore[return-value]
+
+    def forward_async(self, request: pb.ForwardRequest) -> PendingForward:
+        """Starts a Forward; `.result()` waits for it (raising StageError)."""
+        future = self._stub.Forward.future(request, timeout=self.timeout)
+        return PendingForward(self.endpoint, future)
 
     def release(self, key: pb.RouteKey) -> bool:
         response = self._call("ReleaseSession", pb.ReleaseSessionRequest(key=key))
