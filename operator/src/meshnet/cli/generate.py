@@ -8,12 +8,15 @@ from pathlib import Path
 
 import click
 
+from meshnet.local.registry import lookup
 from meshnet.route import RouteDriver, Sampling, TlsFiles
 
 
 @click.command("generate")
-@click.option("--stage", "stages", multiple=True, required=True, metavar="HOST:PORT",
+@click.option("--stage", "stages", multiple=True, metavar="HOST:PORT",
               help="A stage's gRPC endpoint; repeat in pipeline order.")
+@click.option("--route", "route_name", default=None, metavar="NAME",
+              help="A route started by `meshnet up` on this machine (instead of --stage).")
 @click.option("--prompt", required=True, help="Prompt text (tokenized by the route).")
 @click.option("--max-tokens", type=click.IntRange(1), default=64, show_default=True)
 @click.option("--temperature", type=click.FloatRange(0.0), default=0.0, show_default=True,
@@ -35,11 +38,12 @@ from meshnet.route import RouteDriver, Sampling, TlsFiles
               default=None, help="Client certificate for mTLS.")
 @click.option("--tls-key", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               default=None, help="Client key for mTLS.")
-def command(stages: tuple[str, ...], prompt: str, max_tokens: int, temperature: float,
+def command(stages: tuple[str, ...], route_name: str | None, prompt: str, max_tokens: int, temperature: float,
             top_k: int, top_p: float, seed: int, ignore_eos: bool, chunk: int | None,
             sample_locally: bool, as_json: bool, tls_ca: Path | None, tls_cert: Path | None,
             tls_key: Path | None) -> None:
-    """Generate text through the route STAGES (streams the text as it comes)."""
+    """Generate text through a route's stages (streams the text as it comes)."""
+    stages = _endpoints(stages, route_name)
     tls = TlsFiles(tls_ca, tls_cert, tls_key) if (tls_ca or tls_cert) else None
     sampling = Sampling(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
     with RouteDriver(list(stages), tls=tls, chunk_tokens=chunk,
@@ -69,6 +73,15 @@ def command(stages: tuple[str, ...], prompt: str, max_tokens: int, temperature: 
             "seam_bytes_per_token": route.seam_bytes_per_token,
         }
         click.echo(json.dumps(data, indent=2))
+
+
+def _endpoints(stages: tuple[str, ...], route_name: str | None) -> tuple[str, ...]:
+    if bool(stages) == bool(route_name):
+        raise click.UsageError("give either --route NAME or one --stage per stage")
+    if route_name is None:
+        return stages
+    entry = lookup(route_name)
+    return tuple(stage["endpoint"] for stage in entry["stages"])
 
 
 class _TextStream:

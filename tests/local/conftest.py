@@ -1,0 +1,136 @@
+"""`meshnet up` as a user runs it: a real process serving the example route file."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "examples" / "local" / "smollm2-3stage.yaml"
+
+
+@dataclass
+class UpSession:
+    """A running `meshnet up` with its own cache (route registry, logs) and storage."""
+
+    route_file: Path
+    cache: Path
+    process: subprocess.Popen[str]
+    log: Path
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "MESHNET_CACHE": str(self.cache)}
+
+    def route(self) -> dict[str, Any] | None:
+        path = self.cache / "routes" / "smollm2.json"
+        try:
+            return dict(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            return None
+
+    def wait_for(
+        self, ready: Callable[[dict[str, Any]], bool], timeout: float = 180
+    ) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                pytest.fail(f"meshnet up exited {self.process.returncode}:\n{self.log.read_text()}")
+            route = self.route()
+            if route and ready(route):
+                return route
+            time.sleep(0.2)
+        pytest.fail(f"timed out waiting for the route:\n{self.log.read_text()}")
+
+    def set_stages(self, stages: list[tuple[str, int, int]]) -> None:
+        docs = list(yaml.safe_load_all(self.route_file.read_text()))
+        docs[1]["spec"]["stages"] = [
+            {"name": n, "layers": {"begin": b, "end": e}} for n, b, e in stages
+        ]
+        self.route_file.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+
+    def generate(self, prompt: str, max_tokens: int = 24) -> dict[str, Any]:
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "meshnet.cli",
+                "generate",
+                "--route",
+                "smollm2",
+                "--prompt",
+                prompt,
+                "--max-tokens",
+                str(max_tokens),
+                "--ignore-eos",
+                "--json",
+            ],
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert result.returncode == 0, result.stderr
+        return dict(json.loads(result.stdout))
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+        return self.process.wait(timeout=60)
+
+
+@pytest.fixture
+def up(tmp_path: Path) -> Iterator[UpSession]:
+    docs = list(yaml.safe_load_all(EXAMPLE.read_text()))
+    docs[0]["spec"]["storage"]["hostPath"]["path"] = str(tmp_path / "models")
+    route_file = tmp_path / "route.yaml"
+    route_file.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+    log = tmp_path / "up.log"
+    cache = tmp_path / "cache"
+    with log.open("w") as sink:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "meshnet.cli",
+                "up",
+                "-f",
+                str(route_file),
+                "--threads",
+                "1",
+                "--interval",
+                "0.3",
+            ],
+            env={**os.environ, "MESHNET_CACHE": str(cache)},
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+    session = UpSession(route_file, cache, process, log)
+    yield session
+    if process.poll() is None:
+        process.kill()
+        process.wait()
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is gone for our purposes: it holds no port and no memory.
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"

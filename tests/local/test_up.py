@@ -1,0 +1,75 @@
+"""`meshnet up` runs the example ShardRoute on loopback workers, follows edits of the
+file with a new epoch, restarts dead workers, and leaves nothing behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from collections.abc import Callable
+
+from .conftest import UpSession, pid_alive
+
+PROMPT = "The three primary colors are"
+
+
+def test_up_serves_the_three_stage_route_and_generate_finds_it_by_name(
+    up: UpSession, reference: Callable[..., list[int]]
+) -> None:
+    route = up.wait_for(lambda r: r["epoch"] == 1 and len(r["stages"]) == 3)
+    assert [s["layers"] for s in route["stages"]] == ["0:10", "10:20", "20:30"]
+
+    answer = up.generate(PROMPT)
+
+    assert answer["tokens"] == reference(answer["prompt_tokens"], len(answer["tokens"]))
+    assert answer["route"]["epoch"] == 1
+    assert up.stop() == 0
+
+
+def test_a_changed_layout_starts_epoch_two_with_identical_text(
+    up: UpSession, reference: Callable[..., list[int]]
+) -> None:
+    first = up.wait_for(lambda r: r["epoch"] == 1 and len(r["stages"]) == 3)
+    up.set_stages([("front", 0, 15), ("back", 15, 30)])
+
+    second = up.wait_for(lambda r: r["epoch"] == 2)
+
+    assert [s["layers"] for s in second["stages"]] == ["0:15", "15:30"]
+    assert all(not pid_alive(s["pid"]) for s in first["stages"])
+    answer = up.generate(PROMPT)
+    assert answer["tokens"] == reference(answer["prompt_tokens"], len(answer["tokens"]))
+    assert answer["route"]["epoch"] == 2
+    assert "EpochAdvanced" in up.log.read_text()
+
+
+def test_a_killed_worker_is_restarted_and_generation_stays_correct(
+    up: UpSession, reference: Callable[..., list[int]]
+) -> None:
+    route = up.wait_for(lambda r: r["epoch"] == 1 and len(r["stages"]) == 3)
+    victim = route["stages"][1]
+    os.kill(victim["pid"], signal.SIGKILL)
+
+    restarted = up.wait_for(
+        lambda r: len(r["stages"]) == 3 and r["stages"][1]["pid"] != victim["pid"]
+    )
+
+    assert restarted["epoch"] == 1
+    answer = up.generate(PROMPT)
+    assert answer["tokens"] == reference(answer["prompt_tokens"], len(answer["tokens"]))
+    assert answer["recoveries"] == 0  # a new request after the restart: nothing to recover
+    assert "restart #1" in up.log.read_text()
+
+
+def test_interrupting_up_stops_every_worker_and_withdraws_the_route(up: UpSession) -> None:
+    route = up.wait_for(lambda r: len(r["stages"]) == 3)
+    pids = [s["pid"] for s in route["stages"]]
+
+    assert up.stop() == 0
+
+    deadline = time.monotonic() + 10
+    while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(pid_alive(p) for p in pids)
+    assert up.route() is None
+    assert "stopped 3 workers" in up.log.read_text()
