@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import signal
 import time
-
 from collections.abc import Callable
 
 from .conftest import UpSession, pid_alive

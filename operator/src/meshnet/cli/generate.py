@@ -38,10 +38,10 @@ from meshnet.route import RouteDriver, Sampling, TlsFiles
               default=None, help="Client certificate for mTLS.")
 @click.option("--tls-key", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               default=None, help="Client key for mTLS.")
-def command(stages: tuple[str, ...], route_name: str | None, prompt: str, max_tokens: int, temperature: float,
-            top_k: int, top_p: float, seed: int, ignore_eos: bool, chunk: int | None,
-            sample_locally: bool, as_json: bool, tls_ca: Path | None, tls_cert: Path | None,
-            tls_key: Path | None) -> None:
+def command(stages: tuple[str, ...], route_name: str | None, prompt: str, max_tokens: int,
+            temperature: float, top_k: int, top_p: float, seed: int, ignore_eos: bool,
+            chunk: int | None, sample_locally: bool, as_json: bool, tls_ca: Path | None,
+            tls_cert: Path | None, tls_key: Path | None) -> None:
     """Generate text through a route's stages (streams the text as it comes)."""
     stages = _endpoints(stages, route_name)
     tls = TlsFiles(tls_ca, tls_cert, tls_key) if (tls_ca or tls_cert) else None
