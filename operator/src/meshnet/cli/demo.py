@@ -1,0 +1,152 @@
+"""`meshnet demo`: the whole system on one machine, narrated step by step (`make demo`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+
+from meshnet.bundled import smollm2_gguf
+from meshnet.errors import MeshnetError
+from meshnet.local.registry import RouteNotFound, lookup
+from meshnet.paths import repo_root
+from meshnet.route import RouteDriver
+from meshnet.route.launch import worker_binary
+
+PROMPT = "Write one sentence about why the sky is blue."
+MAX_TOKENS = 48
+TWO_STAGES = [("front", 0, 15), ("back", 15, 30)]
+
+
+def step(text: str) -> None:
+    click.secho(f"\n== {text}", bold=True)
+
+
+def unsplit_tokens(prompt_tokens: list[int], n: int) -> list[int]:
+    """The reference: the whole model in one plain llama.cpp process."""
+    tool = worker_binary().parent / "meshnet-reference-generate"
+    out = subprocess.run(
+        [
+            str(tool),
+            "--model",
+            str(smollm2_gguf()),
+            "--prompt-tokens",
+            ",".join(map(str, prompt_tokens)),
+            "-n",
+            str(n),
+            "--threads",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    )
+    return list(json.loads(out.stdout)["tokens"])
+
+
+def wait_for_epoch(
+    name: str, epoch: int, up: subprocess.Popen[str], timeout: float = 300
+) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if up.poll() is not None:
+            raise MeshnetError(f"meshnet up exited with {up.returncode}")
+        try:
+            entry = lookup(name)
+            if entry.get("epoch") == epoch:
+                return entry
+        except RouteNotFound:
+            pass
+        time.sleep(0.3)
+    raise MeshnetError(f"route {name} did not reach epoch {epoch} in {timeout:.0f}s")
+
+
+def ask(entry: dict[str, Any]) -> list[int]:
+    endpoints = [s["endpoint"] for s in entry["stages"]]
+    click.echo(
+        f"$ meshnet generate --route {entry['name']} --prompt {PROMPT!r} --max-tokens {MAX_TOKENS}"
+    )
+    with RouteDriver(endpoints) as driver:
+        driver.connect(wait=30)
+        answer = driver.generate(PROMPT, max_tokens=MAX_TOKENS, stop_at_eos=False)
+    click.echo(f"answer: {answer.text.strip()}")
+    reference = unsplit_tokens(answer.prompt_tokens, len(answer.tokens))
+    same = reference == answer.tokens
+    click.echo(
+        f"prefill {answer.prefill_tokens_per_second:.1f} tok/s, decode "
+        f"{answer.decode_tokens_per_second:.1f} tok/s over {len(entry['stages'])} stages; "
+        f"identical to the unsplit model: {'yes' if same else 'NO'}"
+    )
+    if not same:
+        raise MeshnetError("the split route's tokens differ from the unsplit model's")
+    return answer.tokens
+
+
+@click.command("demo")
+def command() -> None:
+    """Start the 3-stage SmolLM2 route, ask it, re-split it to 2 stages, ask again, stop."""
+    example = repo_root() / "examples" / "local" / "smollm2-3stage.yaml"
+    work = Path(tempfile.mkdtemp(prefix="meshnet-demo-"))
+    route_file = work / "route.yaml"
+    shutil.copy(example, route_file)
+    step(f"1. meshnet up -f {example.relative_to(repo_root())}  (a copy, so the demo can edit it)")
+    click.echo(
+        "   verifies the ModelArtifact, then starts one worker per stage on 127.0.0.1"
+        " (one thread each: only one stage computes at a time for one session)"
+    )
+    up = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "meshnet.cli",
+            "up",
+            "-f",
+            str(route_file),
+            "--interval",
+            "0.3",
+            "--threads",
+            "1",
+        ],
+        text=True,
+    )
+    try:
+        first = wait_for_epoch("smollm2", 1, up)
+        step("2. Ask the 3-stage route (layers 0:10, 10:20, 20:30)")
+        ask(first)
+        step("3. Edit the route file: two stages, 0:15 and 15:30 -> epoch 2")
+        docs = list(yaml.safe_load_all(route_file.read_text()))
+        docs[1]["spec"]["stages"] = [
+            {"name": n, "layers": {"begin": b, "end": e}} for n, b, e in TWO_STAGES
+        ]
+        route_file.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+        second = wait_for_epoch("smollm2", 2, up)
+        step("4. Ask the 2-stage route (epoch 2)")
+        ask(second)
+    finally:
+        step("5. Ctrl-C: meshnet up stops every worker")
+        if up.poll() is None:
+            up.send_signal(signal.SIGINT)
+            up.wait(timeout=60)
+        shutil.rmtree(work, ignore_errors=True)
+    left = [s["pid"] for s in second["stages"] if _alive(s["pid"])]
+    click.echo(f"workers left running: {len(left)}")
+    step("Done. Next: `meshnet --help`, README.md, examples/ for a cluster.")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
