@@ -55,6 +55,18 @@ def three_stages(shard_worker: Path, smollm2: Path, tmp_path_factory: pytest.Tem
         worker.stop()
 
 
+@pytest.fixture(scope="module")
+def three_stages_chained(shard_worker: Path, smollm2: Path,
+                         tmp_path_factory: pytest.TempPathFactory,
+                         ) -> Iterator[list[WorkerProcess]]:
+    """The same split, each stage started with --next-stage (chain topology)."""
+    workers = start_route(shard_worker, route_specs(smollm2), tmp_path_factory.mktemp("chain"),
+                          chain=True)
+    yield workers
+    for worker in workers:
+        worker.stop()
+
+
 @pytest.fixture(scope="session")
 def reference(shard_worker: Path, smollm2: Path) -> Callable[..., list[int]]:
     """Token ids the unsplit model (plain llama.cpp, 2 threads) generates after `prompt`."""

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from meshnet.route import RouteDriver, Sampling
+from meshnet.route import RouteDriver, RouteRefused, Sampling
 from meshnet.route.launch import WorkerProcess
 
 PROMPTS = [
@@ -40,6 +40,28 @@ def test_the_split_route_generates_the_unsplit_models_64_greedy_tokens(
     assert generation.tokens == reference(generation.prompt_tokens, 64)
     assert generation.recoveries == 0
     assert generation.text == driver.detokenize(generation.tokens)
+
+
+@pytest.mark.slow
+def test_the_chained_route_generates_the_unsplit_models_tokens(
+    three_stages_chained: list[WorkerProcess], reference: Reference,
+) -> None:
+    with RouteDriver([w.endpoint for w in three_stages_chained]) as chained:
+        generation = chained.generate(PROMPTS[1], max_tokens=64, stop_at_eos=False)
+        hub = RouteDriver([w.endpoint for w in three_stages_chained], topology="hub")
+        via_hub = hub.generate(PROMPTS[1], max_tokens=64, stop_at_eos=False)
+        hub.close()
+    assert generation.topology == "chain"
+    assert via_hub.topology == "hub"
+    assert generation.tokens == reference(generation.prompt_tokens, 64) == via_hub.tokens
+
+
+def test_chain_topology_is_refused_for_workers_without_a_next_stage(
+    three_stages: list[WorkerProcess],
+) -> None:
+    with RouteDriver([w.endpoint for w in three_stages], topology="chain") as driver, \
+            pytest.raises(RouteRefused):
+        driver.connect()
 
 
 def test_a_long_prompt_prefilled_in_chunks_gives_the_same_tokens(

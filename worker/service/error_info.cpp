@@ -31,6 +31,7 @@ const char * error_reason_name(error_reason reason) {
         case error_reason::no_vocabulary:            return "NO_VOCABULARY";
         case error_reason::engine_failure:           return "ENGINE_FAILURE";
         case error_reason::invalid_route_key:        return "INVALID_ROUTE_KEY";
+        case error_reason::relay_unavailable:        return "RELAY_UNAVAILABLE";
     }
     return "UNSPECIFIED";
 }
@@ -42,6 +43,7 @@ grpc::StatusCode error_reason_code(error_reason reason) {
         case error_reason::range_mismatch:
         case error_reason::route_mismatch:
         case error_reason::no_vocabulary:
+        case error_reason::relay_unavailable:
             return grpc::StatusCode::FAILED_PRECONDITION;
         case error_reason::boundary_schema_mismatch:
         case error_reason::invalid_boundary:

@@ -30,6 +30,7 @@ enum class error_reason {
     no_vocabulary,
     engine_failure,
     invalid_route_key,
+    relay_unavailable,
 };
 
 extern const char * const error_domain; // "shard.meshnet.dev"

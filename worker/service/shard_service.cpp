@@ -2,6 +2,7 @@
 // reaches the engine, so a bad request never touches a session's state.
 #include "shard_service.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <mutex>
@@ -59,9 +60,11 @@ static int64_t micros_since(std::chrono::steady_clock::time_point start) {
 }
 
 shard_service::shard_service(service_identity identity, engine_i & engine, session_store & sessions,
-                             scheduler & steps, metrics_registry & metrics)
+                             scheduler & steps, metrics_registry & metrics,
+                             std::shared_ptr<grpc::Channel> next_stage)
     : identity_(std::move(identity)), engine_(engine), info_(engine.info()), sessions_(sessions),
-      steps_(steps), metrics_(metrics) {}
+      steps_(steps), metrics_(metrics),
+      next_stub_(next_stage ? pb::ShardService::NewStub(next_stage) : nullptr) {}
 
 metrics_registry::gauges shard_service::gauges() const {
     metrics_registry::gauges now;
@@ -201,7 +204,21 @@ std::optional<shard_error> shard_service::prepare(const pb::ForwardRequest & req
     plan.last     = info_.is_last();
     plan.kind     = request.output().kind();
     plan.n_tokens = n;
-    if (!plan.last) {
+    plan.relay    = request.relay() && !plan.last;
+    if (plan.relay) {
+        if (!next_stub_) {
+            return make_error(error_reason::relay_unavailable,
+                "this stage was started without --next-stage; call each stage in turn");
+        }
+        pb::ForwardRequest & next = plan.relay_request;
+        *next.mutable_key() = request.key();
+        next.set_n_past(n_past);
+        *next.mutable_positions() = request.positions();
+        *next.mutable_tokens()    = request.tokens();
+        *next.mutable_output()    = request.output();
+        next.set_relay(true);
+        plan.kind = pb::OUTPUT_KIND_BOUNDARY;
+    } else if (!plan.last) {
         if (plan.kind != pb::OUTPUT_KIND_UNSPECIFIED && plan.kind != pb::OUTPUT_KIND_BOUNDARY) {
             return make_error(error_reason::invalid_output_request,
                 std::string(pb::OutputKind_Name(plan.kind)) + " asked of a non-last stage (layers " +
@@ -258,9 +275,64 @@ std::optional<shard_error> shard_service::prepare(const pb::ForwardRequest & req
     return std::nullopt;
 }
 
+namespace {
+
+// A relayed step in flight to the next stage.
+struct relay_call {
+    grpc::ClientContext context;
+    pb::ForwardRequest  request;
+    pb::ForwardResponse response;
+};
+
+} // namespace
+
+void shard_service::complete(output_plan & plan, step_outcome & outcome, pb::ForwardResponse & response,
+                             std::function<void(const grpc::Status &)> then) {
+    if (!plan.relay) {
+        answer(plan, outcome, response);
+        then(grpc::Status::OK);
+        return;
+    }
+    auto * call = new relay_call;
+    call->request = std::move(plan.relay_request);
+    pb::Boundary * boundary = call->request.mutable_boundary();
+    boundary->set_schema(schema_to_pb(info_.schema));
+    boundary->set_dtype(dtype_to_pb(identity_.boundary_dtype));
+    boundary->add_shape(plan.n_tokens);
+    for (int64_t dim : row_shape(info_)) boundary->add_shape(dim);
+    boundary_encode(outcome.boundary.data(), outcome.boundary.size(), identity_.boundary_dtype,
+                    *boundary->mutable_data());
+    metrics_.add_boundary_bytes_out(static_cast<int64_t>(boundary->data().size()));
+    // Wait out a next stage that is (re)starting rather than failing at once; a stage
+    // that stays away answers DEADLINE_EXCEEDED.
+    call->context.set_wait_for_ready(true);
+    call->context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    pb::StageTrace own;
+    own.mutable_layers()->set_begin(info_.layer_begin);
+    own.mutable_layers()->set_end(info_.layer_end);
+    own.set_incarnation(identity_.incarnation);
+    own.set_engine_micros(outcome.engine_micros);
+    next_stub_->async()->Forward(&call->context, &call->request, &call->response,
+        [call, own, &response, then](grpc::Status status) {
+            if (status.ok()) {
+                response = std::move(call->response);
+                auto * chain = response.mutable_chain();
+                *chain->Add() = own;
+                std::rotate(chain->begin(), chain->end() - 1, chain->end()); // ours first
+            }
+            delete call;
+            then(status);
+        });
+}
+
 void shard_service::answer(const output_plan & plan, step_outcome & outcome, pb::ForwardResponse & response) {
     response.set_n_past(outcome.n_past);
     response.set_engine_micros(outcome.engine_micros);
+    pb::StageTrace * own = response.add_chain();
+    own->mutable_layers()->set_begin(info_.layer_begin);
+    own->mutable_layers()->set_end(info_.layer_end);
+    own->set_incarnation(identity_.incarnation);
+    own->set_engine_micros(outcome.engine_micros);
     if (!plan.last) {
         pb::Boundary * boundary = response.mutable_boundary();
         boundary->set_schema(schema_to_pb(info_.schema));
@@ -325,6 +397,7 @@ grpc::ServerUnaryReactor * shard_service::GetInfo(grpc::CallbackServerContext * 
     response->set_max_step_tokens(identity_.max_step_tokens);
     response->set_max_message_bytes(identity_.max_message_bytes);
     response->mutable_eos_token_ids()->Add(identity_.eos_token_ids.begin(), identity_.eos_token_ids.end());
+    response->set_next_stage(identity_.next_stage);
     auto * reactor = ctx->DefaultReactor();
     finish(reactor, "GetInfo", grpc::Status::OK);
     return reactor;
@@ -356,16 +429,19 @@ grpc::ServerUnaryReactor * shard_service::Forward(grpc::CallbackServerContext * 
         return reactor;
     }
     job.cancelled = [ctx] { return ctx->IsCancelled(); };
-    job.done = [this, reactor, response, plan, arrived](step_outcome & outcome) {
+    job.done = [this, reactor, response, plan, arrived](step_outcome & outcome) mutable {
         if (!outcome.ok) {
             finish(reactor, "Forward", error_status(outcome.error));
             return;
         }
-        answer(plan, outcome, *response);
-        const int64_t micros = micros_since(arrived);
-        response->set_server_micros(micros);
-        metrics_.observe_forward_seconds(static_cast<double>(micros) * 1e-6);
-        finish(reactor, "Forward", grpc::Status::OK);
+        complete(plan, outcome, *response, [this, reactor, response, arrived](const grpc::Status & status) {
+            if (status.ok()) {
+                const int64_t micros = micros_since(arrived);
+                response->set_server_micros(micros);
+                metrics_.observe_forward_seconds(static_cast<double>(micros) * 1e-6);
+            }
+            finish(reactor, "Forward", status);
+        });
     };
     steps_.submit(std::move(job));
     return reactor;
@@ -404,12 +480,17 @@ public:
                 return;
             }
             response_.Clear();
-            service_.answer(plan_, outcome, *response_.mutable_forward());
-            const int64_t micros = micros_since(arrived_);
-            response_.mutable_forward()->set_server_micros(micros);
-            service_.metrics().observe_forward_seconds(static_cast<double>(micros) * 1e-6);
-            service_.metrics().count_request("ForwardStream", "OK");
-            StartWrite(&response_);
+            service_.complete(plan_, outcome, *response_.mutable_forward(), [this](const grpc::Status & status) {
+                if (!status.ok()) {
+                    finish(status);
+                    return;
+                }
+                const int64_t micros = micros_since(arrived_);
+                response_.mutable_forward()->set_server_micros(micros);
+                service_.metrics().observe_forward_seconds(static_cast<double>(micros) * 1e-6);
+                service_.metrics().count_request("ForwardStream", "OK");
+                StartWrite(&response_);
+            });
         };
         service_.steps().submit(std::move(job));
     }

@@ -12,6 +12,8 @@
 
 #include "meshnet/shard/v1/shard_service.grpc.pb.h"
 
+#include <grpcpp/channel.h>
+
 #include <optional>
 #include <string>
 #include <vector>
@@ -33,6 +35,7 @@ struct service_identity {
     int64_t     max_message_bytes = 64ll << 20;
     int32_t     max_step_tokens   = 512;
     std::vector<int32_t> eos_token_ids; // from the GGUF vocabulary (engine_info has none)
+    std::string next_stage;             // chain successor ("" when none)
 };
 
 // How the answer to one accepted step is built once the engine ran it.
@@ -44,12 +47,15 @@ struct output_plan {
     int32_t              top_k = 0;
     sampling_params      sampling;
     int64_t              n_tokens = 0;
+    bool                 relay = false;  // pass the output on to the next stage
+    pb::ForwardRequest   relay_request;  // its request, less the boundary
 };
 
 class shard_service final : public pb::ShardService::CallbackService {
 public:
     shard_service(service_identity identity, engine_i & engine, session_store & sessions,
-                  scheduler & steps, metrics_registry & metrics);
+                  scheduler & steps, metrics_registry & metrics,
+                  std::shared_ptr<grpc::Channel> next_stage = nullptr);
 
     grpc::ServerUnaryReactor * GetInfo(grpc::CallbackServerContext * ctx, const pb::GetInfoRequest * request,
                                        pb::GetInfoResponse * response) override;
@@ -70,6 +76,10 @@ public:
     std::optional<shard_error> prepare(const pb::ForwardRequest & request, step_job & job, output_plan & plan);
     // Fills the response of a step the engine ran.
     void answer(const output_plan & plan, step_outcome & outcome, pb::ForwardResponse & response);
+    // Answers a step the engine ran: fills `response` (relaying it down the chain first
+    // when the plan says so), then calls `then` with the status, on any thread.
+    void complete(output_plan & plan, step_outcome & outcome, pb::ForwardResponse & response,
+                  std::function<void(const grpc::Status &)> then);
 
     std::optional<shard_error> check_key(const pb::RouteKey & key) const;
     void finish(grpc::ServerUnaryReactor * reactor, const char * rpc, const grpc::Status & status);
@@ -85,6 +95,7 @@ private:
     session_store &    sessions_;
     scheduler &        steps_;
     metrics_registry & metrics_;
+    std::unique_ptr<pb::ShardService::Stub> next_stub_;
 };
 
 const char * status_code_name(grpc::StatusCode code);

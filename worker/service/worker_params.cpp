@@ -29,7 +29,9 @@ const char * worker_params_usage() {
         "  --max-message-bytes N     largest accepted request (default: 67108864)\n"
         "  --evict-idle-ms N         grace before an idle session may be evicted (default: 1000)\n"
         "  --tls-cert F --tls-key F  serve TLS with this PEM certificate chain and key\n"
-        "  --tls-client-ca F         require client certificates signed by this CA (mTLS)\n";
+        "  --tls-client-ca F         require client certificates signed by this CA (mTLS)\n"
+        "  --next-stage ADDR         chain: relay steps to this worker (with TLS: trusted via\n"
+        "                            --tls-client-ca, presenting --tls-cert)\n";
 }
 
 static bool parse_int64(const std::string & text, int64_t & out) {
@@ -66,6 +68,7 @@ bool worker_params_parse(int argc, char ** argv, worker_params & params, std::st
         {"--tls-cert",        string_into(params.tls_cert)},
         {"--tls-key",         string_into(params.tls_key)},
         {"--tls-client-ca",   string_into(params.tls_client_ca)},
+        {"--next-stage",      string_into(params.next_stage)},
         {"--slots",           int32_into(params.n_slots, 1)},
         {"--ctx",             int32_into(params.n_ctx, 1)},
         {"--batch",           int32_into(params.n_batch, 1)},

@@ -31,6 +31,7 @@ struct worker_params {
     std::string tls_cert;
     std::string tls_key;
     std::string tls_client_ca;                  // set: clients must present a cert (mTLS)
+    std::string next_stage;                     // chain: relay steps here (HOST:PORT)
 };
 
 // Parses argv; false with `error` set (or `help` true for --help).

@@ -2,7 +2,9 @@
 // loudly when a non-loopback address is served without TLS.
 #include "worker_server.h"
 
+#include <grpcpp/create_channel.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/security/credentials.h>
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server_builder.h>
 
@@ -63,6 +65,7 @@ bool worker_server::start(const worker_params & params, engine_i & engine, std::
     identity_.max_message_bytes = params.max_message_bytes;
     identity_.max_step_tokens   = params.n_batch;
     identity_.eos_token_ids     = std::move(eos_token_ids);
+    identity_.next_stage        = params.next_stage;
 
     std::shared_ptr<grpc::ServerCredentials> credentials;
     if (!params.tls_cert.empty()) {
@@ -88,10 +91,33 @@ bool worker_server::start(const worker_params & params, engine_i & engine, std::
         }
     }
 
+    std::shared_ptr<grpc::Channel> next_stage;
+    if (!params.next_stage.empty()) {
+        std::shared_ptr<grpc::ChannelCredentials> channel_credentials = grpc::InsecureChannelCredentials();
+        if (!params.tls_cert.empty()) { // mTLS between stages: our cert, the route's CA
+            grpc::SslCredentialsOptions ssl;
+            if (!read_file(params.tls_key, ssl.pem_private_key, error) ||
+                !read_file(params.tls_cert, ssl.pem_cert_chain, error) ||
+                (!params.tls_client_ca.empty() && !read_file(params.tls_client_ca, ssl.pem_root_certs, error))) {
+                return false;
+            }
+            channel_credentials = grpc::SslCredentials(ssl);
+        }
+        grpc::ChannelArguments arguments;
+        arguments.SetMaxReceiveMessageSize(-1);
+        arguments.SetMaxSendMessageSize(-1);
+        // A restarted next stage must be reachable again within a second, not after
+        // gRPC's default backoff of up to two minutes.
+        arguments.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+        arguments.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+        arguments.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+        next_stage = grpc::CreateCustomChannel(params.next_stage, channel_credentials, arguments);
+    }
+
     sessions_  = std::make_unique<session_store>(info.n_slots, std::chrono::milliseconds(params.evict_idle_ms));
     scheduler_ = std::make_unique<scheduler>(engine, *sessions_, params.n_batch);
     registry_  = std::make_unique<metrics_registry>();
-    service_   = std::make_unique<shard_service>(identity_, engine, *sessions_, *scheduler_, *registry_);
+    service_   = std::make_unique<shard_service>(identity_, engine, *sessions_, *scheduler_, *registry_, next_stage);
     scheduler_->start();
 
     grpc::EnableDefaultHealthCheckService(true);

@@ -545,4 +545,59 @@ TEST("/metrics serves the request, latency, token, session, KV and boundary metr
     }
 }
 
+TEST("a chained step is relayed down the chain and answered with the last stage's token") {
+    stage last(4, n_layer, small());
+    worker_params params = small();
+    params.next_stage = "127.0.0.1:" + std::to_string(last.server.port());
+    stage first(0, 4, params);
+    pb::ForwardRequest request = tokens_request("s", 0, {3, 9, 4});
+    request.set_relay(true);
+    request.mutable_output()->set_kind(pb::OUTPUT_KIND_SAMPLED);
+    pb::ForwardResponse response;
+    CHECK(forward(first, request, response).ok());
+    CHECK_EQ(response.sampled_tokens_size(), 1);
+    CHECK_EQ(response.sampled_tokens(0), fake_engine::expected_token(4, 2, n_layer));
+    CHECK_EQ(response.chain_size(), 2);
+    CHECK_EQ(response.chain(0).layers().end(), 4);
+    CHECK_EQ(response.chain(1).layers().begin(), 4);
+    CHECK_EQ(response.n_past(), 3);
+    pb::GetInfoResponse info;
+    grpc::ClientContext context;
+    CHECK(first.stub->GetInfo(&context, pb::GetInfoRequest{}, &info).ok());
+    CHECK_EQ(info.next_stage(), params.next_stage);
+}
+
+TEST("a failure down the chain is answered with the downstream stage's reason") {
+    stage last(4, n_layer, small());
+    worker_params params = small();
+    params.next_stage = "127.0.0.1:" + std::to_string(last.server.port());
+    stage first(0, 4, params);
+    pb::ForwardRequest request = tokens_request("s", 0, {1, 2, 3});
+    request.set_relay(true);
+    pb::ForwardResponse response;
+    CHECK(forward(first, request, response).ok());
+    CHECK(forward(first, tokens_request("s", 3, {4}), response).ok()); // the first stage runs ahead
+    request = tokens_request("s", 4, {5});
+    request.set_relay(true);
+    const grpc::Status status = forward(first, request, response);
+    CHECK_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    CHECK_EQ(reason(status), std::string("CACHE_MISS"));
+    CHECK_EQ(metadata_of(status, "stage_n_past"), std::string("3"));
+}
+
+TEST("relay asked of a stage without a next stage is refused with RELAY_UNAVAILABLE") {
+    route r;
+    pb::ForwardRequest request = tokens_request("s", 0, {1});
+    request.set_relay(true);
+    pb::ForwardResponse response;
+    const grpc::Status status = forward(r.first, request, response);
+    CHECK_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    CHECK_EQ(reason(status), std::string("RELAY_UNAVAILABLE"));
+    pb::ForwardResponse mid;
+    CHECK(forward(r.first, tokens_request("s", 0, {1}), mid).ok()); // nothing was kept
+    pb::ForwardRequest last_request = boundary_request("s", 0, mid.boundary());
+    last_request.set_relay(true); // the last stage has no one to relay to: it answers
+    CHECK(forward(r.last, last_request, response).ok());
+}
+
 TEST_MAIN()

@@ -30,6 +30,10 @@ from meshnet.route import RouteDriver, Sampling, TlsFiles
               help="Prefill chunk in tokens (default: the route's step limit).")
 @click.option("--sample-locally", is_flag=True,
               help="Fetch logits and sample here instead of on the last stage (same result).")
+@click.option("--topology", type=click.Choice(["auto", "chain", "hub"]), default="auto",
+              show_default=True,
+              help="chain: stages relay to their --next-stage; hub: call each stage; "
+                   "auto: chain when every stage has a next stage.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print one JSON object: text, token ids, timings, recoveries.")
 @click.option("--tls-ca", type=click.Path(exists=True, dir_okay=False, path_type=Path),
@@ -40,14 +44,14 @@ from meshnet.route import RouteDriver, Sampling, TlsFiles
               default=None, help="Client key for mTLS.")
 def command(stages: tuple[str, ...], route_name: str | None, prompt: str, max_tokens: int,
             temperature: float, top_k: int, top_p: float, seed: int, ignore_eos: bool,
-            chunk: int | None, sample_locally: bool, as_json: bool, tls_ca: Path | None,
-            tls_cert: Path | None, tls_key: Path | None) -> None:
+            chunk: int | None, sample_locally: bool, topology: str, as_json: bool,
+            tls_ca: Path | None, tls_cert: Path | None, tls_key: Path | None) -> None:
     """Generate text through a route's stages (streams the text as it comes)."""
     stages = _endpoints(stages, route_name)
     tls = TlsFiles(tls_ca, tls_cert, tls_key) if (tls_ca or tls_cert) else None
     sampling = Sampling(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
-    with RouteDriver(list(stages), tls=tls, chunk_tokens=chunk,
-                     sample_locally=sample_locally) as driver:
+    with RouteDriver(list(stages), tls=tls, chunk_tokens=chunk, sample_locally=sample_locally,
+                     topology=topology) as driver:
         route = driver.connect(wait=10.0)
         printer = _TextStream(driver) if not as_json else None
         generation = driver.generate(
@@ -60,7 +64,8 @@ def command(stages: tuple[str, ...], route_name: str | None, prompt: str, max_to
                 f"[{len(generation.prompt_tokens)} prompt tokens at "
                 f"{generation.prefill_tokens_per_second:.1f} tok/s, {len(generation.tokens)} "
                 f"generated at {generation.decode_tokens_per_second:.1f} tok/s, "
-                f"{generation.recoveries} recoveries, stop: {generation.stop_reason}]",
+                f"{generation.recoveries} recoveries, {generation.topology}, "
+                f"stop: {generation.stop_reason}]",
                 err=True,
             )
             return

@@ -1,12 +1,16 @@
 """The route driver: walks a pipeline of shard workers for one generation at a time
 per call (calls may run concurrently from several threads, one session each).
 
-Per token the driver hands the first stage the token, each later stage the previous
-stage's boundary, and the last stage samples (hub topology: 2S network legs per token;
-the protocol keeps every step a plain request so a worker-to-worker relay can be added
-later without changing sessions or errors). On CACHE_MISS, EPOCH_MISMATCH, ENGINE_FAILURE
-or a worker that went away, it waits for the route, checks it again and re-prefills the
-whole history under a new session id; positional seeding keeps the output identical.
+Topology (DESIGN.md §7). Chain, preferred whenever the workers were started with
+--next-stage: the driver sends each decode step to the first stage only, every stage
+relays its boundary to the next, and the last stage's sampled token comes back along
+the chain - the driver-to-stage legs drop from 2S to 2 and boundaries never pass through
+the driver. Hub, the fallback: the driver calls every stage in turn. A prefill of several
+chunks is always pipelined through the stages as a wavefront.
+
+On CACHE_MISS, EPOCH_MISMATCH, ENGINE_FAILURE, a restarted chain stage or a worker that
+went away, it waits for the route, checks it again and re-prefills the whole history
+under a new session id; positional seeding keeps the output identical.
 """
 
 from __future__ import annotations
@@ -21,14 +25,21 @@ from typing import Any
 
 import numpy as np
 
-from meshnet.route.errors import PromptTooLong, RecoveryFailed, RouteError, StageError
+from meshnet.route.errors import (
+    PromptTooLong,
+    RecoveryFailed,
+    RouteError,
+    RouteRefused,
+    StageError,
+)
 from meshnet.route.handshake import RouteInfo, check_route
 from meshnet.route.proto import pb
 from meshnet.route.sampling import Sampling, sample
 from meshnet.route.stage import StageClient, TlsFiles
 
 # Reasons after which the session's state on some stage is gone or stale.
-RECOVERABLE_REASONS = {"CACHE_MISS", "EPOCH_MISMATCH", "ENGINE_FAILURE"}
+RECOVERABLE_REASONS = {"CACHE_MISS", "EPOCH_MISMATCH", "ENGINE_FAILURE",
+                       "CHAIN_MISMATCH"}  # a stage of the chain restarted: refresh
 # Transport answers meaning the worker is (re)starting or unreachable for now.
 TRANSIENT_CODES = {"UNAVAILABLE", "DEADLINE_EXCEEDED", "CANCELLED"}
 
@@ -42,6 +53,7 @@ class Generation:
     tokens: list[int] = field(default_factory=list)
     text: str = ""
     stop_reason: str = "max_tokens"  # max_tokens | eos | context
+    topology: str = "hub"  # hub | chain
     recoveries: int = 0
     recovery_reasons: list[str] = field(default_factory=list)
     prefill_seconds: float = 0.0
@@ -77,7 +89,10 @@ class RouteDriver:
         wait_seconds: float = 60.0,
         chunk_tokens: int | None = None,
         sample_locally: bool = False,
+        topology: str = "auto",
     ) -> None:
+        if topology not in ("auto", "chain", "hub"):
+            raise RouteError(f"topology must be auto, chain or hub, not {topology!r}")
         if not endpoints:
             raise RouteError("a route needs at least one --stage")
         self.clients = [StageClient(endpoint, tls) for endpoint in endpoints]
@@ -85,6 +100,7 @@ class RouteDriver:
         self.wait_seconds = wait_seconds
         self.chunk_tokens = chunk_tokens
         self.sample_locally = sample_locally
+        self.topology = topology
         self._lock = threading.Lock()
         self._route: RouteInfo | None = None
 
@@ -121,12 +137,18 @@ class RouteDriver:
             try:
                 answers = [(c.endpoint, c.info(timeout=5.0)) for c in self.clients]
                 route = check_route(answers)
+                if self.topology == "chain" and not route.chained:
+                    raise RouteRefused(["topology chain needs every stage but the last started "
+                                        "with --next-stage"])
                 return route
             except (StageError, RouteError):
                 if time.monotonic() + delay > deadline:
                     raise
             time.sleep(delay)
             delay = min(delay * 2, 1.0)
+
+    def uses_chain(self, route: RouteInfo) -> bool:
+        return self.topology != "hub" and len(route.stages) > 1 and route.chained
 
     def _vocab_client(self) -> StageClient:
         route = self.route
@@ -163,6 +185,7 @@ class RouteDriver:
                 f"the prompt has {len(prompt_ids)} tokens, the route's context holds {route.n_ctx}"
             )
         run = _Run(self, prompt_ids, sampling)
+        run.result.topology = "chain" if self.uses_chain(route) else "hub"
         started = time.perf_counter()
         token = run.step_with_recovery(prompt_ids)
         run.result.prefill_seconds = time.perf_counter() - started
@@ -241,6 +264,8 @@ class _Run:
         k-1 (a wavefront), so a prefill keeps every stage busy at once."""
         route = self.driver.route
         chunks = self.chunks(route, len(tokens))
+        if len(chunks) == 1 and self.driver.uses_chain(route):
+            return self.feed_chain(route, tokens, n_past)
         n_stages = len(self.driver.clients)
         outputs: dict[tuple[int, int], pb.Boundary] = {}
         token = -1
@@ -265,6 +290,24 @@ class _Run:
                 elif chunk_index == len(chunks) - 1:
                     token = self.take_output(response, request.positions[-1])
         return token
+
+    def feed_chain(self, route: RouteInfo, tokens: list[int], n_past: int) -> int:
+        """One step through the chain: only the first stage is called."""
+        request = self.stage_request(route, 0, tokens, n_past, None, wants_token=True)
+        request.relay = True
+        request.ClearField("output")
+        self.ask_output(request.output, len(tokens))
+        response = self.driver.clients[0].forward(request)
+        self.result.boundary_bytes += route.seam_bytes_per_token * len(tokens) * (
+            len(route.stages) - 1)
+        hops = [(h.layers.begin, h.layers.end, h.incarnation) for h in response.chain]
+        expected = [(s.begin, s.end, s.incarnation) for s in route.stages]
+        if hops != expected:
+            raise StageError(
+                route.stages[0].endpoint, "FAILED_PRECONDITION", "CHAIN_MISMATCH",
+                f"the --next-stage chain ran {hops}, the route is {expected}",
+            )
+        return self.take_output(response, request.positions[-1])
 
     def chunks(self, route: RouteInfo, n_tokens: int) -> list[tuple[int, int]]:
         """[start, end) of each step: the driver's chunk, else small enough that a

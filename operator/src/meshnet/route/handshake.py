@@ -19,6 +19,7 @@ class StageInfo:
     incarnation: str
     has_vocab: bool
     needs_token_sideband: bool
+    next_stage: str = ""
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,11 @@ class RouteInfo:
     boundary_dtype: int
     boundary_row_shape: tuple[int, ...]
     stages: tuple[StageInfo, ...]
+
+    @property
+    def chained(self) -> bool:
+        """Every stage but the last relays to a next stage (chain topology possible)."""
+        return all(stage.next_stage for stage in self.stages[:-1])
 
     @property
     def seam_bytes_per_token(self) -> int:
@@ -127,6 +133,7 @@ def check_route(answers: Sequence[tuple[str, pb.GetInfoResponse]]) -> RouteInfo:
                 incarnation=info.incarnation,
                 has_vocab=info.has_vocab,
                 needs_token_sideband=info.boundary.needs_token_sideband,
+                next_stage=info.next_stage,
             )
             for endpoint, info in answers
         ),

@@ -48,6 +48,7 @@ class WorkerSpec:
     tls_cert: Path | None = None
     tls_key: Path | None = None
     tls_client_ca: Path | None = None
+    next_stage: str = ""
     extra: tuple[str, ...] = field(default_factory=tuple)
 
     def args(self) -> list[str]:
@@ -74,6 +75,7 @@ class WorkerSpec:
             "--tls-cert": self.tls_cert,
             "--tls-key": self.tls_key,
             "--tls-client-ca": self.tls_client_ca,
+            "--next-stage": self.next_stage or None,
         }
         for flag, value in optional.items():
             if value is not None:
@@ -180,9 +182,22 @@ class WorkerProcess:
         self.stop()
 
 
+def chain_specs(specs: Sequence[WorkerSpec]) -> list[WorkerSpec]:
+    """The specs on fixed loopback ports, each stage relaying to the next (chain)."""
+    ports = [free_port() for _ in specs]
+    return [
+        replace(spec, listen=f"127.0.0.1:{port}",
+                next_stage=f"127.0.0.1:{ports[i + 1]}" if i + 1 < len(specs) else "")
+        for i, (spec, port) in enumerate(zip(specs, ports, strict=True))
+    ]
+
+
 def start_route(binary: Path, specs: Sequence[WorkerSpec], log_dir: Path | None = None,
-                timeout: float = 120.0) -> list[WorkerProcess]:
-    """Starts one worker per spec (one at a time: model loading is CPU heavy)."""
+                timeout: float = 120.0, chain: bool = False) -> list[WorkerProcess]:
+    """Starts one worker per spec (one at a time: model loading is CPU heavy); with
+    `chain`, on fixed ports with each stage's --next-stage set to its successor."""
+    if chain:
+        specs = chain_specs(specs)
     workers: list[WorkerProcess] = []
     try:
         for index, spec in enumerate(specs):
