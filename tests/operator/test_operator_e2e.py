@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from meshnet.api.modelartifact import ModelArtifactSpec
 from meshnet.devtools.cluster import (
     Emulator,
     emulated_cluster,
@@ -14,8 +19,10 @@ from meshnet.devtools.cluster import (
     mark_pods,
     running_operator,
 )
+from meshnet.devtools.kube_tools import install
 from meshnet.operator.metrics import OperatorMetrics
 from meshnet.operator.settings import OperatorSettings
+from meshnet.paths import repo_root
 
 MakeArtifact = MakeRoute = Callable[..., dict[str, Any]]  # fixtures from conftest.py
 NS = "default"
@@ -177,3 +184,41 @@ async def test_a_crash_looping_stage_makes_the_route_degraded_naming_it(
     assert degraded["reason"] == "StageCrashLooping"
     assert "stage s2 (pod r1-s2-e1) is CrashLoopBackOff" in degraded["message"]
     assert condition(route(cluster), "Ready")["status"] == "False"
+
+
+async def test_kubectl_applies_the_cluster_examples_and_the_operator_serves_them(
+        cluster: Emulator, metrics: OperatorMetrics, tmp_path: Path) -> None:
+    kubectl = install()["kubectl"]
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "emulator",
+        "clusters": [{"name": "emulator", "cluster": {"server": str(cluster.url).rstrip("/")}}],
+        "users": [{"name": "emulator", "user": {}}],
+        "contexts": [{"name": "emulator",
+                      "context": {"cluster": "emulator", "user": "emulator", "namespace": NS}}],
+    }))
+
+    async def run(*args: str) -> str:
+        process = await asyncio.create_subprocess_exec(
+            str(kubectl), "--kubeconfig", str(kubeconfig), *args,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        out, err = await process.communicate()
+        assert process.returncode == 0, err.decode()
+        return out.decode()
+
+    examples = repo_root() / "examples"
+    await run("apply", "--validate=false", "-f", str(examples / "modelartifact-smollm2.yaml"),
+              "-f", str(examples / "shardroute-smollm2-3stage.yaml"))
+    artifact = ModelArtifactSpec.model_validate(
+        yaml.safe_load((examples / "modelartifact-smollm2.yaml").read_text())["spec"])
+    await cluster.patch(f"{ARTIFACTS}/smollm2-135m-q4-1/status", json={"status": {
+        "manifestDigest": artifact.manifest_digest(),
+        "conditions": [{"type": "Ready", "status": "True", "reason": "Verified"}]}})
+    await eventually(lambda: len(pods(cluster)) == 3, what="the example's three stage pods")
+    await mark_pods(cluster, NS)
+    await eventually(lambda: condition(route(cluster, "smollm2-3stage"), "Ready").get("status")
+                     == "True", what="the example route to be Ready")
+    assert await run("get", "shardroutes", "-o", "name") == \
+        "shardroute.meshnet.dev/smollm2-3stage\n"
+    assert await run("get", "sr", "smollm2-3stage", "-o",
+                     "jsonpath={.status.epoch} {.status.stagesReady}") == "1 3/3"

@@ -30,5 +30,6 @@ def run_cmd(kubeconfig: str | None, verbose: bool) -> None:
     """
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per API call otherwise
     settings = OperatorSettings.from_env(os.environ)
     asyncio.run(run(settings, Connection.discover(kubeconfig)))

@@ -6,12 +6,18 @@ from __future__ import annotations
 import asyncio
 import datetime
 import itertools
+import json
+import os
+import socket
+import sys
 import threading
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
+import httpx
 import jsonpatch
 import kmock
 
@@ -44,6 +50,20 @@ class Emulator(kmock.KubernetesEmulator):
     _serial = itertools.count(1)
 
     async def _handle(self, request: Any) -> Any:
+        # kmock keeps every request for assertions and matches each new one against that
+        # history (quadratic at scale); we assert on objects, so keep only those in flight.
+        self._in_flight.add(id(request))
+        self._requests[:] = [r for r in self._requests if id(r) in self._in_flight]
+        try:
+            return await self._handle_k8s(request)
+        finally:
+            self._in_flight.discard(id(request))
+
+    def __attrs_post_init__(self) -> None:
+        super().__attrs_post_init__()
+        self._in_flight: set[int] = set()
+
+    async def _handle_k8s(self, request: Any) -> Any:
         data = request.data
         if request.resource is not None and request.action == kmock.action.CREATE \
                 and isinstance(data, dict):
@@ -74,6 +94,37 @@ class Emulator(kmock.KubernetesEmulator):
         meta["resourceVersion"] = str(next(self._serial))
         meta.setdefault("creationTimestamp",
                         datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
+
+    # kmock finds an object by scanning every stored object; at benchmark scale (thousands
+    # of pods and events) that dominates, so named requests use the dictionary directly.
+    def _named(self, request: Any, name: str | None = None) -> Any:
+        key = (request.resource, request.namespace, name or request.name)
+        return self.objects[key] if key in self.objects else None
+
+    async def _serve_fetch(self, request: Any) -> Any:
+        obj = self._named(request)
+        if obj is None or obj.deleted:
+            raise kmock.KubernetesObjectNotFoundError()
+        return obj.raw
+
+    async def _serve_create(self, request: Any) -> Any:
+        meta = request.data.get("metadata", {})
+        key = (request.resource, request.namespace or meta.get("namespace"), meta.get("name"))
+        return self.objects[key].raw
+
+    async def _serve_update(self, request: Any) -> Any:
+        return self._named(request).last.raw
+
+    async def _serve_delete(self, request: Any) -> Any:
+        return self._named(request).last.raw
+
+    async def _serve_list(self, request: Any) -> Any:
+        """kmock's list plus the kind and apiVersion that kubectl insists on."""
+        payload = await super()._serve_list(request)
+        resource = request.resource
+        group_version = f"{resource.group}/{resource.version}".lstrip("/")
+        kind = RESOURCES.get(f"{group_version}/{resource.plural}", {}).get("kind", "")
+        return {"apiVersion": group_version, "kind": f"{kind}List", **payload}
 
     def live(self, resource: str, namespace: str | None = None) -> Iterator[dict[str, Any]]:
         """Current bodies of one resource ('v1/pods' or 'group/version/plural')."""
@@ -120,6 +171,54 @@ async def running_operator(emulator: Emulator, settings: OperatorSettings,
     finally:
         stop.set()
         await eventually(lambda: not thread.is_alive(), 30, "the operator to stop")
+
+
+@asynccontextmanager
+async def operator_process(emulator: Emulator, env: dict[str, str],
+                           workdir: Path) -> AsyncIterator[str]:
+    """`meshnet operator run --kubeconfig` against the emulator in its own process (its own
+    GIL: the benchmark's emulator and kubelet stay responsive). Yields the metrics URL."""
+    kubeconfig = workdir / "kubeconfig"
+    kubeconfig.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "emulator",
+        "clusters": [{"name": "emulator", "cluster": {"server": str(emulator.url).rstrip("/")}}],
+        "users": [{"name": "emulator", "user": {}}],
+        "contexts": [{"name": "emulator", "context": {"cluster": "emulator", "user": "emulator"}}],
+    }))
+    metrics, health = _free_port(), _free_port()
+    env = {**os.environ, **env, "MESHNET_METRICS_PORT": str(metrics),
+           "MESHNET_HEALTH_PORT": str(health)}
+    with (workdir / "operator.log").open("w") as log:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", "from meshnet.cli.main import main; main()",
+            "operator", "run", "--kubeconfig", str(kubeconfig), env=env, stdout=log, stderr=log)
+        try:
+            async with httpx.AsyncClient() as client:
+                await _wait_healthy(client, f"http://127.0.0.1:{health}/healthz", process)
+            yield f"http://127.0.0.1:{metrics}/metrics"
+        finally:
+            process.terminate()
+            await asyncio.wait_for(process.wait(), timeout=30)
+
+
+async def _wait_healthy(client: httpx.AsyncClient, url: str,
+                        process: asyncio.subprocess.Process) -> None:
+    for _ in range(600):
+        if process.returncode is not None:
+            raise RuntimeError(f"the operator exited with {process.returncode}")
+        try:
+            if (await client.get(url)).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        await asyncio.sleep(0.1)
+    raise TimeoutError("the operator did not become healthy in 60 s")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 async def mark_pods(emulator: Emulator, namespace: str, *, ready: bool = True,

@@ -104,7 +104,8 @@ def register(registry: kopf.OperatorRegistry, ctx: Context) -> None:
     @kopf.on.create(*ROUTES, registry=registry)
     @kopf.on.update(*ROUTES, registry=registry)
     @kopf.on.delete(*ROUTES, registry=registry)
-    @kopf.on.timer(*ROUTES, interval=ctx.settings.resync_seconds, registry=registry)
+    @kopf.on.timer(*ROUTES, interval=ctx.settings.resync_seconds,
+                   initial_delay=ctx.settings.resync_seconds, registry=registry)
     async def route_changed(namespace: str | None, name: str, **kwargs: Any) -> None:
         await reconcile(ctx, namespace or "", name, kwargs)
 
