@@ -5,7 +5,10 @@ backend, and 8 concurrent sessions vs 1 (SmolLM2-135M Q4_1, same total threads).
 
 Prints one table. Every number is the median of --repeats runs of a 128-token prompt and
 64 decoded tokens (greedy). Threads: the unsplit model gets --threads (default 2); each of
-the two stages, and each of the two ggml-rpc-server processes, gets --threads / 2.
+the two stages, and each of the two ggml-rpc-server processes, gets --threads / 2. One more
+row gives each stage all --threads (only one stage computes at a time while a single
+session decodes); run it with --omp-passive so idle OpenMP threads sleep instead of
+spinning against the other stage (the flag applies to every process measured).
 """
 
 from __future__ import annotations
@@ -140,12 +143,15 @@ def run(bin_dir: Path | None, threads: int, repeats: int) -> dict[str, Any]:
     model = smollm2()
     half = max(1, threads // 2)
     logs = Path(tempfile.mkdtemp(prefix="meshnet-bench-"))
-    results: dict[str, Any] = {"threads_total": threads, "load_average": os.getloadavg()}
+    results: dict[str, Any] = {"threads_total": threads, "load_average": os.getloadavg(),
+                               "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "")}
 
-    def with_route(specs: list[WorkerSpec], body: Callable[[RouteDriver], Any]) -> Any:
-        workers: list[WorkerProcess] = start_route(binary, specs, logs)
+    def with_route(specs: list[WorkerSpec], body: Callable[[RouteDriver], Any],
+                   chain: bool = False) -> Any:
+        workers: list[WorkerProcess] = start_route(binary, specs, logs, chain=chain)
         try:
-            with RouteDriver([w.endpoint for w in workers]) as driver:
+            with RouteDriver([w.endpoint for w in workers],
+                             topology="chain" if chain else "hub") as driver:
                 driver.connect(wait=30)
                 return body(driver)
         finally:
@@ -162,6 +168,12 @@ def run(bin_dir: Path | None, threads: int, repeats: int) -> dict[str, Any]:
         [spec((0, 30), threads)], lambda d: measure_route(d, prompt, repeats))
     results["route_2_stages"] = with_route(
         [spec((0, 15), half), spec((15, 30), half)], lambda d: measure_route(d, prompt, repeats))
+    results["route_2_stages_chain"] = with_route(
+        [spec((0, 15), half), spec((15, 30), half)], lambda d: measure_route(d, prompt, repeats),
+        chain=True)
+    results["route_2_stages_chain_all_threads"] = with_route(
+        [spec((0, 15), threads), spec((15, 30), threads)],
+        lambda d: measure_route(d, prompt, repeats), chain=True)
     try:
         results["llama_cpp_rpc_2_servers"] = measure_rpc(model, half, repeats)
     except (RuntimeError, subprocess.SubprocessError) as exc:
@@ -172,7 +184,8 @@ def run(bin_dir: Path | None, threads: int, repeats: int) -> dict[str, Any]:
         return {"1": concurrent_decode(driver, prompt, 1), "8": concurrent_decode(driver, prompt, 8)}
 
     results["route_2_stages_sessions"] = with_route(
-        [spec((0, 15), half, slots=8), spec((15, 30), half, slots=8)], sessions_1_vs_8)
+        [spec((0, 15), half, slots=8), spec((15, 30), half, slots=8)], sessions_1_vs_8,
+        chain=True)
     return results
 
 
@@ -180,14 +193,17 @@ def report(results: dict[str, Any]) -> str:
     base = results["unsplit_llama_cpp"]
     lines = [
         (f"SmolLM2-135M Q4_1, prompt {PROMPT_TOKENS} tokens, decode {DECODE_TOKENS} tokens, "
-        f"{results['threads_total']} threads in total, load average "
+        f"{results['threads_total']} threads in total, OMP_WAIT_POLICY="
+        f"{results['omp_wait_policy'] or 'default'}, load average "
         f"{', '.join(f'{x:.2f}' for x in results['load_average'])}"),
         f"{'setup':<34}{'prefill tok/s':>14}{'% unsplit':>10}{'decode tok/s':>14}{'% unsplit':>10}",
     ]
     rows = [
         ("unsplit llama.cpp (reference)", "unsplit_llama_cpp"),
         ("unsplit, 1 worker (our service)", "unsplit_worker"),
-        ("2-stage route (0:15, 15:30)", "route_2_stages"),
+        ("2-stage route, hub (0:15, 15:30)", "route_2_stages"),
+        ("2-stage route, chain", "route_2_stages_chain"),
+        ("2-stage chain, all threads each", "route_2_stages_chain_all_threads"),
         ("llama.cpp RPC, 2 ggml-rpc-server", "llama_cpp_rpc_2_servers"),
     ]
     for label, key in rows:
@@ -201,7 +217,7 @@ def report(results: dict[str, Any]) -> str:
         )
     sessions = results["route_2_stages_sessions"]
     lines.append(
-        f"2-stage route aggregate decode: 1 session {sessions['1']:.1f} tok/s, 8 sessions "
+        f"2-stage chain, aggregate decode: 1 session {sessions['1']:.1f} tok/s, 8 sessions "
         f"{sessions['8']:.1f} tok/s ({sessions['8'] / sessions['1']:.2f}x)"
     )
     return "\n".join(lines)
@@ -214,7 +230,11 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", type=Path, default=None, help="Also write the raw results.")
+    parser.add_argument("--omp-passive", action="store_true",
+                        help="OMP_WAIT_POLICY=passive for every process measured.")
     options = parser.parse_args()
+    if options.omp_passive:
+        os.environ["OMP_WAIT_POLICY"] = "passive"
     results = run(options.bin_dir, options.threads, options.repeats)
     print(report(results))
     if options.json:
