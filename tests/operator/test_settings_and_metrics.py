@@ -66,3 +66,22 @@ async def test_triggers_during_a_reconcile_collapse_into_one_rerun() -> None:
     gate.set()
     await asyncio.gather(first, *followers)
     assert runs == [0, 1]  # the first run, then a single rerun for all five triggers
+
+
+def test_expectations_hide_the_lag_between_our_writes_and_the_watch() -> None:
+    from meshnet.operator.expectations import TTL_SECONDS, Expectations
+    from meshnet.reconcile import ObservedPod
+
+    now = [0.0]
+    expect = Expectations(clock=lambda: now[0])
+    labels = {"meshnet.dev/stage": "s0", "meshnet.dev/epoch": "2"}
+    expect.created("r", {"metadata": {"name": "r-s0-e2", "labels": labels}})
+    expect.deleted("r", "r-s0-e1")
+    old = ObservedPod(name="r-s0-e1", stage="s0", epoch=1)
+    seen = expect.apply("r", (old,))  # the watch has seen neither write yet
+    assert [(p.name, p.terminating) for p in seen] == [("r-s0-e1", True), ("r-s0-e2", False)]
+    new = ObservedPod(name="r-s0-e2", stage="s0", epoch=2)
+    assert expect.apply("r", (new,)) == (new,)  # both confirmed: nothing is added
+    expect.created("r", {"metadata": {"name": "lost", "labels": labels}})
+    now[0] = TTL_SECONDS + 1
+    assert expect.apply("r", ()) == ()  # never confirmed: forgotten after the TTL

@@ -99,7 +99,10 @@ class Emulator(kmock.KubernetesEmulator):
     # of pods and events) that dominates, so named requests use the dictionary directly.
     def _named(self, request: Any, name: str | None = None) -> Any:
         key = (request.resource, request.namespace, name or request.name)
-        return self.objects[key] if key in self.objects else None
+        try:
+            return self.objects[key]
+        except KeyError:
+            return None
 
     async def _serve_fetch(self, request: Any) -> Any:
         obj = self._named(request)
@@ -120,7 +123,7 @@ class Emulator(kmock.KubernetesEmulator):
 
     async def _serve_list(self, request: Any) -> Any:
         """kmock's list plus the kind and apiVersion that kubectl insists on."""
-        payload = await super()._serve_list(request)
+        payload: dict[str, Any] = dict(await super()._serve_list(request))  # type: ignore[arg-type]
         resource = request.resource
         group_version = f"{resource.group}/{resource.version}".lstrip("/")
         kind = RESOURCES.get(f"{group_version}/{resource.plural}", {}).get("kind", "")

@@ -10,6 +10,7 @@ import kopf
 
 from meshnet.api import shardroute
 from meshnet.api.common import API_VERSION
+from meshnet.operator.expectations import Expectations
 from meshnet.operator.kube import KubeClient, path
 from meshnet.reconcile import Create, Delete, Patch, Plan
 from meshnet.reconcile.planner import STATUS_KEYS
@@ -17,23 +18,29 @@ from meshnet.reconcile.planner import STATUS_KEYS
 PLURALS = {"Pod": "pods", "Service": "services"}
 
 
-async def execute(client: KubeClient, route: Mapping[str, Any], result: Plan) -> None:
+async def execute(client: KubeClient, route: Mapping[str, Any], result: Plan,
+                  expectations: Expectations) -> None:
     """Apply the plan's actions in order, then post its events, then its status."""
-    namespace = route["metadata"]["namespace"]
+    namespace, name = route["metadata"]["namespace"], route["metadata"]["name"]
+    key = (namespace, name)
     for action in result.actions:
         if isinstance(action, Create):
             kind = action.obj["kind"]
             await client.create(path("v1", PLURALS[kind], namespace), action.obj)
+            if kind == "Pod":
+                expectations.created(key, action.obj)
         elif isinstance(action, Patch):
             await client.patch(path("v1", PLURALS[action.kind], namespace, action.name),
                                action.body)
         elif isinstance(action, Delete):
             await client.delete(path("v1", PLURALS[action.kind], namespace, action.name))
+            if action.kind == "Pod":
+                expectations.deleted(key, action.name)
     owner = kopf.Body(cast(kopf.RawBody, dict(route)))
     for event in result.events:
         kopf.event(owner, type=event.type, reason=event.reason, message=event.message)
     if result.status is not None:
-        await client.patch(route_path(namespace, route["metadata"]["name"], "status"),
+        await client.patch(route_path(namespace, name, "status"),
                            {"status": status_patch(result.status)})
 
 

@@ -3,6 +3,7 @@ delete, a child pod's event, its artifact's event) runs the same level-based rec
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import time
 from dataclasses import dataclass, field
@@ -13,6 +14,7 @@ import kopf
 from meshnet.api import GROUP, VERSION, labels, modelartifact, shardroute
 from meshnet.errors import KubeApiError
 from meshnet.operator.executor import execute, route_path
+from meshnet.operator.expectations import Expectations
 from meshnet.operator.kube import KubeClient
 from meshnet.operator.metrics import OperatorMetrics
 from meshnet.operator.queue import KeyedQueue
@@ -36,11 +38,18 @@ class Context:
     client: KubeClient
     metrics: OperatorMetrics = field(default_factory=OperatorMetrics)
     queue: KeyedQueue = field(default_factory=KeyedQueue)
+    expectations: Expectations = field(default_factory=Expectations)
+    # At most this many reconciles talk to the API at once (MaxConcurrentReconciles).
+    slots: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(16))
 
 
 async def reconcile(ctx: Context, namespace: str, name: str, indices: dict[str, Any]) -> None:
     """observe -> plan -> execute for one route, serialised per route."""
-    await ctx.queue.run((namespace, name), lambda: _reconcile_once(ctx, namespace, name, indices))
+    async def once() -> None:
+        async with ctx.slots:
+            await _reconcile_once(ctx, namespace, name, indices)
+
+    await ctx.queue.run((namespace, name), once)
 
 
 async def _reconcile_once(ctx: Context, namespace: str, name: str,
@@ -51,11 +60,12 @@ async def _reconcile_once(ctx: Context, namespace: str, name: str,
         body = await ctx.client.get(route_path(namespace, name))  # fresh: the epoch lives here
         if body is None:
             ctx.metrics.route_conditions((namespace, name), None)
+            ctx.expectations.forget((namespace, name))
             return
-        observed = _observe(body, indices)
+        observed = _observe(body, indices, ctx.expectations)
         now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         result = plan(observed, ctx.settings.worker_config(), now)
-        await execute(ctx.client, body, result)
+        await execute(ctx.client, body, result, ctx.expectations)
     except KubeApiError as exc:
         ctx.metrics.errors.labels(shardroute.KIND).inc()
         delay = 1 if exc.status == 409 else 10  # a conflict clears on the next read
@@ -67,10 +77,12 @@ async def _reconcile_once(ctx: Context, namespace: str, name: str,
                                  else result.conditions)
 
 
-def _observe(body: dict[str, Any], indices: dict[str, Any]) -> Observed:
+def _observe(body: dict[str, Any], indices: dict[str, Any],
+             expectations: Expectations) -> Observed:
     route = observe_route(body)
     key = (route.namespace, route.name)
-    pods = tuple(p for p in indices["route_pods"].get(key, ()) if p is not None)
+    indexed = tuple(p for p in indices["route_pods"].get(key, ()) if p is not None)
+    pods = expectations.apply(key, indexed)
     service = next(iter(indices["route_services"].get(key, ())), None)
     artifact = None
     if route.spec is not None:

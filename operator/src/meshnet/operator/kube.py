@@ -92,7 +92,9 @@ class KubeClient:
         if connection.cert_path and connection.key_path:
             cert = (connection.cert_path, connection.key_path)
         self._http = httpx.AsyncClient(base_url=connection.server, auth=_BearerAuth(connection),
-                                       verify=verify, cert=cert, timeout=timeout)
+                                       verify=verify, cert=cert, timeout=timeout,
+                                       limits=httpx.Limits(max_connections=32,
+                                                           max_keepalive_connections=32))
 
     async def get(self, url: str) -> dict[str, Any] | None:
         response = await self._http.get(url)

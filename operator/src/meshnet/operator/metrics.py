@@ -24,17 +24,15 @@ class OperatorMetrics:
                                       "Times a ShardRoute's epoch advanced.",
                                       registry=self.registry)
         self._conditions: dict[tuple[str, str], Mapping[str, str]] = {}
-
-    def route_conditions(self, key: tuple[str, str], conditions: Mapping[str, str] | None) -> None:
-        """Record one route's condition statuses (None: route gone) and refresh the gauge."""
-        if conditions is None:
-            self._conditions.pop(key, None)
-        else:
-            self._conditions[key] = dict(conditions)
-        counts: dict[tuple[str, str], int] = {}
-        for kinds in self._conditions.values():
-            for kind, status in kinds.items():
-                counts[kind, status] = counts.get((kind, status), 0) + 1
         for kind in ("Ready", "Progressing", "Degraded"):
             for status in ("True", "False", "Unknown"):
-                self.routes.labels(kind, status).set(counts.get((kind, status), 0))
+                self.routes.labels(kind, status).set(0)
+
+    def route_conditions(self, key: tuple[str, str], conditions: Mapping[str, str] | None) -> None:
+        """Record one route's condition statuses (None: route gone) in the gauge."""
+        for kind, status in self._conditions.pop(key, {}).items():
+            self.routes.labels(kind, status).dec()
+        if conditions is not None:
+            self._conditions[key] = dict(conditions)
+            for kind, status in conditions.items():
+                self.routes.labels(kind, status).inc()
