@@ -16,12 +16,13 @@ def test_settings_are_read_from_meshnet_environment_variables() -> None:
         "MESHNET_NAMESPACES": "ml, serving", "MESHNET_WORKER_IMAGE_CUDA": "w-cuda:2",
         "MESHNET_PIN_DIGEST": "a" * 64, "MESHNET_TRACKER_URL": "https://tracker.example",
         "MESHNET_TRACKER_SECRET": "tracker-token", "MESHNET_METRICS_PORT": "9300",
-        "MESHNET_RESYNC_SECONDS": "15"})
+        "MESHNET_RESYNC_SECONDS": "15", "MESHNET_MAX_CONCURRENT_RECONCILES": "4"})
     assert settings.namespaces == ("ml", "serving")
     assert settings.worker_images == {"cuda": "w-cuda:2"}
     assert (settings.tracker_url, settings.tracker_secret) == ("https://tracker.example",
                                                               "tracker-token")
     assert settings.metrics_port == 9300 and settings.resync_seconds == 15.0
+    assert settings.max_concurrent_reconciles == 4
     assert settings.worker_config().pin_digest == "a" * 64
 
 

@@ -39,8 +39,10 @@ class Context:
     metrics: OperatorMetrics = field(default_factory=OperatorMetrics)
     queue: KeyedQueue = field(default_factory=KeyedQueue)
     expectations: Expectations = field(default_factory=Expectations)
-    # At most this many reconciles talk to the API at once (MaxConcurrentReconciles).
-    slots: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(16))
+    slots: asyncio.Semaphore = field(init=False)  # reconciles talking to the API at once
+
+    def __post_init__(self) -> None:
+        self.slots = asyncio.Semaphore(self.settings.max_concurrent_reconciles)
 
 
 async def reconcile(ctx: Context, namespace: str, name: str, indices: dict[str, Any]) -> None:

@@ -31,6 +31,7 @@ class OperatorSettings:
     worker_metrics_port: int = 9090
     worker_pull_policy: str = "IfNotPresent"
     resync_seconds: float = 60.0  # periodic reconcile of every route
+    max_concurrent_reconciles: int = 16  # bounds the API load (and httpx's pool queue)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> OperatorSettings:
@@ -51,6 +52,8 @@ class OperatorSettings:
             worker_metrics_port=_number(env, "MESHNET_WORKER_METRICS_PORT", 9090, int),
             worker_pull_policy=env.get("MESHNET_WORKER_PULL_POLICY", "IfNotPresent"),
             resync_seconds=_number(env, "MESHNET_RESYNC_SECONDS", 60.0, float),
+            max_concurrent_reconciles=max(1, _number(env, "MESHNET_MAX_CONCURRENT_RECONCILES",
+                                                     16, int)),
         )
 
     def worker_config(self) -> WorkerConfig:
