@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 
@@ -17,6 +18,7 @@ from meshnet.devtools.cluster import (
     emulated_cluster,
     eventually,
     mark_pods,
+    operator_process,
     running_operator,
 )
 from meshnet.devtools.kube_tools import install
@@ -222,3 +224,19 @@ async def test_kubectl_applies_the_cluster_examples_and_the_operator_serves_them
         "shardroute.meshnet.dev/smollm2-3stage\n"
     assert await run("get", "sr", "smollm2-3stage", "-o",
                      "jsonpath={.status.epoch} {.status.stagesReady}") == "1 3/3"
+
+
+async def test_meshnet_operator_run_serves_routes_health_and_metrics_from_its_own_process(
+        cluster: Emulator, make_route: MakeRoute, make_artifact: MakeArtifact,
+        tmp_path: Path) -> None:
+    env = {"MESHNET_WORKER_IMAGE_CPU": "meshnet/worker-cpu:test", "MESHNET_PIN_DIGEST": "p" * 64}
+    async with operator_process(cluster, env, tmp_path) as metrics_url:
+        artifact = make_artifact()
+        await create(cluster, ARTIFACTS, artifact)
+        await cluster.patch(f"{ARTIFACTS}/smollm2/status", json={"status": artifact["status"]})
+        await create(cluster, ROUTES, make_route())
+        await eventually(lambda: len(pods(cluster)) == 3, what="pods from the operator process")
+        async with httpx.AsyncClient() as client:
+            text = (await client.get(metrics_url)).text
+    assert 'meshnet_reconciles_total{kind="ShardRoute"}' in text
+    assert "meshnet_epoch_advances_total 1.0" in text
