@@ -245,3 +245,15 @@ def test_pods_that_are_not_ours_are_ignored() -> None:
     pod = observe_pod({"metadata": {"name": "x", "labels": {"meshnet.dev/stage": "s0",
                                                              "meshnet.dev/epoch": "2"}}})
     assert pod == ObservedPod(name="x", stage="s0", epoch=2)
+
+
+def test_conditions_written_by_others_are_kept(
+        make_route: MakeRoute, make_artifact: MakeArtifact) -> None:
+    route, artifact, pods = make_route(), make_artifact(), {}
+    converge(route, artifact, pods)
+    certified = {"type": "Certified", "status": "True", "reason": "ParityPassed",
+                 "message": "lane cpu certified", "lastTransitionTime": NOW}
+    route["status"]["conditions"].append(certified)
+    route["spec"]["recipe"]["image"] = "other:1"  # something that rewrites the status
+    converge(route, artifact, pods)
+    assert condition(route, "Certified") == certified

@@ -26,8 +26,8 @@ async def execute(client: KubeClient, route: Mapping[str, Any], result: Plan,
     for action in result.actions:
         if isinstance(action, Create):
             kind = action.obj["kind"]
-            await client.create(path("v1", PLURALS[kind], namespace), action.obj)
-            if kind == "Pod":
+            created = await client.create(path("v1", PLURALS[kind], namespace), action.obj)
+            if created and kind == "Pod":
                 expectations.created(key, action.obj)
         elif isinstance(action, Patch):
             await client.patch(path("v1", PLURALS[action.kind], namespace, action.name),

@@ -54,14 +54,16 @@ def from_stages(spec: ShardRouteSpec, current: Mapping[str, ObservedPod], rollin
     return Verdict(("False", "StagesNotReady", f"{count}: {why}"), ("True", reason, why), degraded)
 
 
+OWN_CONDITIONS = ("Ready", "Progressing", "Degraded")
+
+
 def conditions(verdict: Verdict, previous: Sequence[Mapping[str, Any]], generation: int | None,
                now: str) -> list[dict[str, Any]]:
-    """Conditions in a fixed order; lastTransitionTime moves only when status flips."""
+    """Our conditions in a fixed order; lastTransitionTime moves only when status flips."""
     before = {c.get("type"): c for c in previous}
     out = []
-    for kind, (status, reason, message) in (("Ready", verdict.ready),
-                                             ("Progressing", verdict.progressing),
-                                             ("Degraded", verdict.degraded)):
+    verdicts = (verdict.ready, verdict.progressing, verdict.degraded)
+    for kind, (status, reason, message) in zip(OWN_CONDITIONS, verdicts, strict=True):
         old = before.get(kind) or {}
         since = old.get("lastTransitionTime") if old.get("status") == status else None
         condition: dict[str, Any] = {"type": kind, "status": status, "reason": reason,
@@ -69,7 +71,8 @@ def conditions(verdict: Verdict, previous: Sequence[Mapping[str, Any]], generati
         if generation is not None:
             condition["observedGeneration"] = generation
         out.append(condition)
-    return out
+    # Conditions of other writers (e.g. Certified) are theirs: carried over untouched.
+    return out + [dict(c) for c in previous if c.get("type") not in OWN_CONDITIONS]
 
 
 def stage_entries(spec: ShardRouteSpec, current: Mapping[str, ObservedPod], route: str,
