@@ -3,6 +3,7 @@ schemas with descriptions, CEL rules, status subresource, short names, printer c
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import yaml
@@ -61,7 +62,9 @@ def _inline(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
 
 def _schema(model: type[BaseModel]) -> dict[str, Any]:
     raw = model.model_json_schema(by_alias=True, mode="validation")
-    return structural(raw, raw.get("$defs", {}))
+    # A JSON round trip unshares nodes reached through one $ref twice (YAML would anchor them).
+    result: dict[str, Any] = json.loads(json.dumps(structural(raw, raw.get("$defs", {}))))
+    return result
 
 
 def _ready_column() -> dict[str, Any]:
