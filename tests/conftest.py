@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
@@ -12,6 +10,7 @@ import pytest
 
 from meshnet.bundled import smollm2_gguf
 from meshnet.route.launch import worker_binary
+from meshnet.unsplit import unsplit_tokens
 
 
 @pytest.fixture(scope="session")
@@ -29,31 +28,10 @@ def smollm2() -> Path:
 @pytest.fixture(scope="session")
 def reference(shard_worker: Path, smollm2: Path) -> Callable[..., list[int]]:
     """Token ids the unsplit model (plain llama.cpp, 2 threads) generates after `prompt`."""
-    tool = shard_worker.parent / "meshnet-reference-generate"
-    if not tool.is_file():
-        pytest.fail(f"{tool} is missing: it is built with the worker")
 
     @cache
     def run(prompt: tuple[int, ...], n: int, sampling: tuple[str, ...]) -> tuple[int, ...]:
-        result = subprocess.run(
-            [
-                str(tool),
-                "--model",
-                str(smollm2),
-                "--prompt-tokens",
-                ",".join(map(str, prompt)),
-                "-n",
-                str(n),
-                "--threads",
-                "2",
-                *sampling,
-            ],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=300,
-        )
-        return tuple(json.loads(result.stdout)["tokens"])
+        return tuple(unsplit_tokens(smollm2, prompt, n, *sampling))
 
     def generate(prompt: list[int], n: int, *sampling: str) -> list[int]:
         return list(run(tuple(prompt), n, sampling))

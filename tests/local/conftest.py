@@ -121,16 +121,3 @@ def up(tmp_path: Path) -> Iterator[UpSession]:
     if process.poll() is None:
         process.kill()
         process.wait()
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie is gone for our purposes: it holds no port and no memory.
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"

@@ -8,7 +8,9 @@ import signal
 import time
 from collections.abc import Callable
 
-from .conftest import UpSession, pid_alive
+from meshnet.local.registry import process_alive as pid_alive
+
+from .conftest import UpSession
 
 PROMPT = "The three primary colors are"
 

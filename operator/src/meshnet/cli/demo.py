@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
 import signal
 import subprocess
@@ -18,10 +16,10 @@ import yaml
 
 from meshnet.bundled import smollm2_gguf
 from meshnet.errors import MeshnetError
-from meshnet.local.registry import RouteNotFound, lookup
+from meshnet.local.registry import RouteNotFound, lookup, process_alive
 from meshnet.paths import repo_root
 from meshnet.route import RouteDriver
-from meshnet.route.launch import worker_binary
+from meshnet.unsplit import unsplit_tokens
 
 PROMPT = "Write one sentence about why the sky is blue."
 MAX_TOKENS = 48
@@ -30,29 +28,6 @@ TWO_STAGES = [("front", 0, 15), ("back", 15, 30)]
 
 def step(text: str) -> None:
     click.secho(f"\n== {text}", bold=True)
-
-
-def unsplit_tokens(prompt_tokens: list[int], n: int) -> list[int]:
-    """The reference: the whole model in one plain llama.cpp process."""
-    tool = worker_binary().parent / "meshnet-reference-generate"
-    out = subprocess.run(
-        [
-            str(tool),
-            "--model",
-            str(smollm2_gguf()),
-            "--prompt-tokens",
-            ",".join(map(str, prompt_tokens)),
-            "-n",
-            str(n),
-            "--threads",
-            "2",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=600,
-    )
-    return list(json.loads(out.stdout)["tokens"])
 
 
 def wait_for_epoch(
@@ -81,7 +56,7 @@ def ask(entry: dict[str, Any]) -> list[int]:
         driver.connect(wait=30)
         answer = driver.generate(PROMPT, max_tokens=MAX_TOKENS, stop_at_eos=False)
     click.echo(f"answer: {answer.text.strip()}")
-    reference = unsplit_tokens(answer.prompt_tokens, len(answer.tokens))
+    reference = unsplit_tokens(smollm2_gguf(), answer.prompt_tokens, len(answer.tokens))
     same = reference == answer.tokens
     click.echo(
         f"prefill {answer.prefill_tokens_per_second:.1f} tok/s, decode "
@@ -139,14 +114,6 @@ def command() -> None:
             up.send_signal(signal.SIGINT)
             up.wait(timeout=60)
         shutil.rmtree(work, ignore_errors=True)
-    left = [s["pid"] for s in second["stages"] if _alive(s["pid"])]
+    left = [s["pid"] for s in second["stages"] if process_alive(s["pid"])]
     click.echo(f"workers left running: {len(left)}")
     step("Done. Next: `meshnet --help`, README.md, examples/ for a cluster.")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True

@@ -31,14 +31,19 @@ def withdraw(name: str) -> None:
     (registry_dir() / f"{name}.json").unlink(missing_ok=True)
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """True while `pid` runs; a zombie (exited, not yet reaped) counts as gone."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True  # no /proc: trust kill(0)
+    return state != "Z"
 
 
 def lookup(name: str) -> dict[str, Any]:
@@ -50,6 +55,6 @@ def lookup(name: str) -> dict[str, Any]:
         known = sorted(p.stem for p in registry_dir().glob("*.json"))
         hint = f" (running: {', '.join(known)})" if known else " (none is running)"
         raise RouteNotFound(f"no route {name!r} started by `meshnet up`{hint}") from None
-    if not _alive(int(entry.get("pid", -1))):
+    if not process_alive(int(entry.get("pid", -1))):
         raise RouteNotFound(f"route {name!r}: its `meshnet up` (pid {entry.get('pid')}) is gone")
     return entry
