@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from meshnet.api.certification import Certificate
 from meshnet.api.common import (
     MAX_NAME,
     MAX_STAGES,
@@ -18,6 +19,7 @@ from meshnet.api.common import (
     rule,
     validations,
 )
+from meshnet.api.tracker import TrackerStatus
 
 KIND = "ShardRoute"
 PLURAL = "shardroutes"
@@ -208,8 +210,14 @@ class ShardRouteStatus(StatusModel):
     )
     capacity: RouteCapacity | None = Field(default=None, description="Capacity summary.")
     conditions: list[Condition] = Field(
-        default_factory=list, description="Ready, Progressing, Degraded."
+        default_factory=list, description="Ready, Progressing, Degraded, Certified."
     )
+    certification: Certificate | None = Field(
+        default=None, description="The latest certificate of the route's lane (parity and"
+                                  " useful speed against the unsplit reference).")
+    tracker: TrackerStatus | None = Field(
+        default=None, description="Availability and measured capacity as last reported to"
+                                  " the Tracker.")
 
 
 class ShardRoute(ApiModel):

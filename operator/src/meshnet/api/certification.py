@@ -1,0 +1,96 @@
+"""Certification of a lane: the record `meshnet certify` produces, a ShardRoute keeps in
+`status.certification` and every Tracker report carries (only certified lanes are ever
+advertised, DESIGN.md §1)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from meshnet.api.common import ApiModel
+from meshnet.identity import canonical_digest
+
+Backend = Literal["cpu", "cuda", "rocm", "vulkan"]
+Digest = str  # sha256, 64 lower-case hex digits (pattern in the fields below)
+DIGEST_PATTERN = r"^[0-9a-f]{64}$"
+NO_GPU = "none"  # the GPU product of the cpu lane
+
+
+class CertifiedLane(ApiModel):
+    """What a certificate is valid for: one backend, GPU product, artifact and recipe."""
+
+    backend: Backend = Field(description="Backend lane: cpu, cuda, rocm or vulkan.")
+    gpu_product: str = Field(
+        min_length=1, max_length=256,
+        description="GPU product from the stage nodes' labels (e.g. nvidia.com/gpu.product);"
+                    " 'none' on the cpu lane; several products joined with '+'.",
+    )
+    manifest_digest: Digest = Field(pattern=DIGEST_PATTERN, description="Artifact identity.")
+    recipe_digest: Digest = Field(pattern=DIGEST_PATTERN, description="Recipe identity.")
+
+    def key(self) -> str:
+        """A stable digest naming this lane (certificate files, Job names)."""
+        return canonical_digest(self.model_dump(by_alias=True))
+
+    def describe(self) -> str:
+        return (f"{self.backend}/{self.gpu_product} manifest {self.manifest_digest[:12]}"
+                f" recipe {self.recipe_digest[:12]}")
+
+    def differences(self, other: CertifiedLane) -> list[str]:
+        """The fields in which `other` differs from this lane, as 'field a -> b'."""
+        mine, theirs = self.model_dump(by_alias=True), other.model_dump(by_alias=True)
+        return [f"{key} {str(theirs[key])[:12]} -> {str(mine[key])[:12]}"
+                for key in mine if mine[key] != theirs[key]]
+
+
+class ParityResult(ApiModel):
+    """The route's logits against the unsplit reference's on the fixed prompt set."""
+
+    # Teacher-forced: both sides are fed the reference's greedy tokens, so every row
+    # compares the same context even after the route would have chosen differently.
+
+    prompts: int = Field(ge=1, description="Prompts in the fixed set.")
+    decode_steps: int = Field(ge=0, description="Greedy steps compared per prompt.")
+    max_abs_delta_logit: float | None = Field(
+        default=None, ge=0,
+        description="Largest |route logit - reference logit| over every compared row"
+                    " (null: a non-finite difference).")
+    tolerance: float = Field(ge=0, description="Largest |delta logit| that passes.")
+    greedy_match: bool = Field(description="The route's argmax equals the reference's token"
+                                           " at every compared step.")
+    first_mismatch: str | None = Field(default=None,
+                                       description="Where the greedy tokens first differ.")
+
+
+class SpeedResult(ApiModel):
+    """The useful-speed gate: the route's greedy decode against the unsplit reference's."""
+
+    decode_tokens_per_second: float = Field(ge=0, description="The route's decode tokens/s.")
+    reference_decode_tokens_per_second: float = Field(
+        ge=0, description="The unsplit reference's decode tokens/s.")
+    fraction: float = Field(ge=0, description="Route / reference.")
+    required_fraction: float = Field(ge=0, description="The fraction the gate requires.")
+    topology: Literal["hub", "chain"] = Field(description="How the route was driven.")
+
+
+class Certificate(ApiModel):
+    """One certification run of one lane: the verdict and the figures it rests on."""
+
+    lane: CertifiedLane = Field(description="The lane this certificate is for.")
+    passed: bool = Field(description="Parity and speed gates both passed.")
+    certified_at: str = Field(description="When the run finished (RFC 3339, UTC).")
+    failures: list[str] = Field(
+        default_factory=list, description="Why it did not pass (empty when it passed).")
+    parity: ParityResult = Field(description="Against the unsplit reference's logits.")
+    speed: SpeedResult = Field(description="Against the unsplit reference's decode speed.")
+    stages: int = Field(ge=1, description="Stages of the route that was certified.")
+    route_digest: str | None = Field(default=None, description="The route certified.")
+    epoch: int | None = Field(default=None, ge=0, description="Its epoch at the time.")
+    request: str | None = Field(
+        default=None, max_length=253,
+        description="The meshnet.dev/recertify annotation value this run answered.")
+
+    def valid_for(self, lane: CertifiedLane) -> bool:
+        """A passing certificate of exactly this lane."""
+        return self.passed and self.lane == lane
