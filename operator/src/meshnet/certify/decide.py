@@ -1,0 +1,78 @@
+"""What the operator does about a route's certification on each pass, and the Certified
+condition it shows (pure: the daemon observes and acts)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from meshnet.api.certification import Certificate, CertifiedLane
+from meshnet.certify.job import JobOutcome
+
+Condition = tuple[str, str, str]  # status, reason, message
+
+
+@dataclass(frozen=True)
+class Observation:
+    lane: CertifiedLane | None  # None until the route has its identity and nodes
+    route_ready: bool
+    stored: Certificate | None  # status.certification
+    request: str | None  # the route's recertify annotation
+    job_exists: bool  # the Job for (lane, request)
+    outcome: JobOutcome | None  # its result once it finished
+    image: str | None  # the certification image for the lane
+    job_name: str = ""
+
+
+@dataclass(frozen=True)
+class Decision:
+    condition: Condition
+    certificate: Certificate | None  # what status.certification should hold
+    create_job: bool = False
+
+
+def decide(seen: Observation) -> Decision:
+    lane, stored = seen.lane, seen.stored
+    if lane is None:
+        return Decision(("False", "CertificationPending",
+                         "waiting for the route's identity and the nodes of its stages"), stored)
+    if stored is not None and stored.lane == lane and stored.request == seen.request:
+        return Decision(judged(stored), stored)
+    if seen.job_exists and seen.outcome is not None and seen.outcome.finished:
+        found = seen.outcome.certificate
+        if found is not None and found.lane == lane:
+            return Decision(judged(found), found.model_copy(update={"request": seen.request}))
+        why = seen.outcome.error if found is None else (
+            f"it certified lane {found.lane.describe()}, not {lane.describe()}")
+        return Decision(("False", "CertificationError",
+                         f"certification Job {seen.job_name} gave no certificate for lane"
+                         f" {lane.describe()}: {why} (delete the Job, or set a new"
+                         f" meshnet.dev/recertify annotation, to run it again)"), stored)
+    if seen.job_exists:
+        return Decision(("False", "CertificationRunning",
+                         f"Job {seen.job_name} is certifying lane {lane.describe()}"), stored)
+    if not seen.route_ready:
+        return Decision(("False", "CertificationPending",
+                         f"lane {lane.describe()} is certified once the route is Ready"), stored)
+    if not seen.image:
+        return Decision(("False", "NoCertifier",
+                         f"no certification image for lane {lane.backend} (chart value"
+                         f" certify.images.{lane.backend}); lane {lane.describe()} stays"
+                         " unadvertised"), stored)
+    return Decision(("False", "CertificationRunning",
+                     f"starting Job {seen.job_name} to certify lane {lane.describe()}"), stored,
+                    create_job=True)
+
+
+def judged(certificate: Certificate) -> Condition:
+    """The condition a finished certificate of the current lane gives."""
+    parity, speed = certificate.parity, certificate.speed
+    worst = parity.max_abs_delta_logit
+    figures = (f"max |delta logit| {'non-finite' if worst is None else f'{worst:.3g}'},"
+               f" greedy {'identical' if parity.greedy_match else 'differs'}, decode"
+               f" {speed.decode_tokens_per_second:.1f} tok/s = {speed.fraction:.2f} x unsplit"
+               f" {speed.reference_decode_tokens_per_second:.1f}")
+    if certificate.passed:
+        return ("True", "LaneCertified", f"lane {certificate.lane.describe()} certified at"
+                f" {certificate.certified_at}: {figures}")
+    return ("False", "CertificationFailed", f"lane {certificate.lane.describe()} failed at"
+            f" {certificate.certified_at}: " + "; ".join(certificate.failures))

@@ -1,0 +1,78 @@
+"""Drives a route (or the unsplit reference) for certification: logits teacher-forced on
+the reference's greedy tokens, one stage call after another with the whole prompt in one
+step (the same computation on both sides), and single-session greedy decode speed through
+the route driver."""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Sequence
+
+import numpy as np
+
+from meshnet.route.driver import RouteDriver
+from meshnet.route.errors import RouteError, StageError
+from meshnet.route.handshake import RouteInfo
+from meshnet.route.proto import pb
+from meshnet.route.stage import StageClient, TlsFiles
+
+
+def forced_logits(clients: Sequence[StageClient], route: RouteInfo, prompt: Sequence[int],
+                  steps: int, forced: Sequence[int] | None = None
+                  ) -> tuple[list[np.ndarray], list[int]]:
+    """Logits after the prompt and after each of `steps` next tokens, and the tokens fed:
+    `forced` when given (the route under test), else each row's argmax (the reference)."""
+    if len(prompt) > min(route.max_step_tokens, route.n_ctx - steps - 1):
+        raise RouteError(f"a certification prompt of {len(prompt)} tokens does not fit the"
+                         f" route (step limit {route.max_step_tokens}, context {route.n_ctx})")
+    key = pb.RouteKey(route_id=route.route_id, epoch=route.epoch, session_id=uuid.uuid4().hex)
+    rows: list[np.ndarray] = []
+    chosen: list[int] = []
+    feed, n_past = list(prompt), 0
+    try:
+        for step in range(steps + 1):
+            row = _step(clients, route, key, feed, n_past)
+            rows.append(row)
+            n_past += len(feed)
+            token = int(np.argmax(row)) if forced is None else int(forced[step])
+            chosen.append(token)
+            feed = [token]
+    finally:
+        for client in clients:
+            with contextlib.suppress(StageError):
+                client.release(key)
+    return rows, chosen
+
+
+def _step(clients: Sequence[StageClient], route: RouteInfo, key: pb.RouteKey,
+          tokens: list[int], n_past: int) -> np.ndarray:
+    boundary: pb.Boundary | None = None
+    response = None
+    for index, (client, stage) in enumerate(zip(clients, route.stages, strict=True)):
+        request = pb.ForwardRequest(
+            key=key, n_past=n_past, positions=range(n_past, n_past + len(tokens)),
+            expected_range=pb.LayerRange(begin=stage.begin, end=stage.end))
+        if index == 0 or stage.needs_token_sideband:
+            request.tokens.extend(tokens)
+        if boundary is not None:
+            request.boundary.CopyFrom(boundary)
+        if index == len(clients) - 1:
+            request.output.kind = pb.OUTPUT_KIND_LOGITS
+            request.output.rows.append(len(tokens) - 1)
+        response = client.forward(request)
+        boundary = response.boundary
+    assert response is not None
+    return np.asarray(response.rows[0].logits, dtype=np.float32)
+
+
+def decode_speed(endpoints: Sequence[str], prompt: Sequence[int], tokens: int, repeats: int,
+                 tls: TlsFiles | None = None) -> tuple[float, str]:
+    """Best greedy decode tokens/s over `repeats` generations, and the topology used."""
+    best, topology = 0.0, "hub"
+    with RouteDriver(list(endpoints), tls=tls) as driver:
+        driver.connect(wait=30.0)
+        for _ in range(repeats):
+            generation = driver.generate(list(prompt), max_tokens=tokens, stop_at_eos=False)
+            best, topology = max(best, generation.decode_tokens_per_second), generation.topology
+    return best, topology

@@ -1,0 +1,26 @@
+"""The unsplit reference: one meshnet-shard-worker owning every layer of the model,
+started beside the certifier on the route's own hardware."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from meshnet.route.launch import WorkerProcess, WorkerSpec
+
+REFERENCE_ROUTE = "meshnet-certify/reference"
+
+
+@contextmanager
+def reference_worker(binary: Path, model: Path, *, ctx: int, threads: int, backend: str,
+                     log: Path | None = None) -> Iterator[str]:
+    """Starts it on a free loopback port and yields its endpoint; stops it on exit."""
+    extra = ("--gpu-layers", "9999") if backend != "cpu" else ()
+    spec = WorkerSpec(model=model, layers=(0, None), route_id=REFERENCE_ROUTE, slots=1,
+                      ctx=ctx, threads=threads, metrics_listen="", extra=extra)
+    worker = WorkerProcess(binary, spec, log).start(timeout=600)
+    try:
+        yield worker.endpoint
+    finally:
+        worker.stop()

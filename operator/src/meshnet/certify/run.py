@@ -1,0 +1,81 @@
+"""One certification run: the route's stages against the unsplit reference started on
+this machine, on the fixed prompt set, judged by the parity and useful-speed gates."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from meshnet.api.certification import Certificate, CertifiedLane, ParityResult
+from meshnet.certify import verdict
+from meshnet.certify.gates import Gates
+from meshnet.certify.measure import decode_speed, forced_logits
+from meshnet.certify.prompts import PROMPTS
+from meshnet.certify.reference import reference_worker
+from meshnet.route.driver import RouteDriver
+from meshnet.route.stage import StageClient, TlsFiles
+
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Reference:
+    """How to run the unsplit reference here."""
+
+    binary: Path
+    model: Path
+    threads: int = 0
+    log: Path | None = None
+
+
+def certify(endpoints: Sequence[str], lane: CertifiedLane, reference: Reference,
+            gates: Gates | None = None, *, tls: TlsFiles | None = None,
+            route_digest: str | None = None, epoch: int | None = None,
+            request: str | None = None, say: Say = lambda _: None) -> Certificate:
+    gates = gates or Gates()
+    with RouteDriver(list(endpoints), tls=tls) as driver:
+        route = driver.connect(wait=30.0)
+        prompts = [driver.tokenize(text) for text in PROMPTS]
+    ctx = max(len(p) for p in prompts) + max(gates.parity_steps, gates.speed_tokens) + 8
+    say(f"unsplit reference: {reference.model.name} on this machine")
+    with reference_worker(reference.binary, reference.model, ctx=max(ctx, 256),
+                          threads=reference.threads, backend=lane.backend,
+                          log=reference.log) as ref_endpoint:
+        compared = _parity(list(endpoints), ref_endpoint, prompts, gates, tls)
+        say(f"parity: {compared.parity_summary()}")
+        ref_tps, _ = decode_speed([ref_endpoint], prompts[0], gates.speed_tokens, gates.repeats)
+    route_tps, topology = decode_speed(endpoints, prompts[0], gates.speed_tokens, gates.repeats,
+                                       tls)
+    pace = verdict.speed(route_tps, ref_tps, gates.speed_fraction, topology)
+    say(f"speed: route {route_tps:.1f} tok/s ({topology}), unsplit {ref_tps:.1f} tok/s")
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return verdict.certificate(lane, compared.result, pace, stages=len(route.stages), now=now,
+                               route_digest=route_digest or route.route_digest or None,
+                               epoch=epoch if epoch is not None else route.epoch,
+                               request=request)
+
+
+@dataclass(frozen=True)
+class _Compared:
+    result: ParityResult
+
+    def parity_summary(self) -> str:
+        worst = self.result.max_abs_delta_logit
+        return (f"max |delta logit| {'non-finite' if worst is None else f'{worst:.3g}'},"
+                f" greedy {'identical' if self.result.greedy_match else 'DIFFERS'}"
+                f" over {self.result.prompts} prompts x {self.result.decode_steps + 1} rows")
+
+
+def _parity(endpoints: list[str], ref_endpoint: str, prompts: list[list[int]], gates: Gates,
+            tls: TlsFiles | None) -> _Compared:
+    compared = []
+    with RouteDriver([ref_endpoint]) as ref_driver, RouteDriver(endpoints, tls=tls) as driver:
+        ref_route, route = ref_driver.connect(wait=30.0), driver.connect(wait=30.0)
+        ref_clients: list[StageClient] = ref_driver.clients
+        for prompt in prompts:
+            ref_rows, tokens = forced_logits(ref_clients, ref_route, prompt, gates.parity_steps)
+            rows, _ = forced_logits(driver.clients, route, prompt, gates.parity_steps, tokens)
+            compared.append(verdict.PromptLogits(ref_rows, rows, tokens))
+    return _Compared(verdict.parity(compared, gates.tolerance))

@@ -1,0 +1,56 @@
+"""Certification of real routes against the unsplit reference started beside them: an
+exact route passes, and each gate fails a route that does not meet it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from meshnet.certify.gates import Gates
+from meshnet.certify.run import Reference, certify
+
+from .conftest import LANE, Route
+
+
+def test_an_f32_route_matches_the_unsplit_reference_exactly_and_passes(
+        start: Route, shard_worker: Path, smollm2: Path) -> None:
+    workers = start("f32")
+
+    certificate = certify([w.endpoint for w in workers], LANE,
+                          Reference(shard_worker, smollm2, threads=1), Gates(), epoch=1)
+
+    assert certificate.passed and certificate.failures == []
+    assert certificate.parity.max_abs_delta_logit == 0.0
+    assert certificate.parity.greedy_match and certificate.parity.prompts == 4
+    speed = certificate.speed
+    assert speed.decode_tokens_per_second > 0 and speed.reference_decode_tokens_per_second > 0
+    assert speed.fraction >= 0.5
+    assert certificate.lane == LANE and certificate.stages == 3
+
+
+def test_an_impossible_speed_fraction_fails_the_lane_naming_the_figures(
+        start: Route, shard_worker: Path, smollm2: Path) -> None:
+    workers = start("f32")
+
+    certificate = certify([w.endpoint for w in workers], LANE,
+                          Reference(shard_worker, smollm2, threads=1),
+                          Gates(speed_fraction=100.0, parity_steps=2, repeats=1))
+
+    assert not certificate.passed
+    assert certificate.parity.greedy_match  # parity itself holds: only speed fails
+    [failure] = certificate.failures
+    assert failure.startswith("speed: ") and "100 is required" in failure
+    assert certificate.speed.required_fraction == 100.0
+
+
+def test_an_f16_boundary_fails_parity_at_a_tight_tolerance(
+        start: Route, shard_worker: Path, smollm2: Path) -> None:
+    workers = start("f16")
+
+    certificate = certify([w.endpoint for w in workers], LANE,
+                          Reference(shard_worker, smollm2, threads=1),
+                          Gates(tolerance=1e-3, repeats=1))
+
+    assert not certificate.passed
+    worst = certificate.parity.max_abs_delta_logit
+    assert worst is not None and worst > 1e-3
+    assert any(f.startswith("parity: max |delta logit|") for f in certificate.failures)

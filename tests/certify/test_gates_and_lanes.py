@@ -1,0 +1,125 @@
+"""The gates as pure functions, the lane a route runs on, and what the operator decides
+about its certification on each pass."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from meshnet.api.certification import ParityResult
+from meshnet.certify import lane as lanes
+from meshnet.certify import verdict
+from meshnet.certify.decide import Observation, decide
+from meshnet.certify.job import JobOutcome
+
+from .conftest import LANE, cert
+
+ROW = np.array([0.5, 3.0, -1.0], dtype=np.float32)
+
+
+def test_identical_logits_pass_parity_and_a_flipped_argmax_fails_it() -> None:
+    same = verdict.parity([verdict.PromptLogits([ROW, ROW], [ROW, ROW], [1, 1])], 1e-3)
+    flipped = ROW.copy()
+    flipped[0] = 9.0
+    differ = verdict.parity([verdict.PromptLogits([ROW, ROW], [ROW, flipped], [1, 1])], 1e-3)
+
+    assert same.max_abs_delta_logit == 0.0 and same.greedy_match and same.decode_steps == 1
+    assert differ.max_abs_delta_logit == 8.5 and not differ.greedy_match
+    assert differ.first_mismatch == "prompt 0 step 1: route picks 0, the reference 1"
+
+
+def test_a_non_finite_logit_fails_parity() -> None:
+    broken = ROW.copy()
+    broken[2] = np.nan
+    result = verdict.parity([verdict.PromptLogits([ROW], [broken], [1])], 1e-3)
+
+    assert result.max_abs_delta_logit is None
+    assert "parity: a logit difference is not finite" in verdict.failures(
+        result, verdict.speed(1.0, 1.0, 0.5, "hub"))
+
+
+def test_the_speed_gate_compares_route_to_reference_decode_speed() -> None:
+    pace = verdict.speed(30.0, 40.0, 0.8, "chain")
+
+    assert (pace.fraction, pace.topology) == (0.75, "chain")
+    assert verdict.failures(ParityResult(prompts=1, decode_steps=0, max_abs_delta_logit=0.0,
+                                         tolerance=0.0, greedy_match=True), pace) == [
+        "speed: 30.0 tok/s is 0.75 of the unsplit 40.0 tok/s; 0.8 is required"]
+
+
+def test_the_gpu_product_comes_from_the_vendors_node_labels() -> None:
+    h100 = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    a100 = {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
+
+    assert lanes.gpu_product("cpu", [h100]) == "none"
+    assert lanes.gpu_product("cuda", [h100, h100]) == "NVIDIA-H100-80GB-HBM3"
+    assert lanes.gpu_product("cuda", [h100, a100]) == \
+        "NVIDIA-A100-SXM4-80GB+NVIDIA-H100-80GB-HBM3"
+    assert lanes.gpu_product("rocm", [{"amd.com/gpu.product-name": "MI300X"}]) == "MI300X"
+    assert lanes.gpu_product("cuda", [{}]) == "unknown"
+
+
+def test_a_certificate_is_valid_only_for_its_exact_lane_when_it_passed() -> None:
+    assert cert().valid_for(LANE)
+    assert not cert(passed=False).valid_for(LANE)
+    assert not cert(recipe_digest="e" * 64).valid_for(LANE)
+    assert not cert(manifest_digest="e" * 64).valid_for(LANE)
+    assert not cert(gpu_product="MI300X").valid_for(LANE)
+
+
+def seen(**changes: object) -> Observation:
+    fields: dict[str, object] = {"lane": LANE, "route_ready": True, "stored": None,
+                                 "request": None, "job_exists": False, "outcome": None,
+                                 "image": "meshnet/certify:cpu", "job_name": "r1-certify-x"}
+    fields.update(changes)
+    return Observation(**fields)  # type: ignore[arg-type]
+
+
+def test_a_ready_route_without_a_certificate_gets_a_certification_job() -> None:
+    decision = decide(seen())
+
+    assert decision.create_job
+    assert decision.condition[:2] == ("False", "CertificationRunning")
+
+
+def test_a_route_not_ready_yet_waits_and_a_missing_image_is_said_plainly() -> None:
+    assert decide(seen(route_ready=False)).condition[1] == "CertificationPending"
+    missing = decide(seen(image=None))
+    assert not missing.create_job and missing.condition[1] == "NoCertifier"
+    assert "certify.images.cpu" in missing.condition[2]
+
+
+def test_a_running_job_is_waited_for_and_its_certificate_recorded_when_done() -> None:
+    assert decide(seen(job_exists=True, outcome=JobOutcome(False))).condition[1] == \
+        "CertificationRunning"
+
+    done = decide(seen(job_exists=True, outcome=JobOutcome(True, cert())))
+
+    assert done.certificate == cert() and not done.create_job
+    assert done.condition[:2] == ("True", "LaneCertified")
+    assert "max |delta logit| 0, greedy identical" in done.condition[2]
+
+
+def test_a_failed_certificate_stays_failed_until_a_new_recertify_request() -> None:
+    failed = cert(passed=False)
+
+    kept = decide(seen(stored=failed))
+    again = decide(seen(stored=failed, request="2026-11-30"))
+
+    assert kept.condition[1] == "CertificationFailed" and not kept.create_job
+    assert again.create_job  # the Job for (lane, request) does not exist yet
+
+
+def test_a_recipe_change_invalidates_the_certificate_and_certifies_the_new_lane() -> None:
+    decision = decide(seen(stored=cert(recipe_digest="e" * 64)))
+
+    assert decision.create_job and decision.condition[1] == "CertificationRunning"
+    state = lanes.state(LANE, decision.certificate)
+    assert not state.passed
+    assert lanes.verdict(state)[0] == "LaneNotCertified"
+
+
+def test_a_job_that_left_no_certificate_is_an_error_and_is_not_rerun() -> None:
+    decision = decide(seen(job_exists=True, outcome=JobOutcome(True, error="OOMKilled")))
+
+    assert not decision.create_job and decision.condition[1] == "CertificationError"
+    assert "OOMKilled" in decision.condition[2]

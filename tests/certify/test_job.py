@@ -1,0 +1,105 @@
+"""The certification Job runs `meshnet certify` where and as the route's stages run, and
+its certificate is read back from the pod's termination message."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from meshnet.api import labels
+from meshnet.api.certification import CertifiedLane
+from meshnet.api.modelartifact import ArtifactStorage
+from meshnet.api.shardroute import Recipe, Stage
+from meshnet.certify import job as jobs
+from meshnet.certify.gates import Gates
+from meshnet.reconcile.podspec import RouteRef, StageInputs, WorkerConfig, stage_pod
+
+from .conftest import LANE, cert
+
+ROUTE = RouteRef("r1", "serving", "uid-r1")
+CUDA = CertifiedLane(backend="cuda", gpu_product="NVIDIA-H100-80GB-HBM3",
+                     manifest_digest="a" * 64, recipe_digest="b" * 64)
+
+
+def pod(lane: str = "cuda") -> dict[str, Any]:
+    stage = Stage.model_validate({
+        "name": "s0", "layers": {"begin": 0, "end": 10}, "resources": {"gpus": 1},
+        "nodeSelector": {"pool": "gpu"},
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}]})
+    return stage_pod(StageInputs(
+        ROUTE, stage, Recipe(lane=lane), None, 3, "c" * 64, "model-00001-of-00002.gguf",
+        ArtifactStorage.model_validate({"pvc": {"claimName": "models", "subPath": "dsv4"}}),
+        "a" * 64), WorkerConfig(images={lane: f"worker:{lane}"}))
+
+
+def build(lane: CertifiedLane = CUDA, request: str | None = None) -> dict[str, Any]:
+    return jobs.certification_job(jobs.JobInputs(
+        route=ROUTE, lane=lane, stage_pod=pod(lane.backend),
+        endpoints=["10.0.0.5:50051", "10.0.0.6:50051"], image="meshnet/certify:cuda",
+        gates=Gates(speed_fraction=0.7), route_digest="c" * 64, epoch=3, request=request))
+
+
+def test_the_job_runs_certify_against_every_stage_with_the_gates_and_lane() -> None:
+    job = build()
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    args = container["args"]
+
+    assert container["command"] == ["meshnet"] and args[0] == "certify"
+    assert [args[i + 1] for i, a in enumerate(args) if a == "--stage"] == [
+        "10.0.0.5:50051", "10.0.0.6:50051"]
+    assert args[args.index("--model") + 1] == "/models/model-00001-of-00002.gguf"
+    assert args[args.index("--speed-fraction") + 1] == "0.7"
+    assert args[args.index("--gpu-product") + 1] == "NVIDIA-H100-80GB-HBM3"
+    assert args[args.index("--termination-log") + 1] == "/dev/termination-log"
+    assert job["spec"]["backoffLimit"] == 0
+
+
+def test_the_job_runs_on_the_stages_hardware_with_their_model_volume() -> None:
+    spec = build()["spec"]["template"]["spec"]
+    container = spec["containers"][0]
+
+    assert spec["nodeSelector"] == {"pool": "gpu",
+                                    "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    assert spec["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists"}]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    model = next(m for m in container["volumeMounts"] if m["name"] == "model")
+    assert (model["mountPath"], model["readOnly"], model["subPath"]) == ("/models", True, "dsv4")
+    assert {v["name"] for v in spec["volumes"]} == {"model", "work"}
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert spec["automountServiceAccountToken"] is False
+
+
+def test_the_job_is_owned_by_the_route_and_invisible_to_the_stage_pod_index() -> None:
+    meta = build()["metadata"]
+
+    assert meta["ownerReferences"][0]["name"] == "r1"
+    assert labels.ROUTE not in meta["labels"] and meta["labels"][jobs.CERTIFY_ROUTE] == "r1"
+    assert jobs.job_name("r1", CUDA, None) == meta["name"]
+    assert jobs.job_name("r1", CUDA, "again") != meta["name"]
+    assert jobs.job_name("r1", LANE, None) != meta["name"]
+
+
+def finished(message: str, succeeded: bool = True) -> tuple[dict[str, Any], list[Any]]:
+    job = {"status": {"succeeded": 1} if succeeded else {
+        "failed": 1, "conditions": [{"type": "Failed", "status": "True",
+                                     "message": "Job has reached the specified backoff limit"}]}}
+    pods = [{"status": {"containerStatuses": [{"name": "certify", "state": {
+        "terminated": {"exitCode": 0 if succeeded else 1, "message": message}}}]}}]
+    return job, pods
+
+
+def test_the_certificate_is_read_from_the_termination_message_pass_or_fail() -> None:
+    passed = jobs.job_outcome(*finished(cert().model_dump_json(by_alias=True)))
+    failed = jobs.job_outcome(*finished(cert(passed=False).model_dump_json(by_alias=True),
+                                        succeeded=False))
+
+    assert passed.finished and passed.certificate == cert()
+    assert failed.finished and failed.certificate is not None
+    assert not failed.certificate.passed
+
+
+def test_a_job_without_a_certificate_reports_its_last_words() -> None:
+    outcome = jobs.job_outcome(*finished("Traceback ...\nerror: model not found", False))
+
+    assert outcome.finished and outcome.certificate is None
+    assert outcome.error == "error: model not found"
+    assert not jobs.job_outcome({"status": {"active": 1}}, []).finished
