@@ -1,0 +1,175 @@
+"""Report inputs read from Kubernetes objects: the ShardRoute, its stage pods and their
+nodes; and the status patch that shows the outcome (pure: the daemon does the I/O)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from meshnet.api import labels
+from meshnet.api.certification import Certificate, CertifiedLane
+from meshnet.api.shardroute import ShardRouteSpec
+from meshnet.api.tracker import CapacityReport, MeasuredCapacity, TrackerStatus
+from meshnet.certify.lane import gpu_product
+from meshnet.tracker.inputs import RouteView, StageView
+
+CERTIFIED = "Certified"
+
+
+def route_spec(body: Mapping[str, Any]) -> ShardRouteSpec | None:
+    try:
+        return ShardRouteSpec.model_validate(body.get("spec") or {})
+    except ValidationError:
+        return None  # an invalid route has nothing to report; the planner says why
+
+
+def route_view(body: Mapping[str, Any], spec: ShardRouteSpec,
+               artifact: Mapping[str, Any] | None) -> RouteView:
+    meta, status = body.get("metadata") or {}, body.get("status") or {}
+    ready = _condition(status, "Ready")
+    gguf = ((artifact or {}).get("status") or {}).get("gguf") or {}
+    return RouteView(
+        name=meta.get("name", ""), namespace=meta.get("namespace", "default"),
+        route_id=f"{meta.get('namespace', 'default')}/{meta.get('name', '')}",
+        recipe=spec.recipe, epoch=int(status.get("epoch") or 0),
+        route_digest=status.get("routeDigest"), manifest_digest=status.get("manifestDigest"),
+        recipe_digest=status.get("recipeDigest"),
+        architecture=gguf.get("architecture"), block_count=gguf.get("blockCount"),
+        ready=ready.get("status") == "True",
+        not_ready=ready.get("message") or ready.get("reason") or "",
+        deleting=bool(meta.get("deletionTimestamp")))
+
+
+def current_pods(pods: Sequence[Mapping[str, Any]], route: str,
+                 epoch: int) -> dict[str, Mapping[str, Any]]:
+    """The live stage pod of each stage at this epoch, by stage name."""
+    found: dict[str, Mapping[str, Any]] = {}
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        tags = meta.get("labels") or {}
+        if tags.get(labels.ROUTE) == route and tags.get(labels.EPOCH) == str(epoch) \
+                and labels.STAGE in tags and not meta.get("deletionTimestamp"):
+            found[tags[labels.STAGE]] = pod
+    return found
+
+
+def stage_views(spec: ShardRouteSpec, pods: Mapping[str, Mapping[str, Any]],
+                grpc_port: int) -> list[StageView]:
+    """Stages dialled at their pod IP: no cluster DNS needed, and a pod of another epoch
+    can never answer for the route."""
+    views = []
+    for stage in spec.stages:
+        pod = pods.get(stage.name)
+        status = (pod or {}).get("status") or {}
+        ip = status.get("podIP")
+        containers = status.get("containerStatuses") or []
+        running = next((c["state"]["running"] for c in containers
+                        if (c.get("state") or {}).get("running")), None)
+        waiting = next((c["state"]["waiting"] for c in containers
+                        if (c.get("state") or {}).get("waiting")), None)
+        ready = _condition(status, "Ready").get("status") == "True"
+        problem = ("" if ready else f"stage {stage.name}: " + (
+            f"pod {(pod.get('metadata') or {}).get('name')} is"
+            f" {(waiting or {}).get('reason') or status.get('phase') or 'not ready'}"
+            if pod else "no pod at this epoch"))
+        views.append(StageView(
+            name=stage.name, begin=stage.layers.begin, end=stage.layers.end,
+            endpoint=f"{ip}:{grpc_port}" if ip else None, ready=ready,
+            restarts=sum(int(c.get("restartCount", 0)) for c in containers),
+            started_at=_unix(running.get("startedAt")) if running else None, problem=problem))
+    return views
+
+
+def node_names(pods: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    return sorted({str(n) for p in pods.values() if (n := (p.get("spec") or {}).get("nodeName"))})
+
+
+def lane(spec: ShardRouteSpec, body: Mapping[str, Any], pods: Mapping[str, Mapping[str, Any]],
+         node_labels: Mapping[str, Mapping[str, str]]) -> CertifiedLane | None:
+    """The route's lane; None until its digests are known and (on a GPU lane) every stage
+    pod is on a node whose labels were read."""
+    status = body.get("status") or {}
+    manifest, recipe = status.get("manifestDigest"), status.get("recipeDigest")
+    if not manifest or not recipe:
+        return None
+    nodes = [(p.get("spec") or {}).get("nodeName") for p in pods.values()]
+    if spec.recipe.lane != "cpu" and (len(pods) < len(spec.stages)
+                                      or any(n not in node_labels for n in nodes)):
+        return None
+    known = [node_labels[str(n)] for n in nodes if n in node_labels]
+    product = gpu_product(spec.recipe.lane, known)
+    return CertifiedLane(backend=spec.recipe.lane, gpu_product=product,
+                         manifest_digest=manifest, recipe_digest=recipe)
+
+
+def stored_certificate(body: Mapping[str, Any]) -> Certificate | None:
+    raw = (body.get("status") or {}).get("certification")
+    try:
+        return Certificate.model_validate(raw) if raw else None
+    except ValidationError:
+        return None  # written by another version: certify again
+
+
+def status_patch(body: Mapping[str, Any], certificate: Certificate | None,
+                 condition: tuple[str, str, str], report: CapacityReport | None,
+                 delivery_error: str | None, now: str) -> list[dict[str, Any]] | None:
+    """JSON-patch operations setting status.certification, status.tracker and the
+    Certified condition; None when nothing changed. The first operation tests
+    resourceVersion: when the reconcile wrote status meanwhile the patch is refused (and
+    redone on the next pass) rather than writing back conditions it has changed."""
+    status = body.get("status") or {}
+    conditions = [dict(c) for c in status.get("conditions") or []]
+    old = next((c for c in conditions if c.get("type") == CERTIFIED), {})
+    kind, reason, message = condition
+    new = {"type": CERTIFIED, "status": kind, "reason": reason, "message": message,
+           "lastTransitionTime": old.get("lastTransitionTime") if old.get("status") == kind
+           else now}
+    generation = (body.get("metadata") or {}).get("generation")
+    if generation is not None:
+        new["observedGeneration"] = generation
+    conditions = [c for c in conditions if c.get("type") != CERTIFIED] + [new]
+    wanted: dict[str, Any] = {
+        "certification": certificate.model_dump(mode="json", by_alias=True, exclude_none=True)
+        if certificate else None,
+        "tracker": _tracker_status(report, delivery_error) if report else status.get("tracker"),
+        "conditions": conditions,
+    }
+    if all(status.get(k) == v for k, v in wanted.items()):
+        return None
+    version = (body.get("metadata") or {}).get("resourceVersion")
+    ops: list[dict[str, Any]] = []
+    if version:
+        ops.append({"op": "test", "path": "/metadata/resourceVersion", "value": version})
+    if "status" not in body or body["status"] is None:
+        ops.append({"op": "add", "path": "/status", "value": {}})
+    for key, value in wanted.items():
+        if value is not None:
+            ops.append({"op": "add", "path": f"/status/{key}", "value": value})
+        elif key in status:
+            ops.append({"op": "remove", "path": f"/status/{key}"})
+    return ops
+
+
+def _tracker_status(report: CapacityReport, delivery_error: str | None) -> dict[str, Any]:
+    capacity = report.capacity.model_dump(exclude={"recent_tokens_per_second"})
+    summary = TrackerStatus(available=report.available,
+                            unavailable_reasons=report.unavailable_reasons,
+                            capacity=MeasuredCapacity(**capacity),
+                            lane=report.certification.lane, delivery_error=delivery_error)
+    return summary.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def _condition(status: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
+    return next((c for c in status.get("conditions") or [] if c.get("type") == kind), {})
+
+
+def _unix(stamp: str | None) -> float | None:
+    if not stamp:
+        return None
+    try:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None

@@ -1,0 +1,50 @@
+"""One reporting step, shared by the operator's per-route daemon and `meshnet tracker
+report`: sample the stages, build the report, send it when due."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from meshnet.api.tracker import CapacityReport, CertificationState, Provider
+from meshnet.tracker.client import Delivery, TrackerClient
+from meshnet.tracker.collect import sample_stages
+from meshnet.tracker.inputs import PinFacts, RouteView, StageView
+from meshnet.tracker.metrics import TrackerMetrics
+from meshnet.tracker.report import build_report
+from meshnet.tracker.schedule import Cadence, fingerprint
+
+
+@dataclass
+class Reporting:
+    """What every step of every route shares."""
+
+    provider: Provider
+    pin: PinFacts
+    client: TrackerClient | None  # None: no Tracker configured (status is still written)
+    metrics: TrackerMetrics
+    stage_timeout: float = 2.0
+
+
+async def step(reporting: Reporting, cadence: Cadence, route: RouteView,
+               stages: Sequence[StageView], certification: CertificationState
+               ) -> tuple[CapacityReport, Delivery | None]:
+    """The report as of now, and the delivery when one was due (None otherwise)."""
+    samples = await sample_stages({s.name: s.endpoint for s in stages}, reporting.stage_timeout)
+    reporting.metrics.collect_errors.inc(sum(1 for s in samples.values() if s.error))
+    now = time.time()
+    first_seen = cadence.seen([s.info.incarnation for s in samples.values() if s.info], now)
+    report = build_report(route, stages, samples, certification, provider=reporting.provider,
+                          pin=reporting.pin, sequence=cadence.sequence + 1, now=now,
+                          first_seen=first_seen)
+    reporting.metrics.route_available((route.namespace, route.name),
+                                      report.available and not route.deleting)
+    print_ = fingerprint(report)
+    if reporting.client is None or not cadence.due(print_, time.monotonic()):
+        return report, None
+    cadence.next_sequence()
+    delivery = await reporting.client.send(report.model_dump(mode="json", by_alias=True))
+    if delivery.ok:
+        cadence.delivered(print_, time.monotonic())
+    return report, delivery
