@@ -22,6 +22,8 @@ COMMAND_MODULES = [
     "meshnet.cli.demo",
     "meshnet.cli.parity",
     "meshnet.cli.generate",
+    "meshnet.cli.certify",
+    "meshnet.cli.tracker",
 ]
 
 

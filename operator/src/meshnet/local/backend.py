@@ -189,6 +189,12 @@ class LocalBackend:
             "name": self.route_name,
             "epoch": self.status.get("epoch"),
             "routeDigest": self.status.get("routeDigest"),
+            # What `meshnet certify` and `meshnet tracker report` need: identities, the
+            # model for the unsplit reference, and each worker's start and restarts.
+            "manifestDigest": self.status.get("manifestDigest"),
+            "recipeDigest": self.status.get("recipeDigest"),
+            "model": str(self.artifact.model_path) if self.artifact else "",
+            "threads": self.threads,
             "file": str(self.route_file.path) if self.route_file else "",
             "stages": [
                 {
@@ -196,6 +202,8 @@ class LocalBackend:
                     "layers": "{}:{}".format(*s.process.spec.layers),
                     "endpoint": s.process.endpoint,
                     "pid": s.process.pid,
+                    "restarts": s.restarts,
+                    "startedAt": s.started_at,
                 }
                 for s in self.current_stages()
             ],

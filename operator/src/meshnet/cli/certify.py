@@ -1,0 +1,128 @@
+"""`meshnet certify`: certify a route's lane (parity and useful speed against the unsplit
+reference, run on this machine) and record the certificate."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from meshnet.api.certification import Certificate, CertifiedLane
+from meshnet.certify import store
+from meshnet.certify.gates import Gates
+from meshnet.certify.hardware import local_gpu_product
+from meshnet.certify.run import Reference, certify
+from meshnet.errors import MeshnetError
+from meshnet.route.launch import worker_binary
+from meshnet.route.stage import TlsFiles
+from meshnet.tracker.local import local_route
+
+DEFAULTS = Gates()
+
+
+def say(message: str) -> None:
+    click.echo(f"[certify] {message}", err=True)
+
+
+@click.command("certify")
+@click.option("--route", "route_name", default=None, metavar="NAME",
+              help="A route started by `meshnet up` here: stages, model, lane and digests"
+                   " come from it and the certificate is kept on this machine.")
+@click.option("--stage", "stages", multiple=True, metavar="HOST:PORT",
+              help="A stage's gRPC endpoint, in pipeline order (instead of --route).")
+@click.option("--model", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              default=None, help="The GGUF the unsplit reference loads (with --stage).")
+@click.option("--backend", type=click.Choice(["cpu", "cuda", "rocm", "vulkan"]),
+              default="cpu", show_default=True, help="The route's lane (with --stage).")
+@click.option("--gpu-product", default=None,
+              help="GPU product of the stages' nodes (default: detected here; 'none' on cpu).")
+@click.option("--manifest-digest", default=None, help="The artifact identity (with --stage).")
+@click.option("--recipe-digest", default=None, help="The recipe identity (with --stage).")
+@click.option("--route-digest", default=None, help="The route identity, for the record.")
+@click.option("--epoch", type=click.IntRange(0), default=None, help="Its epoch, for the record.")
+@click.option("--request", default=None, help="The recertify request this run answers.")
+@click.option("--tolerance", type=click.FloatRange(0.0), default=DEFAULTS.tolerance,
+              show_default=True, help="Largest |delta logit| against the reference that passes.")
+@click.option("--speed-fraction", type=click.FloatRange(0.0), default=DEFAULTS.speed_fraction,
+              show_default=True, help="Decode tokens/s the route needs, as a fraction of the"
+                                      " unsplit reference's.")
+@click.option("--parity-steps", type=click.IntRange(0), default=DEFAULTS.parity_steps,
+              show_default=True, help="Greedy steps compared after each prompt.")
+@click.option("--speed-tokens", type=click.IntRange(2), default=DEFAULTS.speed_tokens,
+              show_default=True, help="Tokens generated per speed measurement.")
+@click.option("--repeats", type=click.IntRange(1), default=DEFAULTS.repeats, show_default=True,
+              help="Speed measurements per side (the best counts).")
+@click.option("--reference-threads", type=click.IntRange(0), default=None,
+              help="CPU threads of the unsplit reference (default: the route's per worker).")
+@click.option("--termination-log", type=click.Path(dir_okay=False, path_type=Path),
+              default=None, help="Also write the certificate here (a Job's termination log).")
+@click.option("--json", "as_json", is_flag=True, help="Print the certificate as JSON.")
+@click.option("--tls-ca", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              default=None, help="CA of the workers' certificates (enables TLS).")
+@click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              default=None, help="Client certificate for mTLS.")
+@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              default=None, help="Client key for mTLS.")
+def command(route_name: str | None, stages: tuple[str, ...], model: Path | None, backend: str,
+            gpu_product: str | None, manifest_digest: str | None, recipe_digest: str | None,
+            route_digest: str | None, epoch: int | None, request: str | None, tolerance: float,
+            speed_fraction: float, parity_steps: int, speed_tokens: int, repeats: int,
+            reference_threads: int | None, termination_log: Path | None, as_json: bool,
+            tls_ca: Path | None, tls_cert: Path | None, tls_key: Path | None) -> None:
+    """Certify a route's lane: the same tokens and logits as the unsplit model on a fixed
+    prompt set, and decode at least --speed-fraction of its speed, on this hardware.
+
+    Exits 0 when the lane passed, 1 when it did not (the certificate says why).
+    """
+    if bool(stages) == bool(route_name):
+        raise click.UsageError("give either --route NAME or one --stage per stage")
+    gates = Gates(tolerance=tolerance, speed_fraction=speed_fraction, parity_steps=parity_steps,
+                  speed_tokens=speed_tokens, repeats=repeats)
+    tls = TlsFiles(tls_ca, tls_cert, tls_key) if (tls_ca or tls_cert) else None
+    threads = reference_threads or 0
+    if route_name is not None:
+        local = local_route(route_name)
+        if local.lane is None:
+            raise MeshnetError(f"route {route_name} has no manifest/recipe digest yet")
+        lane, endpoints, model = local.lane, local.endpoints, local.model
+        route_digest, epoch = local.entry.get("routeDigest"), local.entry.get("epoch")
+        threads = reference_threads if reference_threads is not None else int(
+            local.entry.get("threads") or 0)
+    else:
+        if model is None or not manifest_digest or not recipe_digest:
+            raise click.UsageError("--stage needs --model, --manifest-digest and --recipe-digest")
+        lane = CertifiedLane(backend=backend,  # type: ignore[arg-type]
+                             gpu_product=gpu_product or local_gpu_product(backend),
+                             manifest_digest=manifest_digest, recipe_digest=recipe_digest)
+        endpoints = list(stages)
+    say(f"lane {lane.describe()}: {len(endpoints)} stages")
+    certificate = certify(endpoints, lane, Reference(worker_binary(), model, threads), gates,
+                          tls=tls, route_digest=route_digest, epoch=epoch, request=request,
+                          say=say)
+    if route_name is not None:
+        say(f"recorded {store.save(certificate)}")
+    _emit(certificate, as_json, termination_log)
+    if not certificate.passed:
+        sys.exit(1)
+
+
+def _emit(certificate: Certificate, as_json: bool, termination_log: Path | None) -> None:
+    if termination_log is not None:  # compact: a termination message holds 4096 bytes
+        termination_log.write_text(certificate.model_dump_json(by_alias=True))
+    if as_json:
+        click.echo(certificate.model_dump_json(by_alias=True, indent=2))
+        return
+    parity, speed = certificate.parity, certificate.speed
+    worst = parity.max_abs_delta_logit
+    click.echo(f"lane {certificate.lane.describe()}: "
+               f"{'PASSED' if certificate.passed else 'FAILED'}")
+    click.echo(f"  parity  max |delta logit| {'non-finite' if worst is None else f'{worst:.3g}'}"
+               f" (tolerance {parity.tolerance:g}), greedy"
+               f" {'identical' if parity.greedy_match else 'differs'}"
+               f" over {parity.prompts} prompts")
+    click.echo(f"  speed   {speed.decode_tokens_per_second:.1f} tok/s ({speed.topology}) ="
+               f" {speed.fraction:.2f} x unsplit {speed.reference_decode_tokens_per_second:.1f}"
+               f" tok/s (needs {speed.required_fraction:g})")
+    for failure in certificate.failures:
+        click.echo(f"  failed: {failure}")

@@ -1,0 +1,65 @@
+"""Sampling real workers: every stage's GetInfo and GetCapacity at once, and a stopped or
+dead worker costs one deadline, not a hang."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from meshnet.route.launch import WorkerProcess, WorkerSpec, start_route
+from meshnet.tracker.collect import sample_stages
+
+
+@pytest.fixture(scope="module")
+def workers(shard_worker: Path, smollm2: Path,
+            tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[WorkerProcess]]:
+    specs = [WorkerSpec(model=smollm2, layers=span, route_id="test/collect", epoch=5,
+                        threads=1, slots=3, ctx=1024, metrics_listen="")
+             for span in ((0, 15), (15, 30))]
+    running = start_route(shard_worker, specs, tmp_path_factory.mktemp("collect"))
+    yield running
+    for worker in running:
+        worker.stop()
+
+
+def test_real_workers_answer_their_range_epoch_slots_and_kv(
+        workers: list[WorkerProcess]) -> None:
+    samples = asyncio.run(sample_stages({"a": workers[0].endpoint, "b": workers[1].endpoint,
+                                         "c": None}, timeout=5.0))
+
+    assert set(samples) == {"a", "b"}  # no endpoint, nothing to ask
+    a, b = samples["a"], samples["b"]
+    assert a.info is not None and b.info is not None and a.capacity is not None
+    assert (a.info.begin, a.info.end, b.info.begin, b.info.end) == (0, 15, 15, 30)
+    assert (a.info.route_id, a.info.epoch, a.info.architecture) == ("test/collect", 5, "llama")
+    assert (a.info.boundary_dtype, a.info.boundary_row_elements) == ("f32", 576)
+    assert (a.capacity.slots_total, a.capacity.kv_tokens_total) == (3, 3 * 1024)
+    assert a.capacity.slots_free == 3 and a.info.incarnation != b.info.incarnation
+
+
+def test_a_stopped_worker_costs_one_deadline_and_the_other_still_answers(
+        workers: list[WorkerProcess]) -> None:
+    os.kill(workers[1].pid, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        samples = asyncio.run(sample_stages({"a": workers[0].endpoint,
+                                             "b": workers[1].endpoint}, timeout=0.5))
+        elapsed = time.monotonic() - started
+    finally:
+        os.kill(workers[1].pid, signal.SIGCONT)
+
+    assert samples["a"].capacity is not None
+    assert samples["b"].info is None and "DEADLINE_EXCEEDED" in (samples["b"].error or "")
+    assert elapsed < 2.0
+
+
+def test_a_port_nobody_listens_on_is_unreachable_at_once() -> None:
+    [sample] = asyncio.run(sample_stages({"x": "127.0.0.1:1"}, timeout=2.0)).values()
+
+    assert sample.info is None and "UNAVAILABLE" in (sample.error or "")
