@@ -30,8 +30,9 @@ static error_reason reason_of(engine_status status) {
     return error_reason::engine_failure;
 }
 
-scheduler::scheduler(engine_i & engine, session_store & sessions, int32_t max_step_tokens)
-    : engine_(engine), sessions_(sessions), max_step_tokens_(max_step_tokens) {}
+scheduler::scheduler(engine_i & engine, session_store & sessions, int32_t max_step_tokens,
+                     session_clock::duration batch_wait)
+    : engine_(engine), sessions_(sessions), max_step_tokens_(max_step_tokens), batch_wait_(batch_wait) {}
 
 scheduler::~scheduler() {
     stop();
@@ -115,6 +116,17 @@ void scheduler::run() {
         {
             std::unique_lock<std::mutex> lock(mutex_);
             wake_.wait(lock, [this] { return stopping_ || !steps_.empty() || !releases_.empty(); });
+            if (batch_wait_.count() > 0 && !stopping_ && !steps_.empty()) {
+                // Sessions mid-generation will send their next step soon: give them a
+                // moment to join this batch (one decode of n rows costs far less than n).
+                const auto now     = session_clock::now();
+                const auto waiting = static_cast<size_t>(
+                    sessions_.recently_used(now, std::chrono::milliseconds(100)));
+                if (steps_.size() < waiting) {
+                    wake_.wait_until(lock, now + batch_wait_,
+                                     [&] { return stopping_ || steps_.size() >= waiting; });
+                }
+            }
             releases.assign(std::make_move_iterator(releases_.begin()), std::make_move_iterator(releases_.end()));
             releases_.clear();
             stopping = stopping_;

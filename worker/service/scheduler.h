@@ -43,7 +43,10 @@ struct step_job {
 
 class scheduler {
 public:
-    scheduler(engine_i & engine, session_store & sessions, int32_t max_step_tokens);
+    // `batch_wait`: how long a step may wait for the steps of other sessions that are
+    // in the middle of a generation (used recently) to arrive and join its batch.
+    scheduler(engine_i & engine, session_store & sessions, int32_t max_step_tokens,
+              session_clock::duration batch_wait = std::chrono::microseconds(0));
     ~scheduler();
 
     void start();
@@ -74,6 +77,7 @@ private:
     engine_i &      engine_;
     session_store & sessions_;
     int32_t         max_step_tokens_;
+    session_clock::duration batch_wait_;
 
     mutable std::mutex      mutex_;
     std::condition_variable wake_;

@@ -82,6 +82,12 @@ int32_t session_store::slots_free() const {
     return static_cast<int32_t>(std::count(slot_owner_.begin(), slot_owner_.end(), nullptr));
 }
 
+int32_t session_store::recently_used(session_clock::time_point now, session_clock::duration window) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return static_cast<int32_t>(std::count_if(sessions_.begin(), sessions_.end(),
+        [&](const auto & entry) { return now - entry.second.last_used <= window; }));
+}
+
 int32_t session_store::active() const {
     std::lock_guard<std::mutex> lock(mutex_);
     return static_cast<int32_t>(sessions_.size());

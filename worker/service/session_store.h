@@ -57,6 +57,8 @@ public:
     int32_t n_slots() const { return static_cast<int32_t>(slot_owner_.size()); }
     int32_t slots_free() const;
     int32_t active() const;
+    // Sessions whose last step ended within `window` before `now`.
+    int32_t recently_used(session_clock::time_point now, session_clock::duration window) const;
 
 private:
     struct entry {

@@ -28,6 +28,7 @@ const char * worker_params_usage() {
         "  --boundary-dtype T        f32 | f16 | bf16 on the wire (default: f32)\n"
         "  --max-message-bytes N     largest accepted request (default: 67108864)\n"
         "  --evict-idle-ms N         grace before an idle session may be evicted (default: 1000)\n"
+        "  --batch-wait-us N         wait for other active sessions to join a step (default: 2000)\n"
         "  --tls-cert F --tls-key F  serve TLS with this PEM certificate chain and key\n"
         "  --tls-client-ca F         require client certificates signed by this CA (mTLS)\n"
         "  --next-stage ADDR         chain: relay steps to this worker (with TLS: trusted via\n"
@@ -82,6 +83,9 @@ bool worker_params_parse(int argc, char ** argv, worker_params & params, std::st
         }},
         {"--max-message-bytes", [&](const std::string & v) {
             return parse_int64(v, params.max_message_bytes) && params.max_message_bytes >= 1024;
+        }},
+        {"--batch-wait-us", [&](const std::string & v) {
+            return parse_int64(v, params.batch_wait_us) && params.batch_wait_us >= 0;
         }},
         {"--evict-idle-ms", [&](const std::string & v) {
             return parse_int64(v, params.evict_idle_ms) && params.evict_idle_ms >= 0;

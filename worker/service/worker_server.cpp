@@ -115,7 +115,8 @@ bool worker_server::start(const worker_params & params, engine_i & engine, std::
     }
 
     sessions_  = std::make_unique<session_store>(info.n_slots, std::chrono::milliseconds(params.evict_idle_ms));
-    scheduler_ = std::make_unique<scheduler>(engine, *sessions_, params.n_batch);
+    scheduler_ = std::make_unique<scheduler>(engine, *sessions_, params.n_batch,
+                                             std::chrono::microseconds(params.batch_wait_us));
     registry_  = std::make_unique<metrics_registry>();
     service_   = std::make_unique<shard_service>(identity_, engine, *sessions_, *scheduler_, *registry_, next_stage);
     scheduler_->start();

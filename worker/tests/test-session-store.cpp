@@ -60,4 +60,14 @@ TEST("the same session id under another epoch is another session") {
     CHECK_EQ(store.find(session_key{"route", 2, "s"}), -1);
 }
 
+TEST("sessions used within the window count as mid-generation") {
+    session_store store(3, 0ms);
+    const auto t = session_clock::now();
+    store.acquire(key("a"), {}, t);
+    store.acquire(key("b"), {}, t + 50ms);
+    store.acquire(key("c"), {}, t + 200ms);
+    CHECK_EQ(store.recently_used(t + 210ms, 100ms), 1);
+    CHECK_EQ(store.recently_used(t + 210ms, 200ms), 2);
+}
+
 TEST_MAIN()
