@@ -4,7 +4,7 @@ description that both it and kopf log in with (in-cluster or kubeconfig)."""
 from __future__ import annotations
 
 import os
-from collections.abc import Generator, Mapping
+from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,6 +17,7 @@ from meshnet.errors import KubeApiError, OperatorError
 
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,12 @@ class KubeClient:
     async def patch(self, url: str, body: Mapping[str, Any]) -> dict[str, Any]:
         response = await self._http.patch(url, json=body, params=_manager(),
                                           headers={"Content-Type": MERGE_PATCH})
+        return _json(response)
+
+    async def json_patch(self, url: str, operations: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """An RFC 6902 patch: its `test` operations make a write conditional (422 if not)."""
+        response = await self._http.patch(url, json=list(operations), params=_manager(),
+                                          headers={"Content-Type": JSON_PATCH})
         return _json(response)
 
     async def delete(self, url: str) -> bool:

@@ -11,6 +11,7 @@ import kopf
 from prometheus_client import start_http_server
 
 from meshnet.api import GROUP
+from meshnet.operator import tracker_daemon
 from meshnet.operator.handlers import Context, register
 from meshnet.operator.kube import Connection, KubeClient
 from meshnet.operator.metrics import OperatorMetrics
@@ -21,6 +22,7 @@ def build_registry(ctx: Context, connection: Connection) -> kopf.OperatorRegistr
     """Our handlers, kopf's settings and a login that uses the same connection as ctx.client."""
     registry = kopf.OperatorRegistry()
     register(registry, ctx)
+    tracker_daemon.register(registry, ctx)  # capacity reports and certification
 
     @kopf.on.startup(registry=registry)
     def configure(settings: kopf.OperatorSettings, **_: Any) -> None:

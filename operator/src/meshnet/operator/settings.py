@@ -10,6 +10,7 @@ from meshnet.errors import MeshnetError, OperatorError
 from meshnet.paths import repo_root
 from meshnet.pin.manifest import load_manifest
 from meshnet.reconcile.podspec import WorkerConfig
+from meshnet.tracker.settings import TrackerSettings
 
 LANES = ("cpu", "cuda", "rocm", "vulkan")
 T = TypeVar("T", int, float)
@@ -25,6 +26,7 @@ class OperatorSettings:
     tracker_url: str | None = None
     tracker_secret: str | None = None  # Secret holding the Tracker bearer token
     tracker_token: str | None = field(default=None, repr=False)  # mounted from that Secret
+    tracker: TrackerSettings = field(default_factory=TrackerSettings)  # reports, certify
     metrics_port: int = 8080  # the operator's own Prometheus endpoint (0: off)
     health_port: int = 8081  # kopf liveness endpoint (0: off)
     worker_grpc_port: int = 50051
@@ -46,6 +48,7 @@ class OperatorSettings:
             tracker_url=env.get("MESHNET_TRACKER_URL") or None,
             tracker_secret=env.get("MESHNET_TRACKER_SECRET") or None,
             tracker_token=env.get("MESHNET_TRACKER_TOKEN") or None,
+            tracker=TrackerSettings.from_env(env),
             metrics_port=_number(env, "MESHNET_METRICS_PORT", 8080, int),
             health_port=_number(env, "MESHNET_HEALTH_PORT", 8081, int),
             worker_grpc_port=_number(env, "MESHNET_WORKER_GRPC_PORT", 50051, int),

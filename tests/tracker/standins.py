@@ -1,0 +1,172 @@
+"""What a cluster does besides the API server, for the operator tests over kmock: a kubelet
+that runs each stage pod as a real worker on its own loopback address (its "pod IP"), and
+a Job controller that really runs the certification Job's `meshnet certify`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import hashlib
+import os
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import kmock
+
+from meshnet.api import labels
+from meshnet.api.modelartifact import ModelArtifactSpec
+from meshnet.certify.job import JOB_NAME_LABEL, TERMINATION_LOG
+from meshnet.devtools.cluster import Emulator
+from meshnet.local.stages import worker_spec
+from meshnet.reconcile.podspec import MODEL_DIR
+from meshnet.route.launch import WorkerProcess
+
+NS = "default"
+EXTRA_RESOURCES: dict[str, dict[str, Any]] = {
+    "batch/v1/jobs": {"kind": "Job", "namespaced": True, "subresources": ["status"]},
+    "v1/nodes": {"kind": "Node", "namespaced": False},
+}
+VERBS = ["get", "list", "watch", "create", "update", "patch", "delete"]
+
+
+def declare_jobs_and_nodes(emulator: Emulator) -> None:
+    for resource, info in EXTRA_RESOURCES.items():
+        emulator.resources[resource] = kmock.ResourceInfo(verbs=VERBS, **info)
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def artifact(model: Path, name: str = "smollm2") -> dict[str, Any]:
+    """A Ready ModelArtifact of the real model file (the stand-ins mount it at /models)."""
+    digest = hashlib.sha256(model.read_bytes()).hexdigest()
+    spec = {"files": [{"name": model.name, "size": model.stat().st_size, "sha256": digest}],
+            "source": {"http": {"baseURL": "https://models.invalid/smollm2"}},
+            "storage": {"pvc": {"claimName": "models"}},
+            "expectations": {"architecture": "llama", "blockCount": 30}}
+    status = {"manifestDigest": ModelArtifactSpec.model_validate(spec).manifest_digest(),
+              "gguf": {"architecture": "llama", "blockCount": 30},
+              "conditions": [{"type": "Ready", "status": "True", "reason": "Verified",
+                              "message": "all files verified"}]}
+    return {"apiVersion": "meshnet.dev/v1alpha1", "kind": "ModelArtifact",
+            "metadata": {"name": name, "namespace": NS}, "spec": spec, "status": status}
+
+
+@dataclass
+class Kubelet:
+    """Runs every stage pod as a worker on 127.0.0.N:port, reports it Running and Ready
+    with that pod IP; stops the worker when the pod is deleted."""
+
+    emulator: Emulator
+    binary: Path
+    model: Path
+    log_dir: Path
+    workers: dict[str, WorkerProcess] = field(default_factory=dict)
+    addresses: dict[str, str] = field(default_factory=dict)
+
+    async def run(self) -> None:
+        while True:
+            live = {p["metadata"]["name"]: p for p in self.emulator.live("v1/pods", NS)
+                    if labels.STAGE in (p["metadata"].get("labels") or {})}
+            for name, pod in live.items():
+                if name not in self.workers:
+                    await self._start(name, pod)
+            for name in [n for n in self.workers if n not in live]:
+                await asyncio.to_thread(self.workers.pop(name).stop)
+            await asyncio.sleep(0.1)
+
+    async def _start(self, name: str, pod: dict[str, Any]) -> None:
+        address = f"127.0.0.{len(self.addresses) + 2}"
+        self.addresses[name] = address
+        spec = worker_spec(pod, self.model, threads=1)
+        port = pod["spec"]["containers"][0]["ports"][0]["containerPort"]
+        spec = replace(spec, listen=f"{address}:{port}", metrics_listen="")
+        worker = WorkerProcess(self.binary, spec, self.log_dir / f"{name}.log")
+        self.workers[name] = worker
+        await asyncio.to_thread(worker.start)
+        status = {"phase": "Running", "podIP": address,
+                  "conditions": [{"type": "Ready", "status": "True"}],
+                  "containerStatuses": [{"name": "worker", "restartCount": 0, "ready": True,
+                                         "state": {"running": {"startedAt": now()}}}]}
+        await self.emulator.patch(f"/api/v1/namespaces/{NS}/pods/{name}/status",
+                                  json={"status": status})
+
+    def stop(self) -> None:
+        for worker in self.workers.values():
+            worker.stop()
+
+
+@dataclass
+class JobController:
+    """Runs each certification Job's container command here, with the model where the
+    pod would mount it, then records its pod (termination message) and Job status."""
+
+    emulator: Emulator
+    binary: Path
+    model: Path
+    work: Path
+    hold: asyncio.Event = field(default_factory=asyncio.Event)  # set: run Jobs
+    ran: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.hold.set()
+
+    async def run(self) -> None:
+        while True:
+            await self.hold.wait()
+            for job in self.emulator.live("batch/v1/jobs", NS):
+                name = job["metadata"]["name"]
+                if name not in self.ran:
+                    self.ran.append(name)
+                    await self._run(name, job)
+            await asyncio.sleep(0.1)
+
+    async def _run(self, name: str, job: dict[str, Any]) -> None:
+        container = job["spec"]["template"]["spec"]["containers"][0]
+        message = self.work / f"{name}.termination-log"
+        args = [str(message) if a == TERMINATION_LOG else
+                str(self.model) if a.startswith(f"{MODEL_DIR}/") else a
+                for a in container["args"]]
+        args += ["--reference-threads", "1"]  # one CPU per pod, as the kubelet gives workers
+        env = {**os.environ, "MESHNET_BIN_DIR": str(self.binary.parent),
+               "MESHNET_CACHE": str(self.work / "cache")}
+        with (self.work / f"{name}.log").open("w") as log:
+            process = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "meshnet.cli", *args, env=env, stdout=log, stderr=log)
+            code = await process.wait()
+        text = message.read_text() if message.is_file() else \
+            (self.work / f"{name}.log").read_text()[-4096:]
+        pod = {"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": f"{name}-run", "namespace": NS,
+                            "labels": {JOB_NAME_LABEL: name}},
+               "spec": job["spec"]["template"]["spec"]}
+        await self.emulator.post(f"/api/v1/namespaces/{NS}/pods", json=pod)
+        terminated = {"exitCode": code, "message": text, "finishedAt": now()}
+        await self.emulator.patch(f"/api/v1/namespaces/{NS}/pods/{name}-run/status", json={
+            "status": {"phase": "Succeeded" if code == 0 else "Failed", "containerStatuses": [
+                {"name": "certify", "state": {"terminated": terminated}}]}})
+        outcome = {"succeeded": 1} if code == 0 else {"failed": 1, "conditions": [
+            {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]}
+        await self.emulator.patch(f"/apis/batch/v1/namespaces/{NS}/jobs/{name}/status",
+                                  json={"status": outcome})
+
+
+@contextlib.asynccontextmanager
+async def running(*loops: Kubelet | JobController) -> AsyncIterator[None]:
+    tasks = [asyncio.create_task(loop.run()) for loop in loops]
+    try:
+        yield
+    finally:
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for loop in loops:
+            if isinstance(loop, Kubelet):
+                await asyncio.to_thread(loop.stop)

@@ -1,0 +1,193 @@
+"""The operator reports real workers to a loopback Tracker: kopf over kmock's emulator, a
+kubelet stand-in running each stage pod as a real worker, and a Job stand-in running the
+certification Job's `meshnet certify`. Must show: reports of a certified route, every one
+valid against the published JSON schema; and a down Tracker costs retries and a failure
+metric, never the reconcile."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from meshnet.devtools.cluster import Emulator, emulated_cluster, eventually, running_operator
+from meshnet.devtools.tracker import LoopbackTracker
+from meshnet.operator.metrics import OperatorMetrics
+from meshnet.operator.settings import OperatorSettings
+from meshnet.paths import repo_root
+from meshnet.route.launch import free_port
+from meshnet.route.stage import StageClient
+from meshnet.tracker.client import RetryPolicy
+from meshnet.tracker.schema import SCHEMA_FILE
+from meshnet.tracker.settings import TrackerSettings
+from meshnet.tracker.validate import report_errors
+
+from .conftest import TOKEN
+from .standins import NS, JobController, Kubelet, artifact, declare_jobs_and_nodes, running
+
+ROUTES = f"/apis/meshnet.dev/v1alpha1/namespaces/{NS}/shardroutes"
+ARTIFACTS = f"/apis/meshnet.dev/v1alpha1/namespaces/{NS}/modelartifacts"
+FAST = RetryPolicy(attempts=3, base_seconds=0.05, cap_seconds=0.2, timeout_seconds=2.0)
+
+
+def settings(tracker_url: str, certify: bool = True) -> OperatorSettings:
+    return OperatorSettings(
+        worker_images={"cpu": "meshnet/worker-cpu:test"}, pin_digest="p" * 64,
+        metrics_port=0, health_port=0, worker_grpc_port=free_port(),
+        tracker_url=tracker_url, tracker_token=TOKEN,
+        tracker=TrackerSettings(
+            provider_id="test-provider", cluster_id="test-cluster", sample_seconds=0.3,
+            report_seconds=2.0, stage_timeout_seconds=2.0, retry=FAST,
+            certify_images={"cpu": "meshnet/certify:cpu"} if certify else {}))
+
+
+def route_body(ranges: list[tuple[int, int]], context: int = 1024) -> dict[str, Any]:
+    return {"apiVersion": "meshnet.dev/v1alpha1", "kind": "ShardRoute",
+            "metadata": {"name": "r1", "namespace": NS},
+            "spec": {"artifactRef": {"name": "smollm2"},
+                     "recipe": {"lane": "cpu", "contextLength": context, "sessionSlots": 2},
+                     "stages": [{"name": f"s{i}", "layers": {"begin": b, "end": e}}
+                                for i, (b, e) in enumerate(ranges)]}}
+
+
+@pytest.fixture
+async def cluster() -> AsyncIterator[Emulator]:
+    async with emulated_cluster() as emulator:
+        declare_jobs_and_nodes(emulator)
+        yield emulator
+
+
+async def start_route(cluster: Emulator, model: Path, ranges: list[tuple[int, int]]) -> None:
+    body = artifact(model)
+    response = await cluster.post(ARTIFACTS, json={k: v for k, v in body.items()
+                                                   if k != "status"})
+    assert response.status == 200, await response.text()
+    await cluster.patch(f"{ARTIFACTS}/smollm2/status", json={"status": body["status"]})
+    response = await cluster.post(ROUTES, json=route_body(ranges))
+    assert response.status == 200, await response.text()
+
+
+def route(cluster: Emulator) -> dict[str, Any]:
+    found = [r for r in cluster.live("meshnet.dev/v1alpha1/shardroutes", NS)
+             if r["metadata"]["name"] == "r1"]
+    return found[0] if found else {}
+
+
+def condition(kind: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    def find(body: dict[str, Any]) -> dict[str, Any]:
+        return next((c for c in (body.get("status") or {}).get("conditions") or []
+                     if c["type"] == kind), {})
+    return find
+
+
+def sample(metrics: OperatorMetrics, name: str, **labels: str) -> float:
+    return metrics.registry.get_sample_value(name, labels) or 0.0
+
+
+async def reports_until(tracker: LoopbackTracker, check: Callable[[list[Any]], bool],
+                        timeout: float, what: str) -> list[Any]:
+    await eventually(lambda: check(tracker.accepted()), timeout, what)
+    return tracker.accepted()
+
+
+def reasons(report: dict[str, Any]) -> list[str]:
+    return [r["reason"] for r in report["unavailableReasons"]]
+
+
+async def test_the_operator_advertises_a_certified_route_and_a_recipe_change_withdraws_it(
+        cluster: Emulator, tracker: LoopbackTracker, shard_worker: Path, smollm2: Path,
+        tmp_path: Path) -> None:
+    metrics = OperatorMetrics()
+    kubelet = Kubelet(cluster, shard_worker, smollm2, tmp_path)
+    jobs = JobController(cluster, shard_worker, smollm2, tmp_path)
+    async with running_operator(cluster, settings(tracker.url), metrics), \
+            running(kubelet, jobs):
+        await start_route(cluster, smollm2, [(0, 10), (10, 20), (20, 30)])
+        reports = await reports_until(tracker, lambda rs: any(r["available"] for r in rs),
+                                      120, "a report saying available")
+
+        first = reports[0]
+        assert not first["available"] and "LaneNotCertified" in reasons(first)
+        latest = reports[-1]
+        body = route(cluster)
+        certified = condition("Certified")(body)
+        assert (certified["status"], certified["reason"]) == ("True", "LaneCertified")
+        assert body["status"]["certification"]["passed"]
+        assert body["status"]["tracker"]["available"]
+        assert jobs.ran == [next(iter(j["metadata"]["name"]
+                                      for j in cluster.live("batch/v1/jobs", NS)))]
+
+        # Real figures: the workers the kubelet stand-in runs, dialled at their pod IPs.
+        pods = {p["metadata"]["name"]: p for p in cluster.live("v1/pods", NS)
+                if "meshnet.dev/stage" in p["metadata"].get("labels", {})}
+        for stage, pod_name in zip(latest["stages"], ["r1-s0-e1", "r1-s1-e1", "r1-s2-e1"],
+                                   strict=True):
+            address = pods[pod_name]["status"]["podIP"]
+            assert stage["endpoint"].startswith(f"{address}:")
+            client = StageClient(stage["endpoint"])
+            assert stage["health"]["incarnation"] == client.info().incarnation
+            client.close()
+            assert stage["capacity"]["sessionSlotsTotal"] == 2
+            assert stage["capacity"]["kvTokensTotal"] == 2 * 1024
+        assert latest["route"]["routeDigest"] == body["status"]["routeDigest"]
+        assert latest["provider"] == {"id": "test-provider", "cluster": "test-cluster"}
+        assert latest["certification"]["certificate"]["parity"]["maxAbsDeltaLogit"] == 0.0
+        assert latest["capacity"]["sessionSlotsAdvertised"] == 2
+
+        # A recipe change is a new lane: withdrawn at once, certified again, advertised again.
+        before = len(reports)
+        await cluster.patch(f"{ROUTES}/r1", json={"spec": {"recipe": {"contextLength": 768}}})
+        reports = await reports_until(
+            tracker, lambda rs: len(rs) > before and rs[-1]["available"]
+            and rs[-1]["route"]["epoch"] == 2, 120, "epoch 2 advertised again")
+        withdrawn = [r for r in reports[before:] if not r["available"]]
+        assert withdrawn and "LaneNotCertified" in reasons(withdrawn[0])
+        assert any("certificate is for another lane (recipeDigest" in u["message"]
+                   for r in withdrawn for u in r["unavailableReasons"])
+        assert len(jobs.ran) == 2
+
+        published = json.loads((repo_root() / SCHEMA_FILE).read_text())
+        for report in tracker.accepted():
+            assert report_errors(report, published) == []
+        assert {r.headers["Authorization"] for r in tracker.received} == {f"Bearer {TOKEN}"}
+        assert sample(metrics, "meshnet_certifications_total", result="passed") == 2
+        assert sample(metrics, "meshnet_tracker_routes_available") == 1
+        assert sample(metrics, "meshnet_tracker_reports_failed_total", reason="transport") == 0
+
+
+async def test_a_tracker_that_is_down_costs_retries_and_a_failure_metric_never_the_reconcile(
+        cluster: Emulator, shard_worker: Path, smollm2: Path, tmp_path: Path) -> None:
+    down = LoopbackTracker(token=TOKEN, port=free_port())  # nothing listens there yet
+    metrics = OperatorMetrics()
+    kubelet = Kubelet(cluster, shard_worker, smollm2, tmp_path)
+    async with running_operator(cluster, settings(down.url, certify=False), metrics), \
+            running(kubelet):
+        await start_route(cluster, smollm2, [(0, 15), (15, 30)])
+        await eventually(lambda: sample(metrics, "meshnet_tracker_reports_failed_total",
+                                        reason="transport") >= 2, 60, "failed reports")
+        assert sample(metrics, "meshnet_tracker_report_retries_total") >= 4
+        assert sample(metrics, "meshnet_tracker_reports_sent_total") == 0
+        await eventually(lambda: (route(cluster).get("status") or {}).get(
+            "tracker", {}).get("deliveryError"), 30, "the delivery error in status")
+        assert "ConnectError" in route(cluster)["status"]["tracker"]["deliveryError"]
+        assert condition("Certified")(route(cluster))["reason"] == "NoCertifier"
+
+        # The reconcile goes on regardless: a new layout rolls out to epoch 2.
+        await cluster.patch(f"{ROUTES}/r1", json={"spec": {"stages": [
+            {"name": "s0", "layers": {"begin": 0, "end": 12}},
+            {"name": "s1", "layers": {"begin": 12, "end": 30}}]}})
+        await eventually(lambda: condition("Ready")(route(cluster)).get("status") == "True"
+                         and route(cluster)["status"]["epoch"] == 2, 60, "epoch 2 Ready")
+
+        # The Tracker comes back on the same address: reports flow, unadvertised (no
+        # certificate), and the delivery error clears.
+        with down:
+            reports = await reports_until(down, lambda rs: bool(rs), 30, "a report")
+            assert not reports[-1]["available"]
+            assert "LaneNotCertified" in reasons(reports[-1])
+            await eventually(lambda: "deliveryError" not in route(cluster)["status"]["tracker"],
+                             30, "the delivery error to clear")
+        assert sample(metrics, "meshnet_tracker_reports_sent_total") >= 1
