@@ -311,9 +311,12 @@ class _Run:
 
     def chunks(self, route: RouteInfo, n_tokens: int) -> list[tuple[int, int]]:
         """[start, end) of each step: the driver's chunk, else small enough that a
-        prefill fills the pipeline (about 4 chunks per stage, at least 16 tokens)."""
+        prefill fills the pipeline (up to 4 chunks per stage) and large enough that each
+        step still runs at batch speed (64 tokens at least: on SmolLM2/CPU a 128-token
+        prompt over 2 stages prefills at 129, 189 and 233 tok/s with chunks of 16, 32
+        and 64)."""
         n_stages = len(route.stages)
-        size = self.driver.chunk_tokens or max(16, -(-n_tokens // (4 * n_stages)))
+        size = self.driver.chunk_tokens or max(64, -(-n_tokens // (4 * n_stages)))
         if n_stages == 1 and not self.driver.chunk_tokens:
             size = route.max_step_tokens
         size = max(1, min(size, route.max_step_tokens))
