@@ -112,9 +112,10 @@ async def test_the_operator_advertises_a_certified_route_and_a_recipe_change_wit
         first = reports[0]
         assert not first["available"] and "LaneNotCertified" in reasons(first)
         latest = reports[-1]
+        await eventually(lambda: condition("Certified")(route(cluster)).get("status") == "True",
+                         30, "the Certified condition")  # status follows the report
         body = route(cluster)
-        certified = condition("Certified")(body)
-        assert (certified["status"], certified["reason"]) == ("True", "LaneCertified")
+        assert condition("Certified")(body)["reason"] == "LaneCertified"
         assert body["status"]["certification"]["passed"]
         assert body["status"]["tracker"]["available"]
         assert jobs.ran == [next(iter(j["metadata"]["name"]
@@ -157,6 +158,13 @@ async def test_the_operator_advertises_a_certified_route_and_a_recipe_change_wit
         assert sample(metrics, "meshnet_tracker_routes_available") == 1
         assert sample(metrics, "meshnet_tracker_reports_failed_total", reason="transport") == 0
 
+        # Deleting the route withdraws it from the Tracker.
+        await cluster.delete(f"{ROUTES}/r1")
+        reports = await reports_until(tracker, lambda rs: reasons(rs[-1]) == ["RouteDeleted"],
+                                      30, "the route withdrawn")
+        assert reports[-1]["capacity"]["sessionSlotsAdvertised"] == 0
+        assert report_errors(reports[-1], published) == []
+
 
 async def test_a_tracker_that_is_down_costs_retries_and_a_failure_metric_never_the_reconcile(
         cluster: Emulator, shard_worker: Path, smollm2: Path, tmp_path: Path) -> None:
@@ -173,7 +181,8 @@ async def test_a_tracker_that_is_down_costs_retries_and_a_failure_metric_never_t
         await eventually(lambda: (route(cluster).get("status") or {}).get(
             "tracker", {}).get("deliveryError"), 30, "the delivery error in status")
         assert "ConnectError" in route(cluster)["status"]["tracker"]["deliveryError"]
-        assert condition("Certified")(route(cluster))["reason"] == "NoCertifier"
+        await eventually(lambda: condition("Certified")(route(cluster)).get("reason")
+                         == "NoCertifier", 30, "Certified to say there is no certifier")
 
         # The reconcile goes on regardless: a new layout rolls out to epoch 2.
         await cluster.patch(f"{ROUTES}/r1", json={"spec": {"stages": [

@@ -9,7 +9,7 @@ from meshnet.api.certification import Certificate
 from meshnet.api.tracker import CapacityReport, Provider
 from meshnet.certify import lane as lanes
 from meshnet.tracker.inputs import PinFacts, RouteView, StageSample, StageView
-from meshnet.tracker.report import build_report
+from meshnet.tracker.report import build_report, withdrawn
 from meshnet.tracker.validate import report_errors
 
 from .conftest import certificate, lane, route_view, samples, stage_views
@@ -134,3 +134,14 @@ def test_the_schema_refuses_an_unavailable_report_that_advertises_sessions() -> 
     forged["capacity"]["sessionSlotsAdvertised"] = 3
 
     assert any("sessionSlotsAdvertised" in e for e in report_errors(forged))
+
+
+def test_a_deleted_routes_last_report_becomes_its_withdrawal() -> None:
+    last = report(cert=certificate())
+
+    gone = withdrawn(last, sequence=8, now=NOW + 5)
+
+    assert not gone.available and reasons(gone) == [("RouteDeleted", None)]
+    assert gone.capacity.session_slots_advertised == 0 and gone.sequence == 8
+    assert gone.stages == last.stages
+    assert report_errors(wire(gone)) == []

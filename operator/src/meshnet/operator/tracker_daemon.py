@@ -5,6 +5,7 @@ to the Tracker. A slow stage or a down Tracker delays only this route's daemon."
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import urllib.parse
@@ -18,7 +19,7 @@ from meshnet.api import labels
 from meshnet.api.certification import CertifiedLane
 from meshnet.api.common import API_VERSION
 from meshnet.api.modelartifact import PLURAL as ARTIFACTS
-from meshnet.api.tracker import Provider
+from meshnet.api.tracker import CapacityReport, Provider
 from meshnet.certify import job as jobs
 from meshnet.certify import lane as lanes
 from meshnet.certify.decide import Decision, Observation, decide
@@ -31,7 +32,7 @@ from meshnet.tracker import kubernetes as kube_inputs
 from meshnet.tracker.client import TrackerClient
 from meshnet.tracker.inputs import StageView
 from meshnet.tracker.metrics import TrackerMetrics
-from meshnet.tracker.reporter import Reporting, step
+from meshnet.tracker.reporter import Reporting, step, withdraw
 from meshnet.tracker.schedule import Cadence
 from meshnet.tracker.settings import pin_facts
 
@@ -47,6 +48,7 @@ class Shared:
     reporting: Reporting
     nodes: dict[str, tuple[float, dict[str, str]]] = field(default_factory=dict)
     cluster_id: str | None = None
+    withdrawals: set[asyncio.Task[Any]] = field(default_factory=set)
 
 
 def register(registry: kopf.OperatorRegistry, ctx: Context) -> None:
@@ -66,39 +68,47 @@ def register(registry: kopf.OperatorRegistry, ctx: Context) -> None:
     async def report_route(namespace: str | None, name: str, stopped: kopf.DaemonStopped,
                            **_: Any) -> None:
         cadence = Cadence(every_seconds=settings.report_seconds)
+        last: CapacityReport | None = None
         while not stopped:
-            await _guarded(shared, namespace or "", name, cadence)
+            last = await _guarded(shared, namespace or "", name, cadence) or last
             await stopped.wait(settings.sample_seconds)
-        if stopped.reason and stopped.reason & kopf.DaemonStoppingReason.RESOURCE_DELETED:
-            await _guarded(shared, namespace or "", name, cadence, deleting=True)
+        deleted = stopped.reason and stopped.reason & kopf.DaemonStoppingReason.RESOURCE_DELETED
+        if deleted and last is not None:  # the route may be gone already: no fresh pass
+            # Its own task: kopf may cancel this daemon at once when the route is gone.
+            task = asyncio.create_task(withdraw(shared.reporting, cadence, last))
+            shared.withdrawals.add(task)
+            task.add_done_callback(shared.withdrawals.discard)
+            await asyncio.shield(task)
         metrics.route_available((namespace or "", name), None)
 
     @kopf.on.cleanup(registry=registry)
     async def close_client(**_: Any) -> None:
+        if shared.withdrawals:  # a deleted route's last word, unless the Tracker is down
+            await asyncio.wait(shared.withdrawals, timeout=settings.retry.timeout_seconds)
         if client is not None:
             await client.close()
 
 
-async def _guarded(shared: Shared, namespace: str, name: str, cadence: Cadence,
-                   deleting: bool = False) -> None:
+async def _guarded(shared: Shared, namespace: str, name: str,
+                   cadence: Cadence) -> CapacityReport | None:
     """One pass; a failure is logged and retried on the next pass, never raised: kopf
     would back the daemon off and the route would go unreported."""
     try:
-        await _pass(shared, namespace, name, cadence, deleting)
+        return await _pass(shared, namespace, name, cadence)
     except Exception:
         log.exception("tracker report of %s/%s failed; retrying on the next pass",
                       namespace, name)
+        return None
 
 
-async def _pass(shared: Shared, namespace: str, name: str, cadence: Cadence,
-                deleting: bool) -> None:
+async def _pass(shared: Shared, namespace: str, name: str,
+                cadence: Cadence) -> CapacityReport | None:
     client, settings = shared.ctx.client, shared.ctx.settings
     body = await client.get(route_path(namespace, name))
     spec = kube_inputs.route_spec(body) if body else None
     if body is None or spec is None:
-        return
-    if deleting:
-        body = {**body, "metadata": {**body["metadata"], "deletionTimestamp": _now()}}
+        return None
+    deleting = bool(body["metadata"].get("deletionTimestamp"))
     await _ensure_cluster_id(shared)
     status = body.get("status") or {}
     pods = kube_inputs.current_pods(await _list(shared, namespace, "pods", labels.ROUTE, name),
@@ -123,8 +133,9 @@ async def _pass(shared: Shared, namespace: str, name: str, cadence: Cadence,
         try:
             await client.json_patch(route_path(namespace, name, "status"), patch)
         except KubeApiError as exc:
-            if exc.status not in (409, 422):  # the reconcile wrote first: redo next pass
+            if exc.status not in (404, 409, 422):  # the reconcile wrote first: next pass
                 raise
+    return report
 
 
 async def _certification(shared: Shared, body: dict[str, Any], ready: bool,

@@ -161,3 +161,14 @@ def _route_capacity(stages: Sequence[StageReport], available: bool) -> RouteCapa
 
 def _rfc3339(unix: float) -> str:
     return datetime.fromtimestamp(unix, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def withdrawn(last: CapacityReport, *, sequence: int, now: float) -> CapacityReport:
+    """The route's last report turned into its withdrawal: the route is gone (deleted),
+    so nothing may be routed to it whatever was measured before."""
+    return last.model_copy(update={
+        "sequence": sequence, "generated_at": _rfc3339(now), "available": False,
+        "unavailable_reasons": [Unavailable(reason="RouteDeleted",
+                                            message="the route was deleted")],
+        "capacity": last.capacity.model_copy(update={"session_slots_advertised": 0}),
+    })

@@ -12,7 +12,7 @@ from meshnet.tracker.client import Delivery, TrackerClient
 from meshnet.tracker.collect import sample_stages
 from meshnet.tracker.inputs import PinFacts, RouteView, StageView
 from meshnet.tracker.metrics import TrackerMetrics
-from meshnet.tracker.report import build_report
+from meshnet.tracker.report import build_report, withdrawn
 from meshnet.tracker.schedule import Cadence, fingerprint
 
 
@@ -48,3 +48,13 @@ async def step(reporting: Reporting, cadence: Cadence, route: RouteView,
     if delivery.ok:
         cadence.delivered(print_, time.monotonic())
     return report, delivery
+
+
+async def withdraw(reporting: Reporting, cadence: Cadence, last: CapacityReport
+                   ) -> Delivery | None:
+    """Tell the Tracker a deleted route is gone (its last report, marked RouteDeleted)."""
+    reporting.metrics.route_available((last.route.namespace, last.route.name), None)
+    if reporting.client is None:
+        return None
+    report = withdrawn(last, sequence=cadence.next_sequence(), now=time.time())
+    return await reporting.client.send(report.model_dump(mode="json", by_alias=True))
