@@ -14,6 +14,16 @@ MANAGED_BY = "app.kubernetes.io/managed-by"
 OPERATOR_NAME = "meshnet-operator"
 FIELD_MANAGER = "meshnet-operator"
 
+# A ModelArtifact's provisioning Jobs, their pods and spec ConfigMaps carry ARTIFACT (a
+# label value: the name, shortened with a hash past 63 characters) and the annotations
+# (exact values: an artifact or node name may be longer than a label value allows).
+ARTIFACT = f"{GROUP}/artifact"
+ARTIFACT_ANNOTATION = f"{GROUP}/artifact"
+NODE_ANNOTATION = f"{GROUP}/node"
+MANIFEST_ANNOTATION = f"{GROUP}/manifest-digest"
+# Set by the Job controller on the pods of a Job.
+JOB_NAME = "batch.kubernetes.io/job-name"
+
 # Nodes whose host-path copy of an artifact is verified carry this label; stage pods of
 # host-path artifacts require it so they are only scheduled where the files really are.
 ARTIFACT_NODE_PREFIX = f"artifact.{GROUP}/"

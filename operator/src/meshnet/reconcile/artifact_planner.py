@@ -1,0 +1,322 @@
+"""The pure ModelArtifact planner: observed state + spec -> the children to create or
+delete, the node labels to set or remove, the events and the new status. No I/O;
+`meshnet.operator.artifact_executor` carries the plan out.
+
+Children have deterministic names derived from the spec (`jobspec.spec_hash`), so a spec
+change means new children: the new Job provisions the new spec, the old ones are deleted.
+Status is rebuilt from what the Jobs reported (`artifact_status`, `copies_status`), never
+from the previous status; only condition transition times are carried over.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from meshnet.api import labels
+from meshnet.api.common import Condition
+from meshnet.api.modelartifact import ModelArtifactSpec, ModelArtifactStatus, human_size
+from meshnet.artifacts.status import (
+    FAILED,
+    PROGRESSING,
+    READY,
+    RETRYING,
+    artifact_status,
+    node_copy,
+)
+from meshnet.errors import ArtifactSpecError, StorageRefused
+from meshnet.reconcile.artifact_observed import ArtifactObserved, ObservedJob, ObservedNode
+from meshnet.reconcile.copies import Copy, Verdict, copies_status, stamp
+from meshnet.reconcile.jobspec import (
+    ArtifactRef,
+    ProvisionerConfig,
+    config_map_name,
+    job_name,
+    provisioning_job,
+    spec_config_map,
+    spec_hash,
+)
+from meshnet.reconcile.planner import Action, Create, Delete, Event, Patch
+
+STATUS_KEYS = ("observedGeneration", "manifestDigest", "shortDigest", "size", "progress",
+               "gguf", "nodes", "conditions")
+OWN_CONDITIONS = (READY, PROGRESSING, FAILED)
+FORBIDDEN_ROOT = "/home"
+# Event reasons (a fixed set): children, node labels, and condition transitions.
+STARTED, SUPERSEDED = "ProvisioningStarted", "ProvisioningSuperseded"
+RETRYING_EVENT, FAILED_EVENT = "ProvisioningRetrying", "ProvisioningFailed"
+VERIFIED_EVENT = "Verified"
+LABELED, UNLABELED, INVALID = "NodeLabeled", "NodeUnlabeled", "InvalidSpec"
+
+
+@dataclass(frozen=True)
+class Step:
+    """One action, and the event that announces it once it took effect (a create that
+    found the object already there announces nothing)."""
+
+    action: Action
+    event: Event | None = None
+
+
+@dataclass(frozen=True)
+class ArtifactPlan:
+    steps: tuple[Step, ...] = ()
+    events: tuple[Event, ...] = ()  # condition transitions: posted after the steps
+    status: dict[str, Any] | None = None  # the whole new status; None when unchanged
+
+
+def plan_artifact(observed: ArtifactObserved, config: ProvisionerConfig,
+                  now: datetime) -> ArtifactPlan:
+    """One level-based step towards the spec; safe to repeat with the same inputs."""
+    artifact = observed.artifact
+    ref = ArtifactRef(artifact.name, artifact.namespace, artifact.uid)
+    spec = artifact.spec
+    if artifact.deleting:
+        return ArtifactPlan(steps=tuple(_teardown(observed, ref)))
+    if spec is None:
+        return _refused(observed, None, ArtifactSpecError.reason,
+                        "; ".join(artifact.spec_errors), now)
+    home = _under_home(spec)
+    if home:
+        return _refused(observed, spec, StorageRefused.reason, home, now)
+    desired = _desired_jobs(ref, spec, observed.nodes, config)
+    jobs = {j.name: j for j in observed.jobs}
+    steps = _create_children(ref, spec, desired, jobs, observed.config_maps)
+    if spec.storage.host_path is None:
+        job = jobs.get(next(iter(desired)))
+        status = artifact_status(spec, job.summary if job else None,
+                                 job.phase if job else "Pending",
+                                 generation=artifact.generation, now=now,
+                                 previous_conditions=_previous(observed))
+        verified: set[str] = set()
+    else:
+        copies = [_copy(node, jobs.get(name)) for name, (node, _) in desired.items()
+                  if node is not None]
+        status = copies_status(spec, copies, generation=artifact.generation, now=now,
+                               previous_conditions=_previous(observed))
+        verified = {c.node for c in copies
+                    if node_copy(c.node, spec, c.summary, c.phase).verified}
+    steps += _label_steps(observed, spec.manifest_digest(), verified)
+    steps += _delete_stale(observed, desired, config_map_name(ref.name, spec_hash(spec)))
+    return _finish(observed, status, tuple(steps))
+
+
+def _copy(node: str | None, job: ObservedJob | None) -> Copy:
+    assert node is not None
+    return Copy(node, job.summary if job else None, job.phase if job else "Pending")
+
+
+def _under_home(spec: ModelArtifactSpec) -> str | None:
+    """The CRD refuses it too; an API server without CEL must not get a copy there either."""
+    host = spec.storage.host_path
+    if host is not None and (host.path == FORBIDDEN_ROOT
+                             or host.path.startswith(FORBIDDEN_ROOT + "/")):
+        return (f"storage.hostPath.path {host.path} is under {FORBIDDEN_ROOT}: model "
+                "artifacts are never placed there; use a PVC or another host path")
+    return None
+
+
+def selected_nodes(spec: ModelArtifactSpec, nodes: Sequence[ObservedNode]) -> list[str]:
+    """Nodes that receive a host-path copy: those matching the storage's nodeSelector."""
+    assert spec.storage.host_path is not None
+    selector = spec.storage.host_path.node_selector
+    return sorted(n.name for n in nodes
+                  if all(n.labels.get(k) == v for k, v in selector.items()))
+
+
+def _targets(spec: ModelArtifactSpec, nodes: Sequence[ObservedNode]) -> list[str | None]:
+    """One Job for a PVC (no node), one per selected node for a host path."""
+    if spec.storage.host_path is None:
+        return [None]
+    return list(selected_nodes(spec, nodes))
+
+
+def _desired_jobs(ref: ArtifactRef, spec: ModelArtifactSpec, nodes: Sequence[ObservedNode],
+                  config: ProvisionerConfig) -> dict[str, tuple[str | None, dict[str, Any]]]:
+    """Job name -> (node, body)."""
+    bodies = [(node, provisioning_job(ref, spec, config, node)) for node in _targets(spec, nodes)]
+    return {body["metadata"]["name"]: (node, body) for node, body in bodies}
+
+
+def _where(spec: ModelArtifactSpec, node: str | None) -> str:
+    if spec.storage.pvc is not None:
+        sub = f"/{spec.storage.pvc.sub_path}" if spec.storage.pvc.sub_path else ""
+        return f"PVC {spec.storage.pvc.claim_name}{sub}"
+    assert spec.storage.host_path is not None
+    return f"{spec.storage.host_path.path} on node {node}"
+
+
+def _create_children(ref: ArtifactRef, spec: ModelArtifactSpec,
+                     desired: Mapping[str, tuple[str | None, dict[str, Any]]],
+                     jobs: Mapping[str, ObservedJob], config_maps: Sequence[str]) -> list[Step]:
+    steps: list[Step] = []
+    if not desired:
+        return steps
+    config_map = spec_config_map(ref, spec)
+    if config_map["metadata"]["name"] not in config_maps:
+        steps.append(Step(Create(config_map)))
+    digest = spec.manifest_digest()
+    for name, (node, body) in desired.items():
+        if name not in jobs:
+            steps.append(Step(Create(body), Event(
+                "Normal", STARTED,
+                f"created Job {name}: provisioning manifest {digest[:12]} ({len(spec.files)} "
+                f"files, {human_size(spec.total_bytes())}) into {_where(spec, node)}")))
+    return steps
+
+
+def _label_steps(observed: ArtifactObserved, digest: str | None,
+                 verified: set[str]) -> list[Step]:
+    """Label exactly the nodes holding a verified copy of this manifest; take the labels of
+    this artifact's earlier manifests away, except where another artifact's copy of the
+    same bytes is complete (the label is by content)."""
+    digests = {d for d in [*(j.manifest_digest for j in observed.jobs),
+                           observed.artifact.status.get("manifestDigest")] if d}
+    if digest:
+        digests.add(digest)
+    steps: list[Step] = []
+    for node in observed.nodes:
+        change: dict[str, str | None] = {}
+        for each in sorted(digests):
+            key = labels.artifact_node_label(each)
+            has = node.labels.get(key) == labels.VERIFIED
+            want = each == digest and node.name in verified
+            if want and not has:
+                change[key] = labels.VERIFIED
+            elif has and not want and node.name not in observed.claims.get(each, frozenset()):
+                change[key] = None
+        if change:
+            added = sorted(k for k, v in change.items() if v)
+            event = (Event("Normal", LABELED, f"node {node.name} holds a verified copy: "
+                           f"labeled {', '.join(added)}={labels.VERIFIED}") if added else
+                     Event("Normal", UNLABELED, f"node {node.name} no longer holds a verified "
+                           f"copy of this artifact: removed {', '.join(sorted(change))}"))
+            steps.append(Step(Patch("Node", node.name, {"metadata": {"labels": change}}), event))
+    return steps
+
+
+def _delete_stale(observed: ArtifactObserved,
+                  desired: Mapping[str, tuple[str | None, dict[str, Any]]],
+                  config_map: str | None) -> list[Step]:
+    """Jobs of an earlier spec or of nodes no longer selected, and earlier specs' ConfigMaps."""
+    steps = []
+    for job in observed.jobs:
+        if job.name not in desired:
+            why = (f"node {job.node} is no longer selected" if job.node
+                   and job.spec_hash == _current_hash(observed) else "the spec changed")
+            steps.append(Step(Delete("Job", job.name),
+                              Event("Normal", SUPERSEDED, f"deleted Job {job.name}: {why}")))
+    steps += [Step(Delete("ConfigMap", name)) for name in observed.config_maps
+              if name != config_map]
+    return steps
+
+
+def _current_hash(observed: ArtifactObserved) -> str | None:
+    spec = observed.artifact.spec
+    return spec_hash(spec) if spec is not None else None
+
+
+def _teardown(observed: ArtifactObserved, ref: ArtifactRef) -> list[Step]:
+    """A deleted artifact: its node labels go first, then every child (also those the
+    watch has not shown yet: their names are deterministic)."""
+    steps = _label_steps(observed, None, set())
+    spec = observed.artifact.spec
+    jobs = {j.name for j in observed.jobs}
+    maps = set(observed.config_maps)
+    if spec is not None:
+        digest = spec_hash(spec)
+        jobs |= {job_name(ref.name, digest, node) for node in _targets(spec, observed.nodes)}
+        maps.add(config_map_name(ref.name, spec_hash(spec)))
+    steps += [Step(Delete("Job", name)) for name in sorted(jobs)]
+    steps += [Step(Delete("ConfigMap", name)) for name in sorted(maps)]
+    return steps
+
+
+def _refused(observed: ArtifactObserved, spec: ModelArtifactSpec | None, reason: str,
+             message: str, now: datetime) -> ArtifactPlan:
+    """A spec that cannot be provisioned: no Jobs, Failed with the reason."""
+    artifact = observed.artifact
+    verdicts: list[Verdict] = [(READY, False, reason, message),
+                               (PROGRESSING, False, reason, message),
+                               (FAILED, True, reason, message)]
+    conditions = stamp(verdicts, artifact.generation, now, _previous(observed))
+    if spec is not None:
+        status = artifact_status(spec, None, "Pending", generation=artifact.generation,
+                                 now=now).model_copy(update={"conditions": conditions})
+    else:
+        status = ModelArtifactStatus(observed_generation=artifact.generation,
+                                     conditions=conditions)
+    steps = _label_steps(observed, None, set()) + _delete_stale(observed, {}, None)
+    result = _finish(observed, status, tuple(steps))
+    if reason != ArtifactSpecError.reason:
+        return result
+    # An invalid spec is announced as InvalidSpec, again whenever the problems change.
+    old = _old_conditions(observed).get(FAILED) or {}
+    message = conditions[-1].message
+    events = tuple(e for e in result.events if e.reason != FAILED_EVENT)
+    if old.get("status") != "True" or old.get("message") != message:
+        events = (Event("Warning", INVALID, message), *events)
+    return ArtifactPlan(result.steps, events, result.status)
+
+
+def _previous(observed: ArtifactObserved) -> list[Condition]:
+    out = []
+    for raw in _old_conditions(observed).values():
+        try:
+            out.append(Condition.model_validate(raw))
+        except ValueError:
+            continue  # a malformed old condition only loses its transition time
+    return out
+
+
+def _old_conditions(observed: ArtifactObserved) -> dict[str, Mapping[str, Any]]:
+    return {str(c["type"]): c for c in observed.artifact.status.get("conditions") or []
+            if isinstance(c, Mapping) and c.get("type") in OWN_CONDITIONS}
+
+
+def _transitions(old: Mapping[str, Mapping[str, Any]],
+                 new: Sequence[Condition]) -> tuple[Event, ...]:
+    """Events for condition changes: Verified, ProvisioningRetrying, ProvisioningFailed."""
+    now = {c.type: c for c in new}
+    events = []
+    ready, progressing, failed = now[READY], now[PROGRESSING], now[FAILED]
+    before = {kind: (c.get("status"), c.get("reason")) for kind, c in old.items()}
+    if ready.status == "True" and before.get(READY, (None,))[0] != "True":
+        events.append(Event("Normal", VERIFIED_EVENT, ready.message))
+    if progressing.reason == RETRYING and before.get(PROGRESSING, (None, None))[1] != RETRYING:
+        events.append(Event("Warning", RETRYING_EVENT, progressing.message))
+    if failed.status == "True" and before.get(FAILED) != ("True", failed.reason):
+        events.append(Event("Warning", FAILED_EVENT, f"{failed.reason}: {failed.message}"))
+    return tuple(events)
+
+
+def _finish(observed: ArtifactObserved, status: ModelArtifactStatus,
+            steps: tuple[Step, ...]) -> ArtifactPlan:
+    """The new status (ours, plus other writers' conditions) and whether it changed."""
+    old = observed.artifact.status
+    new = status.model_dump(by_alias=True, exclude_none=True, mode="json")
+    theirs = [dict(c) for c in old.get("conditions") or []
+              if isinstance(c, Mapping) and c.get("type") not in OWN_CONDITIONS]
+    new["conditions"] = new.get("conditions", []) + theirs
+    changed = any(old.get(k) != new.get(k) for k in STATUS_KEYS)
+    events = _transitions(_old_conditions(observed), status.conditions)
+    return ArtifactPlan(steps, events, new if changed else None)
+
+
+def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any],
+                keys: Sequence[str] = STATUS_KEYS) -> dict[str, Any]:
+    """A JSON merge patch turning `old` into `new` for `keys`: what `new` lacks is removed
+    (null), nested objects are diffed (a merge patch would otherwise keep their old
+    fields), lists are replaced whole."""
+    patch: dict[str, Any] = {}
+    for key in keys:
+        before, after = old.get(key), new.get(key)
+        if isinstance(before, Mapping) and isinstance(after, Mapping):
+            inner = merge_patch(before, after, sorted(set(before) | set(after)))
+            if inner:
+                patch[key] = inner
+        elif before != after:
+            patch[key] = after
+    return patch
