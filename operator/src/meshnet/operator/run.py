@@ -12,6 +12,7 @@ from prometheus_client import start_http_server
 
 from meshnet.api import GROUP
 from meshnet.operator import tracker_daemon
+from meshnet.operator.artifact_handlers import register as register_artifacts
 from meshnet.operator.handlers import Context, register
 from meshnet.operator.kube import Connection, KubeClient
 from meshnet.operator.metrics import OperatorMetrics
@@ -22,6 +23,7 @@ def build_registry(ctx: Context, connection: Connection) -> kopf.OperatorRegistr
     """Our handlers, kopf's settings and a login that uses the same connection as ctx.client."""
     registry = kopf.OperatorRegistry()
     register(registry, ctx)
+    register_artifacts(registry, ctx)  # ModelArtifact provisioning Jobs and node labels
     tracker_daemon.register(registry, ctx)  # capacity reports and certification
 
     @kopf.on.startup(registry=registry)

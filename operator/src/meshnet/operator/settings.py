@@ -34,6 +34,8 @@ class OperatorSettings:
     worker_pull_policy: str = "IfNotPresent"
     resync_seconds: float = 60.0  # periodic reconcile of every route
     max_concurrent_reconciles: int = 16  # bounds the API load (and httpx's pool queue)
+    # Image of ModelArtifact provisioning Jobs (the operator's own); None: not provisioned.
+    provisioner_image: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> OperatorSettings:
@@ -57,6 +59,7 @@ class OperatorSettings:
             resync_seconds=_number(env, "MESHNET_RESYNC_SECONDS", 60.0, float),
             max_concurrent_reconciles=max(1, _number(env, "MESHNET_MAX_CONCURRENT_RECONCILES",
                                                      16, int)),
+            provisioner_image=env.get("MESHNET_PROVISIONER_IMAGE") or None,
         )
 
     def worker_config(self) -> WorkerConfig:
