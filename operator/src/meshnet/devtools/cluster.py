@@ -53,6 +53,8 @@ class Emulator(kmock.KubernetesEmulator):
         # kmock keeps every request for assertions and matches each new one against that
         # history (quadratic at scale); we assert on objects, so keep only those in flight.
         self._in_flight.add(id(request))
+        if request.action == kmock.action.WATCH and request.resource is not None:
+            self.watched.add(request.resource.plural)
         self._requests[:] = [r for r in self._requests if id(r) in self._in_flight]
         try:
             return await self._handle_k8s(request)
@@ -62,6 +64,7 @@ class Emulator(kmock.KubernetesEmulator):
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
         self._in_flight: set[int] = set()
+        self.watched: set[str] = set()  # plurals someone watches (kopf, once it is serving)
 
     async def _handle_k8s(self, request: Any) -> Any:
         data = request.data
