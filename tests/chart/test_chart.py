@@ -80,6 +80,7 @@ def test_the_operator_runs_once_with_recreate_a_liveness_probe_and_restricted_se
                                             "capabilities": {"drop": ["ALL"]}}
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["MESHNET_WORKER_IMAGE_CUDA"] == "meshnet/meshnet-shard-worker-cuda:0.1.0"
+    assert env["MESHNET_PROVISIONER_IMAGE"] == "meshnet/meshnet-operator:0.1.0"  # its own
     assert container["image"] == "meshnet/meshnet-operator:0.1.0"
 
 
@@ -91,13 +92,16 @@ def rules(role: dict[str, Any]) -> dict[str, set[str]]:
 NAMESPACED = {
     "meshnet.dev/shardroutes": {"get", "list", "watch", "patch"},
     "meshnet.dev/shardroutes/status": {"patch"},
-    "meshnet.dev/modelartifacts": {"list", "watch"},
+    "meshnet.dev/modelartifacts": {"get", "list", "watch", "patch"},
+    "meshnet.dev/modelartifacts/status": {"patch"},
     "/pods": {"list", "watch", "create", "delete"},
     "/services": {"list", "watch", "create", "patch", "delete"},
     "/events": {"create"},
+    "batch/jobs": {"list", "watch", "create", "delete"},
+    "/configmaps": {"list", "watch", "create", "delete"},
 }
 DISCOVERY = {"apiextensions.k8s.io/customresourcedefinitions": {"list", "watch"},
-             "/namespaces": {"list", "watch"}}
+             "/namespaces": {"list", "watch"}, "/nodes": {"list", "watch", "patch"}}
 
 
 def test_rbac_grants_exactly_the_verbs_the_operator_uses(helm: Path) -> None:

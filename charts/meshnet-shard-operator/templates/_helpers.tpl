@@ -66,10 +66,15 @@ app.kubernetes.io/part-of: meshnet
 - apiGroups: [meshnet.dev]
   resources: [shardroutes/status]
   verbs: [patch]
-# ModelArtifacts: read to wait for Ready and to learn digest, block count and storage.
+# ModelArtifacts: read to wait for Ready and to learn digest, block count and storage;
+# provisioned by the operator (get: a fresh read per reconcile; patch: kopf's finalizer
+# and progress annotations; status: conditions, manifestDigest, GGUF facts, node copies).
 - apiGroups: [meshnet.dev]
   resources: [modelartifacts]
-  verbs: [list, watch]
+  verbs: [get, list, watch, patch]
+- apiGroups: [meshnet.dev]
+  resources: [modelartifacts/status]
+  verbs: [patch]
 # One worker pod per stage and a headless Service per route.
 - apiGroups: [""]
   resources: [pods]
@@ -80,4 +85,12 @@ app.kubernetes.io/part-of: meshnet
 - apiGroups: [""]
   resources: [events]
   verbs: [create]
+# Each ModelArtifact's provisioning Jobs (their pods, read through `pods: list, watch`,
+# report what the pull verified) and the immutable ConfigMap with the spec they read.
+- apiGroups: [batch]
+  resources: [jobs]
+  verbs: [list, watch, create, delete]
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [list, watch, create, delete]
 {{- end }}
