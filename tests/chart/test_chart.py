@@ -97,11 +97,11 @@ NAMESPACED = {
     "/pods": {"list", "watch", "create", "delete"},
     "/services": {"list", "watch", "create", "patch", "delete"},
     "/events": {"create"},
-    "batch/jobs": {"list", "watch", "create", "delete"},
+    "batch/jobs": {"get", "list", "watch", "create", "delete"},
     "/configmaps": {"list", "watch", "create", "delete"},
 }
 DISCOVERY = {"apiextensions.k8s.io/customresourcedefinitions": {"list", "watch"},
-             "/namespaces": {"list", "watch"}, "/nodes": {"list", "watch", "patch"}}
+             "/namespaces": {"list", "watch", "get"}, "/nodes": {"get", "list", "watch", "patch"}}
 
 
 def test_rbac_grants_exactly_the_verbs_the_operator_uses(helm: Path) -> None:

@@ -66,9 +66,10 @@ app.kubernetes.io/part-of: meshnet
 - apiGroups: [meshnet.dev]
   resources: [shardroutes/status]
   verbs: [patch]
-# ModelArtifacts: read to wait for Ready and to learn digest, block count and storage;
-# provisioned by the operator (get: a fresh read per reconcile; patch: kopf's finalizer
-# and progress annotations; status: conditions, manifestDigest, GGUF facts, node copies).
+# ModelArtifacts: read to wait for Ready and to learn digest, block count and storage
+# (get: the Tracker report's architecture and block count, and a fresh read per
+# provisioning reconcile); provisioned by the operator (patch: kopf's finalizer and
+# progress annotations; status: conditions, manifestDigest, GGUF facts, node copies).
 - apiGroups: [meshnet.dev]
   resources: [modelartifacts]
   verbs: [get, list, watch, patch]
@@ -85,11 +86,12 @@ app.kubernetes.io/part-of: meshnet
 - apiGroups: [""]
   resources: [events]
   verbs: [create]
-# Each ModelArtifact's provisioning Jobs (their pods, read through `pods: list, watch`,
-# report what the pull verified) and the immutable ConfigMap with the spec they read.
+# Jobs: a route lane's certification Job, and each ModelArtifact's provisioning Jobs
+# (their pods, read through `pods: list, watch`, report what the pull verified).
 - apiGroups: [batch]
   resources: [jobs]
-  verbs: [list, watch, create, delete]
+  verbs: [get, list, watch, create, delete]
+# The artifact spec a provisioning Job reads (an immutable ConfigMap per spec).
 - apiGroups: [""]
   resources: [configmaps]
   verbs: [list, watch, create, delete]
