@@ -9,8 +9,14 @@ WORKDIR /src
 # pyproject.toml reads ../README.md, so keep the repository's shape.
 COPY README.md ./README.md
 COPY operator/ ./operator/
+# The Tracker daemon speaks meshnet.shard.v1: generate its Python code from proto/ here
+# (it is gitignored), so the package installs with it and its STAMP.
+COPY proto/ ./proto/
 RUN python -m venv /opt/meshnet \
  && /opt/meshnet/bin/pip install --no-cache-dir --upgrade pip \
+ && /opt/meshnet/bin/pip install --no-cache-dir "grpcio-tools>=1.60,<2" \
+ && PYTHONPATH=operator/src /opt/meshnet/bin/python -m meshnet.route.codegen \
+ && /opt/meshnet/bin/pip uninstall -y grpcio-tools \
  && /opt/meshnet/bin/pip install --no-cache-dir ./operator
 
 FROM python:${PYTHON_VERSION}-slim
