@@ -4,6 +4,7 @@ anything else with every problem named."""
 from __future__ import annotations
 
 import pytest
+
 from meshnet.route import RouteRefused, check_route
 from meshnet.route.proto import pb
 

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from meshnet.route import codegen
 from meshnet.route.proto import pb
 

@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+
 from meshnet.route import RouteDriver, RouteRefused, Sampling
 from meshnet.route.launch import WorkerProcess
 

@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+
 from meshnet.route import RecoveryFailed, RouteDriver
 from meshnet.route.launch import WorkerProcess, WorkerSpec, start_route
 

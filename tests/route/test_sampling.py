@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from meshnet.route.sampling import Sampling, sample, uniform
 
 LOGITS = np.array([0.1, 2.0, 1.5, -3.0, 2.0, 0.7], dtype=np.float32)

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from meshnet.native.cmake import BuildError
 from meshnet.route.launch import WorkerProcess, WorkerSpec, start_route, worker_binary
 

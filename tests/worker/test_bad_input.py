@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import grpc
 import pytest
+
 from meshnet.route import (
     PromptTooLong,
     RouteDriver,

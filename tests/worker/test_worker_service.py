@@ -15,6 +15,7 @@ from pathlib import Path
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+
 from meshnet.route import RouteDriver, StageClient, StageError, TlsFiles
 from meshnet.route.launch import (
     WorkerProcess,
