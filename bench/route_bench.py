@@ -1,14 +1,17 @@
 """Data-plane benchmark: a 2-stage loopback route vs the unsplit model vs llama.cpp's RPC
 backend, and 8 concurrent sessions vs 1 (SmolLM2-135M Q4_1, same total threads).
 
-    .venv/bin/python bench/route_bench.py [--bin-dir DIR] [--repeats 3] [--json out.json]
+    GOMP_SPINCOUNT=10000 .venv/bin/python bench/route_bench.py [--bin-dir DIR]
+        [--threads 2] [--repeats 5] [--json out.json]
 
-Prints one table: best (and median) of --repeats interleaved rounds of a 128-token prompt
-and 64 decoded tokens (greedy); every setup runs once per round. Threads: the unsplit model gets --threads (default 2); each of
-the two stages, and each of the two ggml-rpc-server processes, gets --threads / 2. One more
-row gives each stage all --threads (only one stage computes at a time while a single
-session decodes); run it with --omp-passive so idle OpenMP threads sleep instead of
-spinning against the other stage (the flag applies to every process measured).
+Prints one table: best (and median) of --repeats interleaved rounds of a 128-token
+prompt and 64 decoded tokens (greedy); every setup runs once per round, so background
+load hits them alike. Threads: the unsplit model gets --threads; each of the two stages
+and each of the two ggml-rpc-server processes gets --threads / 2. One more row gives
+each stage all --threads: while one session decodes, only one stage computes at a time.
+GOMP_SPINCOUNT (inherited by every process measured) keeps finished OpenMP threads from
+spinning for milliseconds against the other stage; --omp-passive sleeps them at once
+(slower: ggml synchronises once per graph node).
 """
 
 from __future__ import annotations
@@ -120,7 +123,7 @@ class RpcServers:
 def concurrent_decode(driver: RouteDriver, prompt: list[int], sessions: int) -> float:
     """Aggregate decode tokens/s of `sessions` generations running at once."""
     def one(index: int) -> tuple[int, float, float]:
-        own_prompt = prompt[:32] + [index + 10]  # distinct sessions, equal work
+        own_prompt = [*prompt[:32], index + 10]  # distinct sessions, equal work
         started = time.perf_counter()
         generation = driver.generate(own_prompt, max_tokens=DECODE_TOKENS, stop_at_eos=False)
         return len(generation.tokens), started + generation.prefill_seconds, time.perf_counter()
@@ -214,8 +217,8 @@ def report(results: dict[str, Any]) -> str:
         ("unsplit llama.cpp (reference)", "unsplit_llama_cpp"),
         ("unsplit, 1 worker (our service)", "unsplit_worker"),
         ("2-stage route, hub, 1+1 threads", "route_2_stages"),
-        ("2-stage route, chain, 1+1 threads", "route_2_stages_chain"),
-        ("2-stage chain, 2+2 threads", "route_2_stages_chain_all_threads"),
+        ("2-stage chain+loop, 1+1 threads", "route_2_stages_chain"),
+        ("2-stage chain+loop, 2+2 threads", "route_2_stages_chain_all_threads"),
         ("llama.cpp RPC, 2 rpc-servers, 1+1", "llama_cpp_rpc_2_servers"),
     ]
     for label, key in rows:
@@ -233,7 +236,7 @@ def report(results: dict[str, Any]) -> str:
     sessions = results["route_2_stages_sessions"]
     one, eight = sessions["1"]["best"], sessions["8"]["best"]
     lines.append(
-        f"2-stage chain (1+1 threads), aggregate decode: 1 session {one:.1f} tok/s, "
+        f"2-stage chain+loop (1+1 threads), aggregate decode: 1 session {one:.1f} tok/s, "
         f"8 sessions {eight:.1f} tok/s ({eight / one:.2f}x)"
     )
     return "\n".join(lines)

@@ -80,7 +80,10 @@ def test_a_new_epoch_mid_generation_is_recovered_with_the_same_text(
         assert driver.route.epoch == 2
     assert generation.tokens == expected.tokens
     assert generation.recoveries == 1
-    assert "EPOCH_MISMATCH" in generation.recovery_reasons[0]
+    if generation.decode_loop:  # the stream to the killed first stage broke first
+        assert "UNAVAILABLE" in generation.recovery_reasons[0]
+    else:
+        assert "EPOCH_MISMATCH" in generation.recovery_reasons[0]
 
 
 def test_a_route_that_keeps_losing_state_gives_up_after_the_allowed_recoveries(

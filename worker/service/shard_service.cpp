@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
+#include <memory>
 #include <cmath>
 #include <mutex>
 #include <set>
@@ -102,7 +104,7 @@ std::optional<shard_error> shard_service::check_key(const pb::RouteKey & key) co
 }
 
 std::optional<shard_error> shard_service::prepare(const pb::ForwardRequest & request, step_job & job,
-                                                  output_plan & plan) {
+                                                  output_plan & plan, bool streaming) {
     const int64_t size = static_cast<int64_t>(request.ByteSizeLong());
     if (size > identity_.max_message_bytes) {
         return make_error(error_reason::message_too_large,
@@ -261,6 +263,21 @@ std::optional<shard_error> shard_service::prepare(const pb::ForwardRequest & req
             }
             plan.sampling = sampling_params{sampling.temperature(), sampling.top_k(), sampling.top_p(), sampling.seed()};
         }
+    }
+
+    if (request.continue_tokens() > 0) {
+        const bool last_row_only = request.output().rows().empty() ||
+            (request.output().rows_size() == 1 && request.output().rows(0) == n - 1);
+        const char * problem =
+            !streaming ? "continue_tokens works on ForwardStream only" :
+            !info_.is_first() ? "continue_tokens needs the first stage (it embeds the sampled tokens)" :
+            request.output().kind() != pb::OUTPUT_KIND_SAMPLED ? "continue_tokens needs OUTPUT_KIND_SAMPLED" :
+            !last_row_only ? "continue_tokens samples the last row only" :
+            (!info_.is_last() && !plan.relay) ? "continue_tokens needs relay on a non-last stage" : nullptr;
+        if (problem) {
+            return make_error(error_reason::invalid_output_request, problem);
+        }
+        plan.continue_tokens = request.continue_tokens();
     }
 
     job.key         = session_key{request.key().route_id(), request.key().epoch(), request.key().session_id()};
@@ -449,7 +466,9 @@ grpc::ServerUnaryReactor * shard_service::Forward(grpc::CallbackServerContext * 
 
 namespace {
 
-// One stream of steps, answered in order; cancelling it releases its sessions.
+// One stream of steps, answered in order; cancelling it releases its sessions. A step
+// with continue_tokens runs a decode loop here: every sampled token is answered and fed
+// back in as the next step until the count, a stop token, an error or a cancellation.
 class forward_stream_reactor final
     : public grpc::ServerBidiReactor<pb::ForwardStreamRequest, pb::ForwardStreamResponse> {
 public:
@@ -458,54 +477,35 @@ public:
     }
 
     void OnReadDone(bool ok) override {
-        if (!ok) { // half-close or cancellation: no step is in flight
-            finish(grpc::Status::OK);
+        std::unique_lock<std::recursive_mutex> lock(mutex_);
+        if (!ok) { // half-close or cancellation: finish once the work in hand is answered
+            reads_done_ = true;
+            maybe_finish(lock);
             return;
         }
-        arrived_ = std::chrono::steady_clock::now();
-        step_job job;
-        plan_ = output_plan{};
-        if (auto error = service_.prepare(request_.forward(), job, plan_)) {
-            finish(error_status(*error));
-            return;
+        pending_.push_back(request_.forward());
+        if (!busy_) {
+            start_next(lock);
         }
-        {
-            std::lock_guard<std::mutex> lock(mutex_);
-            keys_.insert(job.key);
+        if (!finishing_) {
+            StartRead(&request_);
         }
-        job.cancelled = [this] { return cancelled_.load(); };
-        job.done = [this](step_outcome & outcome) {
-            if (!outcome.ok) {
-                finish(error_status(outcome.error));
-                return;
-            }
-            response_.Clear();
-            service_.complete(plan_, outcome, *response_.mutable_forward(), [this](const grpc::Status & status) {
-                if (!status.ok()) {
-                    finish(status);
-                    return;
-                }
-                const int64_t micros = micros_since(arrived_);
-                response_.mutable_forward()->set_server_micros(micros);
-                service_.metrics().observe_forward_seconds(static_cast<double>(micros) * 1e-6);
-                service_.metrics().count_request("ForwardStream", "OK");
-                StartWrite(&response_);
-            });
-        };
-        service_.steps().submit(std::move(job));
     }
 
     void OnWriteDone(bool ok) override {
+        std::unique_lock<std::recursive_mutex> lock(mutex_);
+        writing_ = false;
         if (!ok) {
-            finish(grpc::Status(grpc::StatusCode::CANCELLED, "the stream was closed while answering"));
+            fail(lock, grpc::Status(grpc::StatusCode::CANCELLED, "the stream was closed while answering"));
             return;
         }
-        StartRead(&request_);
+        write_next(lock);
+        maybe_finish(lock);
     }
 
     void OnCancel() override {
         cancelled_ = true;
-        std::lock_guard<std::mutex> lock(mutex_);
+        std::lock_guard<std::recursive_mutex> lock(mutex_);
         for (const auto & key : keys_) {
             service_.steps().release(key, nullptr);
         }
@@ -517,21 +517,131 @@ public:
     }
 
 private:
-    void finish(const grpc::Status & status) {
-        if (!status.ok()) {
-            service_.metrics().count_request("ForwardStream", status_code_name(status.error_code()));
+    // Runs the next queued request (the caller holds the lock and busy_ is false).
+    void start_next(std::unique_lock<std::recursive_mutex> & lock) {
+        if (pending_.empty() || finishing_) {
+            return;
         }
-        Finish(status);
+        pb::ForwardRequest request = std::move(pending_.front());
+        pending_.pop_front();
+        submit(lock, std::move(request));
     }
 
-    shard_service &                        service_;
-    pb::ForwardStreamRequest               request_;
-    pb::ForwardStreamResponse              response_;
-    output_plan                            plan_;
-    std::chrono::steady_clock::time_point  arrived_;
-    std::atomic<bool>                      cancelled_{false};
-    std::mutex                             mutex_;
-    std::set<session_key>                  keys_;
+    void submit(std::unique_lock<std::recursive_mutex> & lock, pb::ForwardRequest request) {
+        step_job job;
+        auto plan = std::make_shared<output_plan>();
+        if (auto error = service_.prepare(request, job, *plan, /*streaming =*/ true)) {
+            fail(lock, error_status(*error));
+            return;
+        }
+        busy_ = true;
+        keys_.insert(job.key);
+        const auto arrived = std::chrono::steady_clock::now();
+        auto template_request = std::make_shared<pb::ForwardRequest>(std::move(request));
+        job.cancelled = [this] { return cancelled_.load(); };
+        job.done = [this, plan, arrived, template_request](step_outcome & outcome) {
+            if (!outcome.ok) {
+                std::unique_lock<std::recursive_mutex> inner(mutex_);
+                busy_ = false;
+                fail(inner, error_status(outcome.error));
+                return;
+            }
+            auto response = std::make_shared<pb::ForwardStreamResponse>();
+            service_.complete(*plan, outcome, *response->mutable_forward(),
+                [this, plan, arrived, template_request, response](const grpc::Status & status) {
+                    on_step_answered(status, *plan, arrived, *template_request, *response);
+                });
+        };
+        lock.unlock();
+        service_.steps().submit(std::move(job));
+        lock.lock();
+    }
+
+    void on_step_answered(const grpc::Status & status, const output_plan & plan,
+                          std::chrono::steady_clock::time_point arrived, const pb::ForwardRequest & previous,
+                          pb::ForwardStreamResponse & response) {
+        std::unique_lock<std::recursive_mutex> lock(mutex_);
+        busy_ = false;
+        if (!status.ok()) {
+            fail(lock, status);
+            return;
+        }
+        const int64_t micros = micros_since(arrived);
+        response.mutable_forward()->set_server_micros(micros);
+        service_.metrics().observe_forward_seconds(static_cast<double>(micros) * 1e-6);
+        service_.metrics().count_request("ForwardStream", "OK");
+        const int64_t n_past  = response.forward().n_past();
+        const int32_t sampled = response.forward().sampled_tokens_size() == 1 ? response.forward().sampled_tokens(0) : -1;
+        writes_.push_back(std::move(response));
+        write_next(lock);
+
+        const bool stop = sampled < 0 ||
+            std::find(previous.stop_token_ids().begin(), previous.stop_token_ids().end(), sampled) !=
+                previous.stop_token_ids().end();
+        if (plan.continue_tokens > 0 && !stop && !cancelled_ && !finishing_) {
+            pb::ForwardRequest next = previous;
+            next.set_n_past(n_past);
+            next.clear_positions();
+            next.add_positions(static_cast<int32_t>(n_past));
+            next.clear_tokens();
+            next.add_tokens(sampled);
+            next.mutable_output()->clear_rows();
+            next.set_continue_tokens(plan.continue_tokens - 1);
+            submit(lock, std::move(next));
+            return;
+        }
+        start_next(lock);
+        maybe_finish(lock);
+    }
+
+    void write_next(std::unique_lock<std::recursive_mutex> &) {
+        if (writing_ || writes_.empty()) {
+            return;
+        }
+        current_write_ = std::move(writes_.front());
+        writes_.pop_front();
+        writing_ = true;
+        StartWrite(&current_write_);
+    }
+
+    // Ends the stream with `status` once what was produced has been written.
+    void fail(std::unique_lock<std::recursive_mutex> & lock, const grpc::Status & status) {
+        if (finishing_) {
+            return;
+        }
+        finishing_ = true;
+        final_status_ = status;
+        pending_.clear();
+        service_.metrics().count_request("ForwardStream", status_code_name(status.error_code()));
+        maybe_finish(lock);
+    }
+
+    void maybe_finish(std::unique_lock<std::recursive_mutex> &) {
+        if (finished_ || busy_ || writing_ || !writes_.empty()) {
+            return;
+        }
+        if (finishing_ || (reads_done_ && pending_.empty())) {
+            finished_ = true;
+            Finish(finishing_ ? final_status_ : grpc::Status::OK);
+        }
+    }
+
+    shard_service &                       service_;
+    pb::ForwardStreamRequest              request_;
+    pb::ForwardStreamResponse             current_write_;
+    std::deque<pb::ForwardStreamResponse> writes_;
+    std::deque<pb::ForwardRequest>        pending_;
+    std::atomic<bool>                     cancelled_{false};
+    // Recursive: a reaction the library runs inline from StartWrite/Finish must not
+    // deadlock on the lock its caller holds.
+    std::recursive_mutex                  mutex_;
+    std::set<session_key>                 keys_;
+    bool                                  busy_       = false; // a step (or its relay) in flight
+    bool                                  writing_    = false;
+    bool                                  reads_done_ = false;
+    bool                                  finishing_  = false;
+    bool                                  finished_   = false;
+    grpc::Status                          final_status_;
 };
 
 } // namespace

@@ -49,6 +49,7 @@ struct output_plan {
     int64_t              n_tokens = 0;
     bool                 relay = false;  // pass the output on to the next stage
     pb::ForwardRequest   relay_request;  // its request, less the boundary
+    uint32_t             continue_tokens = 0; // stream decode loop: tokens still to go
 };
 
 class shard_service final : public pb::ShardService::CallbackService {
@@ -73,7 +74,8 @@ public:
                                           pb::DetokenizeResponse * response) override;
 
     // Checks a step and turns it into a job; the error answers the request otherwise.
-    std::optional<shard_error> prepare(const pb::ForwardRequest & request, step_job & job, output_plan & plan);
+    std::optional<shard_error> prepare(const pb::ForwardRequest & request, step_job & job, output_plan & plan,
+                                       bool streaming = false);
     // Fills the response of a step the engine ran.
     void answer(const output_plan & plan, step_outcome & outcome, pb::ForwardResponse & response);
     // Answers a step the engine ran: fills `response` (relaying it down the chain first

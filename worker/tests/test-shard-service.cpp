@@ -600,4 +600,59 @@ TEST("relay asked of a stage without a next stage is refused with RELAY_UNAVAILA
     CHECK(forward(r.last, last_request, response).ok());
 }
 
+TEST("a stream decode loop answers every continued token without the caller") {
+    stage last(4, n_layer, small());
+    worker_params params = small();
+    params.next_stage = "127.0.0.1:" + std::to_string(last.server.port());
+    stage first(0, 4, params);
+    grpc::ClientContext context;
+    auto stream = first.stub->ForwardStream(&context);
+    pb::ForwardStreamRequest request;
+    *request.mutable_forward() = tokens_request("s", 0, {3, 9, 4});
+    request.mutable_forward()->set_relay(true);
+    request.mutable_forward()->set_continue_tokens(5);
+    request.mutable_forward()->mutable_output()->set_kind(pb::OUTPUT_KIND_SAMPLED);
+    CHECK(stream->Write(request));
+    stream->WritesDone(); // the loop still answers everything before the stream ends
+    int32_t token = 4, position = 2;
+    int answers = 0;
+    pb::ForwardStreamResponse response;
+    while (stream->Read(&response)) {
+        const int32_t expected = fake_engine::expected_token(token, position, n_layer);
+        CHECK_EQ(response.forward().sampled_tokens(0), expected);
+        CHECK_EQ(response.forward().n_past(), position + 1);
+        token = expected;
+        ++position;
+        ++answers;
+    }
+    CHECK(stream->Finish().ok());
+    CHECK_EQ(answers, 6);
+}
+
+TEST("a stream decode loop stops at a stop token and refuses to run on Forward") {
+    stage single(0, n_layer, small());
+    const int32_t first_token = fake_engine::expected_token(4, 0, n_layer);
+    const int32_t second_token = fake_engine::expected_token(first_token, 1, n_layer);
+    grpc::ClientContext context;
+    auto stream = single.stub->ForwardStream(&context);
+    pb::ForwardStreamRequest request;
+    *request.mutable_forward() = tokens_request("s", 0, {4});
+    request.mutable_forward()->set_continue_tokens(50);
+    request.mutable_forward()->add_stop_token_ids(second_token);
+    request.mutable_forward()->mutable_output()->set_kind(pb::OUTPUT_KIND_SAMPLED);
+    CHECK(stream->Write(request));
+    stream->WritesDone();
+    std::vector<int32_t> tokens;
+    pb::ForwardStreamResponse response;
+    while (stream->Read(&response)) tokens.push_back(response.forward().sampled_tokens(0));
+    CHECK(stream->Finish().ok());
+    CHECK(tokens == (std::vector<int32_t>{first_token, second_token}));
+
+    pb::ForwardRequest unary = tokens_request("u", 0, {4});
+    unary.set_continue_tokens(3);
+    unary.mutable_output()->set_kind(pb::OUTPUT_KIND_SAMPLED);
+    pb::ForwardResponse answer;
+    CHECK_EQ(reason(forward(single, unary, answer)), std::string("INVALID_OUTPUT_REQUEST"));
+}
+
 TEST_MAIN()

@@ -19,7 +19,7 @@ import contextlib
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -54,6 +54,7 @@ class Generation:
     text: str = ""
     stop_reason: str = "max_tokens"  # max_tokens | eos | context
     topology: str = "hub"  # hub | chain
+    decode_loop: bool = False  # the first stage drove the decode (ForwardStream)
     recoveries: int = 0
     recovery_reasons: list[str] = field(default_factory=list)
     prefill_seconds: float = 0.0
@@ -90,6 +91,7 @@ class RouteDriver:
         chunk_tokens: int | None = None,
         sample_locally: bool = False,
         topology: str = "auto",
+        decode_loop: bool = True,
     ) -> None:
         if topology not in ("auto", "chain", "hub"):
             raise RouteError(f"topology must be auto, chain or hub, not {topology!r}")
@@ -101,6 +103,7 @@ class RouteDriver:
         self.chunk_tokens = chunk_tokens
         self.sample_locally = sample_locally
         self.topology = topology
+        self.decode_loop = decode_loop
         self._lock = threading.Lock()
         self._route: RouteInfo | None = None
 
@@ -150,6 +153,12 @@ class RouteDriver:
     def uses_chain(self, route: RouteInfo) -> bool:
         return self.topology != "hub" and len(route.stages) > 1 and route.chained
 
+    def uses_loop(self, route: RouteInfo) -> bool:
+        """The first stage decodes by itself (ForwardStream continue_tokens): the chain,
+        or a route of one stage, and sampling on the last stage."""
+        return self.decode_loop and not self.sample_locally and (
+            len(route.stages) == 1 or self.uses_chain(route))
+
     def _vocab_client(self) -> StageClient:
         route = self.route
         for client, stage in zip(self.clients, route.stages, strict=True):
@@ -186,23 +195,28 @@ class RouteDriver:
             )
         run = _Run(self, prompt_ids, sampling)
         run.result.topology = "chain" if self.uses_chain(route) else "hub"
+        run.result.decode_loop = self.uses_loop(route)
         started = time.perf_counter()
         token = run.step_with_recovery(prompt_ids)
         run.result.prefill_seconds = time.perf_counter() - started
         decode_started = time.perf_counter()
-        while True:
-            run.result.tokens.append(token)
-            if on_token is not None:
-                on_token(token)
-            if stop_at_eos and token in route.eos_token_ids:
-                run.result.stop_reason = "eos"
-                break
-            if len(run.result.tokens) >= max_tokens:
-                break
-            if len(run.history) + 1 > route.n_ctx:
-                run.result.stop_reason = "context"
-                break
-            token = run.step_with_recovery([token])
+        stop_ids = set(route.eos_token_ids) if stop_at_eos else set()
+        further = min(max_tokens - 1, route.n_ctx - len(run.history))
+        run.result.tokens.append(token)
+        if on_token is not None:
+            on_token(token)
+        if token in stop_ids:
+            run.result.stop_reason = "eos"
+        elif further > 0:
+            for next_token in run.decoded(token, further, stop_ids):
+                run.result.tokens.append(next_token)
+                if on_token is not None:
+                    on_token(next_token)
+                if next_token in stop_ids:
+                    run.result.stop_reason = "eos"
+                    break
+        if run.result.stop_reason != "eos" and len(run.result.tokens) < max_tokens:
+            run.result.stop_reason = "context"
         run.result.decode_seconds = time.perf_counter() - decode_started
         run.release()
         run.result.text = self.detokenize(run.result.tokens)
@@ -235,6 +249,70 @@ class _Run:
                 self.recover(exc)
                 tokens = self.history + tokens  # re-prefill everything under a new session
                 self.history = []
+
+    def decoded(self, token: int, count: int, stop_ids: set[int]) -> Iterator[int]:
+        """Up to `count` tokens after `token` (stops after a stop id), recovering as
+        the steps do."""
+        produced = 0
+        while produced < count:
+            if not self.driver.uses_loop(self.driver.route):
+                token = self.step_with_recovery([token])
+                produced += 1
+                yield token
+                if token in stop_ids:
+                    return
+                continue
+            pending = [token]  # fed to the route, not yet acknowledged
+            try:
+                for sampled in self.loop(token, count - produced, stop_ids, pending):
+                    produced += 1
+                    token = sampled
+                    yield sampled
+                return
+            except StageError as exc:
+                if exc.reason not in RECOVERABLE_REASONS and exc.code not in TRANSIENT_CODES:
+                    raise
+                self.recover(exc)
+                replay, self.history = self.history + pending, []
+                token = self.step_with_recovery(replay)
+                produced += 1
+                yield token
+                if token in stop_ids:
+                    return
+
+    def loop(self, token: int, count: int, stop_ids: set[int], pending: list[int],
+             ) -> Iterator[int]:
+        """The first stage decodes `count` tokens by itself; `pending` holds the token
+        the route was last fed and has not answered yet."""
+        route = self.driver.route
+        request = self.stage_request(route, 0, [token], len(self.history), None,
+                                     wants_token=True)
+        request.relay = len(route.stages) > 1
+        request.ClearField("output")
+        self.ask_output(request.output, 1)
+        request.continue_tokens = count - 1
+        request.stop_token_ids.extend(sorted(stop_ids))
+        stream = self.driver.clients[0].forward_stream(request)
+        try:
+            for response in stream:
+                self.check_chain(route, response)
+                self.history.append(pending[0])
+                sampled = self.take_output(response, response.n_past - 1)
+                pending[0] = sampled
+                self.result.boundary_bytes += route.seam_bytes_per_token * (
+                    len(route.stages) - 1)
+                yield sampled
+        finally:
+            stream.cancel()
+
+    def check_chain(self, route: RouteInfo, response: pb.ForwardResponse) -> None:
+        hops = [(h.layers.begin, h.layers.end, h.incarnation) for h in response.chain]
+        expected = [(s.begin, s.end, s.incarnation) for s in route.stages]
+        if hops != expected:
+            raise StageError(
+                route.stages[0].endpoint, "FAILED_PRECONDITION", "CHAIN_MISMATCH",
+                f"the --next-stage chain ran {hops}, the route is {expected}",
+            )
 
     def recover(self, cause: StageError) -> None:
         result = self.result
@@ -300,13 +378,7 @@ class _Run:
         response = self.driver.clients[0].forward(request)
         self.result.boundary_bytes += route.seam_bytes_per_token * len(tokens) * (
             len(route.stages) - 1)
-        hops = [(h.layers.begin, h.layers.end, h.incarnation) for h in response.chain]
-        expected = [(s.begin, s.end, s.incarnation) for s in route.stages]
-        if hops != expected:
-            raise StageError(
-                route.stages[0].endpoint, "FAILED_PRECONDITION", "CHAIN_MISMATCH",
-                f"the --next-stage chain ran {hops}, the route is {expected}",
-            )
+        self.check_chain(route, response)
         return self.take_output(response, request.positions[-1])
 
     def chunks(self, route: RouteInfo, n_tokens: int) -> list[tuple[int, int]]:

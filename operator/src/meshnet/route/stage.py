@@ -3,7 +3,7 @@ errors into StageError with the protocol's ErrorInfo reason."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,6 +75,25 @@ class PendingForward:
         return response
 
 
+class ForwardStreamCall:
+    """A ForwardStream carrying one request (a decode loop): iterate the responses
+    (StageError on failure); `cancel()` stops the loop and releases the session there."""
+
+    def __init__(self, endpoint: str, call: grpc.Call) -> None:
+        self.endpoint = endpoint
+        self._call = call
+
+    def __iter__(self) -> Iterator[pb.ForwardResponse]:
+        try:
+            for response in self._call:
+                yield response.forward
+        except grpc.RpcError as exc:
+            raise stage_error(self.endpoint, exc) from None
+
+    def cancel(self) -> None:
+        self._call.cancel()
+
+
 class StageClient:
     """One worker endpoint ("host:port"). Thread-safe; calls raise StageError."""
 
@@ -109,6 +128,12 @@ class StageClient:
         """Starts a Forward; `.result()` waits for it (raising StageError)."""
         future = self._stub.Forward.future(request, timeout=self.timeout)
         return PendingForward(self.endpoint, future)
+
+    def forward_stream(self, request: pb.ForwardRequest) -> ForwardStreamCall:
+        """ForwardStream with this one request, then a half-close."""
+        call = self._stub.ForwardStream(iter([pb.ForwardStreamRequest(forward=request)]),
+                                        timeout=None)
+        return ForwardStreamCall(self.endpoint, call)
 
     def release(self, key: pb.RouteKey) -> bool:
         response = self._call("ReleaseSession", pb.ReleaseSessionRequest(key=key))
