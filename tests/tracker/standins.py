@@ -142,8 +142,9 @@ class JobController:
         text = message.read_text() if message.is_file() else \
             (self.work / f"{name}.log").read_text()[-4096:]
         pod = {"apiVersion": "v1", "kind": "Pod",
-               "metadata": {"name": f"{name}-run", "namespace": NS,
-                            "labels": {JOB_NAME_LABEL: name}},
+               "metadata": {"name": f"{name}-run", "namespace": NS,  # as the Job controller:
+                            "labels": {**job["spec"]["template"]["metadata"]["labels"],
+                                       JOB_NAME_LABEL: name}},
                "spec": job["spec"]["template"]["spec"]}
         await self.emulator.post(f"/api/v1/namespaces/{NS}/pods", json=pod)
         terminated = {"exitCode": code, "message": text, "finishedAt": now()}

@@ -1,31 +1,33 @@
 """A daemon per ShardRoute, beside the reconcile and never in its way: every few seconds
 it asks the stages for their capacity, runs the lane's certification Job when needed,
 shows the outcome in status (Certified condition, certification, tracker) and reports
-to the Tracker. A slow stage or a down Tracker delays only this route's daemon."""
+to the Tracker. A slow stage or a down Tracker delays only this route's daemon.
+
+Steady state costs the API server nothing: the route body is kopf's live copy, stage
+pods, artifacts and certification pods come from indices fed by the watches, node
+labels are cached; status is written only when it changed."""
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import time
-import urllib.parse
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 import kopf
 
-from meshnet.api import labels
 from meshnet.api.certification import CertifiedLane
-from meshnet.api.common import API_VERSION
-from meshnet.api.modelartifact import PLURAL as ARTIFACTS
 from meshnet.api.tracker import CapacityReport, Provider
 from meshnet.certify import job as jobs
 from meshnet.certify import lane as lanes
 from meshnet.certify.decide import Decision, Observation, decide
 from meshnet.errors import KubeApiError
 from meshnet.operator.executor import route_path
-from meshnet.operator.handlers import ROUTES, Context
+from meshnet.operator.handlers import ARTIFACTS, OURS, ROUTE_LABEL, ROUTES, Context
 from meshnet.operator.kube import path
 from meshnet.reconcile.podspec import RouteRef
 from meshnet.tracker import kubernetes as kube_inputs
@@ -38,6 +40,7 @@ from meshnet.tracker.settings import pin_facts
 
 log = logging.getLogger(__name__)
 NODE_TTL_SECONDS = 600.0  # GPU products change only when a node is relabelled
+CERTIFYING: dict[str, Any] = {jobs.CERTIFY_ROUTE: kopf.PRESENT}
 
 
 @dataclass
@@ -51,8 +54,18 @@ class Shared:
     withdrawals: set[asyncio.Task[Any]] = field(default_factory=set)
 
 
+@dataclass(frozen=True)
+class Seen:
+    """One pass's view of the cluster (copies: the live body moves under us)."""
+
+    body: dict[str, Any]
+    pods: list[dict[str, Any]]  # this route's stage pods, any epoch
+    artifacts: dict[str, dict[str, Any]]  # by name, in the route's namespace
+    job_pods: Mapping[str, list[dict[str, Any]]]  # certification pods by Job name
+
+
 def register(registry: kopf.OperatorRegistry, ctx: Context) -> None:
-    """The per-route daemon, and the client's cleanup, on the operator's registry."""
+    """The per-route daemon, its indices and the client's cleanup, on the registry."""
     settings = ctx.settings.tracker
     metrics = TrackerMetrics(ctx.metrics.registry)
     client = None
@@ -64,13 +77,35 @@ def register(registry: kopf.OperatorRegistry, ctx: Context) -> None:
                                    pin_facts(), client, metrics,
                                    settings.stage_timeout_seconds))
 
+    @kopf.index("pods", labels=OURS, id="tracker_stage_pods", registry=registry)
+    def stage_pods(namespace: str | None, labels: kopf.Labels, body: kopf.Body,
+                   **_: Any) -> Any:
+        return {(namespace, labels[ROUTE_LABEL]): kube_inputs.pod_facts(body)}
+
+    @kopf.index("pods", labels=CERTIFYING, id="tracker_job_pods", registry=registry)
+    def job_pods(namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any) -> Any:
+        job = labels.get(jobs.JOB_NAME_LABEL) or labels.get("job-name")
+        return {(namespace, job): kube_inputs.pod_facts(body)} if job else None
+
+    @kopf.index(*ARTIFACTS, id="tracker_artifacts", registry=registry)
+    def artifacts(namespace: str | None, name: str, status: kopf.Status, **_: Any) -> Any:
+        return {namespace: {name: {"status": {"gguf": dict(status.get("gguf") or {})}}}}
+
     @kopf.daemon(*ROUTES, registry=registry, cancellation_timeout=30.0)
-    async def report_route(namespace: str | None, name: str, stopped: kopf.DaemonStopped,
-                           **_: Any) -> None:
+    async def report_route(namespace: str | None, name: str, body: kopf.Body,
+                           stopped: kopf.DaemonStopped, **indices: Any) -> None:
         cadence = Cadence(every_seconds=settings.report_seconds)
         last: CapacityReport | None = None
+        ns = namespace or ""
         while not stopped:
-            last = await _guarded(shared, namespace or "", name, cadence) or last
+            seen = Seen(
+                body=copy.deepcopy(dict(body)),
+                pods=[copy.deepcopy(p) for p in
+                      indices["tracker_stage_pods"].get((namespace, name), ())],
+                artifacts={k: v for found in indices["tracker_artifacts"].get(namespace, ())
+                           for k, v in found.items()},
+                job_pods=_JobPods(indices["tracker_job_pods"], namespace))
+            last = await _guarded(shared, ns, name, cadence, seen) or last
             await stopped.wait(settings.sample_seconds)
         deleted = stopped.reason and stopped.reason & kopf.DaemonStoppingReason.RESOURCE_DELETED
         if deleted and last is not None:  # the route may be gone already: no fresh pass
@@ -79,7 +114,7 @@ def register(registry: kopf.OperatorRegistry, ctx: Context) -> None:
             shared.withdrawals.add(task)
             task.add_done_callback(shared.withdrawals.discard)
             await asyncio.shield(task)
-        metrics.route_available((namespace or "", name), None)
+        metrics.route_available((ns, name), None)
 
     @kopf.on.cleanup(registry=registry)
     async def close_client(**_: Any) -> None:
@@ -89,36 +124,50 @@ def register(registry: kopf.OperatorRegistry, ctx: Context) -> None:
             await client.close()
 
 
-async def _guarded(shared: Shared, namespace: str, name: str,
-                   cadence: Cadence) -> CapacityReport | None:
+class _JobPods(Mapping[str, list[dict[str, Any]]]):
+    """Certification pods by Job name, read from the index only when asked."""
+
+    def __init__(self, index: kopf.Index[Any, Any], namespace: str | None) -> None:
+        self._index, self._namespace = index, namespace
+
+    def __getitem__(self, job: str) -> list[dict[str, Any]]:
+        return [copy.deepcopy(p) for p in self._index.get((self._namespace, job), ())]
+
+    def __iter__(self) -> Any:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+
+async def _guarded(shared: Shared, namespace: str, name: str, cadence: Cadence,
+                   seen: Seen) -> CapacityReport | None:
     """One pass; a failure is logged and retried on the next pass, never raised: kopf
     would back the daemon off and the route would go unreported."""
     try:
-        return await _pass(shared, namespace, name, cadence)
+        return await _pass(shared, namespace, name, cadence, seen)
     except Exception:
         log.exception("tracker report of %s/%s failed; retrying on the next pass",
                       namespace, name)
         return None
 
 
-async def _pass(shared: Shared, namespace: str, name: str,
-                cadence: Cadence) -> CapacityReport | None:
-    client, settings = shared.ctx.client, shared.ctx.settings
-    body = await client.get(route_path(namespace, name))
-    spec = kube_inputs.route_spec(body) if body else None
-    if body is None or spec is None:
-        return None
+async def _pass(shared: Shared, namespace: str, name: str, cadence: Cadence,
+                seen: Seen) -> CapacityReport | None:
+    body, settings = seen.body, shared.ctx.settings
+    spec = kube_inputs.route_spec(body)
+    if spec is None:
+        return None  # an invalid route has nothing to report; the planner says why
     deleting = bool(body["metadata"].get("deletionTimestamp"))
     await _ensure_cluster_id(shared)
     status = body.get("status") or {}
-    pods = kube_inputs.current_pods(await _list(shared, namespace, "pods", labels.ROUTE, name),
-                                    name, int(status.get("epoch") or 0))
+    pods = kube_inputs.current_pods(seen.pods, name, int(status.get("epoch") or 0))
     node_labels = {n: await _node_labels(shared, n) for n in kube_inputs.node_names(pods)}
     lane = kube_inputs.lane(spec, body, pods, node_labels)
-    artifact = await client.get(path(API_VERSION, ARTIFACTS, namespace, spec.artifact_ref.name))
-    view = kube_inputs.route_view(body, spec, artifact)
+    view = kube_inputs.route_view(body, spec, seen.artifacts.get(spec.artifact_ref.name))
     stages = kube_inputs.stage_views(spec, pods, settings.worker_grpc_port)
-    decision = await _certification(shared, body, view.ready and not deleting, lane, pods, stages)
+    decision = await _certification(shared, seen, view.ready and not deleting, lane, pods,
+                                    stages)
     state = lanes.state(lane, decision.certificate)
     report, delivery = await step(shared.reporting, cadence, view, stages, state)
     if delivery is not None and not delivery.ok:
@@ -126,64 +175,57 @@ async def _pass(shared: Shared, namespace: str, name: str,
                     namespace, name, delivery.attempts, delivery.error)
     error = None if delivery is None or delivery.ok else delivery.error[:1024]
     if delivery is None and cadence.last_success is None and shared.reporting.client:
-        error = (status.get("tracker") or {}).get("deliveryError")
+        error = (status.get("tracker") or {}).get("deliveryError")  # not due: unchanged
     patch = kube_inputs.status_patch(body, decision.certificate, decision.condition, report,
                                      error, _now())
     if patch is not None and not deleting:
         try:
-            await client.json_patch(route_path(namespace, name, "status"), patch)
+            await shared.ctx.client.json_patch(route_path(namespace, name, "status"), patch)
         except KubeApiError as exc:
             if exc.status not in (404, 409, 422):  # the reconcile wrote first: next pass
                 raise
     return report
 
 
-async def _certification(shared: Shared, body: dict[str, Any], ready: bool,
-                         lane: CertifiedLane | None, pods: dict[str, Any],
-                         stages: list[StageView]) -> Decision:
+async def _certification(shared: Shared, seen: Seen, ready: bool, lane: CertifiedLane | None,
+                         pods: Mapping[str, Any], stages: list[StageView]) -> Decision:
+    """Decide about the lane's certificate; create the Job or read its result. The Job is
+    read from the API only while a certificate of this lane is awaited."""
     client, settings = shared.ctx.client, shared.ctx.settings.tracker
-    meta = body["metadata"]
+    body, meta = seen.body, seen.body["metadata"]
     namespace, name = meta.get("namespace", "default"), meta["name"]
     request = (meta.get("annotations") or {}).get(jobs.RECERTIFY) or None
     stored = kube_inputs.stored_certificate(body)
     job_name = jobs.job_name(name, lane, request) if lane else ""
-    job = await client.get(path("batch/v1", "jobs", namespace, job_name)) if lane else None
-    outcome = None
-    if job is not None:
-        job_pods = [p for p in await _list(shared, namespace, "pods", jobs.JOB_NAME_LABEL,
-                                           job_name)]
-        outcome = jobs.job_outcome(job, job_pods)
-    seen = Observation(lane=lane, route_ready=ready, stored=stored, request=request,
-                       job_exists=job is not None, outcome=outcome,
-                       image=settings.certify_images.get(lane.backend) if lane else None,
-                       job_name=job_name)
-    decision = decide(seen)
+    awaited = lane is not None and not (stored is not None and stored.lane == lane
+                                        and stored.request == request)
+    job = await client.get(path("batch/v1", "jobs", namespace, job_name)) if awaited else None
+    outcome = jobs.job_outcome(job, seen.job_pods[job_name]) if job is not None else None
+    observed = Observation(lane=lane, route_ready=ready, stored=stored, request=request,
+                           job_exists=job is not None, outcome=outcome,
+                           image=settings.certify_images.get(lane.backend) if lane else None,
+                           job_name=job_name)
+    decision = decide(observed)
     if decision.certificate is not None and decision.certificate != stored:
         shared.reporting.metrics.certifications.labels(
             "passed" if decision.certificate.passed else "failed").inc()
     endpoints = [s.endpoint for s in stages]
     if decision.create_job and lane is not None and all(endpoints) and pods:
-        first = pods[stages[0].name] if stages[0].name in pods else next(iter(pods.values()))
         status = body.get("status") or {}
+        first = pods.get(stages[0].name) or next(iter(pods.values()))
+        stage_pod = await client.get(path("v1", "pods", namespace, first["metadata"]["name"]))
+        if stage_pod is None:
+            return decision  # replaced meanwhile: the next pass sees the new one
         manifest = jobs.certification_job(jobs.JobInputs(
-            route=RouteRef(name, namespace, meta.get("uid", "")), lane=lane, stage_pod=first,
-            endpoints=[str(e) for e in endpoints], image=seen.image or "",
-            gates=settings.gates, route_digest=status.get("routeDigest"),
-            epoch=int(status.get("epoch") or 0), request=request,
-            deadline_seconds=settings.certify_deadline_seconds))
+            route=RouteRef(name, namespace, meta.get("uid", "")), lane=lane,
+            stage_pod=stage_pod, endpoints=[str(e) for e in endpoints],
+            image=observed.image or "", gates=settings.gates,
+            route_digest=status.get("routeDigest"), epoch=int(status.get("epoch") or 0),
+            request=request, deadline_seconds=settings.certify_deadline_seconds))
         await client.create(path("batch/v1", "jobs", namespace), manifest)
-        kopf.event(kopf.Body(body), type="Normal", reason="CertificationStarted",  # type: ignore[arg-type]
+        kopf.event(body, type="Normal", reason="CertificationStarted",  # type: ignore[arg-type]
                    message=f"Job {job_name} certifies lane {lane.describe()}")
     return decision
-
-
-async def _list(shared: Shared, namespace: str, plural: str, label: str,
-                value: str) -> list[dict[str, Any]]:
-    """Objects carrying label=value (filtered here too: not every API filters)."""
-    query = urllib.parse.urlencode({"labelSelector": f"{label}={value}"})
-    found = await shared.ctx.client.get(f"{path('v1', plural, namespace)}?{query}") or {}
-    return [item for item in found.get("items") or []
-            if ((item.get("metadata") or {}).get("labels") or {}).get(label) == value]
 
 
 async def _node_labels(shared: Shared, node: str) -> dict[str, str]:
@@ -203,10 +245,10 @@ async def _ensure_cluster_id(shared: Shared) -> None:
     shared.cluster_id = shared.ctx.settings.tracker.cluster_id
     if not shared.cluster_id:
         try:
-            body = await shared.ctx.client.get("/api/v1/namespaces/kube-system") or {}
+            found = await shared.ctx.client.get("/api/v1/namespaces/kube-system") or {}
         except KubeApiError:
-            body = {}
-        shared.cluster_id = (body.get("metadata") or {}).get("uid") or "unknown"
+            found = {}
+        shared.cluster_id = (found.get("metadata") or {}).get("uid") or "unknown"
     shared.reporting.provider = shared.reporting.provider.model_copy(
         update={"cluster": shared.cluster_id})
 

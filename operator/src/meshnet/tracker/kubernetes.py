@@ -43,6 +43,15 @@ def route_view(body: Mapping[str, Any], spec: ShardRouteSpec,
         deleting=bool(meta.get("deletionTimestamp")))
 
 
+def pod_facts(body: Mapping[str, Any]) -> dict[str, Any]:
+    """What the report needs of a pod (an index keeps this much, not whole pods)."""
+    meta, spec, status = (body.get(k) or {} for k in ("metadata", "spec", "status"))
+    return {"metadata": {k: meta.get(k) for k in ("name", "labels", "deletionTimestamp")},
+            "spec": {"nodeName": spec.get("nodeName")},
+            "status": {k: status.get(k) for k in ("phase", "podIP", "conditions",
+                                                   "containerStatuses")}}
+
+
 def current_pods(pods: Sequence[Mapping[str, Any]], route: str,
                  epoch: int) -> dict[str, Mapping[str, Any]]:
     """The live stage pod of each stage at this epoch, by stage name."""
