@@ -236,7 +236,13 @@ async def test_meshnet_operator_run_serves_routes_health_and_metrics_from_its_ow
         await cluster.patch(f"{ARTIFACTS}/smollm2/status", json={"status": artifact["status"]})
         await create(cluster, ROUTES, make_route())
         await eventually(lambda: len(pods(cluster)) == 3, what="pods from the operator process")
+        # The pods exist before that reconcile has finished counting: poll the metrics.
+        text = ""
+        deadline = asyncio.get_running_loop().time() + 20
         async with httpx.AsyncClient() as client:
-            text = (await client.get(metrics_url)).text
+            while "meshnet_epoch_advances_total 1.0" not in text:
+                assert asyncio.get_running_loop().time() < deadline, text
+                await asyncio.sleep(0.1)
+                text = (await client.get(metrics_url)).text
     assert 'meshnet_reconciles_total{kind="ShardRoute"}' in text
     assert "meshnet_epoch_advances_total 1.0" in text
