@@ -19,7 +19,19 @@ enum class engine_status {
     internal,            // the backend failed; the slot's state is unknown and was cleared
 };
 
-const char * engine_status_name(engine_status status);
+// Inline so code that only sees this header (the service, fake-engine tests) can name
+// statuses without linking an engine.
+inline const char * engine_status_name(engine_status status) {
+    switch (status) {
+        case engine_status::ok:                 return "ok";
+        case engine_status::invalid_argument:   return "invalid_argument";
+        case engine_status::cache_miss:         return "cache_miss";
+        case engine_status::capacity_exhausted: return "capacity_exhausted";
+        case engine_status::context_overflow:   return "context_overflow";
+        case engine_status::internal:           return "internal";
+    }
+    return "unknown";
+}
 
 // Shape of the residual stream crossing a layer boundary.
 enum class boundary_schema {

@@ -6,18 +6,6 @@
 
 namespace meshnet {
 
-const char * engine_status_text(engine_status status) {
-    switch (status) {
-        case engine_status::ok:                 return "ok";
-        case engine_status::invalid_argument:   return "invalid_argument";
-        case engine_status::cache_miss:         return "cache_miss";
-        case engine_status::capacity_exhausted: return "capacity_exhausted";
-        case engine_status::context_overflow:   return "context_overflow";
-        case engine_status::internal:           return "internal";
-    }
-    return "unknown";
-}
-
 static error_reason reason_of(engine_status status) {
     switch (status) {
         case engine_status::invalid_argument:   return error_reason::invalid_boundary;
@@ -256,7 +244,7 @@ void scheduler::run_batch(std::vector<step_job> & batch) {
                     release_slot(job.key); // the engine cleared it; forget the session too
                 }
                 outcome.error = make_error(reason_of(status),
-                    std::string("engine: ") + engine_status_text(status) + (result ? ": " + result->message : ""));
+                    std::string("engine: ") + engine_status_name(status) + (result ? ": " + result->message : ""));
                 continue;
             }
             n_tokens += static_cast<int64_t>(requests[r].positions.size());

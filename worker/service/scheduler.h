@@ -17,8 +17,6 @@
 
 namespace meshnet {
 
-// Names engine statuses without needing the engine library (fake-engine tests).
-const char * engine_status_text(engine_status status);
 
 struct step_outcome {
     bool               ok = false;

@@ -683,7 +683,7 @@ grpc::ServerUnaryReactor * shard_service::Tokenize(grpc::CallbackServerContext *
     const engine_status status = engine_.tokenize(request->text(), request->add_special(), tokens);
     if (status != engine_status::ok) {
         finish(reactor, "Tokenize", error_status(make_error(error_reason::engine_failure,
-            std::string("tokenize: ") + engine_status_text(status))));
+            std::string("tokenize: ") + engine_status_name(status))));
         return reactor;
     }
     response->mutable_tokens()->Add(tokens.begin(), tokens.end());
@@ -711,7 +711,7 @@ grpc::ServerUnaryReactor * shard_service::Detokenize(grpc::CallbackServerContext
     const engine_status status = engine_.detokenize(tokens, text);
     if (status != engine_status::ok) {
         finish(reactor, "Detokenize", error_status(make_error(error_reason::engine_failure,
-            std::string("detokenize: ") + engine_status_text(status))));
+            std::string("detokenize: ") + engine_status_name(status))));
         return reactor;
     }
     response->set_text(text);

@@ -82,6 +82,7 @@ def build_worker(
             return WorkerBuild(directory, True, time.monotonic() - started)
         shutil.rmtree(directory, ignore_errors=True)
     directory.mkdir(parents=True, exist_ok=True)
+    _forget_other_llama(directory, llama)
     log = directory / "build.log"
     log.write_text("")
     jobs = jobs or os.cpu_count() or 2
@@ -115,6 +116,15 @@ def build_worker(
     ws.link("worker-build", directory)
     say(f"worker built in {seconds:.0f}s: {directory / 'build' / 'bin'}")
     return WorkerBuild(directory, False, seconds)
+
+
+def _forget_other_llama(directory: Path, llama: Path) -> None:
+    """CMake caches the llama.cpp it found (paths of its libraries included), so a dev
+    build re-used across pins must be reconfigured from scratch to pick up the new one."""
+    stamp = directory / "llama-prefix"
+    if not stamp.is_file() or stamp.read_text() != str(llama):
+        (directory / "build" / "CMakeCache.txt").unlink(missing_ok=True)
+    stamp.write_text(str(llama))
 
 
 def find_binary(name: str, ws: Workspace) -> Path:

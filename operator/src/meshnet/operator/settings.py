@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TypeVar
 
+from meshnet.envnumbers import env_number
 from meshnet.errors import MeshnetError, OperatorError
 from meshnet.paths import repo_root
 from meshnet.pin.manifest import load_manifest
@@ -13,7 +13,6 @@ from meshnet.reconcile.podspec import WorkerConfig
 from meshnet.tracker.settings import TrackerSettings
 
 LANES = ("cpu", "cuda", "rocm", "vulkan")
-T = TypeVar("T", int, float)
 
 
 @dataclass(frozen=True)
@@ -51,13 +50,13 @@ class OperatorSettings:
             tracker_secret=env.get("MESHNET_TRACKER_SECRET") or None,
             tracker_token=env.get("MESHNET_TRACKER_TOKEN") or None,
             tracker=TrackerSettings.from_env(env),
-            metrics_port=_number(env, "MESHNET_METRICS_PORT", 8080, int),
-            health_port=_number(env, "MESHNET_HEALTH_PORT", 8081, int),
-            worker_grpc_port=_number(env, "MESHNET_WORKER_GRPC_PORT", 50051, int),
-            worker_metrics_port=_number(env, "MESHNET_WORKER_METRICS_PORT", 9090, int),
+            metrics_port=env_number(env, "MESHNET_METRICS_PORT", 8080, int),
+            health_port=env_number(env, "MESHNET_HEALTH_PORT", 8081, int),
+            worker_grpc_port=env_number(env, "MESHNET_WORKER_GRPC_PORT", 50051, int),
+            worker_metrics_port=env_number(env, "MESHNET_WORKER_METRICS_PORT", 9090, int),
             worker_pull_policy=env.get("MESHNET_WORKER_PULL_POLICY", "IfNotPresent"),
-            resync_seconds=_number(env, "MESHNET_RESYNC_SECONDS", 60.0, float),
-            max_concurrent_reconciles=max(1, _number(env, "MESHNET_MAX_CONCURRENT_RECONCILES",
+            resync_seconds=env_number(env, "MESHNET_RESYNC_SECONDS", 60.0, float),
+            max_concurrent_reconciles=max(1, env_number(env, "MESHNET_MAX_CONCURRENT_RECONCILES",
                                                      16, int)),
             provisioner_image=env.get("MESHNET_PROVISIONER_IMAGE") or None,
         )
@@ -68,19 +67,6 @@ class OperatorSettings:
             grpc_port=self.worker_grpc_port, metrics_port=self.worker_metrics_port,
             image_pull_policy=self.worker_pull_policy,
         )
-
-
-def _number(env: Mapping[str, str], key: str, default: T, kind: type[T]) -> T:
-    raw = env.get(key, "")
-    if not raw:
-        return default
-    try:
-        value = kind(raw)
-    except ValueError:
-        raise OperatorError(f"{key}={raw!r} is not a valid {kind.__name__}") from None
-    if value < 0:
-        raise OperatorError(f"{key}={raw!r} must not be negative")
-    return value
 
 
 def _pin_from_checkout() -> str:

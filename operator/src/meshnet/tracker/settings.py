@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
 
 from meshnet.certify.gates import Gates
-from meshnet.errors import MeshnetError, OperatorError
+from meshnet.envnumbers import env_number
+from meshnet.errors import MeshnetError
 from meshnet.identity import canonical_digest
 from meshnet.paths import repo_root
 from meshnet.pin.manifest import load_manifest
@@ -17,7 +17,6 @@ from meshnet.tracker.client import RetryPolicy
 from meshnet.tracker.inputs import PinFacts
 
 LANES = ("cpu", "cuda", "rocm", "vulkan")
-T = TypeVar("T", int, float)
 
 
 @dataclass(frozen=True)
@@ -41,18 +40,18 @@ class TrackerSettings:
         return cls(
             provider_id=env.get("MESHNET_PROVIDER_ID") or "meshnet",
             cluster_id=env.get("MESHNET_CLUSTER_ID", ""),
-            sample_seconds=_number(env, "MESHNET_TRACKER_SAMPLE_SECONDS", 5.0, float),
-            report_seconds=_number(env, "MESHNET_TRACKER_REPORT_SECONDS", 30.0, float),
-            stage_timeout_seconds=_number(env, "MESHNET_TRACKER_STAGE_TIMEOUT_SECONDS", 2.0,
+            sample_seconds=env_number(env, "MESHNET_TRACKER_SAMPLE_SECONDS", 5.0, float),
+            report_seconds=env_number(env, "MESHNET_TRACKER_REPORT_SECONDS", 30.0, float),
+            stage_timeout_seconds=env_number(env, "MESHNET_TRACKER_STAGE_TIMEOUT_SECONDS", 2.0,
                                           float),
-            retry=RetryPolicy(attempts=max(1, _number(env, "MESHNET_TRACKER_ATTEMPTS", 4, int))),
+            retry=RetryPolicy(attempts=max(1, env_number(env, "MESHNET_TRACKER_ATTEMPTS", 4, int))),
             token_file=env.get("MESHNET_TRACKER_TOKEN_FILE") or None,
             certify_images=images,
             gates=Gates(
-                tolerance=_number(env, "MESHNET_CERTIFY_TOLERANCE", defaults.tolerance, float),
-                speed_fraction=_number(env, "MESHNET_CERTIFY_SPEED_FRACTION",
+                tolerance=env_number(env, "MESHNET_CERTIFY_TOLERANCE", defaults.tolerance, float),
+                speed_fraction=env_number(env, "MESHNET_CERTIFY_SPEED_FRACTION",
                                        defaults.speed_fraction, float)),
-            certify_deadline_seconds=_number(env, "MESHNET_CERTIFY_DEADLINE_SECONDS", 3600, int),
+            certify_deadline_seconds=env_number(env, "MESHNET_CERTIFY_DEADLINE_SECONDS", 3600, int),
         )
 
     def token(self, fallback: str | None) -> str | None:
@@ -76,14 +75,3 @@ def pin_facts() -> PinFacts:
                     patch_stack_digest=canonical_digest([p.sha256 for p in manifest.patches]))
 
 
-def _number(env: Mapping[str, str], key: str, default: T, kind: type[T]) -> T:
-    raw = env.get(key, "")
-    if not raw:
-        return default
-    try:
-        value = kind(raw)
-    except ValueError:
-        raise OperatorError(f"{key}={raw!r} is not a valid {kind.__name__}") from None
-    if value < 0:
-        raise OperatorError(f"{key}={raw!r} must not be negative")
-    return value
