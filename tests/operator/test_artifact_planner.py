@@ -40,7 +40,7 @@ from meshnet.reconcile.jobspec import (
 )
 from meshnet.reconcile.planner import Create, Delete, Patch
 
-CONFIG = ProvisionerConfig(image="ghcr.io/meshnet/meshnet-operator:0.1.0")
+CONFIG = ProvisionerConfig(image="meshnet/meshnet-operator:0.1.0")
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 MakeArtifact = Callable[..., dict[str, Any]]  # fixture from conftest.py
 GPU = {"pool": "gpu"}

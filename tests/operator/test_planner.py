@@ -19,7 +19,7 @@ from meshnet.reconcile import (
     plan,
 )
 
-CONFIG = WorkerConfig(images={"cpu": "ghcr.io/meshnet/worker-cpu:1", "cuda": "w-cuda:1"},
+CONFIG = WorkerConfig(images={"cpu": "meshnet/worker-cpu:1", "cuda": "w-cuda:1"},
                       pin_digest="p" * 64)
 NOW = "2026-11-29T12:00:00Z"
 MakeArtifact = MakeRoute = Callable[..., dict[str, Any]]  # fixtures from conftest.py
