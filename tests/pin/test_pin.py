@@ -170,3 +170,28 @@ def test_the_manifest_rejects_a_malformed_patch_entry(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert "is not a valid pin manifest" in result.stderr
     assert "patches.0.name" in result.stderr
+
+
+def test_a_stack_that_gained_a_patch_is_reapplied_without_force(
+    fetched_checkout: Checkout,
+) -> None:
+    assert fetched_checkout.meshnet("pin", "patch").returncode == 0
+    patched = fetched_checkout.workspace / "llama.cpp"
+    (patched / "MESHNET-TEST.txt").write_text("new patch\n")
+    git(patched, "add", "MESHNET-TEST.txt")
+    git(patched, "commit", "-q", "-m", "Add a marker file")
+    assert fetched_checkout.meshnet("pin", "export-patches").returncode == 0
+    exported = fetched_checkout.manifest()["patches"]
+    # Someone else's checkout: the old (empty) stack applied, then a pull brings the patch.
+    data = fetched_checkout.manifest()
+    data["patches"] = []
+    fetched_checkout.write_manifest(data)
+    assert fetched_checkout.meshnet("pin", "patch", "--force").returncode == 0
+    data["patches"] = exported
+    fetched_checkout.write_manifest(data)
+
+    result = fetched_checkout.meshnet("pin", "patch")
+
+    assert result.returncode == 0, result.stderr
+    assert "applied 1 patches" in result.stderr
+    assert (patched / "MESHNET-TEST.txt").read_text() == "new patch\n"

@@ -42,13 +42,15 @@ def applied_state(manifest: PinManifest) -> dict[str, object]:
     return {"tree": manifest.upstream.tree, "patches": [p.sha256 for p in manifest.patches]}
 
 
-def has_local_work(ws: Workspace, manifest: PinManifest) -> bool:
-    """True when the patched checkout holds commits or edits not in the stack."""
+def has_local_work(ws: Workspace) -> bool:
+    """True when the patched checkout holds commits or edits that `patch` did not make
+    (an outdated stack that `patch` applied itself is not local work)."""
     if not (ws.patched / ".git").exists():
         return False
     dirty = git("-C", str(ws.patched), "status", "--porcelain", "--untracked-files=no")
-    ahead = git("-C", str(ws.patched), "rev-list", "--count", f"{BASE_TAG}..HEAD")
-    return bool(dirty) or int(ahead) != len(manifest.patches)
+    ahead = int(git("-C", str(ws.patched), "rev-list", "--count", f"{BASE_TAG}..HEAD"))
+    applied = ws.read_marker(ws.patched_marker).get("patches")
+    return bool(dirty) or not isinstance(applied, list) or ahead != len(applied)
 
 
 def apply_patches(
@@ -59,11 +61,15 @@ def apply_patches(
     if not ws.pristine.exists():
         raise PinError("no fetched llama.cpp tree: run `meshnet pin fetch` first")
     state = applied_state(manifest)
-    intact = (ws.patched / ".git").exists() and not has_local_work(ws, manifest)
-    if intact and ws.read_marker(ws.patched_marker) == state:
+    local_work = has_local_work(ws)
+    if (
+        (ws.patched / ".git").exists()
+        and not local_work
+        and (ws.read_marker(ws.patched_marker) == state)
+    ):
         say(f"patch stack ({len(files)} patches) already applied")
         return False
-    if has_local_work(ws, manifest) and not force:
+    if local_work and not force:
         raise PinError(
             f"{ws.patched} has commits or edits that are not in the patch stack; "
             "export them with `meshnet pin export-patches` or pass --force to discard them"

@@ -30,11 +30,6 @@ class Workspace:
     def patched_marker(self) -> Path:
         return self.root / "llama.cpp.json"
 
-    @property
-    def build_link(self) -> Path:
-        """Symlink to the cached build in use (its `install/` is the CMake prefix)."""
-        return self.root / "llama-build"
-
     def link(self, name: str, target: Path) -> None:
         """Atomically point `<workspace>/<name>` at `target` (a cached build)."""
         self.root.mkdir(parents=True, exist_ok=True)
