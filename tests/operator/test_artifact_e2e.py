@@ -238,11 +238,13 @@ async def test_host_path_copies_go_to_every_selected_node_and_a_waiting_route_th
     assert status["gguf"] == SMOLLM2_FACTS
     await eventually(lambda: node_labels(cluster)["n1"].get(key) == "verified", what="n1 label")
     assert key not in node_labels(cluster)["n2"] and key not in node_labels(cluster)["n3"]
-    await eventually(lambda: len(live(cluster, "v1/pods")) >= 3, what="the route's stage pods")
-    stage_pods = [p for p in live(cluster, "v1/pods").values()
-                  if labels.STAGE in p["metadata"]["labels"]]
-    assert len(stage_pods) == 3
-    assert all(p["spec"]["nodeSelector"][key] == "verified" for p in stage_pods)
+    def stage_pods() -> list[dict[str, Any]]:
+        return [p for p in live(cluster, "v1/pods").values()
+                if labels.STAGE in p["metadata"]["labels"]]
+
+    # The operator creates the three stage pods one by one; wait for all of them.
+    await eventually(lambda: len(stage_pods()) == 3, what="the route's three stage pods")
+    assert all(p["spec"]["nodeSelector"][key] == "verified" for p in stage_pods())
 
     assert (await runner.run(jobs["n2"])).exit_code == 0
     await eventually(lambda: node_labels(cluster)["n2"].get(key) == "verified", what="n2 label")
