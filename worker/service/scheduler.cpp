@@ -48,6 +48,7 @@ void scheduler::submit(step_job job) {
     {
         std::lock_guard<std::mutex> lock(mutex_);
         if (!stopping_) {
+            last_arrival_ = session_clock::now();
             steps_.push_back(std::move(job));
             job.done = nullptr;
         }
@@ -105,15 +106,7 @@ void scheduler::run() {
             std::unique_lock<std::mutex> lock(mutex_);
             wake_.wait(lock, [this] { return stopping_ || !steps_.empty() || !releases_.empty(); });
             if (batch_wait_.count() > 0 && !stopping_ && !steps_.empty()) {
-                // Sessions mid-generation will send their next step soon: give them a
-                // moment to join this batch (one decode of n rows costs far less than n).
-                const auto now     = session_clock::now();
-                const auto waiting = static_cast<size_t>(
-                    sessions_.recently_used(now, std::chrono::milliseconds(100)));
-                if (steps_.size() < waiting) {
-                    wake_.wait_until(lock, now + batch_wait_,
-                                     [&] { return stopping_ || steps_.size() >= waiting; });
-                }
+                wait_for_burst(lock);
             }
             releases.assign(std::make_move_iterator(releases_.begin()), std::make_move_iterator(releases_.end()));
             releases_.clear();
@@ -158,6 +151,26 @@ void scheduler::run() {
             run_batch(batch);
         }
         kv_used_ = engine_.kv_used();
+    }
+}
+
+void scheduler::wait_for_burst(std::unique_lock<std::mutex> & lock) {
+    // Steps come in bursts: the answers of one batch at the previous stage (or one
+    // round of the driver) arrive within a fraction of a millisecond. Wait while the
+    // burst goes on, so its steps share one decode (n rows cost far less than n
+    // decodes), but not for sessions whose steps are elsewhere in the pipeline: a stage
+    // that waited for every active session would run in lockstep with the others
+    // instead of computing while they do.
+    const auto now      = session_clock::now();
+    const auto deadline = now + batch_wait_;
+    const auto gap      = std::min<session_clock::duration>(batch_wait_, burst_gap);
+    const auto active   = static_cast<size_t>(sessions_.recently_used(now, std::chrono::milliseconds(100)));
+    while (!stopping_ && steps_.size() < active) {
+        const auto quiet_until = std::min(last_arrival_ + gap, deadline);
+        if (session_clock::now() >= quiet_until) {
+            return;
+        }
+        wake_.wait_until(lock, quiet_until);
     }
 }
 

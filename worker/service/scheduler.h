@@ -42,7 +42,8 @@ struct step_job {
 class scheduler {
 public:
     // `batch_wait`: how long a step may wait for the steps of other sessions that are
-    // in the middle of a generation (used recently) to arrive and join its batch.
+    // in the middle of a generation (used recently) to arrive and join its batch; it
+    // waits only while such steps keep arriving (a burst, see `burst_gap`).
     scheduler(engine_i & engine, session_store & sessions, int32_t max_step_tokens,
               session_clock::duration batch_wait = std::chrono::microseconds(0));
     ~scheduler();
@@ -68,7 +69,11 @@ private:
         std::function<void(bool)> done;
     };
 
+    // A burst of steps ends once none has arrived for this long.
+    static constexpr session_clock::duration burst_gap = std::chrono::microseconds(300);
+
     void run();
+    void wait_for_burst(std::unique_lock<std::mutex> & lock);
     void run_batch(std::vector<step_job> & batch);
     void record_tokens(int64_t n_tokens);
 
@@ -80,6 +85,7 @@ private:
     mutable std::mutex      mutex_;
     std::condition_variable wake_;
     std::deque<step_job>    steps_;
+    session_clock::time_point last_arrival_;
     std::deque<release_job> releases_;
     bool                    stopping_ = false;
     std::thread             thread_;

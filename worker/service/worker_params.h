@@ -28,7 +28,7 @@ struct worker_params {
     wire_dtype  boundary_dtype  = wire_dtype::f32;
     int64_t     max_message_bytes = 64ll << 20;
     int64_t     evict_idle_ms   = 1000;
-    int64_t     batch_wait_us   = 2000;
+    int64_t     batch_wait_us   = 0;
     std::string tls_cert;
     std::string tls_key;
     std::string tls_client_ca;                  // set: clients must present a cert (mTLS)

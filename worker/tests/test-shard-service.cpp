@@ -395,6 +395,24 @@ TEST("concurrent sessions' steps are batched into one engine step") {
     if (sizes.size() == 2) CHECK_EQ(sizes[1], static_cast<size_t>(5));
 }
 
+TEST("with --batch-wait-us a step does not wait for active sessions whose steps stay away") {
+    worker_params params = small(4);
+    params.batch_wait_us = 2'000'000; // far longer than the test may take
+    stage first(0, 4, params);
+    pb::ForwardResponse r;
+    // Each step comes alone while the other sessions (all used within the last 100 ms)
+    // are elsewhere in the pipeline: it ends its burst and runs after the burst gap
+    // (0.3 ms), never after the 2 s wait.
+    const auto started = std::chrono::steady_clock::now();
+    for (const char * session : {"s0", "s1", "s2"}) {
+        CHECK(forward(first, tokens_request(session, 0, {1}), r).ok());
+    }
+    for (const char * session : {"s0", "s1", "s2"}) {
+        CHECK(forward(first, tokens_request(session, 1, {2}), r).ok());
+    }
+    CHECK(std::chrono::steady_clock::now() - started < std::chrono::milliseconds(1000));
+}
+
 TEST("a cancelled call frees its session's slot") {
     stage first(0, 4, small(2));
     gate g;
