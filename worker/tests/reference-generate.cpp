@@ -3,7 +3,7 @@
 // as JSON. The route tests compare split routes against it; the benchmark times it.
 //
 //   meshnet-reference-generate --model F --prompt-tokens 1,2,3 [-n 64] [--threads N]
-//       [--batch N] [--temperature T --top-k K --top-p P --seed S] [--bench]
+//       [--batch N] [--gpu-layers N] [--temperature T --top-k K --top-p P --seed S]
 #include "sampling.h"
 
 #include <llama.h>
@@ -29,7 +29,7 @@ static std::vector<int32_t> parse_ids(const std::string & text) {
 int main(int argc, char ** argv) {
     std::string model_path;
     std::vector<int32_t> prompt;
-    int n_predict = 64, n_threads = 2, n_batch = 512;
+    int n_predict = 64, n_threads = 2, n_batch = 512, n_gpu_layers = 0;
     meshnet::sampling_params sampling;
     for (int i = 1; i + 1 < argc; i += 2) {
         const std::string flag = argv[i], value = argv[i + 1];
@@ -38,6 +38,7 @@ int main(int argc, char ** argv) {
         else if (flag == "-n") n_predict = std::atoi(value.c_str());
         else if (flag == "--threads") n_threads = std::atoi(value.c_str());
         else if (flag == "--batch") n_batch = std::atoi(value.c_str());
+        else if (flag == "--gpu-layers") n_gpu_layers = std::atoi(value.c_str());
         else if (flag == "--temperature") sampling.temperature = std::strtof(value.c_str(), nullptr);
         else if (flag == "--top-k") sampling.top_k = std::atoi(value.c_str());
         else if (flag == "--top-p") sampling.top_p = std::strtof(value.c_str(), nullptr);
@@ -52,6 +53,7 @@ int main(int argc, char ** argv) {
     llama_log_set([](ggml_log_level, const char *, void *) {}, nullptr);
     llama_model_params mparams = llama_model_default_params();
     mparams.use_extra_bufts = false; // AMX repacking crashes on hosts that do not enable AMX
+    mparams.n_gpu_layers    = n_gpu_layers;
     llama_model * model = llama_model_load_from_file(model_path.c_str(), mparams);
     if (!model) { std::fprintf(stderr, "cannot load %s\n", model_path.c_str()); return 1; }
     llama_context_params cparams = llama_context_default_params();

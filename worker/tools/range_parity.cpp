@@ -35,6 +35,7 @@ struct options {
     int32_t                  n_prompt  = 64;
     int32_t                  n_decode  = 32;
     int32_t                  n_threads = 0;
+    int32_t                  n_gpu_layers = 0;
     double                   tolerance = 1e-4;
     float                    perturb   = 0.0f; // added to every boundary value (checker self-test)
     bool                     verbose   = false;
@@ -44,14 +45,16 @@ void print_usage(FILE * out) {
     std::fprintf(out,
         "usage: meshnet-range-parity --model PATH --split B:E,B:E[,...] [--split ...]\n"
         "                            [--prompt TEXT] [--n-prompt N] [--n-decode N]\n"
-        "                            [--threads N] [--tolerance X] [--perturb X] [--verbose]\n"
+        "                            [--threads N] [--gpu-layers N] [--tolerance X] [--perturb X]\n"
+        "                            [--verbose]\n"
         "\n"
         "Runs the prompt (N prompt tokens, then greedy decode steps) through the unsplit model\n"
         "and through each split, passing boundaries between stages in memory, and prints JSON.\n"
         "A split passes when its greedy tokens equal the unsplit ones and every logit is within\n"
         "the tolerance (default 1e-4). Exit 0: all pass, 1: a split fails, 2: refused input.\n"
         "--perturb X adds X to every boundary value between stages, to show that the check\n"
-        "catches a wrong boundary (the report must then fail).\n");
+        "catches a wrong boundary (the report must then fail). --gpu-layers N offloads the last\n"
+        "N layers of the model (of each stage, the ones it owns) on a GPU build (default: 0).\n");
 }
 
 // --- JSON output ---------------------------------------------------------------------
@@ -137,6 +140,8 @@ options parse_args(int argc, char ** argv) {
             if (!parse_int(value, 0, 4096, opt.n_decode)) refuse("--n-decode needs an integer in 0..4096");
         } else if (arg == "--threads") {
             if (!parse_int(value, 0, 1024, opt.n_threads)) refuse("--threads needs an integer in 0..1024");
+        } else if (arg == "--gpu-layers") {
+            if (!parse_int(value, 0, 100000, opt.n_gpu_layers)) refuse("--gpu-layers needs an integer in 0..100000");
         } else if (arg == "--perturb") {
             char * end = nullptr;
             opt.perturb = std::strtof(value, &end);
@@ -240,6 +245,7 @@ engine_params stage_params(const options & opt, const layer_range & range, int32
     params.n_slots     = 1;
     params.n_batch     = std::max<int32_t>(opt.n_prompt, 32);
     params.n_threads   = opt.n_threads;
+    params.n_gpu_layers = opt.n_gpu_layers;
     return params;
 }
 
