@@ -157,7 +157,7 @@ void scheduler::run() {
 void scheduler::wait_for_burst(std::unique_lock<std::mutex> & lock) {
     // Steps come in bursts: the answers of one batch at the previous stage (or one
     // round of the driver) arrive within a fraction of a millisecond. Wait while the
-    // burst goes on, so its steps share one decode (n rows cost far less than n
+    // burst goes on, so its steps share one decode (n rows cost less than n
     // decodes), but not for sessions whose steps are elsewhere in the pipeline: a stage
     // that waited for every active session would run in lockstep with the others
     // instead of computing while they do.

@@ -573,7 +573,6 @@ private:
         const int64_t n_past  = response.forward().n_past();
         const int32_t sampled = response.forward().sampled_tokens_size() == 1 ? response.forward().sampled_tokens(0) : -1;
         writes_.push_back(std::move(response));
-        write_next(lock);
 
         const bool stop = sampled < 0 ||
             std::find(previous.stop_token_ids().begin(), previous.stop_token_ids().end(), sampled) !=
@@ -587,9 +586,13 @@ private:
             next.add_tokens(sampled);
             next.mutable_output()->clear_rows();
             next.set_continue_tokens(plan.continue_tokens - 1);
+            // The next step first, then the answer: the engine starts while the token
+            // is written to the caller, not after.
             submit(lock, std::move(next));
+            write_next(lock);
             return;
         }
+        write_next(lock);
         start_next(lock);
         maybe_finish(lock);
     }
