@@ -48,6 +48,25 @@ def test_get_info_reports_the_identities_it_was_started_with(
     assert len(info.incarnation) == 32
 
 
+def worker_environ(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return dict(item.decode().split("=", 1) for item in raw if b"=" in item)
+
+
+def test_workers_get_a_short_openmp_spin_unless_the_caller_sets_one(
+    shard_worker: Path, smollm2: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    spec = WorkerSpec(model=smollm2, layers=(0, 10), threads=1, slots=1, ctx=64)
+    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
+    with WorkerProcess(shard_worker, spec).start() as worker:
+        assert worker_environ(worker.pid)["GOMP_SPINCOUNT"] == "10000"
+    monkeypatch.setenv("GOMP_SPINCOUNT", "250")
+    with WorkerProcess(shard_worker, spec).start() as worker:
+        assert worker_environ(worker.pid)["GOMP_SPINCOUNT"] == "250"
+    with WorkerProcess(shard_worker, spec, env={"GOMP_SPINCOUNT": "7"}).start() as worker:
+        assert worker_environ(worker.pid)["GOMP_SPINCOUNT"] == "7"
+
+
 def test_a_restarted_worker_has_a_new_incarnation(shard_worker: Path, smollm2: Path) -> None:
     with WorkerProcess(shard_worker, WorkerSpec(model=smollm2, layers=(0, 30), threads=1)) as w:
         w.start()
