@@ -118,6 +118,8 @@ def up(tmp_path: Path) -> Iterator[UpSession]:
         )
     session = UpSession(route_file, cache, process, log)
     yield session
-    if process.poll() is None:
+    try:
+        session.stop()  # as a user would: its workers stop with it
+    except subprocess.TimeoutExpired:
         process.kill()
         process.wait()

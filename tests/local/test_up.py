@@ -74,3 +74,16 @@ def test_interrupting_up_stops_every_worker_and_withdraws_the_route(up: UpSessio
     assert not any(pid_alive(p) for p in pids)
     assert up.route() is None
     assert "stopped 3 workers" in up.log.read_text()
+
+
+def test_a_killed_up_leaves_no_worker_behind(up: UpSession) -> None:
+    route = up.wait_for(lambda r: len(r["stages"]) == 3)
+    pids = [s["pid"] for s in route["stages"]]
+
+    up.process.kill()  # no chance to stop its workers: they must notice by themselves
+    up.process.wait()
+
+    deadline = time.monotonic() + 20
+    while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(pid_alive(p) for p in pids)

@@ -67,6 +67,18 @@ def test_workers_get_a_short_openmp_spin_unless_the_caller_sets_one(
         assert worker_environ(worker.pid)["GOMP_SPINCOUNT"] == "7"
 
 
+def test_exit_with_parent_refuses_a_pid_that_is_not_its_parent(
+    shard_worker: Path, smollm2: Path,
+) -> None:
+    result = subprocess.run(
+        [str(shard_worker), "--model", str(smollm2), "--layers", "0:10",
+         "--exit-with-parent", str(os.getppid())],  # our parent, not the worker's
+        capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 1
+    assert "the parent is gone" in result.stderr
+
+
 def test_a_restarted_worker_has_a_new_incarnation(shard_worker: Path, smollm2: Path) -> None:
     with WorkerProcess(shard_worker, WorkerSpec(model=smollm2, layers=(0, 30), threads=1)) as w:
         w.start()

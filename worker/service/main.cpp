@@ -7,6 +7,8 @@
 
 #include <csignal>
 #include <cstdio>
+#include <sys/prctl.h>
+#include <unistd.h>
 
 int main(int argc, char ** argv) {
     meshnet::worker_params params;
@@ -26,6 +28,16 @@ int main(int argc, char ** argv) {
     sigaddset(&stop_signals, SIGINT);
     sigaddset(&stop_signals, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+    if (params.exit_with_parent > 0) {
+        // SIGTERM (waited for below) once the parent exits; it may already have.
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        if (getppid() != static_cast<pid_t>(params.exit_with_parent)) {
+            std::fprintf(stderr, "error: --exit-with-parent %lld: the parent is gone\n",
+                         static_cast<long long>(params.exit_with_parent));
+            return 1;
+        }
+    }
 
     meshnet::engine_params engine_params;
     engine_params.model_path   = params.model_path;

@@ -34,7 +34,9 @@ const char * worker_params_usage() {
         "  --tls-cert F --tls-key F  serve TLS with this PEM certificate chain and key\n"
         "  --tls-client-ca F         require client certificates signed by this CA (mTLS)\n"
         "  --next-stage ADDR         chain: relay steps to this worker (with TLS: trusted via\n"
-        "                            --tls-client-ca, presenting --tls-cert)\n";
+        "                            --tls-client-ca, presenting --tls-cert)\n"
+        "  --exit-with-parent PID    stop as on SIGTERM once PID, this worker's parent, is gone\n"
+        "                            (a supervisor that dies leaves no worker behind; Linux)\n";
 }
 
 static bool parse_int64(const std::string & text, int64_t & out) {
@@ -88,6 +90,9 @@ bool worker_params_parse(int argc, char ** argv, worker_params & params, std::st
         }},
         {"--batch-wait-us", [&](const std::string & v) {
             return parse_int64(v, params.batch_wait_us) && params.batch_wait_us >= 0;
+        }},
+        {"--exit-with-parent", [&](const std::string & v) {
+            return parse_int64(v, params.exit_with_parent) && params.exit_with_parent > 1;
         }},
         {"--evict-idle-ms", [&](const std::string & v) {
             return parse_int64(v, params.evict_idle_ms) && params.evict_idle_ms >= 0;

@@ -33,6 +33,7 @@ struct worker_params {
     std::string tls_key;
     std::string tls_client_ca;                  // set: clients must present a cert (mTLS)
     std::string next_stage;                     // chain: relay steps here (HOST:PORT)
+    int64_t     exit_with_parent = 0;           // stop when this process (our parent) exits
 };
 
 // Parses argv; false with `error` set (or `help` true for --help).

@@ -42,6 +42,7 @@ def worker_spec(pod: dict[str, Any], model_path: Path, threads: int) -> WorkerSp
         ctx=int(flags["--ctx"]),
         boundary_dtype=flags["--boundary-dtype"],
         threads=threads,
+        exit_with_parent=True,  # a `meshnet up` that is killed leaves no worker behind
     )
 
 

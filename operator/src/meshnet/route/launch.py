@@ -55,6 +55,7 @@ class WorkerSpec:
     tls_key: Path | None = None
     tls_client_ca: Path | None = None
     next_stage: str = ""
+    exit_with_parent: bool = False  # the worker stops when the process starting it exits
     extra: tuple[str, ...] = field(default_factory=tuple)
 
     def args(self) -> list[str]:
@@ -82,6 +83,7 @@ class WorkerSpec:
             "--tls-key": self.tls_key,
             "--tls-client-ca": self.tls_client_ca,
             "--next-stage": self.next_stage or None,
+            "--exit-with-parent": os.getpid() if self.exit_with_parent else None,
         }
         for flag, value in optional.items():
             if value is not None:
