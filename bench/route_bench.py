@@ -121,18 +121,22 @@ class RpcServers:
 
 
 def concurrent_decode(driver: RouteDriver, prompt: list[int], sessions: int) -> float:
-    """Aggregate decode tokens/s of `sessions` generations running at once."""
-    def one(index: int) -> tuple[int, float, float]:
+    """Aggregate decode tokens/s of `sessions` generations running at once, over the
+    window in which every one of them is decoding (after the last prefill, before the
+    first finish), so that neither prefills nor stragglers count as decode time."""
+    def one(index: int) -> list[float]:
         own_prompt = [*prompt[:32], index + 10]  # distinct sessions, equal work
-        started = time.perf_counter()
-        generation = driver.generate(own_prompt, max_tokens=DECODE_TOKENS, stop_at_eos=False)
-        return len(generation.tokens), started + generation.prefill_seconds, time.perf_counter()
+        times: list[float] = []
+        driver.generate(own_prompt, max_tokens=DECODE_TOKENS, stop_at_eos=False,
+                        on_token=lambda _token: times.append(time.perf_counter()))
+        return times
 
     with ThreadPoolExecutor(sessions) as pool:
-        results = list(pool.map(one, range(sessions)))
-    tokens = sum(n - 1 for n, _, _ in results)  # the first token comes from the prefill
-    window = max(end for _, _, end in results) - min(start for _, start, _ in results)
-    return round(tokens / window, 1)
+        runs = list(pool.map(one, range(sessions)))
+    start = max(times[0] for times in runs)  # the first token comes from the prefill
+    end = min(times[-1] for times in runs)
+    tokens = sum(1 for times in runs for t in times if start < t <= end)
+    return round(tokens / (end - start), 1) if end > start else 0.0
 
 
 def run(bin_dir: Path | None, threads: int, repeats: int) -> dict[str, Any]:
