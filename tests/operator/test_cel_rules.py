@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 
+from meshnet.api.checks import route_problems
 from meshnet.api.schemacheck import check
+from meshnet.api.shardroute import ShardRouteSpec
 from meshnet.api.validate import schemas
 
 MakeArtifact = MakeRoute = Callable[..., dict[str, Any]]  # fixtures from conftest.py
@@ -41,6 +43,27 @@ def test_stage_names_must_be_unique(make_route: MakeRoute) -> None:
     route = make_route()
     route["spec"]["stages"][2]["name"] = "s0"
     assert problems(route) == ["spec.stages: stage names must be unique"]
+
+
+@pytest.mark.parametrize(("lane", "resources", "valid"), [
+    ("cuda", {"gpus": 2}, True),
+    ("rocm", {"gpus": 1}, True),
+    ("vulkan", {"gpus": 1, "gpuResourceName": "example.com/gpu"}, True),
+    ("vulkan", {"gpus": 0}, True),
+    ("vulkan", {"gpus": 1}, False),
+    ("cpu", {"gpus": 1}, False),
+])
+def test_gpus_on_a_lane_without_a_default_gpu_resource_need_its_name(
+        make_route: MakeRoute, lane: str, resources: dict[str, Any], valid: bool) -> None:
+    route = make_route(recipe={"lane": lane})
+    route["spec"]["stages"][1]["resources"] = resources
+    found = problems(route)
+    assert found == [] if valid else [p for p in found if "gpuResourceName" in p] == found != []
+    spec = ShardRouteSpec.model_validate(route["spec"])
+    operator_view = [str(p) for p in route_problems(spec, None)]
+    assert operator_view == [] if valid else operator_view == [
+        f"spec.stages[1].resources: stage 's1' requests GPUs, but lane {lane!r}"
+        " has no default GPU resource: set gpuResourceName"]
 
 
 def test_mtp_must_stay_disabled(make_route: MakeRoute) -> None:

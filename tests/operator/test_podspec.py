@@ -35,6 +35,15 @@ def test_worker_args_carry_the_model_range_route_epoch_ports_and_recipe() -> Non
                     "--boundary-dtype", "bf16"]
 
 
+def test_stages_with_gpus_offload_every_layer_they_own() -> None:
+    gpu_stage = {**STAGE, "resources": {"gpus": 1}}
+    assert pod(gpu_stage, {"lane": "cuda"})["spec"]["containers"][0]["args"][-2:] == [
+        "--gpu-layers", "9999"]
+    named = {**STAGE, "resources": {"gpus": 1, "gpuResourceName": "example.com/gpu"}}
+    for stage, lane in ((STAGE, "cuda"), (named, "cpu")):  # no GPU, or a CPU lane
+        assert "--gpu-layers" not in pod(stage, {"lane": lane})["spec"]["containers"][0]["args"]
+
+
 def test_tls_adds_certificate_flags_and_a_read_only_secret_mount() -> None:
     body = pod(STAGE, tls=RouteTls(secret_name="stage-tls", require_client_cert=True))
     container = body["spec"]["containers"][0]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from meshnet.api.shardroute import ShardRouteSpec
+from meshnet.api.shardroute import DEFAULT_GPU_RESOURCES, ShardRouteSpec
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,13 @@ def route_problems(spec: ShardRouteSpec, block_count: int | None) -> list[Proble
             problems.append(Problem(
                 f"{path}.layers", f"stage {stage.name!r} begins at layer {layers.begin}"
                 f" but the previous stage ends at {previous_end} (stages must be contiguous)",
+            ))
+        resources = stage.resources
+        if resources.gpus and not resources.gpu_resource_name \
+                and spec.recipe.lane not in DEFAULT_GPU_RESOURCES:
+            problems.append(Problem(
+                f"{path}.resources", f"stage {stage.name!r} requests GPUs, but lane"
+                f" {spec.recipe.lane!r} has no default GPU resource: set gpuResourceName",
             ))
         if block_count is not None and layers.end > block_count:
             problems.append(Problem(

@@ -27,6 +27,16 @@ PLURAL = "shardroutes"
 Lane = Literal["cpu", "cuda", "rocm", "vulkan"]
 BoundaryDtype = Literal["f32", "f16", "bf16"]
 
+# The extended resource a stage's GPUs are requested as, by lane; on other lanes a stage
+# with GPUs names its resource (resources.gpuResourceName).
+DEFAULT_GPU_RESOURCES = {"cuda": "nvidia.com/gpu", "rocm": "amd.com/gpu"}
+GPU_RESOURCE_RULE = (
+    "(has(self.recipe) && has(self.recipe.lane) && self.recipe.lane in ["
+    + ", ".join(f"'{lane}'" for lane in DEFAULT_GPU_RESOURCES)
+    + "]) || self.stages.all(s, !has(s.resources) || !has(s.resources.gpus)"
+    " || s.resources.gpus == 0 || has(s.resources.gpuResourceName))"
+)
+
 # Stages in list order must chain: stage i ends where stage i+1 begins. Standard CEL has
 # no range(), so the index list is spelled out up to MAX_STAGES.
 _INDICES = "[" + ", ".join(str(i) for i in range(MAX_STAGES - 1)) + "]"
@@ -149,7 +159,15 @@ class RouteTls(ApiModel):
     )
 
 
-class ShardRouteSpec(ApiModel):
+class ShardRouteSpec(
+    ApiModel,
+    json_schema_extra=validations(rule(
+        GPU_RESOURCE_RULE,
+        "a stage with GPUs on a lane without a default GPU resource (only "
+        + ", ".join(DEFAULT_GPU_RESOURCES) + " have one) must set resources.gpuResourceName",
+        fieldPath=".stages",
+    )),
+):
     """The desired pipeline."""
 
     artifact_ref: LocalObjectReference = Field(description="The ModelArtifact to serve.")

@@ -22,6 +22,7 @@ _LOCAL_FLAGS = {
     "--slots",
     "--ctx",
     "--boundary-dtype",
+    "--gpu-layers",
 }
 
 
@@ -41,6 +42,7 @@ def worker_spec(pod: dict[str, Any], model_path: Path, threads: int) -> WorkerSp
         slots=int(flags["--slots"]),
         ctx=int(flags["--ctx"]),
         boundary_dtype=flags["--boundary-dtype"],
+        gpu_layers=int(flags.get("--gpu-layers", 0)),
         threads=threads,
         exit_with_parent=True,  # a `meshnet up` that is killed leaves no worker behind
     )

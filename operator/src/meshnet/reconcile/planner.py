@@ -15,7 +15,6 @@ from meshnet.reconcile import status as derive
 from meshnet.reconcile.naming import service_name
 from meshnet.reconcile.observed import Observed, ObservedPod
 from meshnet.reconcile.podspec import (
-    GPU_RESOURCES,
     RouteRef,
     StageInputs,
     WorkerConfig,
@@ -89,10 +88,6 @@ def _problems(observed: Observed, config: WorkerConfig) -> list[str]:
     lane = spec.recipe.lane
     if spec.recipe.image is None and lane not in config.images:
         problems.append(f"spec.recipe: no worker image for lane {lane}; set recipe.image")
-    problems += [f"spec.stages[{i}].resources: lane {lane} has no default GPU resource;"
-                 " set gpuResourceName" for i, s in enumerate(spec.stages)
-                 if s.resources.gpus and not s.resources.gpu_resource_name
-                 and lane not in GPU_RESOURCES]
     return problems
 
 

@@ -12,14 +12,13 @@ from typing import Any
 from meshnet.api import labels
 from meshnet.api.common import API_VERSION
 from meshnet.api.modelartifact import ArtifactStorage
-from meshnet.api.shardroute import KIND, Recipe, RouteTls, Stage
+from meshnet.api.shardroute import DEFAULT_GPU_RESOURCES, KIND, Recipe, RouteTls, Stage
 from meshnet.reconcile.naming import pod_name, service_name
 
 MODEL_DIR = "/models"
 TLS_DIR = "/etc/meshnet/tls"
 RUN_AS = 65532  # the distroless "nonroot" user
 # Extended resource that carries GPUs, per lane; a stage may override it.
-GPU_RESOURCES = {"cuda": "nvidia.com/gpu", "rocm": "amd.com/gpu"}
 
 
 @dataclass(frozen=True)
@@ -43,6 +42,11 @@ class RouteRef:
     uid: str
 
 
+# llama.cpp offloads the last N layers of the whole model: more than any model has puts
+# every layer a stage owns, and the output head of the last stage, on its GPUs.
+OFFLOAD_ALL_LAYERS = 9999
+
+
 def worker_args(
     *, model_path: str, stage: Stage, route_id: str, epoch: int, recipe: Recipe,
     config: WorkerConfig, tls: RouteTls | None,
@@ -59,6 +63,8 @@ def worker_args(
         "--ctx", str(recipe.context_length),
         "--boundary-dtype", recipe.boundary_dtype,
     ]
+    if stage.resources.gpus and recipe.lane != "cpu":
+        args += ["--gpu-layers", str(OFFLOAD_ALL_LAYERS)]
     if tls is not None:
         args += ["--tls-cert", f"{TLS_DIR}/tls.crt", "--tls-key", f"{TLS_DIR}/tls.key"]
         if tls.require_client_cert:
@@ -87,7 +93,7 @@ def _resources(stage: Stage, lane: str) -> dict[str, Any]:
     requests = {k: str(v) for k, v in stage.resources.requests.items()}
     limits = {k: str(v) for k, v in stage.resources.limits.items()}
     if stage.resources.gpus:
-        gpu = stage.resources.gpu_resource_name or GPU_RESOURCES[lane]
+        gpu = stage.resources.gpu_resource_name or DEFAULT_GPU_RESOURCES[lane]
         requests[gpu] = limits[gpu] = str(stage.resources.gpus)
     return {k: v for k, v in (("requests", requests), ("limits", limits)) if v}
 

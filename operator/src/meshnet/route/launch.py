@@ -45,6 +45,7 @@ class WorkerSpec:
     ctx: int = 4096
     batch: int = 512
     threads: int = 0
+    gpu_layers: int = 0
     boundary_dtype: str = "f32"
     manifest_digest: str = ""
     recipe_digest: str = ""
@@ -83,6 +84,7 @@ class WorkerSpec:
             "--tls-key": self.tls_key,
             "--tls-client-ca": self.tls_client_ca,
             "--next-stage": self.next_stage or None,
+            "--gpu-layers": self.gpu_layers or None,
             "--exit-with-parent": os.getpid() if self.exit_with_parent else None,
         }
         for flag, value in optional.items():
