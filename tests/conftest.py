@@ -1,7 +1,9 @@
-"""Fixtures shared by every suite: the built worker, the bundled model, the unsplit reference."""
+"""Fixtures shared by every suite: the built worker, the bundled model, the unsplit reference
+and TLS certificates."""
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
@@ -37,3 +39,22 @@ def reference(shard_worker: Path, smollm2: Path) -> Callable[..., list[int]]:
         return list(run(tuple(prompt), n, sampling))
 
     return generate
+
+
+@pytest.fixture
+def certificates(tmp_path: Path) -> dict[str, Path]:
+    """A CA, a server certificate for 127.0.0.1 and a client certificate (openssl)."""
+    def run(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=test-ca",
+        "-keyout", "ca.key", "-out", "ca.pem")
+    for name, extension in (("server", "subjectAltName=IP:127.0.0.1"),
+                            ("client", "extendedKeyUsage=clientAuth")):
+        run("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={name}",
+            "-keyout", f"{name}.key", "-out", f"{name}.csr")
+        (tmp_path / f"{name}.ext").write_text(extension + "\n")
+        run("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+            "-CAcreateserial", "-days", "1", "-extfile", f"{name}.ext", "-out", f"{name}.pem")
+    return {name: tmp_path / name for name in
+            ("ca.pem", "server.pem", "server.key", "client.pem", "client.key")}

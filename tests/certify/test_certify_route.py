@@ -7,6 +7,8 @@ from pathlib import Path
 
 from meshnet.certify.gates import Gates
 from meshnet.certify.run import Reference, certify
+from meshnet.route.launch import WorkerSpec, start_route
+from meshnet.route.stage import TlsFiles
 
 from .conftest import LANE, Route
 
@@ -54,3 +56,25 @@ def test_an_f16_boundary_fails_parity_at_a_tight_tolerance(
     worst = certificate.parity.max_abs_delta_logit
     assert worst is not None and worst > 1e-3
     assert any(f.startswith("parity: max |delta logit|") for f in certificate.failures)
+
+
+def test_a_route_served_over_mtls_is_certified_through_its_tls(
+        shard_worker: Path, smollm2: Path, certificates: dict[str, Path]) -> None:
+    tls = {"tls_cert": certificates["server.pem"], "tls_key": certificates["server.key"],
+           "tls_client_ca": certificates["ca.pem"]}
+    specs = [WorkerSpec(model=smollm2, layers=span, route_id="test/certify", threads=1,
+                        slots=2, ctx=512, metrics_listen="", **tls)
+             for span in ((0, 15), (15, 30))]
+    workers = start_route(shard_worker, specs)
+    try:
+        certificate = certify(
+            [w.endpoint for w in workers], LANE, Reference(shard_worker, smollm2, threads=1),
+            Gates(parity_steps=4, repeats=1), epoch=1,
+            tls=TlsFiles(ca=certificates["ca.pem"], cert=certificates["client.pem"],
+                         key=certificates["client.key"]))
+    finally:
+        for worker in workers:
+            worker.stop()
+
+    assert certificate.passed and certificate.parity.max_abs_delta_logit == 0.0
+    assert certificate.stages == 2

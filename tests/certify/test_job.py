@@ -8,7 +8,7 @@ from typing import Any
 from meshnet.api import labels
 from meshnet.api.certification import CertifiedLane
 from meshnet.api.modelartifact import ArtifactStorage
-from meshnet.api.shardroute import Recipe, Stage
+from meshnet.api.shardroute import Recipe, RouteTls, Stage
 from meshnet.certify import job as jobs
 from meshnet.certify.gates import Gates
 from meshnet.reconcile.podspec import RouteRef, StageInputs, WorkerConfig, stage_pod
@@ -20,20 +20,21 @@ CUDA = CertifiedLane(backend="cuda", gpu_product="NVIDIA-H100-80GB-HBM3",
                      manifest_digest="a" * 64, recipe_digest="b" * 64)
 
 
-def pod(lane: str = "cuda") -> dict[str, Any]:
+def pod(lane: str = "cuda", tls: RouteTls | None = None) -> dict[str, Any]:
     stage = Stage.model_validate({
         "name": "s0", "layers": {"begin": 0, "end": 10}, "resources": {"gpus": 1},
         "nodeSelector": {"pool": "gpu"},
         "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}]})
     return stage_pod(StageInputs(
-        ROUTE, stage, Recipe(lane=lane), None, 3, "c" * 64, "model-00001-of-00002.gguf",
+        ROUTE, stage, Recipe(lane=lane), tls, 3, "c" * 64, "model-00001-of-00002.gguf",
         ArtifactStorage.model_validate({"pvc": {"claimName": "models", "subPath": "dsv4"}}),
         "a" * 64), WorkerConfig(images={lane: f"worker:{lane}"}))
 
 
-def build(lane: CertifiedLane = CUDA, request: str | None = None) -> dict[str, Any]:
+def build(lane: CertifiedLane = CUDA, request: str | None = None,
+          tls: RouteTls | None = None) -> dict[str, Any]:
     return jobs.certification_job(jobs.JobInputs(
-        route=ROUTE, lane=lane, stage_pod=pod(lane.backend),
+        route=ROUTE, lane=lane, stage_pod=pod(lane.backend, tls),
         endpoints=["10.0.0.5:50051", "10.0.0.6:50051"], image="meshnet/certify:cuda",
         gates=Gates(speed_fraction=0.7), route_digest="c" * 64, epoch=3, request=request))
 
@@ -51,6 +52,27 @@ def test_the_job_runs_certify_against_every_stage_with_the_gates_and_lane() -> N
     assert args[args.index("--gpu-product") + 1] == "NVIDIA-H100-80GB-HBM3"
     assert args[args.index("--termination-log") + 1] == "/dev/termination-log"
     assert job["spec"]["backoffLimit"] == 0
+
+
+def test_for_a_tls_route_the_job_trusts_its_ca_and_presents_its_certificate_for_mtls() -> None:
+    plain = build()["spec"]["template"]["spec"]
+    assert "--tls-ca" not in plain["containers"][0]["args"]
+    assert [v["name"] for v in plain["volumes"]] == ["model", "work"]
+
+    for mtls in (False, True):
+        spec = build(tls=RouteTls(secret_name="stage-tls", require_client_cert=mtls))[
+            "spec"]["template"]["spec"]
+        container = spec["containers"][0]
+        args = container["args"]
+        assert args[args.index("--tls-ca") + 1] == "/etc/meshnet/tls/ca.crt"
+        assert ("--tls-cert" in args) == ("--tls-key" in args) == mtls
+        if mtls:
+            assert args[args.index("--tls-cert") + 1] == "/etc/meshnet/tls/tls.crt"
+            assert args[args.index("--tls-key") + 1] == "/etc/meshnet/tls/tls.key"
+        assert {"name": "tls", "mountPath": "/etc/meshnet/tls", "readOnly": True} in \
+            container["volumeMounts"]
+        assert next(v for v in spec["volumes"] if v["name"] == "tls")["secret"][
+            "secretName"] == "stage-tls"
 
 
 def test_the_job_runs_on_the_stages_hardware_with_their_model_volume() -> None:

@@ -149,28 +149,10 @@ def test_a_cancelled_stream_frees_its_sessions_slot(two_stages: list[WorkerProce
     client.close()
 
 
-def make_certificates(directory: Path) -> dict[str, Path]:
-    """A CA, a server certificate for 127.0.0.1 and a client certificate (openssl)."""
-    def run(*args: str) -> None:
-        subprocess.run(["openssl", *args], cwd=directory, check=True, capture_output=True)
-
-    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=test-ca",
-        "-keyout", "ca.key", "-out", "ca.pem")
-    for name, extension in (("server", "subjectAltName=IP:127.0.0.1"),
-                            ("client", "extendedKeyUsage=clientAuth")):
-        run("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={name}",
-            "-keyout", f"{name}.key", "-out", f"{name}.csr")
-        (directory / f"{name}.ext").write_text(extension + "\n")
-        run("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-            "-CAcreateserial", "-days", "1", "-extfile", f"{name}.ext", "-out", f"{name}.pem")
-    return {name: directory / name for name in
-            ("ca.pem", "server.pem", "server.key", "client.pem", "client.key")}
-
-
 def test_tls_and_mtls_serve_only_clients_that_trust_and_are_trusted(
-    shard_worker: Path, smollm2: Path, tmp_path: Path,
+    shard_worker: Path, smollm2: Path, certificates: dict[str, Path],
 ) -> None:
-    certs = make_certificates(tmp_path)
+    certs = certificates
     spec = WorkerSpec(model=smollm2, layers=(0, 30), threads=1, tls_cert=certs["server.pem"],
                       tls_key=certs["server.key"], tls_client_ca=certs["ca.pem"])
     with WorkerProcess(shard_worker, spec).start() as worker:

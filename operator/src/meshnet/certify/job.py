@@ -69,8 +69,15 @@ def certification_job(inputs: JobInputs) -> dict[str, Any]:
         command += ["--route-digest", inputs.route_digest]
     if inputs.request:
         command += ["--request", inputs.request]
-    mounts = [m for m in worker.get("volumeMounts", []) if m["name"] == "model"]
-    volumes = [v for v in pod.get("volumes", []) if v["name"] == "model"]
+    # The stages' own volumes: the model, and for a TLS route its Secret, whose CA the
+    # certifier trusts and whose certificate it presents where stages require one (mTLS).
+    mounts = [m for m in worker.get("volumeMounts", []) if m["name"] in ("model", "tls")]
+    volumes = [v for v in pod.get("volumes", []) if v["name"] in ("model", "tls")]
+    tls_dir = next((m["mountPath"] for m in mounts if m["name"] == "tls"), None)
+    if tls_dir:
+        command += ["--tls-ca", f"{tls_dir}/ca.crt"]
+        if "--tls-client-ca" in args:
+            command += ["--tls-cert", f"{tls_dir}/tls.crt", "--tls-key", f"{tls_dir}/tls.key"]
     container = {
         "name": "certify", "image": inputs.image, "command": ["meshnet"], "args": command,
         "imagePullPolicy": worker.get("imagePullPolicy", "IfNotPresent"),

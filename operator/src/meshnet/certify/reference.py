@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from meshnet.route.launch import WorkerProcess, WorkerSpec
+from meshnet.route.launch import OFFLOAD_ALL_LAYERS, WorkerProcess, WorkerSpec
 
 REFERENCE_ROUTE = "meshnet-certify/reference"
 
@@ -16,9 +16,9 @@ REFERENCE_ROUTE = "meshnet-certify/reference"
 def reference_worker(binary: Path, model: Path, *, ctx: int, threads: int, backend: str,
                      log: Path | None = None) -> Iterator[str]:
     """Starts it on a free loopback port and yields its endpoint; stops it on exit."""
-    extra = ("--gpu-layers", "9999") if backend != "cpu" else ()
     spec = WorkerSpec(model=model, layers=(0, None), route_id=REFERENCE_ROUTE, slots=1,
-                      ctx=ctx, threads=threads, metrics_listen="", extra=extra)
+                      ctx=ctx, threads=threads, metrics_listen="",
+                      gpu_layers=OFFLOAD_ALL_LAYERS if backend != "cpu" else 0)
     worker = WorkerProcess(binary, spec, log).start(timeout=600)
     try:
         yield worker.endpoint

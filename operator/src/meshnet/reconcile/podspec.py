@@ -14,6 +14,7 @@ from meshnet.api.common import API_VERSION
 from meshnet.api.modelartifact import ArtifactStorage
 from meshnet.api.shardroute import DEFAULT_GPU_RESOURCES, KIND, Recipe, RouteTls, Stage
 from meshnet.reconcile.naming import pod_name, service_name
+from meshnet.route.launch import OFFLOAD_ALL_LAYERS
 
 MODEL_DIR = "/models"
 TLS_DIR = "/etc/meshnet/tls"
@@ -40,11 +41,6 @@ class RouteRef:
     name: str
     namespace: str
     uid: str
-
-
-# llama.cpp offloads the last N layers of the whole model: more than any model has puts
-# every layer a stage owns, and the output head of the last stage, on its GPUs.
-OFFLOAD_ALL_LAYERS = 9999
 
 
 def worker_args(
