@@ -1,7 +1,7 @@
 # meshnet-shard-worker, CUDA lane. Build from the repository root:
 #   docker build -f images/worker-cuda.Dockerfile -t meshnet-shard-worker:cuda .
 # Ubuntu 24.04 brings gRPC 1.51 (the callback API the service uses). Pods need the
-# NVIDIA container runtime; pass --gpu-layers to offload the stage's layers.
+# NVIDIA container runtime; the operator passes --gpu-layers to stages that have GPUs.
 
 ARG CUDA_VERSION=12.6.3
 FROM nvidia/cuda:${CUDA_VERSION}-devel-ubuntu24.04 AS build

@@ -1,6 +1,7 @@
 # meshnet-shard-worker, ROCm (HIP) lane. Build from the repository root:
 #   docker build -f images/worker-rocm.Dockerfile -t meshnet-shard-worker:rocm .
-# Pods need /dev/kfd and /dev/dri; pass --gpu-layers to offload the stage's layers.
+# Pods need /dev/kfd and /dev/dri; the operator passes --gpu-layers
+# to stages that have GPUs.
 # Set AMDGPU_TARGETS at build time for the GPUs the stages run on.
 
 ARG ROCM_VERSION=6.3

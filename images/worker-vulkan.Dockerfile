@@ -1,7 +1,7 @@
 # meshnet-shard-worker, Vulkan lane. Build from the repository root:
 #   docker build -f images/worker-vulkan.Dockerfile -t meshnet-shard-worker:vulkan .
 # Pods need the GPU's Vulkan ICD (e.g. /dev/dri plus the vendor's ICD JSON mounted);
-# pass --gpu-layers to offload the stage's layers.
+# the operator passes --gpu-layers to stages that have GPUs.
 
 FROM debian:bookworm AS build
 RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
