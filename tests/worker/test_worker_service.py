@@ -3,6 +3,7 @@ on cancellation, TLS and mTLS, and `meshnet worker run`."""
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import subprocess
@@ -168,6 +169,25 @@ def test_tls_and_mtls_serve_only_clients_that_trust_and_are_trusted(
         with pytest.raises(StageError):
             plaintext.info()
         plaintext.close()
+
+
+def test_meshnet_generate_reaches_an_mtls_worker_with_the_tls_options(
+    shard_worker: Path, smollm2: Path, certificates: dict[str, Path],
+) -> None:
+    spec = WorkerSpec(model=smollm2, layers=(0, 30), threads=1,
+                      tls_cert=certificates["server.pem"], tls_key=certificates["server.key"],
+                      tls_client_ca=certificates["ca.pem"])
+    meshnet = Path(sys.executable).parent / "meshnet"
+    with WorkerProcess(shard_worker, spec).start() as worker:
+        command = [str(meshnet), "generate", "--stage", worker.endpoint, "--prompt", "Hi",
+                   "--max-tokens", "3", "--ignore-eos", "--json"]
+        tls = ["--tls-ca", str(certificates["ca.pem"]), "--tls-cert",
+               str(certificates["client.pem"]), "--tls-key", str(certificates["client.key"])]
+        answer = subprocess.run([*command, *tls], capture_output=True, text=True, timeout=120)
+        plaintext = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert answer.returncode == 0, answer.stderr
+    assert len(json.loads(answer.stdout)["tokens"]) == 3
+    assert plaintext.returncode != 0
 
 
 def test_meshnet_worker_run_starts_the_worker_with_computed_identities(

@@ -13,6 +13,7 @@ from meshnet.certify import store
 from meshnet.certify.gates import Gates
 from meshnet.certify.hardware import local_gpu_product
 from meshnet.certify.run import Reference, certify
+from meshnet.cli.tls import tls_client_options
 from meshnet.errors import MeshnetError
 from meshnet.route.launch import worker_binary
 from meshnet.route.stage import TlsFiles
@@ -58,18 +59,13 @@ def say(message: str) -> None:
 @click.option("--termination-log", type=click.Path(dir_okay=False, path_type=Path),
               default=None, help="Also write the certificate here (a Job's termination log).")
 @click.option("--json", "as_json", is_flag=True, help="Print the certificate as JSON.")
-@click.option("--tls-ca", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              default=None, help="CA of the workers' certificates (enables TLS).")
-@click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              default=None, help="Client certificate for mTLS.")
-@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              default=None, help="Client key for mTLS.")
+@tls_client_options
 def command(route_name: str | None, stages: tuple[str, ...], model: Path | None, backend: str,
             gpu_product: str | None, manifest_digest: str | None, recipe_digest: str | None,
             route_digest: str | None, epoch: int | None, request: str | None, tolerance: float,
             speed_fraction: float, parity_steps: int, speed_tokens: int, repeats: int,
             reference_threads: int | None, termination_log: Path | None, as_json: bool,
-            tls_ca: Path | None, tls_cert: Path | None, tls_key: Path | None) -> None:
+            tls: TlsFiles | None) -> None:
     """Certify a route's lane: the same tokens and logits as the unsplit model on a fixed
     prompt set, and decode at least --speed-fraction of its speed, on this hardware.
 
@@ -79,7 +75,6 @@ def command(route_name: str | None, stages: tuple[str, ...], model: Path | None,
         raise click.UsageError("give either --route NAME or one --stage per stage")
     gates = Gates(tolerance=tolerance, speed_fraction=speed_fraction, parity_steps=parity_steps,
                   speed_tokens=speed_tokens, repeats=repeats)
-    tls = TlsFiles(tls_ca, tls_cert, tls_key) if (tls_ca or tls_cert) else None
     threads = reference_threads or 0
     if route_name is not None:
         local = local_route(route_name)

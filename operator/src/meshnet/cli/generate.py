@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 import click
 
+from meshnet.cli.tls import tls_client_options
 from meshnet.local.registry import lookup
 from meshnet.route import RouteDriver, Sampling, TlsFiles
 
@@ -36,19 +36,13 @@ from meshnet.route import RouteDriver, Sampling, TlsFiles
                    "auto: chain when every stage has a next stage.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print one JSON object: text, token ids, timings, recoveries.")
-@click.option("--tls-ca", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              default=None, help="CA of the workers' certificates (enables TLS).")
-@click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              default=None, help="Client certificate for mTLS.")
-@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              default=None, help="Client key for mTLS.")
+@tls_client_options
 def command(stages: tuple[str, ...], route_name: str | None, prompt: str, max_tokens: int,
             temperature: float, top_k: int, top_p: float, seed: int, ignore_eos: bool,
             chunk: int | None, sample_locally: bool, topology: str, as_json: bool,
-            tls_ca: Path | None, tls_cert: Path | None, tls_key: Path | None) -> None:
+            tls: TlsFiles | None) -> None:
     """Generate text through a route's stages (streams the text as it comes)."""
     stages = _endpoints(stages, route_name)
-    tls = TlsFiles(tls_ca, tls_cert, tls_key) if (tls_ca or tls_cert) else None
     sampling = Sampling(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
     with RouteDriver(list(stages), tls=tls, chunk_tokens=chunk, sample_locally=sample_locally,
                      topology=topology) as driver:
