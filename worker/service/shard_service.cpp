@@ -312,23 +312,13 @@ void shard_service::complete(output_plan & plan, step_outcome & outcome, pb::For
     }
     auto * call = new relay_call;
     call->request = std::move(plan.relay_request);
-    pb::Boundary * boundary = call->request.mutable_boundary();
-    boundary->set_schema(schema_to_pb(info_.schema));
-    boundary->set_dtype(dtype_to_pb(identity_.boundary_dtype));
-    boundary->add_shape(plan.n_tokens);
-    for (int64_t dim : row_shape(info_)) boundary->add_shape(dim);
-    boundary_encode(outcome.boundary.data(), outcome.boundary.size(), identity_.boundary_dtype,
-                    *boundary->mutable_data());
-    metrics_.add_boundary_bytes_out(static_cast<int64_t>(boundary->data().size()));
+    write_boundary(plan.n_tokens, outcome.boundary, *call->request.mutable_boundary());
     // Wait out a next stage that is (re)starting rather than failing at once; a stage
     // that stays away answers DEADLINE_EXCEEDED.
     call->context.set_wait_for_ready(true);
     call->context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
     pb::StageTrace own;
-    own.mutable_layers()->set_begin(info_.layer_begin);
-    own.mutable_layers()->set_end(info_.layer_end);
-    own.set_incarnation(identity_.incarnation);
-    own.set_engine_micros(outcome.engine_micros);
+    write_trace(outcome.engine_micros, own);
     next_stub_->async()->Forward(&call->context, &call->request, &call->response,
         [call, own, &response, then](grpc::Status status) {
             if (status.ok()) {
@@ -342,23 +332,28 @@ void shard_service::complete(output_plan & plan, step_outcome & outcome, pb::For
         });
 }
 
+void shard_service::write_boundary(int64_t n_tokens, const std::vector<float> & rows, pb::Boundary & out) {
+    out.set_schema(schema_to_pb(info_.schema));
+    out.set_dtype(dtype_to_pb(identity_.boundary_dtype));
+    out.add_shape(n_tokens);
+    for (int64_t dim : row_shape(info_)) out.add_shape(dim);
+    boundary_encode(rows.data(), rows.size(), identity_.boundary_dtype, *out.mutable_data());
+    metrics_.add_boundary_bytes_out(static_cast<int64_t>(out.data().size()));
+}
+
+void shard_service::write_trace(int64_t engine_micros, pb::StageTrace & out) const {
+    out.mutable_layers()->set_begin(info_.layer_begin);
+    out.mutable_layers()->set_end(info_.layer_end);
+    out.set_incarnation(identity_.incarnation);
+    out.set_engine_micros(engine_micros);
+}
+
 void shard_service::answer(const output_plan & plan, step_outcome & outcome, pb::ForwardResponse & response) {
     response.set_n_past(outcome.n_past);
     response.set_engine_micros(outcome.engine_micros);
-    pb::StageTrace * own = response.add_chain();
-    own->mutable_layers()->set_begin(info_.layer_begin);
-    own->mutable_layers()->set_end(info_.layer_end);
-    own->set_incarnation(identity_.incarnation);
-    own->set_engine_micros(outcome.engine_micros);
+    write_trace(outcome.engine_micros, *response.add_chain());
     if (!plan.last) {
-        pb::Boundary * boundary = response.mutable_boundary();
-        boundary->set_schema(schema_to_pb(info_.schema));
-        boundary->set_dtype(dtype_to_pb(identity_.boundary_dtype));
-        boundary->add_shape(plan.n_tokens);
-        for (int64_t dim : row_shape(info_)) boundary->add_shape(dim);
-        boundary_encode(outcome.boundary.data(), outcome.boundary.size(), identity_.boundary_dtype,
-                        *boundary->mutable_data());
-        metrics_.add_boundary_bytes_out(static_cast<int64_t>(boundary->data().size()));
+        write_boundary(plan.n_tokens, outcome.boundary, *response.mutable_boundary());
         return;
     }
     const int32_t n_vocab = info_.n_vocab;

@@ -82,6 +82,10 @@ public:
     // when the plan says so), then calls `then` with the status, on any thread.
     void complete(output_plan & plan, step_outcome & outcome, pb::ForwardResponse & response,
                   std::function<void(const grpc::Status &)> then);
+    // This stage's output boundary (n_tokens rows), encoded in its wire dtype.
+    void write_boundary(int64_t n_tokens, const std::vector<float> & rows, pb::Boundary & out);
+    // This stage's entry in a step's chain trace.
+    void write_trace(int64_t engine_micros, pb::StageTrace & out) const;
 
     std::optional<shard_error> check_key(const pb::RouteKey & key) const;
     void finish(grpc::ServerUnaryReactor * reactor, const char * rpc, const grpc::Status & status);
