@@ -17,7 +17,7 @@ def pod(stage: dict[str, Any], recipe: dict[str, Any] | None = None,
     inputs = StageInputs(
         RouteRef("r1", "ml", "uid-1"), Stage.model_validate(stage),
         Recipe.model_validate(recipe or {}), tls, 3, "f" * 64, "m-00001-of-00002.gguf",
-        ArtifactStorage.model_validate(storage or {"pvc": {"claimName": "models"}}), DIGEST)
+        ArtifactStorage.model_validate(storage or {"pvc": {"claimName": "models"}}), DIGEST, 3)
     return stage_pod(inputs, CONFIG)
 
 
@@ -28,11 +28,11 @@ def test_worker_args_carry_the_model_range_route_epoch_ports_and_recipe() -> Non
     args = worker_args(model_path="/models/m.gguf", stage=Stage.model_validate(STAGE),
                        route_id="ml/r1", epoch=3,
                        recipe=Recipe(boundary_dtype="bf16", context_length=8192, session_slots=2),
-                       config=CONFIG, tls=None)
+                       config=CONFIG, tls=None, route_stages=3)
     assert args == ["--model", "/models/m.gguf", "--layers", "10:20", "--route-id", "ml/r1",
                     "--epoch", "3", "--listen", "0.0.0.0:50051",
                     "--metrics-listen", "0.0.0.0:9090", "--slots", "2", "--ctx", "8192",
-                    "--boundary-dtype", "bf16"]
+                    "--boundary-dtype", "bf16", "--pipeline-depth", "3"]
 
 
 def test_stages_with_gpus_offload_every_layer_they_own() -> None:

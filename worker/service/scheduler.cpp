@@ -3,6 +3,7 @@
 #include "scheduler.h"
 
 #include <algorithm>
+#include <cstdint>
 
 namespace meshnet {
 
@@ -19,8 +20,9 @@ static error_reason reason_of(engine_status status) {
 }
 
 scheduler::scheduler(engine_i & engine, session_store & sessions, int32_t max_step_tokens,
-                     session_clock::duration batch_wait)
-    : engine_(engine), sessions_(sessions), max_step_tokens_(max_step_tokens), batch_wait_(batch_wait) {}
+                     session_clock::duration batch_wait, int32_t pipeline_depth)
+    : engine_(engine), sessions_(sessions), max_step_tokens_(max_step_tokens), batch_wait_(batch_wait),
+      pipeline_depth_(std::max<int32_t>(1, pipeline_depth)) {}
 
 scheduler::~scheduler() {
     stop();
@@ -115,8 +117,9 @@ void scheduler::run() {
                 batch.assign(std::make_move_iterator(steps_.begin()), std::make_move_iterator(steps_.end()));
                 steps_.clear();
             } else {
+                const size_t most = group_size(session_clock::now());
                 int64_t tokens = 0;
-                for (auto it = steps_.begin(); it != steps_.end();) {
+                for (auto it = steps_.begin(); it != steps_.end() && batch.size() < most;) {
                     const bool same_session = std::any_of(batch.begin(), batch.end(),
                         [&](const step_job & job) { return job.key == it->key; });
                     const int64_t n = static_cast<int64_t>(it->positions.size());
@@ -164,7 +167,7 @@ void scheduler::wait_for_burst(std::unique_lock<std::mutex> & lock) {
     const auto now      = session_clock::now();
     const auto deadline = now + batch_wait_;
     const auto gap      = std::min<session_clock::duration>(batch_wait_, burst_gap);
-    const auto active   = static_cast<size_t>(sessions_.recently_used(now, std::chrono::milliseconds(100)));
+    const auto active   = static_cast<size_t>(sessions_.recently_used(now, generating_window));
     while (!stopping_ && steps_.size() < active) {
         const auto quiet_until = std::min(last_arrival_ + gap, deadline);
         if (session_clock::now() >= quiet_until) {
@@ -172,6 +175,19 @@ void scheduler::wait_for_burst(std::unique_lock<std::mutex> & lock) {
         }
         wake_.wait_until(lock, quiet_until);
     }
+}
+
+size_t scheduler::group_size(session_clock::time_point now) const {
+    // A pipeline of S stages computes S groups of sessions at once, one at each stage.
+    // One step of every generating session would keep the other stages idle while this
+    // one computes (and this one idle while they do): the stages would run in lockstep.
+    if (pipeline_depth_ <= 1) {
+        return SIZE_MAX;
+    }
+    const size_t generating = std::max(steps_.size(),
+        static_cast<size_t>(sessions_.recently_used(now, generating_window)));
+    const size_t depth = static_cast<size_t>(pipeline_depth_);
+    return std::max<size_t>(1, (generating + depth - 1) / depth);
 }
 
 void scheduler::run_batch(std::vector<step_job> & batch) {

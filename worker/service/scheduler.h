@@ -44,8 +44,11 @@ public:
     // `batch_wait`: how long a step may wait for the steps of other sessions that are
     // in the middle of a generation (used recently) to arrive and join its batch; it
     // waits only while such steps keep arriving (a burst, see `burst_gap`).
+    // `pipeline_depth`: stages in the route; the generating sessions are split into that
+    // many groups, one engine step each (see `group_size`).
     scheduler(engine_i & engine, session_store & sessions, int32_t max_step_tokens,
-              session_clock::duration batch_wait = std::chrono::microseconds(0));
+              session_clock::duration batch_wait = std::chrono::microseconds(0),
+              int32_t pipeline_depth = 1);
     ~scheduler();
 
     void start();
@@ -71,9 +74,12 @@ private:
 
     // A burst of steps ends once none has arrived for this long.
     static constexpr session_clock::duration burst_gap = std::chrono::microseconds(300);
+    // A session that ran a step this recently is still generating.
+    static constexpr session_clock::duration generating_window = std::chrono::seconds(1);
 
     void run();
     void wait_for_burst(std::unique_lock<std::mutex> & lock);
+    size_t group_size(session_clock::time_point now) const;
     void run_batch(std::vector<step_job> & batch);
     void record_tokens(int64_t n_tokens);
 
@@ -81,6 +87,7 @@ private:
     session_store & sessions_;
     int32_t         max_step_tokens_;
     session_clock::duration batch_wait_;
+    int32_t         pipeline_depth_;
 
     mutable std::mutex      mutex_;
     std::condition_variable wake_;

@@ -31,6 +31,9 @@ const char * worker_params_usage() {
         "  --batch-wait-us N         let a step wait up to N us while other sessions' steps keep\n"
         "                            arriving, to share its decode (default: 0: a stage never\n"
         "                            idles while steps are queued; those queued share a decode)\n"
+        "  --pipeline-depth N        stages in the route: concurrent sessions are split into N\n"
+        "                            groups so that every stage computes one at a time (default:\n"
+        "                            the model's layers / this stage's layers, rounded)\n"
         "  --tls-cert F --tls-key F  serve TLS with this PEM certificate chain and key\n"
         "  --tls-client-ca F         require client certificates signed by this CA (mTLS)\n"
         "  --next-stage ADDR         chain: relay steps to this worker (with TLS: trusted via\n"
@@ -79,6 +82,7 @@ bool worker_params_parse(int argc, char ** argv, worker_params & params, std::st
         {"--batch",           int32_into(params.n_batch, 1)},
         {"--threads",         int32_into(params.n_threads, 0)},
         {"--gpu-layers",      int32_into(params.n_gpu_layers, 0)},
+        {"--pipeline-depth",  int32_into(params.pipeline_depth, 1)},
         {"--epoch", [&](const std::string & v) {
             int64_t n;
             if (!parse_int64(v, n) || n < 0) return false;

@@ -8,6 +8,7 @@
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server_builder.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <random>
@@ -45,6 +46,15 @@ static bool read_file(const std::string & path, std::string & out, std::string &
 static bool is_loopback(const std::string & address) {
     return address.rfind("127.", 0) == 0 || address.rfind("localhost:", 0) == 0 || address.rfind("[::1]:", 0) == 0 ||
            address.rfind("unix:", 0) == 0;
+}
+
+// Stages in the route as given, or as many as stages of this one's size would make.
+static int32_t pipeline_depth(const worker_params & params, const engine_info & info) {
+    if (params.pipeline_depth > 0) {
+        return params.pipeline_depth;
+    }
+    const int32_t owned = std::max<int32_t>(1, info.layer_end - info.layer_begin);
+    return std::max<int32_t>(1, (info.n_layer + owned / 2) / owned);
 }
 
 worker_server::~worker_server() {
@@ -116,7 +126,8 @@ bool worker_server::start(const worker_params & params, engine_i & engine, std::
 
     sessions_  = std::make_unique<session_store>(info.n_slots, std::chrono::milliseconds(params.evict_idle_ms));
     scheduler_ = std::make_unique<scheduler>(engine, *sessions_, params.n_batch,
-                                             std::chrono::microseconds(params.batch_wait_us));
+                                             std::chrono::microseconds(params.batch_wait_us),
+                                             pipeline_depth(params, info));
     registry_  = std::make_unique<metrics_registry>();
     service_   = std::make_unique<shard_service>(identity_, engine, *sessions_, *scheduler_, *registry_, next_stage);
     scheduler_->start();

@@ -371,8 +371,11 @@ TEST("the last stage answers logits, top-k and samples for the requested rows") 
     CHECK_EQ(out.rows(1).logits_size(), 3);
 }
 
-TEST("concurrent sessions' steps are batched into one engine step") {
-    stage first(0, 4, small(8));
+// Five sessions queue behind one blocked step; returns the engine's batch sizes.
+static std::vector<size_t> batches_behind_a_blocked_step(int32_t pipeline_depth) {
+    worker_params params = small(8);
+    params.pipeline_depth = pipeline_depth;
+    stage first(0, 4, params);
     gate g;
     std::atomic<bool> first_step{true};
     first.engine.before_step = [&] { if (first_step.exchange(false)) g.wait(); };
@@ -390,9 +393,26 @@ TEST("concurrent sessions' steps are batched into one engine step") {
     g.release();
     for (auto & c : clients) c.join();
     CHECK_EQ(ok.load(), 6);
-    const auto sizes = first.engine.batch_sizes();
+    return first.engine.batch_sizes();
+}
+
+TEST("concurrent sessions' steps are batched into one engine step") {
+    const auto sizes = batches_behind_a_blocked_step(1);
     CHECK_EQ(sizes.size(), static_cast<size_t>(2));
     if (sizes.size() == 2) CHECK_EQ(sizes[1], static_cast<size_t>(5));
+}
+
+TEST("in a route of two stages the generating sessions run as two groups") {
+    // Six sessions generate: groups of three, so that one group computes here while
+    // the other computes at the other stage. The derived depth (8 layers / 4) is 2 too.
+    for (int32_t depth : {2, 0}) {
+        const auto sizes = batches_behind_a_blocked_step(depth);
+        CHECK_EQ(sizes.size(), static_cast<size_t>(3));
+        if (sizes.size() == 3) {
+            CHECK_EQ(sizes[1], static_cast<size_t>(3));
+            CHECK_EQ(sizes[2], static_cast<size_t>(2));
+        }
+    }
 }
 
 TEST("with --batch-wait-us a step does not wait for active sessions whose steps stay away") {

@@ -64,13 +64,17 @@ def build_cmd(lane: str, dev: bool, jobs: int | None) -> None:
               help="Require client certificates signed by this CA (mTLS).")
 @click.option("--next-stage", default="", metavar="HOST:PORT",
               help="Chain topology: relay steps to this stage (the next range).")
+@click.option("--pipeline-depth", type=click.IntRange(0), default=0, show_default=True,
+              help="Stages in the route: concurrent sessions run as that many groups, so "
+                   "every stage computes one (0: the model's layers / this stage's layers).")
 @click.option("--dev", is_flag=True, help="Run the `worker build --dev` binary.")
 @lane_option
 def run_cmd(model: Path, layers: str, route_id: str, epoch: int, listen: str, metrics_listen: str,
             slots: int, ctx: int, batch: int, threads: int, boundary_dtype: str,
             manifest_digest: str | None, recipe_digest: str | None, route_digest: str,
             evict_idle_ms: int | None, tls_cert: str | None, tls_key: str | None,
-            tls_client_ca: str | None, next_stage: str, dev: bool, lane: str) -> None:
+            tls_client_ca: str | None, next_stage: str, pipeline_depth: int, dev: bool,
+            lane: str) -> None:
     """Start a built meshnet-shard-worker serving LAYERS of MODEL (replaces this process)."""
     begin_text, _, end_text = layers.partition(":")
     try:
@@ -92,7 +96,7 @@ def run_cmd(model: Path, layers: str, route_id: str, epoch: int, listen: str, me
         tls_cert=Path(tls_cert) if tls_cert else None,
         tls_key=Path(tls_key) if tls_key else None,
         tls_client_ca=Path(tls_client_ca) if tls_client_ca else None,
-        next_stage=next_stage,
+        next_stage=next_stage, pipeline_depth=pipeline_depth,
     )
     binary = worker_binary(dev=dev)
     click.echo(f"[worker] {binary} {' '.join(spec.args())}", err=True)

@@ -23,6 +23,7 @@ _LOCAL_FLAGS = {
     "--ctx",
     "--boundary-dtype",
     "--gpu-layers",
+    "--pipeline-depth",
 }
 
 
@@ -43,6 +44,7 @@ def worker_spec(pod: dict[str, Any], model_path: Path, threads: int) -> WorkerSp
         ctx=int(flags["--ctx"]),
         boundary_dtype=flags["--boundary-dtype"],
         gpu_layers=int(flags.get("--gpu-layers", 0)),
+        pipeline_depth=int(flags.get("--pipeline-depth", 0)),
         threads=threads,
         exit_with_parent=True,  # a `meshnet up` that is killed leaves no worker behind
     )

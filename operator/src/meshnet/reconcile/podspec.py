@@ -45,7 +45,7 @@ class RouteRef:
 
 def worker_args(
     *, model_path: str, stage: Stage, route_id: str, epoch: int, recipe: Recipe,
-    config: WorkerConfig, tls: RouteTls | None,
+    config: WorkerConfig, tls: RouteTls | None, route_stages: int,
 ) -> list[str]:
     """The `meshnet-shard-worker` command line for one stage (the single place to change it)."""
     args = [
@@ -58,6 +58,7 @@ def worker_args(
         "--slots", str(recipe.session_slots),
         "--ctx", str(recipe.context_length),
         "--boundary-dtype", recipe.boundary_dtype,
+        "--pipeline-depth", str(route_stages),
     ]
     if stage.resources.gpus and recipe.lane != "cpu":
         args += ["--gpu-layers", str(OFFLOAD_ALL_LAYERS)]
@@ -146,6 +147,7 @@ class StageInputs:
     model_file: str
     storage: ArtifactStorage
     manifest_digest: str
+    route_stages: int  # stages in the route (the pipeline's depth)
 
 
 def stage_pod(inputs: StageInputs, config: WorkerConfig) -> dict[str, Any]:
@@ -154,7 +156,7 @@ def stage_pod(inputs: StageInputs, config: WorkerConfig) -> dict[str, Any]:
     args = worker_args(
         model_path=f"{MODEL_DIR}/{inputs.model_file}", stage=stage,
         route_id=f"{route.namespace}/{route.name}", epoch=inputs.epoch, recipe=inputs.recipe,
-        config=config, tls=inputs.tls,
+        config=config, tls=inputs.tls, route_stages=inputs.route_stages,
     )
     mounts: list[dict[str, Any]] = [{"name": "model", "mountPath": MODEL_DIR, "readOnly": True},
               {"name": "tmp", "mountPath": "/tmp"}]

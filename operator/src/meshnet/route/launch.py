@@ -61,6 +61,7 @@ class WorkerSpec:
     tls_client_ca: Path | None = None
     next_stage: str = ""
     exit_with_parent: bool = False  # the worker stops when the process starting it exits
+    pipeline_depth: int = 0  # stages in the route; 0: the worker derives it from its range
     extra: tuple[str, ...] = field(default_factory=tuple)
 
     def args(self) -> list[str]:
@@ -89,6 +90,7 @@ class WorkerSpec:
             "--tls-client-ca": self.tls_client_ca,
             "--next-stage": self.next_stage or None,
             "--gpu-layers": self.gpu_layers or None,
+            "--pipeline-depth": self.pipeline_depth or None,
             "--exit-with-parent": os.getpid() if self.exit_with_parent else None,
         }
         for flag, value in optional.items():
@@ -210,6 +212,7 @@ def start_route(binary: Path, specs: Sequence[WorkerSpec], log_dir: Path | None 
                 timeout: float = 120.0, chain: bool = False) -> list[WorkerProcess]:
     """Starts one worker per spec (one at a time: model loading is CPU heavy); with
     `chain`, on fixed ports with each stage's --next-stage set to its successor."""
+    specs = [replace(spec, pipeline_depth=spec.pipeline_depth or len(specs)) for spec in specs]
     if chain:
         specs = chain_specs(specs)
     workers: list[WorkerProcess] = []
