@@ -6,9 +6,12 @@ backend, and 8 concurrent sessions vs 1 (SmolLM2-135M Q4_1, same total threads).
 
 Prints one table: best (and median) of --repeats interleaved rounds of a 128-token
 prompt and 64 decoded tokens (greedy); every setup runs once per round, so background
-load hits them alike. Threads: the unsplit model gets --threads; each of the two stages
-and each of the two ggml-rpc-server processes gets --threads / 2. One more row gives
-each stage all --threads: while one session decodes, only one stage computes at a time.
+load hits them alike, and the "paired" columns give the median over rounds of each
+setup's speed divided by the reference's in the same round (the machine's speed drifts
+between rounds; within one round it drifts less). Threads: the unsplit model gets
+--threads; each of the two stages and each of the two ggml-rpc-server processes gets
+--threads / 2. One more row gives each stage all --threads: while one session decodes,
+only one stage computes at a time.
 GOMP_SPINCOUNT (inherited by every process measured) keeps finished OpenMP threads from
 spinning for milliseconds against the other stage; --omp-passive sleeps them at once
 (slower: ggml synchronises once per graph node).
@@ -54,6 +57,11 @@ def smollm2() -> Path:
 def summary(values: list[float]) -> dict[str, float]:
     """Best and median of the rounds (background load only ever slows a round down)."""
     return {"best": round(max(values), 1), "median": round(statistics.median(values), 1)}
+
+
+def paired(pairs: list[tuple[float, float]]) -> float:
+    """Median over rounds of value / reference, each pair measured in the same round."""
+    return statistics.median(value / reference for value, reference in pairs if reference > 0)
 
 
 def prompt_ids(driver: RouteDriver) -> list[int]:
@@ -188,14 +196,17 @@ def run(bin_dir: Path | None, threads: int, repeats: int) -> dict[str, Any]:
                 results["llama_cpp_rpc_2_servers_error"] = str(exc)[-300:]
         for name, values in rounds.items():
             results[name] = {"prefill": summary([v[0] for v in values]),
-                             "decode": summary([v[1] for v in values])}
-        chain = drivers["route_2_stages_chain"]
-        concurrent_decode(chain, prompt, 2)  # warm up
+                             "decode": summary([v[1] for v in values]),
+                             "rounds": values}
+        chain_driver = drivers["route_2_stages_chain"]
+        concurrent_decode(chain_driver, prompt, 2)  # warm up
         ones, eights = [], []
-        for _ in range(max(1, repeats // 2)):
-            ones.append(concurrent_decode(chain, prompt, 1))
-            eights.append(concurrent_decode(chain, prompt, 8))
-        results["route_2_stages_sessions"] = {"1": summary(ones), "8": summary(eights)}
+        for _ in range(repeats):
+            ones.append(concurrent_decode(chain_driver, prompt, 1))
+            eights.append(concurrent_decode(chain_driver, prompt, 8))
+        results["route_2_stages_sessions"] = {
+            "1": summary(ones), "8": summary(eights),
+            "paired_ratio": round(paired([(e, o) for e, o in zip(eights, ones, strict=True)]), 2)}
     finally:
         if rpc:
             rpc.stop()
@@ -214,8 +225,10 @@ def report(results: dict[str, Any]) -> str:
         f"{results['omp_wait_policy'] or 'default'}, GOMP_SPINCOUNT="
         f"{results['gomp_spincount'] or 'default'}, load average at start "
         f"{', '.join(f'{x:.2f}' for x in results['load_average'])}"),
-        f"best of {results['rounds']} interleaved rounds (median in brackets)",
-        f"{'setup':<36}{'prefill tok/s':>22}{'%':>7}{'decode tok/s':>20}{'%':>7}",
+        f"best of {results['rounds']} interleaved rounds (median in brackets); % of the "
+        "reference's best, and paired: median over rounds of the ratio within a round",
+        f"{'setup':<36}{'prefill tok/s':>22}{'%':>7}{'paired':>8}{'decode tok/s':>20}{'%':>7}"
+        f"{'paired':>8}",
     ]
     rows = [
         ("unsplit llama.cpp (reference)", "unsplit_llama_cpp"),
@@ -231,17 +244,21 @@ def report(results: dict[str, Any]) -> str:
             continue
         row = results[key]
         prefill, decode = row["prefill"], row["decode"]
+        pairs = list(zip(row["rounds"], base["rounds"], strict=False))
+        paired_prefill = paired([(v[0], b[0]) for v, b in pairs])
+        paired_decode = paired([(v[1], b[1]) for v, b in pairs])
         lines.append(
             f"{label:<36}{prefill['best']:>12.1f} ({prefill['median']:>6.1f})"
-            f"{100 * prefill['best'] / base['prefill']['best']:>6.1f}%"
+            f"{100 * prefill['best'] / base['prefill']['best']:>6.1f}%{100 * paired_prefill:>7.1f}%"
             f"{decode['best']:>10.1f} ({decode['median']:>6.1f})"
-            f"{100 * decode['best'] / base['decode']['best']:>6.1f}%"
+            f"{100 * decode['best'] / base['decode']['best']:>6.1f}%{100 * paired_decode:>7.1f}%"
         )
     sessions = results["route_2_stages_sessions"]
     one, eight = sessions["1"]["best"], sessions["8"]["best"]
     lines.append(
         f"2-stage chain+loop (1+1 threads), aggregate decode: 1 session {one:.1f} tok/s, "
-        f"8 sessions {eight:.1f} tok/s ({eight / one:.2f}x)"
+        f"8 sessions {eight:.1f} tok/s (best/best {eight / one:.2f}x, paired "
+        f"{sessions['paired_ratio']:.2f}x)"
     )
     return "\n".join(lines)
 
