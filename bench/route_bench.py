@@ -71,9 +71,16 @@ def prompt_ids(driver: RouteDriver) -> list[int]:
     return ids[:PROMPT_TOKENS]
 
 
-def measure_route(driver: RouteDriver, prompt: list[int]) -> tuple[float, float]:
-    """(prefill, decode) tokens/s of one 128-token prompt and 64 decoded tokens."""
+def measure_route(driver: RouteDriver, prompt: list[int],
+                  overheads: list[float] | None = None) -> tuple[float, float]:
+    """(prefill, decode) tokens/s of one 128-token prompt and 64 decoded tokens; appends
+    to `overheads` the decode's milliseconds per token outside the engines (network,
+    hand-offs, driver), which the machine's drifting speed hardly moves."""
     generation = driver.generate(prompt, max_tokens=DECODE_TOKENS, stop_at_eos=False)
+    if overheads is not None:
+        steps = max(1, len(generation.tokens) - 1)
+        overheads.append(
+            1e3 * (generation.decode_seconds - generation.decode_engine_seconds) / steps)
     return generation.prefill_tokens_per_second, generation.decode_tokens_per_second
 
 
@@ -185,11 +192,13 @@ def run(bin_dir: Path | None, threads: int, repeats: int) -> dict[str, Any]:
             driver.generate(prompt[:8], max_tokens=4, stop_at_eos=False)  # warm up
         rpc = RpcServers(half)
         rounds: dict[str, list[tuple[float, float]]] = {}
+        overheads: dict[str, list[float]] = {}
         for _ in range(repeats):
             rounds.setdefault("unsplit_llama_cpp", []).append(
                 measure_reference(reference_tool, model, prompt, threads))
             for name, driver in drivers.items():
-                rounds.setdefault(name, []).append(measure_route(driver, prompt))
+                rounds.setdefault(name, []).append(
+                    measure_route(driver, prompt, overheads.setdefault(name, [])))
             try:
                 rounds.setdefault("llama_cpp_rpc_2_servers", []).append(rpc.measure(model))
             except (RuntimeError, subprocess.SubprocessError) as exc:
@@ -198,6 +207,9 @@ def run(bin_dir: Path | None, threads: int, repeats: int) -> dict[str, Any]:
             results[name] = {"prefill": summary([v[0] for v in values]),
                              "decode": summary([v[1] for v in values]),
                              "rounds": values}
+            if name in overheads:
+                results[name]["decode_overhead_ms_per_token"] = round(
+                    statistics.median(overheads[name]), 3)
         chain_driver = drivers["route_2_stages_chain"]
         concurrent_decode(chain_driver, prompt, 2)  # warm up
         ones, eights = [], []
@@ -228,7 +240,7 @@ def report(results: dict[str, Any]) -> str:
         f"best of {results['rounds']} interleaved rounds (median in brackets); % of the "
         "reference's best, and paired: median over rounds of the ratio within a round",
         f"{'setup':<36}{'prefill tok/s':>22}{'%':>7}{'paired':>8}{'decode tok/s':>20}{'%':>7}"
-        f"{'paired':>8}",
+        f"{'paired':>8}{'outside engines ms/token':>26}",
     ]
     rows = [
         ("unsplit llama.cpp (reference)", "unsplit_llama_cpp"),
@@ -252,6 +264,8 @@ def report(results: dict[str, Any]) -> str:
             f"{100 * prefill['best'] / base['prefill']['best']:>6.1f}%{100 * paired_prefill:>7.1f}%"
             f"{decode['best']:>10.1f} ({decode['median']:>6.1f})"
             f"{100 * decode['best'] / base['decode']['best']:>6.1f}%{100 * paired_decode:>7.1f}%"
+            + (f"{row['decode_overhead_ms_per_token']:>26.2f}"
+               if "decode_overhead_ms_per_token" in row else "")
         )
     sessions = results["route_2_stages_sessions"]
     one, eight = sessions["1"]["best"], sessions["8"]["best"]

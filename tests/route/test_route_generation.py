@@ -55,6 +55,8 @@ def test_the_chained_route_generates_the_unsplit_models_tokens(
     assert generation.topology == "chain"
     assert via_hub.topology == "hub"
     assert generation.tokens == reference(generation.prompt_tokens, 64) == via_hub.tokens
+    for run in (generation, via_hub):  # the stages' engine time is part of the decode's
+        assert 0 < run.decode_engine_seconds < run.decode_seconds
 
 
 def test_chain_topology_is_refused_for_workers_without_a_next_stage(

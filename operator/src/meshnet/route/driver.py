@@ -59,6 +59,10 @@ class Generation:
     recovery_reasons: list[str] = field(default_factory=list)
     prefill_seconds: float = 0.0
     decode_seconds: float = 0.0
+    # Engine time of the decode steps, summed over the stages (the stages' own account,
+    # from each answer's chain trace): the rest of decode_seconds went to the network,
+    # the hand-offs between threads and the driver.
+    decode_engine_seconds: float = 0.0
     boundary_bytes: int = 0
 
     @property
@@ -200,6 +204,7 @@ class RouteDriver:
         token = run.step_with_recovery(prompt_ids)
         run.result.prefill_seconds = time.perf_counter() - started
         decode_started = time.perf_counter()
+        engine_before = run.engine_seconds
         stop_ids = set(route.eos_token_ids) if stop_at_eos else set()
         further = min(max_tokens - 1, route.n_ctx - len(run.history))
         run.result.tokens.append(token)
@@ -218,6 +223,7 @@ class RouteDriver:
         if run.result.stop_reason != "eos" and len(run.result.tokens) < max_tokens:
             run.result.stop_reason = "context"
         run.result.decode_seconds = time.perf_counter() - decode_started
+        run.result.decode_engine_seconds = run.engine_seconds - engine_before
         run.release()
         run.result.text = self.detokenize(run.result.tokens)
         return run.result
@@ -232,6 +238,11 @@ class _Run:
         self.history: list[int] = []  # tokens every stage holds (after a successful step)
         self.session_id = uuid.uuid4().hex
         self.result = Generation(session_id=self.session_id, prompt_tokens=list(prompt_ids))
+        self.engine_seconds = 0.0  # every answered step's engine time, over its stages
+
+    def answered(self, response: pb.ForwardResponse) -> pb.ForwardResponse:
+        self.engine_seconds += sum(hop.engine_micros for hop in response.chain) * 1e-6
+        return response
 
     def key(self, route: RouteInfo) -> pb.RouteKey:
         return pb.RouteKey(route_id=route.route_id, epoch=route.epoch, session_id=self.session_id)
@@ -295,6 +306,7 @@ class _Run:
         stream = self.driver.clients[0].forward_stream(request)
         try:
             for response in stream:
+                self.answered(response)
                 self.check_chain(route, response)
                 self.history.append(pending[0])
                 sampled = self.take_output(response, response.n_past - 1)
@@ -362,7 +374,7 @@ class _Run:
                 call = self.driver.clients[stage_index].forward_async(request)
                 calls.append((stage_index, chunk_index, request, call))
             for stage_index, chunk_index, request, call in calls:
-                response = call.result()
+                response = self.answered(call.result())
                 if stage_index < n_stages - 1:
                     outputs[(stage_index, chunk_index)] = response.boundary
                 elif chunk_index == len(chunks) - 1:
@@ -375,7 +387,7 @@ class _Run:
         request.relay = True
         request.ClearField("output")
         self.ask_output(request.output, len(tokens))
-        response = self.driver.clients[0].forward(request)
+        response = self.answered(self.driver.clients[0].forward(request))
         self.result.boundary_bytes += route.seam_bytes_per_token * len(tokens) * (
             len(route.stages) - 1)
         self.check_chain(route, response)
