@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU lane check, run from the repository root on a machine with a GPU:
 #
-#   MODEL=path/to.gguf [LANE=cuda] [OUT=dir] bench/gpu_lane.sh
+#   MODEL=path/to.gguf [LANE=cuda] [OUT=dir] [ROUTE_BENCH=1] bench/gpu_lane.sh
 #
 # Builds the pinned, patched llama.cpp for the lane with `meshnet pin build` (needs the
 # patched workspace of `meshnet pin patch`, Python 3 with click, pyyaml and pydantic, cmake
@@ -9,7 +9,11 @@
 # (no gRPC service: only the engine needs the GPU), then runs on the GPU:
 #   - the engine tests (ctest);
 #   - split parity: 3 and 2 stages against the unsplit model, every layer offloaded;
-#   - llama-bench on the unsplit model, every layer offloaded, for reference speeds.
+#   - llama-bench on the unsplit model, every layer offloaded, for reference speeds;
+#   - with ROUTE_BENCH=1 (needs gRPC C++ for the build, and grpcio, grpcio-status and
+#     protobuf for Python): the gRPC worker too, and bench/route_bench.py with every
+#     layer offloaded (MODEL must then be SmolLM2-135M: the bench's splits are its 30
+#     layers).
 # Writes build logs and JSON reports to OUT (default /tmp/gpu-lane).
 set -euo pipefail
 
@@ -30,7 +34,8 @@ LLAMA=$(readlink -f .work/llama-build)
 cp "$LLAMA/build.log" "$OUT/llama-build.log"
 
 step "worker engine and tools"
-cmake -S worker -B "$WORKER_BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMESHNET_BUILD_SERVICE=OFF \
+SERVICE=$([ "${ROUTE_BENCH:-0}" = 1 ] && echo ON || echo OFF)
+cmake -S worker -B "$WORKER_BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMESHNET_BUILD_SERVICE=$SERVICE \
     -DCMAKE_PREFIX_PATH="$LLAMA/install" -DMESHNET_TEST_MODEL="$(readlink -f "$MODEL")" >"$OUT/worker-build.log" 2>&1 \
     && cmake --build "$WORKER_BUILD" --parallel >>"$OUT/worker-build.log" 2>&1 \
     || { tail -40 "$OUT/worker-build.log"; exit 1; }
@@ -56,4 +61,9 @@ for row in json.load(open(sys.argv[1])):
     kind = f"pp{row['n_prompt']}" if row["n_prompt"] else f"tg{row['n_gen']}"
     print(f"{kind}: {row['avg_ts']:.1f} tok/s ({row['gpu_info'] or row['cpu_info']})")
 EOF
+if [ "${ROUTE_BENCH:-0}" = 1 ]; then
+    step "route bench, every layer offloaded"
+    "$PYTHON" bench/route_bench.py --bin-dir "$WORKER_BUILD/bin" --model "$MODEL" --gpu-layers 999 \
+        --repeats "${REPEATS:-3}" --json "$OUT/route-bench.json"
+fi
 step done

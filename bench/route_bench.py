@@ -85,10 +85,10 @@ def measure_route(driver: RouteDriver, prompt: list[int],
 
 
 def measure_reference(tool: Path, model: Path, prompt: list[int], threads: int,
-                      ) -> tuple[float, float]:
+                      gpu_layers: int = 0) -> tuple[float, float]:
     result = subprocess.run(
         [str(tool), "--model", str(model), "--prompt-tokens", ",".join(map(str, prompt)),
-         "-n", str(DECODE_TOKENS), "--threads", str(threads)],
+         "-n", str(DECODE_TOKENS), "--threads", str(threads), "--gpu-layers", str(gpu_layers)],
         capture_output=True, text=True, check=True, timeout=600,
     )
     data = json.loads(result.stdout)
@@ -154,21 +154,23 @@ def concurrent_decode(driver: RouteDriver, prompt: list[int], sessions: int) -> 
     return round(tokens / (end - start), 1) if end > start else 0.0
 
 
-def run(bin_dir: Path | None, threads: int, repeats: int) -> dict[str, Any]:
+def run(bin_dir: Path | None, threads: int, repeats: int, model: Path | None = None,
+        gpu_layers: int = 0) -> dict[str, Any]:
     """Starts every setup at once (idle ones cost no CPU), then measures them in turn,
     round after round, so a burst of background load hits every setup alike."""
     binary = bin_dir / "meshnet-shard-worker" if bin_dir else worker_binary()
     reference_tool = binary.parent / "meshnet-reference-generate"
-    model = smollm2()
+    model = model or smollm2()
     half = max(1, threads // 2)
     logs = Path(tempfile.mkdtemp(prefix="meshnet-bench-"))
     results: dict[str, Any] = {"threads_total": threads, "load_average": os.getloadavg(),
                                "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""),
                                "gomp_spincount": os.environ.get("GOMP_SPINCOUNT", ""),
-                               "rounds": repeats}
+                               "rounds": repeats, "gpu_layers": gpu_layers}
 
     def spec(span: tuple[int, int], n_threads: int, slots: int = 8) -> WorkerSpec:
-        return WorkerSpec(model=model, layers=span, threads=n_threads, slots=slots, ctx=1024)
+        return WorkerSpec(model=model, layers=span, threads=n_threads, slots=slots, ctx=1024,
+                          gpu_layers=gpu_layers)
 
     setups = {  # name: (specs, chain)
         "unsplit_worker": ([spec((0, 30), threads)], False),
@@ -195,7 +197,7 @@ def run(bin_dir: Path | None, threads: int, repeats: int) -> dict[str, Any]:
         overheads: dict[str, list[float]] = {}
         for _ in range(repeats):
             rounds.setdefault("unsplit_llama_cpp", []).append(
-                measure_reference(reference_tool, model, prompt, threads))
+                measure_reference(reference_tool, model, prompt, threads, gpu_layers))
             for name, driver in drivers.items():
                 rounds.setdefault(name, []).append(
                     measure_route(driver, prompt, overheads.setdefault(name, [])))
@@ -233,7 +235,8 @@ def report(results: dict[str, Any]) -> str:
     base = results["unsplit_llama_cpp"]
     lines = [
         (f"SmolLM2-135M Q4_1, prompt {PROMPT_TOKENS} tokens, decode {DECODE_TOKENS} tokens, "
-        f"{results['threads_total']} threads in total, OMP_WAIT_POLICY="
+        f"{results['threads_total']} threads in total, gpu layers {results['gpu_layers']}, "
+        "OMP_WAIT_POLICY="
         f"{results['omp_wait_policy'] or 'default'}, GOMP_SPINCOUNT="
         f"{results['gomp_spincount'] or 'default'}, load average at start "
         f"{', '.join(f'{x:.2f}' for x in results['load_average'])}"),
@@ -282,6 +285,10 @@ def main() -> None:
     parser.add_argument("--bin-dir", type=Path, default=None,
                         help="Directory of meshnet-shard-worker (default: the built one).")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--model", type=Path, default=None,
+                        help="SmolLM2-135M GGUF file (default: the embedded one).")
+    parser.add_argument("--gpu-layers", type=int, default=0,
+                        help="Offload this many layers in every setup (GPU lanes; 999: all).")
     parser.add_argument("--repeats", type=int, default=5, help="Interleaved rounds.")
     parser.add_argument("--json", type=Path, default=None, help="Also write the raw results.")
     parser.add_argument("--omp-passive", action="store_true",
@@ -289,7 +296,8 @@ def main() -> None:
     options = parser.parse_args()
     if options.omp_passive:
         os.environ["OMP_WAIT_POLICY"] = "passive"
-    results = run(options.bin_dir, options.threads, options.repeats)
+    results = run(options.bin_dir, options.threads, options.repeats, options.model,
+                  options.gpu_layers)
     print(report(results))
     if options.json:
         options.json.write_text(json.dumps(results, indent=2))
