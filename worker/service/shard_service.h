@@ -14,6 +14,7 @@
 
 #include <grpcpp/channel.h>
 
+#include <chrono>
 #include <optional>
 #include <string>
 #include <vector>
@@ -36,6 +37,7 @@ struct service_identity {
     int32_t     max_step_tokens   = 512;
     std::vector<int32_t> eos_token_ids; // from the GGUF vocabulary (engine_info has none)
     std::string next_stage;             // chain successor ("" when none)
+    std::chrono::milliseconds stream_flush{100}; // decode loop answers are sent at least this often
 };
 
 // How the answer to one accepted step is built once the engine ran it.
@@ -91,6 +93,7 @@ public:
     void finish(grpc::ServerUnaryReactor * reactor, const char * rpc, const grpc::Status & status);
 
     scheduler &        steps() { return steps_; }
+    std::chrono::milliseconds stream_flush() const { return identity_.stream_flush; }
     metrics_registry & metrics() { return metrics_; }
     metrics_registry::gauges gauges() const;
 

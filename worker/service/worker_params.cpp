@@ -34,6 +34,9 @@ const char * worker_params_usage() {
         "  --pipeline-depth N        stages in the route: concurrent sessions are split into N\n"
         "                            groups so that every stage computes one at a time (default:\n"
         "                            the model's layers / this stage's layers, rounded)\n"
+        "  --stream-flush-ms N       decode loop: hold its answers for up to N ms and send them\n"
+        "                            together, so that fewer sends interrupt the engine; the last\n"
+        "                            one goes at once (default: 100; 0: send each at once)\n"
         "  --tls-cert F --tls-key F  serve TLS with this PEM certificate chain and key\n"
         "  --tls-client-ca F         require client certificates signed by this CA (mTLS)\n"
         "  --next-stage ADDR         chain: relay steps to this worker (with TLS: trusted via\n"
@@ -94,6 +97,9 @@ bool worker_params_parse(int argc, char ** argv, worker_params & params, std::st
         }},
         {"--batch-wait-us", [&](const std::string & v) {
             return parse_int64(v, params.batch_wait_us) && params.batch_wait_us >= 0;
+        }},
+        {"--stream-flush-ms", [&](const std::string & v) {
+            return parse_int64(v, params.stream_flush_ms) && params.stream_flush_ms >= 0;
         }},
         {"--exit-with-parent", [&](const std::string & v) {
             return parse_int64(v, params.exit_with_parent) && params.exit_with_parent > 1;

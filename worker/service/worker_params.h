@@ -30,6 +30,7 @@ struct worker_params {
     int64_t     evict_idle_ms   = 1000;
     int64_t     batch_wait_us   = 0;
     int32_t     pipeline_depth  = 0;            // stages in the route; 0: n_layer / owned layers
+    int64_t     stream_flush_ms = 100;          // decode loop: send its answers at least this often
     std::string tls_cert;
     std::string tls_key;
     std::string tls_client_ca;                  // set: clients must present a cert (mTLS)

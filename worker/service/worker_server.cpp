@@ -74,6 +74,7 @@ bool worker_server::start(const worker_params & params, engine_i & engine, std::
     identity_.boundary_dtype    = params.boundary_dtype;
     identity_.max_message_bytes = params.max_message_bytes;
     identity_.max_step_tokens   = params.n_batch;
+    identity_.stream_flush      = std::chrono::milliseconds(params.stream_flush_ms);
     identity_.eos_token_ids     = std::move(eos_token_ids);
     identity_.next_stage        = params.next_stage;
 

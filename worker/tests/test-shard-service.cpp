@@ -667,6 +667,39 @@ TEST("a stream decode loop answers every continued token without the caller") {
     CHECK_EQ(answers, 6);
 }
 
+TEST("a decode loop sends its first answer at once and holds the others for --stream-flush-ms") {
+    // Steps take 40 ms. Sending each answer at once, the second comes a step after the
+    // first; holding them for 60 s, the second comes with the last, which goes at once.
+    for (int64_t flush_ms : {int64_t{0}, int64_t{60000}}) {
+        worker_params params = small();
+        params.stream_flush_ms = flush_ms;
+        stage single(0, n_layer, params);
+        single.engine.before_step = [] { std::this_thread::sleep_for(std::chrono::milliseconds(40)); };
+        grpc::ClientContext context;
+        auto stream = single.stub->ForwardStream(&context);
+        pb::ForwardStreamRequest request;
+        *request.mutable_forward() = tokens_request("s", 0, {4});
+        request.mutable_forward()->set_continue_tokens(5);
+        request.mutable_forward()->mutable_output()->set_kind(pb::OUTPUT_KIND_SAMPLED);
+        CHECK(stream->Write(request));
+        stream->WritesDone();
+        std::vector<std::chrono::steady_clock::time_point> arrivals;
+        pb::ForwardStreamResponse response;
+        while (stream->Read(&response)) arrivals.push_back(std::chrono::steady_clock::now());
+        CHECK(stream->Finish().ok());
+        CHECK_EQ(arrivals.size(), static_cast<size_t>(6));
+        if (arrivals.size() != 6) continue;
+        const auto second_after_first = arrivals[1] - arrivals[0];
+        const auto last_after_second  = arrivals[5] - arrivals[1];
+        if (flush_ms == 0) {
+            CHECK(last_after_second > std::chrono::milliseconds(100)); // four more steps
+        } else {
+            CHECK(second_after_first > std::chrono::milliseconds(100)); // held to the end
+            CHECK(last_after_second < std::chrono::milliseconds(30));
+        }
+    }
+}
+
 TEST("a stream decode loop stops at a stop token and refuses to run on Forward") {
     stage single(0, n_layer, small());
     const int32_t first_token = fake_engine::expected_token(4, 0, n_layer);
