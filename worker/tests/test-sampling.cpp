@@ -12,6 +12,18 @@ TEST("temperature zero picks the highest logit, the lowest id on ties") {
     CHECK_EQ(sample_token(logits.data(), 6, sampling_params{}, 0), 1);
 }
 
+TEST("greedy finds the first highest logit anywhere in a long vocabulary") {
+    for (int32_t n : {1, 15, 16, 17, 37, 49152}) {
+        for (int32_t top : {0, n / 2, n - 1}) {
+            std::vector<float> row(static_cast<size_t>(n));
+            for (int32_t i = 0; i < n; ++i) row[static_cast<size_t>(i)] = static_cast<float>((i * 7919) % 1000) * 1e-3f;
+            row[static_cast<size_t>(top)] = 5.0f;
+            row[static_cast<size_t>(n - 1 - (n - 1 - top) / 2)] = 5.0f; // a tie at or after it
+            CHECK_EQ(sample_token(row.data(), n, sampling_params{}, 0), top);
+        }
+    }
+}
+
 TEST("the same seed and position always draw the same token") {
     const sampling_params params{0.9f, 0, 0.0f, 42};
     for (int64_t position = 0; position < 50; ++position) {
