@@ -64,6 +64,40 @@ void scheduler::submit(step_job job) {
     wake_.notify_one();
 }
 
+void scheduler::submit_all(std::vector<step_job> jobs) {
+    std::vector<step_job> refused;
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (stopping_) {
+            refused = std::move(jobs);
+        } else {
+            last_arrival_ = session_clock::now();
+            for (auto & job : jobs) {
+                steps_.push_back(std::move(job));
+            }
+        }
+    }
+    for (auto & job : refused) { // stopping: answer at once
+        step_outcome outcome;
+        outcome.error = make_error(error_reason::session_cancelled, "the worker is shutting down");
+        job.done(outcome);
+    }
+    wake_.notify_one();
+}
+
+scheduler::hold_guard::hold_guard(scheduler & owner) : owner_(owner) {
+    std::lock_guard<std::mutex> lock(owner_.mutex_);
+    ++owner_.holds_;
+}
+
+scheduler::hold_guard::~hold_guard() {
+    {
+        std::lock_guard<std::mutex> lock(owner_.mutex_);
+        --owner_.holds_;
+    }
+    owner_.wake_.notify_one();
+}
+
 void scheduler::release(const session_key & key, std::function<void(bool)> done) {
     {
         std::lock_guard<std::mutex> lock(mutex_);
@@ -106,7 +140,9 @@ void scheduler::run() {
         bool                     stopping = false;
         {
             std::unique_lock<std::mutex> lock(mutex_);
-            wake_.wait(lock, [this] { return stopping_ || !steps_.empty() || !releases_.empty(); });
+            wake_.wait(lock, [this] {
+                return stopping_ || (!steps_.empty() && holds_ == 0) || !releases_.empty();
+            });
             if (batch_wait_.count() > 0 && !stopping_ && !steps_.empty()) {
                 wait_for_burst(lock);
             }
@@ -116,7 +152,7 @@ void scheduler::run() {
             if (stopping) {
                 batch.assign(std::make_move_iterator(steps_.begin()), std::make_move_iterator(steps_.end()));
                 steps_.clear();
-            } else {
+            } else if (holds_ == 0) {
                 const size_t most = group_size(session_clock::now());
                 int64_t tokens = 0;
                 for (auto it = steps_.begin(); it != steps_.end() && batch.size() < most;) {
@@ -291,8 +327,12 @@ void scheduler::run_batch(std::vector<step_job> & batch) {
         record_tokens(n_tokens);
     }
 
+    kv_used_ = engine_.kv_used(); // current before anyone hears of the step
     for (size_t i = 0; i < batch.size(); ++i) {
         batch[i].done(outcomes[i]);
+    }
+    if (after_batch_) {
+        after_batch_();
     }
 }
 

@@ -55,6 +55,27 @@ public:
     void stop(); // answers queued steps with SESSION_CANCELLED
 
     void submit(step_job job);
+    // Several steps at once: none of them starts before all are queued, so they can
+    // share one engine step (the relayed steps of one engine step of the previous stage).
+    void submit_all(std::vector<step_job> jobs);
+
+    // While a hold lives the engine thread starts no step: a caller that submits several
+    // steps one by one (the answers of one relayed batch feeding their decode loops)
+    // holds it so that they share one engine step instead of the first running alone.
+    class hold_guard {
+    public:
+        explicit hold_guard(scheduler & owner);
+        ~hold_guard();
+        hold_guard(const hold_guard &) = delete;
+        hold_guard & operator=(const hold_guard &) = delete;
+    private:
+        scheduler & owner_;
+    };
+    hold_guard hold() { return hold_guard(*this); }
+
+    // Runs on the engine thread after the `done` calls of every engine step (the relay
+    // sends the steps those calls handed on, as one batch). Set before start().
+    void set_after_batch(std::function<void()> after_batch) { after_batch_ = std::move(after_batch); }
 
     // Forgets the session and clears its slot; `done(released)` on the engine thread.
     void release(const session_key & key, std::function<void(bool)> done);
@@ -94,7 +115,9 @@ private:
     std::deque<step_job>    steps_;
     session_clock::time_point last_arrival_;
     std::deque<release_job> releases_;
+    int                     holds_    = 0;
     bool                    stopping_ = false;
+    std::function<void()>   after_batch_;
     std::thread             thread_;
 
     std::atomic<int64_t> tokens_processed_{0};

@@ -1,6 +1,7 @@
 // shard_service.cpp - every RPC of meshnet.shard.v1; checks happen here, before a step
 // reaches the engine, so a bad request never touches a session's state.
 #include "shard_service.h"
+#include "relay_stream.h"
 
 #include <algorithm>
 #include <chrono>
@@ -57,6 +58,10 @@ static std::vector<int64_t> row_shape(const engine_info & info) {
     return {info.boundary_row};
 }
 
+// A relayed step the next stage has not answered by then fails with DEADLINE_EXCEEDED:
+// long enough to wait out a next stage that restarts and loads its layers.
+static constexpr std::chrono::milliseconds relay_deadline{30'000};
+
 static int64_t micros_since(std::chrono::steady_clock::time_point start) {
     return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start).count();
 }
@@ -66,7 +71,11 @@ shard_service::shard_service(service_identity identity, engine_i & engine, sessi
                              std::shared_ptr<grpc::Channel> next_stage)
     : identity_(std::move(identity)), engine_(engine), info_(engine.info()), sessions_(sessions),
       steps_(steps), metrics_(metrics),
-      next_stub_(next_stage ? pb::ShardService::NewStub(next_stage) : nullptr) {}
+      next_(next_stage ? std::make_unique<relay_link>(std::move(next_stage), relay_deadline) : nullptr) {
+    if (next_) {
+        steps_.set_after_batch([this] { flush_relays(); });
+    }
+}
 
 metrics_registry::gauges shard_service::gauges() const {
     metrics_registry::gauges now;
@@ -208,7 +217,7 @@ std::optional<shard_error> shard_service::prepare(const pb::ForwardRequest & req
     plan.n_tokens = n;
     plan.relay    = request.relay() && !plan.last;
     if (plan.relay) {
-        if (!next_stub_) {
+        if (!next_) {
             return make_error(error_reason::relay_unavailable,
                 "this stage was started without --next-stage; call each stage in turn");
         }
@@ -292,17 +301,6 @@ std::optional<shard_error> shard_service::prepare(const pb::ForwardRequest & req
     return std::nullopt;
 }
 
-namespace {
-
-// A relayed step in flight to the next stage.
-struct relay_call {
-    grpc::ClientContext context;
-    pb::ForwardRequest  request;
-    pb::ForwardResponse response;
-};
-
-} // namespace
-
 void shard_service::complete(output_plan & plan, step_outcome & outcome, pb::ForwardResponse & response,
                              std::function<void(const grpc::Status &)> then) {
     if (!plan.relay) {
@@ -310,26 +308,45 @@ void shard_service::complete(output_plan & plan, step_outcome & outcome, pb::For
         then(grpc::Status::OK);
         return;
     }
-    auto * call = new relay_call;
-    call->request = std::move(plan.relay_request);
-    write_boundary(plan.n_tokens, outcome.boundary, *call->request.mutable_boundary());
-    // Wait out a next stage that is (re)starting rather than failing at once; a stage
-    // that stays away answers DEADLINE_EXCEEDED.
-    call->context.set_wait_for_ready(true);
-    call->context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-    pb::StageTrace own;
-    write_trace(outcome.engine_micros, own);
-    next_stub_->async()->Forward(&call->context, &call->request, &call->response,
-        [call, own, &response, then](grpc::Status status) {
-            if (status.ok()) {
-                response = std::move(call->response);
-                auto * chain = response.mutable_chain();
-                *chain->Add() = own;
+    relay_entry entry;
+    entry.request  = std::move(plan.relay_request);
+    write_boundary(plan.n_tokens, outcome.boundary, *entry.request.mutable_boundary());
+    write_trace(outcome.engine_micros, entry.own);
+    entry.response = &response;
+    entry.then     = std::move(then);
+    std::lock_guard<std::mutex> lock(outbox_mutex_);
+    outbox_.push_back(std::move(entry));
+}
+
+void shard_service::flush_relays() {
+    auto entries = std::make_shared<std::vector<relay_entry>>();
+    {
+        std::lock_guard<std::mutex> lock(outbox_mutex_);
+        entries->swap(outbox_);
+    }
+    if (entries->empty()) {
+        return;
+    }
+    std::vector<pb::ForwardRequest> steps;
+    steps.reserve(entries->size());
+    for (auto & entry : *entries) {
+        steps.push_back(std::move(entry.request));
+    }
+    next_->send(std::move(steps), [this, entries](std::vector<relay_answer> & answers) {
+        // Decode loops feed these answers straight back in: held, their next steps are
+        // all queued before the engine takes any, and run together as they came.
+        auto hold = steps_.hold();
+        for (size_t i = 0; i < entries->size(); ++i) {
+            relay_entry & entry = (*entries)[i];
+            if (answers[i].status.ok()) {
+                *entry.response = std::move(answers[i].response);
+                auto * chain = entry.response->mutable_chain();
+                *chain->Add() = entry.own;
                 std::rotate(chain->begin(), chain->end() - 1, chain->end()); // ours first
             }
-            delete call;
-            then(status);
-        });
+            entry.then(answers[i].status);
+        }
+    });
 }
 
 void shard_service::write_boundary(int64_t n_tokens, const std::vector<float> & rows, pb::Boundary & out) {
@@ -660,6 +677,10 @@ private:
 grpc::ServerBidiReactor<pb::ForwardStreamRequest, pb::ForwardStreamResponse> *
 shard_service::ForwardStream(grpc::CallbackServerContext *) {
     return new forward_stream_reactor(*this);
+}
+
+grpc::ServerBidiReactor<pb::RelayRequest, pb::RelayResponse> * shard_service::Relay(grpc::CallbackServerContext *) {
+    return relay_stream_open(*this);
 }
 
 grpc::ServerUnaryReactor * shard_service::ReleaseSession(grpc::CallbackServerContext * ctx,

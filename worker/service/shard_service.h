@@ -6,6 +6,7 @@
 #include "engine.h"
 #include "error_info.h"
 #include "metrics.h"
+#include "relay_link.h"
 #include "sampling.h"
 #include "scheduler.h"
 #include "session_store.h"
@@ -15,6 +16,7 @@
 #include <grpcpp/channel.h>
 
 #include <chrono>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -68,6 +70,7 @@ public:
                                        pb::ForwardResponse * response) override;
     grpc::ServerBidiReactor<pb::ForwardStreamRequest, pb::ForwardStreamResponse> *
         ForwardStream(grpc::CallbackServerContext * ctx) override;
+    grpc::ServerBidiReactor<pb::RelayRequest, pb::RelayResponse> * Relay(grpc::CallbackServerContext * ctx) override;
     grpc::ServerUnaryReactor * ReleaseSession(grpc::CallbackServerContext * ctx, const pb::ReleaseSessionRequest * request,
                                               pb::ReleaseSessionResponse * response) override;
     grpc::ServerUnaryReactor * Tokenize(grpc::CallbackServerContext * ctx, const pb::TokenizeRequest * request,
@@ -81,7 +84,9 @@ public:
     // Fills the response of a step the engine ran.
     void answer(const output_plan & plan, step_outcome & outcome, pb::ForwardResponse & response);
     // Answers a step the engine ran: fills `response` (relaying it down the chain first
-    // when the plan says so), then calls `then` with the status, on any thread.
+    // when the plan says so), then calls `then` with the status, on any thread. Called
+    // from `done` on the engine thread: a relayed step waits in the outbox until the
+    // engine step's last `done`, and goes with the others as one batch.
     void complete(output_plan & plan, step_outcome & outcome, pb::ForwardResponse & response,
                   std::function<void(const grpc::Status &)> then);
     // This stage's output boundary (n_tokens rows), encoded in its wire dtype.
@@ -98,13 +103,26 @@ public:
     metrics_registry::gauges gauges() const;
 
 private:
+    // A step waiting to be relayed with the others of its engine step.
+    struct relay_entry {
+        pb::ForwardRequest                        request;
+        pb::StageTrace                            own;      // this stage's hop
+        pb::ForwardResponse *                     response = nullptr;
+        std::function<void(const grpc::Status &)> then;
+    };
+
+    // Sends the outbox as one batch (after every engine step, on the engine thread).
+    void flush_relays();
+
     service_identity   identity_;
     engine_i &         engine_;
     const engine_info  info_;
     session_store &    sessions_;
     scheduler &        steps_;
     metrics_registry & metrics_;
-    std::unique_ptr<pb::ShardService::Stub> next_stub_;
+    std::mutex               outbox_mutex_;
+    std::vector<relay_entry> outbox_;
+    std::unique_ptr<relay_link> next_; // declared last: it goes first, while the rest still stands
 };
 
 const char * status_code_name(grpc::StatusCode code);

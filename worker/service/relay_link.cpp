@@ -1,0 +1,257 @@
+// relay_link.cpp - the Relay stream to the next stage: batches are registered when sent
+// and answered when their response (matched by batch_id) arrives, or failed together
+// when the stream ends.
+#include "relay_link.h"
+
+#include <deque>
+#include <map>
+#include <string>
+#include <utility>
+
+namespace meshnet {
+
+namespace {
+
+using link_clock = std::chrono::steady_clock;
+
+std::vector<relay_answer> failed_answers(size_t n, const grpc::Status & status) {
+    std::vector<relay_answer> answers(n);
+    for (auto & answer : answers) {
+        answer.status = status;
+    }
+    return answers;
+}
+
+} // namespace
+
+// One Relay call. It holds the stream open (AddHold) so that batches can be written from
+// the engine thread at any time; once broken it takes no batch, and its last callback
+// (OnDone) fails the batches it still carried and deletes it.
+class relay_link::stream final : public grpc::ClientBidiReactor<pb::RelayRequest, pb::RelayResponse> {
+public:
+    explicit stream(relay_link & link) : link_(link) {
+        context_.set_wait_for_ready(true); // wait out a next stage that is (re)starting
+        link_.stub_->async()->Relay(&context_, this);
+        AddHold();
+        StartRead(&response_);
+        StartCall();
+    }
+
+    // Queues the batch; false (and `request` untouched) once the stream is broken.
+    bool send(uint64_t id, pb::RelayRequest & request, size_t n_steps, relay_batch_done & done) {
+        std::lock_guard<std::recursive_mutex> lock(mutex_);
+        if (broken_) {
+            return false;
+        }
+        in_flight_.emplace(id, batch{n_steps, std::move(done), link_clock::now()});
+        writes_.push_back(std::move(request));
+        write_next();
+        return true;
+    }
+
+    // When the oldest batch still waiting was sent (`now` when none waits).
+    link_clock::time_point oldest(link_clock::time_point now) {
+        std::lock_guard<std::recursive_mutex> lock(mutex_);
+        link_clock::time_point first = now;
+        for (const auto & entry : in_flight_) {
+            first = std::min(first, entry.second.sent);
+        }
+        return first;
+    }
+
+    // Ends the stream; what it carried fails with `why`. The caller (holding the link's
+    // lock) has already stopped sending to it. Touches nothing of this stream afterwards.
+    void cancel(grpc::Status why) {
+        bool remove_hold = false;
+        {
+            std::lock_guard<std::recursive_mutex> lock(mutex_);
+            ending_status_ = std::move(why);
+            broken_        = true;
+            remove_hold    = std::exchange(held_, false);
+        }
+        context_.TryCancel();
+        if (remove_hold) {
+            RemoveHold();
+        }
+    }
+
+    void OnWriteDone(bool ok) override {
+        std::lock_guard<std::recursive_mutex> lock(mutex_);
+        writing_ = false;
+        if (ok) {
+            write_next();
+        } // a failed write ends the stream: the pending read fails next, and breaks it
+    }
+
+    void OnReadDone(bool ok) override {
+        if (!ok) {
+            bool remove_hold = false;
+            {
+                std::lock_guard<std::recursive_mutex> lock(mutex_);
+                broken_     = true;
+                remove_hold = std::exchange(held_, false);
+            }
+            link_.stream_broken(this);
+            if (remove_hold) {
+                RemoveHold(); // OnDone follows, on another thread: touch nothing after this
+            }
+            return;
+        }
+        const uint64_t id = response_.batch_id();
+        auto results = std::move(*response_.mutable_results());
+        response_.Clear();
+        batch answered;
+        bool  found = false;
+        {
+            std::lock_guard<std::recursive_mutex> lock(mutex_);
+            auto it = in_flight_.find(id);
+            if (it != in_flight_.end()) {
+                answered = std::move(it->second);
+                in_flight_.erase(it);
+                found = true;
+            }
+        }
+        StartRead(&response_);
+        if (!found) {
+            return; // not ours (never sent on this stream): nothing waits for it
+        }
+        std::vector<relay_answer> answers(answered.n_steps);
+        for (size_t i = 0; i < answered.n_steps; ++i) {
+            if (i >= static_cast<size_t>(results.size())) {
+                answers[i].status = grpc::Status(grpc::StatusCode::INTERNAL,
+                    "the next stage answered " + std::to_string(results.size()) + " of " +
+                    std::to_string(answered.n_steps) + " relayed steps");
+                continue;
+            }
+            pb::RelayResult & result = results[static_cast<int>(i)];
+            if (result.code() == 0) {
+                answers[i].response = std::move(*result.mutable_forward());
+            } else {
+                answers[i].status = grpc::Status(static_cast<grpc::StatusCode>(result.code()), result.message(),
+                                                 result.details());
+            }
+        }
+        answered.done(answers);
+    }
+
+    void OnDone(const grpc::Status & status) override {
+        grpc::Status why = ending_status_.ok()
+            ? (status.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "the next stage ended the relay stream")
+                           : status)
+            : ending_status_;
+        for (auto & entry : in_flight_) {
+            auto answers = failed_answers(entry.second.n_steps, why);
+            entry.second.done(answers);
+        }
+        relay_link & link = link_;
+        delete this;
+        link.stream_done();
+    }
+
+private:
+    struct batch {
+        size_t                 n_steps = 0;
+        relay_batch_done       done;
+        link_clock::time_point sent;
+    };
+
+    void write_next() { // the caller holds mutex_
+        if (writing_ || writes_.empty()) {
+            return;
+        }
+        current_write_ = std::move(writes_.front());
+        writes_.pop_front();
+        writing_ = true;
+        StartWrite(&current_write_);
+    }
+
+    relay_link &                     link_;
+    grpc::ClientContext              context_;
+    pb::RelayResponse                response_;
+    pb::RelayRequest                 current_write_;
+    std::deque<pb::RelayRequest>     writes_;
+    std::map<uint64_t, batch>        in_flight_;
+    grpc::Status                     ending_status_; // set when we end the stream ourselves
+    // Recursive: gRPC may run a reaction inline from StartWrite while we hold the lock.
+    std::recursive_mutex             mutex_;
+    bool                             writing_ = false;
+    bool                             broken_  = false;
+    bool                             held_    = true;
+};
+
+relay_link::relay_link(std::shared_ptr<grpc::Channel> channel, std::chrono::milliseconds deadline)
+    : stub_(pb::ShardService::NewStub(std::move(channel))), deadline_(deadline),
+      watchdog_([this] { watch_deadlines(); }) {}
+
+relay_link::~relay_link() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    stopping_ = true;
+    if (stream * open = std::exchange(current_, nullptr)) {
+        open->cancel(grpc::Status(grpc::StatusCode::CANCELLED, "the worker is shutting down"));
+    }
+    changed_.notify_all();
+    lock.unlock();
+    watchdog_.join();
+    lock.lock();
+    changed_.wait(lock, [this] { return live_streams_ == 0; });
+}
+
+void relay_link::send(std::vector<pb::ForwardRequest> steps, relay_batch_done done) {
+    const size_t n_steps = steps.size();
+    pb::RelayRequest request;
+    for (auto & step : steps) {
+        request.add_steps()->Swap(&step);
+    }
+    bool stopping = false;
+    {
+        std::lock_guard<std::mutex> lock(mutex_);
+        request.set_batch_id(next_batch_++);
+        stopping = stopping_;
+        // A stream found broken is replaced once; the new one accepts until it breaks.
+        for (int attempt = 0; attempt < 2 && !stopping; ++attempt) {
+            if (current_ == nullptr) {
+                ++live_streams_;
+                current_ = new stream(*this);
+            }
+            if (current_->send(request.batch_id(), request, n_steps, done)) {
+                return;
+            }
+            current_ = nullptr;
+        }
+    }
+    auto answers = failed_answers(n_steps, stopping
+        ? grpc::Status(grpc::StatusCode::CANCELLED, "the worker is shutting down")
+        : grpc::Status(grpc::StatusCode::UNAVAILABLE, "the relay stream to the next stage broke twice"));
+    done(answers);
+}
+
+void relay_link::stream_broken(stream * broken) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (current_ == broken) {
+        current_ = nullptr;
+    }
+}
+
+void relay_link::stream_done() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    --live_streams_;
+    changed_.notify_all();
+}
+
+void relay_link::watch_deadlines() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!stopping_) {
+        changed_.wait_for(lock, std::chrono::milliseconds(100));
+        if (stopping_ || current_ == nullptr) {
+            continue;
+        }
+        const auto now = link_clock::now();
+        if (now - current_->oldest(now) > deadline_) {
+            std::exchange(current_, nullptr)->cancel(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                "the next stage did not answer a relayed step within " +
+                std::to_string(deadline_.count() / 1000) + " s"));
+        }
+    }
+}
+
+} // namespace meshnet

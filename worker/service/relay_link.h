@@ -1,0 +1,65 @@
+// relay_link.h - a chain stage's link to its --next-stage: one long-lived Relay stream
+// that carries the relayed steps of each engine step as one message and hands each
+// batch's answers back. A broken stream fails what it carried; the next batch opens a
+// new stream, which waits out a next stage that is (re)starting.
+#pragma once
+
+#include "meshnet/shard/v1/shard_service.grpc.pb.h"
+
+#include <grpcpp/channel.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace meshnet {
+
+namespace pb = ::meshnet::shard::v1;
+
+// The next stage's answer to one relayed step: what its Forward would have answered.
+struct relay_answer {
+    grpc::Status        status;
+    pb::ForwardResponse response;
+};
+
+// Called once per batch, with one answer per step in the batch's order, on a gRPC
+// thread (or on the sending thread when the link is shutting down).
+using relay_batch_done = std::function<void(std::vector<relay_answer> & answers)>;
+
+class relay_link {
+public:
+    // A batch the next stage has not answered within `deadline` fails with
+    // DEADLINE_EXCEEDED, and so does the rest of its stream.
+    relay_link(std::shared_ptr<grpc::Channel> channel, std::chrono::milliseconds deadline);
+    ~relay_link(); // cancels the stream: what it carried fails with CANCELLED
+
+    relay_link(const relay_link &) = delete;
+    relay_link & operator=(const relay_link &) = delete;
+
+    void send(std::vector<pb::ForwardRequest> steps, relay_batch_done done);
+
+private:
+    class stream;
+
+    void stream_broken(stream * broken); // a stream that can carry no more batches
+    void stream_done();                  // a stream's last callback ran: it is gone
+    void watch_deadlines();
+
+    std::unique_ptr<pb::ShardService::Stub> stub_;
+    const std::chrono::milliseconds         deadline_;
+
+    std::mutex              mutex_;
+    std::condition_variable changed_;
+    stream *                current_      = nullptr; // the stream new batches go to
+    int                     live_streams_ = 0;
+    uint64_t                next_batch_   = 1;
+    bool                    stopping_     = false;
+    std::thread             watchdog_;
+};
+
+} // namespace meshnet
