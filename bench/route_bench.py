@@ -2,7 +2,7 @@
 backend, and 8 concurrent sessions vs 1 (SmolLM2-135M Q4_1, same total threads).
 
     GOMP_SPINCOUNT=10000 .venv/bin/python bench/route_bench.py [--bin-dir DIR]
-        [--threads 2] [--repeats 5] [--json out.json]
+        [--threads 2] [--repeats 5] [--split 18] [--json out.json]
 
 Prints one table: best (and median) of --repeats interleaved rounds of a 128-token
 prompt and 64 decoded tokens (greedy); every setup runs once per round, so background
@@ -11,7 +11,14 @@ setup's speed divided by the reference's in the same round (the machine's speed 
 between rounds; within one round it drifts less). Threads: the unsplit model gets
 --threads; each of the two stages and each of the two ggml-rpc-server processes gets
 --threads / 2. One more row gives each stage all --threads: while one session decodes,
-only one stage computes at a time.
+only one stage computes at a time. Both stages split the model at --split (default
+0:18,18:30: the last stage also carries the output head, as costly as about six layers
+in a step of four sessions, so an even 15/15 split leaves the first stage idle a third
+of the time while 8 sessions decode).
+The 8-vs-1 line also says how busy each stage's engine was while all 8 sessions
+decoded (/metrics: meshnet_shard_engine_busy_seconds_total) and what each token cost
+it: the slower stage's cost per token bounds what any pipeline of these two stages can
+reach on this machine.
 GOMP_SPINCOUNT (inherited by every process measured) keeps finished OpenMP threads from
 spinning for milliseconds against the other stage; --omp-passive sleeps them at once
 (slower: ggml synchronises once per graph node).
@@ -27,7 +34,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -135,10 +144,63 @@ class RpcServers:
             process.wait(10)
 
 
-def concurrent_decode(driver: RouteDriver, prompt: list[int], sessions: int) -> float:
+def stage_counters(metrics_port: int) -> tuple[float, float]:
+    """(engine busy seconds, token positions processed) of one worker, from /metrics."""
+    url = f"http://127.0.0.1:{metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=5) as answer:
+        values = {}
+        for line in answer.read().decode().splitlines():
+            name, _, value = line.partition(" ")
+            values[name] = value
+    return (float(values["meshnet_shard_engine_busy_seconds_total"]),
+            float(values["meshnet_shard_tokens_processed_total"]))
+
+
+class StageSampler:
+    """Samples every stage's counters every 20 ms in the background, so that the busy
+    share and cost per token of each stage can be read for any window afterwards."""
+
+    def __init__(self, workers: list[WorkerProcess]) -> None:
+        self.ports = [worker.metrics_port for worker in workers]
+        self.samples: list[tuple[float, list[tuple[float, float]]]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.samples.append((time.perf_counter(), [stage_counters(p) for p in self.ports]))
+            self._stop.wait(0.02)
+
+    def __enter__(self) -> StageSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def window(self, start: float, end: float) -> list[dict[str, float]]:
+        """Per stage, between the first sample after `start` and the last before `end`:
+        the share of the time its engine was busy and its engine ms per token."""
+        inside = [sample for sample in self.samples if start <= sample[0] <= end]
+        if len(inside) < 2:
+            return []
+        (t0, first), (t1, last) = inside[0], inside[-1]
+        stages = []
+        for (busy0, tokens0), (busy1, tokens1) in zip(first, last, strict=True):
+            busy, tokens = busy1 - busy0, tokens1 - tokens0
+            stages.append({"busy_share": round(busy / (t1 - t0), 3),
+                           "ms_per_token": round(1e3 * busy / tokens, 3) if tokens else 0.0})
+        return stages
+
+
+def concurrent_decode(driver: RouteDriver, prompt: list[int], sessions: int,
+                      workers: list[WorkerProcess] | None = None,
+                      ) -> tuple[float, list[dict[str, float]]]:
     """Aggregate decode tokens/s of `sessions` generations running at once, over the
     window in which every one of them is decoding (after the last prefill, before the
-    first finish), so that neither prefills nor stragglers count as decode time."""
+    first finish), so that neither prefills nor stragglers count as decode time; and,
+    given the route's `workers`, each stage's busy share and cost per token in it."""
     def one(index: int) -> list[float]:
         own_prompt = [*prompt[:32], index + 10]  # distinct sessions, equal work
         times: list[float] = []
@@ -146,16 +208,17 @@ def concurrent_decode(driver: RouteDriver, prompt: list[int], sessions: int) -> 
                         on_token=lambda _token: times.append(time.perf_counter()))
         return times
 
-    with ThreadPoolExecutor(sessions) as pool:
+    with StageSampler(workers or []) as sampler, ThreadPoolExecutor(sessions) as pool:
         runs = list(pool.map(one, range(sessions)))
     start = max(times[0] for times in runs)  # the first token comes from the prefill
     end = min(times[-1] for times in runs)
     tokens = sum(1 for times in runs for t in times if start < t <= end)
-    return round(tokens / (end - start), 1) if end > start else 0.0
+    rate = round(tokens / (end - start), 1) if end > start else 0.0
+    return rate, sampler.window(start, end) if workers else []
 
 
 def run(bin_dir: Path | None, threads: int, repeats: int, model: Path | None = None,
-        gpu_layers: int = 0) -> dict[str, Any]:
+        gpu_layers: int = 0, split: int = 18) -> dict[str, Any]:
     """Starts every setup at once (idle ones cost no CPU), then measures them in turn,
     round after round, so a burst of background load hits every setup alike."""
     binary = bin_dir / "meshnet-shard-worker" if bin_dir else worker_binary()
@@ -166,26 +229,29 @@ def run(bin_dir: Path | None, threads: int, repeats: int, model: Path | None = N
     results: dict[str, Any] = {"threads_total": threads, "load_average": os.getloadavg(),
                                "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""),
                                "gomp_spincount": os.environ.get("GOMP_SPINCOUNT", ""),
-                               "rounds": repeats, "gpu_layers": gpu_layers}
+                               "rounds": repeats, "gpu_layers": gpu_layers, "split": split}
 
     def spec(span: tuple[int, int], n_threads: int, slots: int = 8) -> WorkerSpec:
         return WorkerSpec(model=model, layers=span, threads=n_threads, slots=slots, ctx=1024,
                           gpu_layers=gpu_layers)
 
+    first, second = (0, split), (split, 30)
     setups = {  # name: (specs, chain)
         "unsplit_worker": ([spec((0, 30), threads)], False),
-        "route_2_stages": ([spec((0, 15), half), spec((15, 30), half)], False),
-        "route_2_stages_chain": ([spec((0, 15), half), spec((15, 30), half)], True),
+        "route_2_stages": ([spec(first, half), spec(second, half)], False),
+        "route_2_stages_chain": ([spec(first, half), spec(second, half)], True),
         "route_2_stages_chain_all_threads": (
-            [spec((0, 15), threads), spec((15, 30), threads)], True),
+            [spec(first, threads), spec(second, threads)], True),
     }
     workers: list[WorkerProcess] = []
+    route_workers: dict[str, list[WorkerProcess]] = {}
     drivers: dict[str, RouteDriver] = {}
     rpc: RpcServers | None = None
     try:
         for name, (specs, chain) in setups.items():
             started = start_route(binary, specs, logs, chain=chain)
             workers += started
+            route_workers[name] = started
             drivers[name] = RouteDriver([w.endpoint for w in started],
                                         topology="chain" if chain else "hub")
             drivers[name].connect(wait=30)
@@ -213,14 +279,21 @@ def run(bin_dir: Path | None, threads: int, repeats: int, model: Path | None = N
                 results[name]["decode_overhead_ms_per_token"] = round(
                     statistics.median(overheads[name]), 3)
         chain_driver = drivers["route_2_stages_chain"]
+        chain_workers = route_workers["route_2_stages_chain"]
         concurrent_decode(chain_driver, prompt, 2)  # warm up
         ones, eights = [], []
+        stages_one, stages_eight = [], []
         for _ in range(repeats):
-            ones.append(concurrent_decode(chain_driver, prompt, 1))
-            eights.append(concurrent_decode(chain_driver, prompt, 8))
+            rate, stages = concurrent_decode(chain_driver, prompt, 1, chain_workers)
+            ones.append(rate)
+            stages_one.append(stages)
+            rate, stages = concurrent_decode(chain_driver, prompt, 8, chain_workers)
+            eights.append(rate)
+            stages_eight.append(stages)
         results["route_2_stages_sessions"] = {
             "1": summary(ones), "8": summary(eights),
-            "paired_ratio": round(paired([(e, o) for e, o in zip(eights, ones, strict=True)]), 2)}
+            "paired_ratio": round(paired([(e, o) for e, o in zip(eights, ones, strict=True)]), 2),
+            "stages_1": median_stages(stages_one), "stages_8": median_stages(stages_eight)}
     finally:
         if rpc:
             rpc.stop()
@@ -231,11 +304,21 @@ def run(bin_dir: Path | None, threads: int, repeats: int, model: Path | None = N
     return results
 
 
+def median_stages(rounds: list[list[dict[str, float]]]) -> list[dict[str, float]]:
+    """Per stage, the median over rounds of each figure of `StageSampler.window`."""
+    measured = [stages for stages in rounds if stages]
+    if not measured:
+        return []
+    return [{key: round(statistics.median(stages[i][key] for stages in measured), 3)
+             for key in measured[0][i]} for i in range(len(measured[0]))]
+
+
 def report(results: dict[str, Any]) -> str:
     base = results["unsplit_llama_cpp"]
     lines = [
         (f"SmolLM2-135M Q4_1, prompt {PROMPT_TOKENS} tokens, decode {DECODE_TOKENS} tokens, "
         f"{results['threads_total']} threads in total, gpu layers {results['gpu_layers']}, "
+        f"2-stage split 0:{results['split']},{results['split']}:30, "
         "OMP_WAIT_POLICY="
         f"{results['omp_wait_policy'] or 'default'}, GOMP_SPINCOUNT="
         f"{results['gomp_spincount'] or 'default'}, load average at start "
@@ -277,6 +360,20 @@ def report(results: dict[str, Any]) -> str:
         f"8 sessions {eight:.1f} tok/s (best/best {eight / one:.2f}x, paired "
         f"{sessions['paired_ratio']:.2f}x)"
     )
+    for count in ("1", "8"):
+        stages = sessions.get(f"stages_{count}") or []
+        if stages:
+            each = "; ".join(
+                f"stage {i + 1} busy {100 * stage['busy_share']:.0f}%, "
+                f"{stage['ms_per_token']:.2f} ms per token" for i, stage in enumerate(stages))
+            lines.append(f"  {count} session(s), each stage's engine (median of rounds): {each}")
+    if sessions.get("stages_8"):
+        slowest = max(stage["ms_per_token"] for stage in sessions["stages_8"])
+        if slowest > 0:
+            bound = 1e3 / slowest
+            lines.append(
+                f"  bound with 8 sessions: the slower stage busy all the time, {bound:.1f} tok/s "
+                f"({bound / sessions['1']['median']:.2f}x the median single session)")
     return "\n".join(lines)
 
 
@@ -290,14 +387,18 @@ def main() -> None:
     parser.add_argument("--gpu-layers", type=int, default=0,
                         help="Offload this many layers in every setup (GPU lanes; 999: all).")
     parser.add_argument("--repeats", type=int, default=5, help="Interleaved rounds.")
+    parser.add_argument("--split", type=int, default=18,
+                        help="First layer of the second stage (default 18 of 30).")
     parser.add_argument("--json", type=Path, default=None, help="Also write the raw results.")
     parser.add_argument("--omp-passive", action="store_true",
                         help="OMP_WAIT_POLICY=passive for every process measured.")
     options = parser.parse_args()
     if options.omp_passive:
         os.environ["OMP_WAIT_POLICY"] = "passive"
+    if not 0 < options.split < 30:
+        parser.error("--split must be a layer boundary inside 1..29")
     results = run(options.bin_dir, options.threads, options.repeats, options.model,
-                  options.gpu_layers)
+                  options.gpu_layers, options.split)
     print(report(results))
     if options.json:
         options.json.write_text(json.dumps(results, indent=2))

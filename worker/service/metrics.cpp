@@ -2,6 +2,8 @@
 // library in the Debian set), and a blocking accept loop polled for shutdown.
 #include "metrics.h"
 
+#include <cstdio>
+
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -9,6 +11,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 #include <sstream>
 
@@ -58,6 +61,11 @@ std::string metrics_registry::render(const gauges & now) const {
         << "meshnet_shard_forward_latency_seconds_count " << latency_count_ << '\n';
     simple("meshnet_shard_tokens_processed_total", "counter", "Token positions run through this stage.", now.tokens_processed);
     simple("meshnet_shard_engine_steps_total", "counter", "Engine steps (each may batch several sessions).", now.engine_steps);
+    char busy[32];
+    std::snprintf(busy, sizeof(busy), "%.6f", static_cast<double>(now.engine_micros) * 1e-6);
+    out << "# HELP meshnet_shard_engine_busy_seconds_total Time the engine spent in steps (its rate is the stage's utilisation).\n"
+        << "# TYPE meshnet_shard_engine_busy_seconds_total counter\n"
+        << "meshnet_shard_engine_busy_seconds_total " << busy << '\n';
     simple("meshnet_shard_active_sessions", "gauge", "Sessions holding a slot.", now.active_sessions);
     simple("meshnet_shard_session_slots", "gauge", "Session slots in total.", now.slots_total);
     simple("meshnet_shard_kv_tokens_used", "gauge", "KV cells in use, all slots.", now.kv_tokens_used);

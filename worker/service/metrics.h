@@ -27,6 +27,7 @@ public:
     struct gauges {
         int64_t tokens_processed = 0;
         int64_t engine_steps     = 0;
+        int64_t engine_micros    = 0; // time the engine spent in steps
         int64_t active_sessions  = 0;
         int64_t slots_total      = 0;
         int64_t kv_tokens_used   = 0;

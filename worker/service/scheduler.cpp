@@ -295,6 +295,7 @@ void scheduler::run_batch(std::vector<step_job> & batch) {
         const int64_t micros = std::chrono::duration_cast<std::chrono::microseconds>(
             session_clock::now() - started).count();
         ++steps_run_;
+        engine_micros_ += micros;
         int64_t n_tokens = 0;
         const auto finished = session_clock::now();
         for (size_t r = 0; r < requests.size(); ++r) {

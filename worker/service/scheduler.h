@@ -84,6 +84,7 @@ public:
     double  recent_tokens_per_second() const;
     int64_t tokens_processed() const { return tokens_processed_.load(); }
     int64_t steps_run() const { return steps_run_.load(); }
+    int64_t engine_micros() const { return engine_micros_.load(); } // in engine steps, all told
     // KV cells in use as of the last engine step or release (read without the engine).
     int64_t kv_used() const { return kv_used_.load(); }
 
@@ -122,6 +123,7 @@ private:
 
     std::atomic<int64_t> tokens_processed_{0};
     std::atomic<int64_t> steps_run_{0};
+    std::atomic<int64_t> engine_micros_{0};
     std::atomic<int64_t> kv_used_{0};
     mutable std::mutex   rate_mutex_;
     std::deque<std::pair<session_clock::time_point, int64_t>> rate_window_;

@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cmath>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <thread>
@@ -560,8 +561,9 @@ TEST("a failing step ends the stream with its reason") {
     CHECK_EQ(reason(status), std::string("CACHE_MISS"));
 }
 
-TEST("/metrics serves the request, latency, token, session, KV and boundary metrics") {
+TEST("/metrics serves the request, latency, token, session, KV, boundary and engine-time metrics") {
     route r;
+    r.last.engine.before_step = [] { std::this_thread::sleep_for(std::chrono::milliseconds(3)); };
     r.step("s", 0, {1, 2, 3});
     const int fd = socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in address{};
@@ -582,6 +584,10 @@ TEST("/metrics serves the request, latency, token, session, KV and boundary metr
         if (body.find(name) == std::string::npos) std::printf("  missing: %s\n", name);
         CHECK(body.find(name) != std::string::npos);
     }
+    const std::string busy = "\nmeshnet_shard_engine_busy_seconds_total ";
+    const size_t at = body.find(busy);
+    CHECK(at != std::string::npos);
+    if (at != std::string::npos) CHECK(std::strtod(body.c_str() + at + busy.size(), nullptr) >= 0.003); // the step's sleep
 }
 
 TEST("a chained step is relayed down the chain and answered with the last stage's token") {
