@@ -1,7 +1,7 @@
 """Data-plane benchmark: a 2-stage loopback route vs the unsplit model vs llama.cpp's RPC
 backend, and 8 concurrent sessions vs 1 (SmolLM2-135M Q4_1, same total threads).
 
-    GOMP_SPINCOUNT=10000 .venv/bin/python bench/route_bench.py [--bin-dir DIR]
+    .venv/bin/python bench/route_bench.py [--bin-dir DIR]
         [--threads 2] [--repeats 5] [--split 18] [--json out.json]
 
 Prints one table: best (and median) of --repeats interleaved rounds of a 128-token
@@ -19,9 +19,11 @@ The 8-vs-1 line also says how busy each stage's engine was while all 8 sessions
 decoded (/metrics: meshnet_shard_engine_busy_seconds_total) and what each token cost
 it: the slower stage's cost per token bounds what any pipeline of these two stages can
 reach on this machine.
-GOMP_SPINCOUNT (inherited by every process measured) keeps finished OpenMP threads from
-spinning for milliseconds against the other stage; --omp-passive sleeps them at once
-(slower: ggml synchronises once per graph node).
+Run it without GOMP_SPINCOUNT: the workers then get the launcher's default
+(meshnet.route.launch.WORKER_ENV_DEFAULTS) and llama.cpp's own processes (the reference,
+the rpc servers) libgomp's, as a user runs them; set, it applies to every process
+measured. --omp-passive sleeps finished OpenMP threads at once (slower: ggml
+synchronises once per graph node).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from typing import Any
 from meshnet.paths import workspace
 from meshnet.route import RouteDriver
 from meshnet.route.launch import (
+    WORKER_ENV_DEFAULTS,
     WorkerProcess,
     WorkerSpec,
     free_port,
@@ -228,7 +231,9 @@ def run(bin_dir: Path | None, threads: int, repeats: int, model: Path | None = N
     logs = Path(tempfile.mkdtemp(prefix="meshnet-bench-"))
     results: dict[str, Any] = {"threads_total": threads, "load_average": os.getloadavg(),
                                "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""),
-                               "gomp_spincount": os.environ.get("GOMP_SPINCOUNT", ""),
+                               "gomp_spincount": os.environ.get("GOMP_SPINCOUNT") or (
+                                   f"workers {WORKER_ENV_DEFAULTS['GOMP_SPINCOUNT']}, "
+                                   "llama.cpp default"),
                                "rounds": repeats, "gpu_layers": gpu_layers, "split": split}
 
     def spec(span: tuple[int, int], n_threads: int, slots: int = 8) -> WorkerSpec:

@@ -60,7 +60,7 @@ def test_workers_get_a_short_openmp_spin_unless_the_caller_sets_one(
     spec = WorkerSpec(model=smollm2, layers=(0, 10), threads=1, slots=1, ctx=64)
     monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
     with WorkerProcess(shard_worker, spec).start() as worker:
-        assert worker_environ(worker.pid)["GOMP_SPINCOUNT"] == "10000"
+        assert worker_environ(worker.pid)["GOMP_SPINCOUNT"] == "3000"
     monkeypatch.setenv("GOMP_SPINCOUNT", "250")
     with WorkerProcess(shard_worker, spec).start() as worker:
         assert worker_environ(worker.pid)["GOMP_SPINCOUNT"] == "250"

@@ -17,11 +17,15 @@ from pathlib import Path
 
 from meshnet.errors import MeshnetError
 
-# Defaults for a worker's environment, each overridden by the caller's. libgomp's default
-# has OpenMP threads spin for a long while after every step; stages sharing a machine's
-# cores then take them from each other (a 2-stage route on 2 cores decoded about 20%
-# slower with libgomp's default than with GOMP_SPINCOUNT=10000).
-WORKER_ENV_DEFAULTS = {"GOMP_SPINCOUNT": "10000"}
+# Defaults for a worker's environment, each overridden by the caller's. An OpenMP thread
+# that finished a step spins GOMP_SPINCOUNT times before it sleeps (libgomp's default: for
+# milliseconds). On stages sharing a machine's cores, a spin that outlasts the hand-off to
+# the next stage takes a core from that stage's first microseconds of compute, while one
+# too short puts threads to sleep inside a step. 2-stage SmolLM2 chain on 2 cores, 20
+# rounds each, decode relative to 10000: 1000 x1.026, 2000 x1.051, 3000 x1.058 (another
+# run: x1.115), 5000 x1.060, 30000 x0.957; the unsplit worker the same at 3000 as at
+# 10000. About 0.15 ms of spin on that machine, shorter than the hand-off.
+WORKER_ENV_DEFAULTS = {"GOMP_SPINCOUNT": "3000"}
 
 # --gpu-layers: llama.cpp offloads the last N layers of the whole model, so more than any
 # model has puts every layer a stage owns, and the last stage's output head, on its GPUs.
