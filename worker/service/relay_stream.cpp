@@ -71,10 +71,10 @@ public:
             };
             jobs.push_back(std::move(job));
         }
-        StartRead(&request_); // prepare() copied what the jobs need out of request_
-        if (!jobs.empty()) {
+        if (!jobs.empty()) { // the engine first, then the next read
             service_.steps().submit_all(std::move(jobs));
         }
+        StartRead(&request_); // prepare() copied what the jobs need out of request_
     }
 
     void OnWriteDone(bool ok) override {

@@ -512,7 +512,7 @@ public:
             fail(lock, grpc::Status(grpc::StatusCode::CANCELLED, "the stream was closed while answering"));
             return;
         }
-        write_next(lock);
+        send_due(lock);
         maybe_finish(lock);
     }
 
@@ -610,24 +610,33 @@ private:
         maybe_finish(lock);
     }
 
-    // `more_coming`: the decode loop goes on. Its answers are then only buffered, and sent
-    // together once stream_flush has passed since the last send: each send (and the
-    // reader it wakes) takes CPU time from the engine's threads, which on a busy stage
-    // slows every token (SmolLM2, 2-stage loopback chain: 88% of the unsplit model's
-    // decode sending each token, 94% sending every 100 ms). Any other answer goes at once.
-    void write_next(std::unique_lock<std::recursive_mutex> &, bool more_coming = false) {
-        if (writing_ || writes_.empty()) {
+    // `more_coming`: the decode loop goes on. Its answers then wait here until stream_flush
+    // has passed since the last send, and go out together: each send (and its completion,
+    // and the reader it wakes) takes CPU time from the engine's threads, which on a busy
+    // stage slows every token (SmolLM2, 2-stage loopback chain: 88% of the unsplit model's
+    // decode sending each token, 94% sending every 100 ms). Any other answer goes at once,
+    // with every answer held before it.
+    void write_next(std::unique_lock<std::recursive_mutex> & lock, bool more_coming = false) {
+        if (!more_coming || std::chrono::steady_clock::now() - last_send_ >= service_.stream_flush()) {
+            due_ = writes_.size(); // everything queued goes now
+        }
+        send_due(lock);
+    }
+
+    // Writes the answers that are due, one at a time, as one send.
+    void send_due(std::unique_lock<std::recursive_mutex> &) {
+        due_ = std::min(due_, writes_.size());
+        if (writing_ || due_ == 0) {
             return;
         }
         current_write_ = std::move(writes_.front());
         writes_.pop_front();
-        writing_ = true;
+        --due_;
+        writing_   = true;
+        last_send_ = std::chrono::steady_clock::now();
         grpc::WriteOptions options;
-        const auto now = std::chrono::steady_clock::now();
-        if (more_coming && now - last_send_ < service_.stream_flush()) {
-            options.set_buffer_hint();
-        } else {
-            last_send_ = now;
+        if (due_ > 0) {
+            options.set_buffer_hint(); // the rest of this send follows: one flush for all
         }
         StartWrite(&current_write_, options);
     }
@@ -641,6 +650,7 @@ private:
         final_status_ = status;
         pending_.clear();
         service_.metrics().count_request("ForwardStream", status_code_name(status.error_code()));
+        write_next(lock); // answers held for the next send go first
         maybe_finish(lock);
     }
 
@@ -664,7 +674,8 @@ private:
     // deadlock on the lock its caller holds.
     std::recursive_mutex                  mutex_;
     std::set<session_key>                 keys_;
-    std::chrono::steady_clock::time_point last_send_;                // of an unbuffered answer
+    std::chrono::steady_clock::time_point last_send_;                // when a send last began
+    size_t                                due_        = 0;     // queued answers to send now
     bool                                  busy_       = false; // a step (or its relay) in flight
     bool                                  writing_    = false;
     bool                                  reads_done_ = false;
