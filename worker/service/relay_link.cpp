@@ -111,8 +111,8 @@ public:
                 found = true;
             }
         }
-        StartRead(&response_);
         if (!found) {
+            StartRead(&response_);
             return; // not ours (never sent on this stream): nothing waits for it
         }
         std::vector<relay_answer> answers(answered.n_steps);
@@ -131,7 +131,8 @@ public:
                                                  result.details());
             }
         }
-        answered.done(answers);
+        answered.done(answers); // the waiting steps first, then the next read
+        StartRead(&response_);
     }
 
     void OnDone(const grpc::Status & status) override {
