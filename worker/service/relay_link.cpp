@@ -2,8 +2,8 @@
 // and answered when their response (matched by batch_id) arrives, or failed together
 // when the stream ends.
 #include "relay_link.h"
+#include "write_queue.h"
 
-#include <deque>
 #include <map>
 #include <string>
 #include <utility>
@@ -44,7 +44,7 @@ public:
             return false;
         }
         in_flight_.emplace(id, batch{n_steps, std::move(done), link_clock::now()});
-        writes_.push_back(std::move(request));
+        writes_.push(std::move(request));
         write_next();
         return true;
     }
@@ -77,7 +77,7 @@ public:
 
     void OnWriteDone(bool ok) override {
         std::lock_guard<std::recursive_mutex> lock(mutex_);
-        writing_ = false;
+        writes_.done();
         if (ok) {
             write_next();
         } // a failed write ends the stream: the pending read fails next, and breaks it
@@ -157,27 +157,21 @@ private:
     };
 
     void write_next() { // the caller holds mutex_
-        if (writing_ || writes_.empty()) {
-            return;
+        if (pb::RelayRequest * next = writes_.next()) {
+            StartWrite(next);
         }
-        current_write_ = std::move(writes_.front());
-        writes_.pop_front();
-        writing_ = true;
-        StartWrite(&current_write_);
     }
 
     relay_link &                     link_;
     grpc::ClientContext              context_;
     pb::RelayResponse                response_;
-    pb::RelayRequest                 current_write_;
-    std::deque<pb::RelayRequest>     writes_;
+    write_queue<pb::RelayRequest>    writes_;
     std::map<uint64_t, batch>        in_flight_;
     grpc::Status                     ending_status_; // set when we end the stream ourselves
     // Recursive: gRPC may run a reaction inline from StartWrite while we hold the lock.
     std::recursive_mutex             mutex_;
-    bool                             writing_ = false;
-    bool                             broken_  = false;
-    bool                             held_    = true;
+    bool                             broken_ = false;
+    bool                             held_   = true;
 };
 
 relay_link::relay_link(std::shared_ptr<grpc::Channel> channel, std::chrono::milliseconds deadline)

@@ -1,10 +1,10 @@
 // relay_stream.cpp - Relay, server side: batches in, one response per batch out (in the
 // order batches finish); cancelling the stream releases the sessions still waiting.
 #include "relay_stream.h"
+#include "write_queue.h"
 
 #include <atomic>
 #include <chrono>
-#include <deque>
 #include <memory>
 #include <mutex>
 
@@ -30,7 +30,7 @@ public:
         const int n_steps = request_.steps_size();
         if (n_steps == 0) { // nothing to run: answered at once
             std::lock_guard<std::recursive_mutex> lock(mutex_);
-            writes_.push_back(std::move(batch->response));
+            writes_.push(std::move(batch->response));
             write_next();
             StartRead(&request_);
             return;
@@ -79,7 +79,7 @@ public:
 
     void OnWriteDone(bool ok) override {
         std::lock_guard<std::recursive_mutex> lock(mutex_);
-        writing_ = false;
+        writes_.done();
         if (!ok) { // the caller is gone: what is left goes nowhere
             writes_.clear();
         }
@@ -115,39 +115,33 @@ private:
         if (--batch.remaining > 0) {
             return;
         }
-        writes_.push_back(std::move(batch.response));
+        writes_.push(std::move(batch.response));
         --unanswered_;
         write_next();
     }
 
     void write_next() { // the caller holds mutex_
-        if (writing_ || writes_.empty()) {
-            return;
+        if (pb::RelayResponse * next = writes_.next()) {
+            StartWrite(next);
         }
-        current_write_ = std::move(writes_.front());
-        writes_.pop_front();
-        writing_ = true;
-        StartWrite(&current_write_);
     }
 
     void maybe_finish() { // the caller holds mutex_
-        if (!finished_ && reads_done_ && unanswered_ == 0 && !writing_ && writes_.empty()) {
+        if (!finished_ && reads_done_ && unanswered_ == 0 && writes_.idle()) {
             finished_ = true;
             Finish(grpc::Status::OK);
         }
     }
 
-    shard_service &               service_;
-    pb::RelayRequest              request_;
-    pb::RelayResponse             current_write_;
-    std::deque<pb::RelayResponse> writes_;
-    std::atomic<bool>             cancelled_{false};
+    shard_service &                service_;
+    pb::RelayRequest               request_;
+    write_queue<pb::RelayResponse> writes_;
+    std::atomic<bool>              cancelled_{false};
     // Recursive: gRPC may run a reaction inline from StartWrite/Finish while we hold it.
-    std::recursive_mutex          mutex_;
-    int                           unanswered_ = 0; // batches read, not yet queued to write
-    bool                          writing_    = false;
-    bool                          reads_done_ = false;
-    bool                          finished_   = false;
+    std::recursive_mutex           mutex_;
+    int                            unanswered_ = 0; // batches read, not yet queued to write
+    bool                           reads_done_ = false;
+    bool                           finished_   = false;
 };
 
 } // namespace
