@@ -59,17 +59,28 @@ public:
         return first;
     }
 
-    // Ends the stream; what it carried fails with `why`. The caller (holding the link's
-    // lock) has already stopped sending to it. Touches nothing of this stream afterwards.
-    void cancel(grpc::Status why) {
+    // True once the stream can take no more batches (its read failed).
+    bool broken() {
+        std::lock_guard<std::recursive_mutex> lock(mutex_);
+        return broken_;
+    }
+
+    // Lets the stream end: with a failure `why` it is cancelled and what it carried fails
+    // with `why`, else it ends as it broke. Called once, by whoever detached it from the
+    // link, without the link's lock: OnDone may follow at once. Touches nothing after.
+    void release(const grpc::Status & why) {
         bool remove_hold = false;
         {
             std::lock_guard<std::recursive_mutex> lock(mutex_);
-            ending_status_ = std::move(why);
-            broken_        = true;
-            remove_hold    = std::exchange(held_, false);
+            if (!why.ok()) {
+                ending_status_ = why;
+            }
+            broken_     = true;
+            remove_hold = std::exchange(held_, false);
         }
-        context_.TryCancel();
+        if (!why.ok()) {
+            context_.TryCancel();
+        }
         if (remove_hold) {
             RemoveHold();
         }
@@ -84,17 +95,12 @@ public:
     }
 
     void OnReadDone(bool ok) override {
-        if (!ok) {
-            bool remove_hold = false;
+        if (!ok) { // the stream is over; the link's watchdog detaches and releases it
             {
                 std::lock_guard<std::recursive_mutex> lock(mutex_);
-                broken_     = true;
-                remove_hold = std::exchange(held_, false);
+                broken_ = true;
             }
-            link_.stream_broken(this);
-            if (remove_hold) {
-                RemoveHold(); // OnDone follows, on another thread: touch nothing after this
-            }
+            link_.changed_.notify_all();
             return;
         }
         const uint64_t id = response_.batch_id();
@@ -176,16 +182,17 @@ private:
 
 relay_link::relay_link(std::shared_ptr<grpc::Channel> channel, std::chrono::milliseconds deadline)
     : stub_(pb::ShardService::NewStub(std::move(channel))), deadline_(deadline),
-      watchdog_([this] { watch_deadlines(); }) {}
+      watchdog_([this] { watch_streams(); }) {}
 
 relay_link::~relay_link() {
     std::unique_lock<std::mutex> lock(mutex_);
     stopping_ = true;
-    if (stream * open = std::exchange(current_, nullptr)) {
-        open->cancel(grpc::Status(grpc::StatusCode::CANCELLED, "the worker is shutting down"));
-    }
+    stream * open = std::exchange(current_, nullptr);
     changed_.notify_all();
     lock.unlock();
+    if (open) {
+        open->release(grpc::Status(grpc::StatusCode::CANCELLED, "the worker is shutting down"));
+    }
     watchdog_.join();
     lock.lock();
     changed_.wait(lock, [this] { return live_streams_ == 0; });
@@ -197,33 +204,32 @@ void relay_link::send(std::vector<pb::ForwardRequest> steps, relay_batch_done do
     for (auto & step : steps) {
         request.add_steps()->Swap(&step);
     }
-    bool stopping = false;
+    std::vector<stream *> broken; // detached here, released once the lock is let go
+    bool sent = false, stopping = false;
     {
         std::lock_guard<std::mutex> lock(mutex_);
         request.set_batch_id(next_batch_++);
         stopping = stopping_;
-        // A stream found broken is replaced once; the new one accepts until it breaks.
-        for (int attempt = 0; attempt < 2 && !stopping; ++attempt) {
+        // A stream found broken is replaced; a new one that breaks at once, only once.
+        for (int attempt = 0; attempt < 2 && !stopping && !sent; ++attempt) {
+            if (current_ != nullptr && current_->broken()) {
+                broken.push_back(std::exchange(current_, nullptr));
+            }
             if (current_ == nullptr) {
                 ++live_streams_;
                 current_ = new stream(*this);
             }
-            if (current_->send(request.batch_id(), request, n_steps, done)) {
-                return;
-            }
-            current_ = nullptr;
+            sent = current_->send(request.batch_id(), request, n_steps, done);
         }
     }
-    auto answers = failed_answers(n_steps, stopping
-        ? grpc::Status(grpc::StatusCode::CANCELLED, "the worker is shutting down")
-        : grpc::Status(grpc::StatusCode::UNAVAILABLE, "the relay stream to the next stage broke twice"));
-    done(answers);
-}
-
-void relay_link::stream_broken(stream * broken) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (current_ == broken) {
-        current_ = nullptr;
+    for (stream * ended : broken) {
+        ended->release(grpc::Status::OK);
+    }
+    if (!sent) {
+        auto answers = failed_answers(n_steps, stopping
+            ? grpc::Status(grpc::StatusCode::CANCELLED, "the worker is shutting down")
+            : grpc::Status(grpc::StatusCode::UNAVAILABLE, "the relay stream to the next stage broke twice"));
+        done(answers);
     }
 }
 
@@ -233,19 +239,27 @@ void relay_link::stream_done() {
     changed_.notify_all();
 }
 
-void relay_link::watch_deadlines() {
+void relay_link::watch_streams() {
     std::unique_lock<std::mutex> lock(mutex_);
     while (!stopping_) {
         changed_.wait_for(lock, std::chrono::milliseconds(100));
         if (stopping_ || current_ == nullptr) {
             continue;
         }
+        grpc::Status why; // OK: it broke by itself
         const auto now = link_clock::now();
-        if (now - current_->oldest(now) > deadline_) {
-            std::exchange(current_, nullptr)->cancel(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+        if (!current_->broken()) {
+            if (now - current_->oldest(now) <= deadline_) {
+                continue;
+            }
+            why = grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
                 "the next stage did not answer a relayed step within " +
-                std::to_string(deadline_.count() / 1000) + " s"));
+                std::to_string(deadline_.count() / 1000) + " s");
         }
+        stream * ended = std::exchange(current_, nullptr);
+        lock.unlock();
+        ended->release(why);
+        lock.lock();
     }
 }
 

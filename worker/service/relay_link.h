@@ -46,9 +46,10 @@ public:
 private:
     class stream;
 
-    void stream_broken(stream * broken); // a stream that can carry no more batches
-    void stream_done();                  // a stream's last callback ran: it is gone
-    void watch_deadlines();
+    void stream_done(); // a stream's last callback ran: it is gone
+    // Detaches and releases a broken stream (or one whose oldest batch is past the
+    // deadline): no stream callback takes the link's lock while it could be held.
+    void watch_streams();
 
     std::unique_ptr<pb::ShardService::Stub> stub_;
     const std::chrono::milliseconds         deadline_;

@@ -3,6 +3,7 @@
 // steps are batched; cancellation and ReleaseSession free slots.
 #include "error_info.h"
 #include "fake_engine.h"
+#include "relay_link.h"
 #include "service_test.h"
 #include "worker_server.h"
 
@@ -18,6 +19,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <future>
 #include <limits>
 #include <thread>
 
@@ -778,6 +780,27 @@ TEST("a chain stage waits out a next stage that restarts and relays to the new o
     CHECK_EQ(response.sampled_tokens_size(), 1);
     CHECK_EQ(response.chain_size(), 2);
     if (response.chain_size() == 2) CHECK_EQ(response.chain(1).incarnation(), last->server.incarnation());
+}
+
+TEST("a relayed batch the next stage leaves unanswered past the link's deadline fails with DEADLINE_EXCEEDED") {
+    stage last(4, n_layer, small());
+    gate g;
+    last.engine.before_step = [&] { g.wait(); };
+    relay_link link(grpc::CreateChannel("127.0.0.1:" + std::to_string(last.server.port()),
+                                        grpc::InsecureChannelCredentials()),
+                    std::chrono::milliseconds(200));
+    pb::ForwardRequest step = boundary_request("late", 0, valid_boundary(1));
+    step.mutable_output()->set_kind(pb::OUTPUT_KIND_SAMPLED);
+    std::promise<std::vector<relay_answer>> answered;
+    const auto sent = std::chrono::steady_clock::now();
+    link.send({step}, [&](std::vector<relay_answer> & answers) { answered.set_value(answers); });
+    auto answers = answered.get_future();
+    CHECK(answers.wait_for(std::chrono::seconds(5)) == std::future_status::ready);
+    g.release();
+    const auto got = answers.get();
+    CHECK(std::chrono::steady_clock::now() - sent >= std::chrono::milliseconds(200));
+    CHECK_EQ(got.size(), static_cast<size_t>(1));
+    if (got.size() == 1) CHECK_EQ(got[0].status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
 }
 
 TEST("a stream decode loop answers every continued token without the caller") {
