@@ -4,6 +4,7 @@
 #include "relay_link.h"
 #include "write_queue.h"
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <utility>
