@@ -2,8 +2,6 @@
 // library in the Debian set), and a blocking accept loop polled for shutdown.
 #include "metrics.h"
 
-#include <cstdio>
-
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>

@@ -61,10 +61,7 @@ public:
                 pb::ForwardResponse * response = batch->response.mutable_results(i)->mutable_forward();
                 service_.complete(plan, outcome, *response, [this, batch, i, arrived, response](const grpc::Status & status) {
                     if (status.ok()) {
-                        const auto micros = std::chrono::duration_cast<std::chrono::microseconds>(
-                            std::chrono::steady_clock::now() - arrived).count();
-                        response->set_server_micros(micros);
-                        service_.metrics().observe_forward_seconds(static_cast<double>(micros) * 1e-6);
+                        service_.record_served(*response, arrived);
                     }
                     answered(*batch, i, status);
                 });

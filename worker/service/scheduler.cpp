@@ -47,21 +47,9 @@ void scheduler::stop() {
 }
 
 void scheduler::submit(step_job job) {
-    {
-        std::lock_guard<std::mutex> lock(mutex_);
-        if (!stopping_) {
-            last_arrival_ = session_clock::now();
-            steps_.push_back(std::move(job));
-            job.done = nullptr;
-        }
-    }
-    if (job.done) { // stopping: answer at once
-        step_outcome outcome;
-        outcome.error = make_error(error_reason::session_cancelled, "the worker is shutting down");
-        job.done(outcome);
-        return;
-    }
-    wake_.notify_one();
+    std::vector<step_job> jobs;
+    jobs.push_back(std::move(job));
+    submit_all(std::move(jobs));
 }
 
 void scheduler::submit_all(std::vector<step_job> jobs) {

@@ -2,6 +2,7 @@
 // reaches the engine, so a bad request never touches a session's state.
 #include "shard_service.h"
 #include "relay_stream.h"
+#include "write_queue.h"
 
 #include <algorithm>
 #include <chrono>
@@ -62,9 +63,6 @@ static std::vector<int64_t> row_shape(const engine_info & info) {
 // long enough to wait out a next stage that restarts and loads its layers.
 static constexpr std::chrono::milliseconds relay_deadline{30'000};
 
-static int64_t micros_since(std::chrono::steady_clock::time_point start) {
-    return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start).count();
-}
 
 shard_service::shard_service(service_identity identity, engine_i & engine, session_store & sessions,
                              scheduler & steps, metrics_registry & metrics,
@@ -359,6 +357,13 @@ void shard_service::write_boundary(int64_t n_tokens, const std::vector<float> & 
     metrics_.add_boundary_bytes_out(static_cast<int64_t>(out.data().size()));
 }
 
+void shard_service::record_served(pb::ForwardResponse & response, std::chrono::steady_clock::time_point arrived) {
+    const int64_t micros = std::chrono::duration_cast<std::chrono::microseconds>(
+        std::chrono::steady_clock::now() - arrived).count();
+    response.set_server_micros(micros);
+    metrics_.observe_forward_seconds(static_cast<double>(micros) * 1e-6);
+}
+
 void shard_service::write_trace(int64_t engine_micros, pb::StageTrace & out) const {
     out.mutable_layers()->set_begin(info_.layer_begin);
     out.mutable_layers()->set_end(info_.layer_end);
@@ -466,9 +471,7 @@ grpc::ServerUnaryReactor * shard_service::Forward(grpc::CallbackServerContext * 
         }
         complete(plan, outcome, *response, [this, reactor, response, arrived](const grpc::Status & status) {
             if (status.ok()) {
-                const int64_t micros = micros_since(arrived);
-                response->set_server_micros(micros);
-                metrics_.observe_forward_seconds(static_cast<double>(micros) * 1e-6);
+                record_served(*response, arrived);
             }
             finish(reactor, "Forward", status);
         });
@@ -507,7 +510,7 @@ public:
 
     void OnWriteDone(bool ok) override {
         std::unique_lock<std::recursive_mutex> lock(mutex_);
-        writing_ = false;
+        writes_.done();
         if (!ok) {
             fail(lock, grpc::Status(grpc::StatusCode::CANCELLED, "the stream was closed while answering"));
             return;
@@ -579,13 +582,11 @@ private:
             fail(lock, status);
             return;
         }
-        const int64_t micros = micros_since(arrived);
-        response.mutable_forward()->set_server_micros(micros);
-        service_.metrics().observe_forward_seconds(static_cast<double>(micros) * 1e-6);
+        service_.record_served(*response.mutable_forward(), arrived);
         service_.metrics().count_request("ForwardStream", "OK");
         const int64_t n_past  = response.forward().n_past();
         const int32_t sampled = response.forward().sampled_tokens_size() == 1 ? response.forward().sampled_tokens(0) : -1;
-        writes_.push_back(std::move(response));
+        writes_.push(std::move(response));
 
         const bool stop = sampled < 0 ||
             std::find(previous.stop_token_ids().begin(), previous.stop_token_ids().end(), sampled) !=
@@ -618,27 +619,28 @@ private:
     // with every answer held before it.
     void write_next(std::unique_lock<std::recursive_mutex> & lock, bool more_coming = false) {
         if (!more_coming || std::chrono::steady_clock::now() - last_send_ >= service_.stream_flush()) {
-            due_ = writes_.size(); // everything queued goes now
+            due_ = writes_.waiting(); // everything queued goes now
         }
         send_due(lock);
     }
 
     // Writes the answers that are due, one at a time, as one send.
     void send_due(std::unique_lock<std::recursive_mutex> &) {
-        due_ = std::min(due_, writes_.size());
-        if (writing_ || due_ == 0) {
+        due_ = std::min(due_, writes_.waiting());
+        if (due_ == 0) {
             return;
         }
-        current_write_ = std::move(writes_.front());
-        writes_.pop_front();
+        pb::ForwardStreamResponse * next = writes_.next();
+        if (next == nullptr) {
+            return; // one in flight: OnWriteDone goes on
+        }
         --due_;
-        writing_   = true;
         last_send_ = std::chrono::steady_clock::now();
         grpc::WriteOptions options;
         if (due_ > 0) {
             options.set_buffer_hint(); // the rest of this send follows: one flush for all
         }
-        StartWrite(&current_write_, options);
+        StartWrite(next, options);
     }
 
     // Ends the stream with `status` once what was produced has been written.
@@ -655,7 +657,7 @@ private:
     }
 
     void maybe_finish(std::unique_lock<std::recursive_mutex> &) {
-        if (finished_ || busy_ || writing_ || !writes_.empty()) {
+        if (finished_ || busy_ || !writes_.idle()) {
             return;
         }
         if (finishing_ || (reads_done_ && pending_.empty())) {
@@ -666,8 +668,7 @@ private:
 
     shard_service &                       service_;
     pb::ForwardStreamRequest              request_;
-    pb::ForwardStreamResponse             current_write_;
-    std::deque<pb::ForwardStreamResponse> writes_;
+    write_queue<pb::ForwardStreamResponse> writes_;
     std::deque<pb::ForwardRequest>        pending_;
     std::atomic<bool>                     cancelled_{false};
     // Recursive: a reaction the library runs inline from StartWrite/Finish must not
@@ -677,7 +678,6 @@ private:
     std::chrono::steady_clock::time_point last_send_;                // when a send last began
     size_t                                due_        = 0;     // queued answers to send now
     bool                                  busy_       = false; // a step (or its relay) in flight
-    bool                                  writing_    = false;
     bool                                  reads_done_ = false;
     bool                                  finishing_  = false;
     bool                                  finished_   = false;

@@ -93,6 +93,8 @@ public:
     void write_boundary(int64_t n_tokens, const std::vector<float> & rows, pb::Boundary & out);
     // This stage's entry in a step's chain trace.
     void write_trace(int64_t engine_micros, pb::StageTrace & out) const;
+    // A step answered: its time from `arrived` goes in `response` and the latency histogram.
+    void record_served(pb::ForwardResponse & response, std::chrono::steady_clock::time_point arrived);
 
     std::optional<shard_error> check_key(const pb::RouteKey & key) const;
     void finish(grpc::ServerUnaryReactor * reactor, const char * rpc, const grpc::Status & status);

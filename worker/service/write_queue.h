@@ -2,6 +2,7 @@
 // one write in flight, so the others wait here in order.
 #pragma once
 
+#include <cstddef>
 #include <deque>
 #include <utility>
 
@@ -27,6 +28,7 @@ public:
     void done() { writing_ = false; }    // OnWriteDone
     void clear() { waiting_.clear(); }   // the stream can take no more
     bool idle() const { return !writing_ && waiting_.empty(); }
+    size_t waiting() const { return waiting_.size(); } // not counting the one in flight
 
 private:
     std::deque<Message> waiting_;
