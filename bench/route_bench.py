@@ -15,6 +15,8 @@ only one stage computes at a time. Both stages split the model at --split (defau
 0:18,18:30: the last stage also carries the output head, as costly as about six layers
 in a step of four sessions, so an even 15/15 split leaves the first stage idle a third
 of the time while 8 sessions decode).
+The hop-floor line says what the hand-offs alone cost on this host (bench/hop_floor.py),
+so the "outside engines" column can be read against it.
 The 8-vs-1 line also says how busy each stage's engine was while all 8 sessions
 decoded (/metrics: meshnet_shard_engine_busy_seconds_total) and what each token cost
 it: the slower stage's cost per token bounds what any pipeline of these two stages can
@@ -42,6 +44,8 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+from hop_floor import hop_floor_ms
 
 from meshnet.paths import workspace
 from meshnet.route import RouteDriver
@@ -276,6 +280,12 @@ def run(bin_dir: Path | None, threads: int, repeats: int, model: Path | None = N
                 rounds.setdefault("llama_cpp_rpc_2_servers", []).append(rpc.measure(model))
             except (RuntimeError, subprocess.SubprocessError) as exc:
                 results["llama_cpp_rpc_2_servers_error"] = str(exc)[-300:]
+        # Each stage computes about half the unsplit model's token.
+        reference_ms = 1e3 / summary([v[1] for v in rounds["unsplit_llama_cpp"]])["best"]
+        try:
+            results["hop_floor_ms_per_token"] = round(hop_floor_ms(reference_ms / 2), 3)
+        except (OSError, subprocess.SubprocessError) as exc:
+            results["hop_floor_error"] = str(exc)[-300:]
         for name, values in rounds.items():
             results[name] = {"prefill": summary([v[0] for v in values]),
                              "decode": summary([v[1] for v in values]),
@@ -358,6 +368,16 @@ def report(results: dict[str, Any]) -> str:
             + (f"{row['decode_overhead_ms_per_token']:>26.2f}"
                if "decode_overhead_ms_per_token" in row else "")
         )
+    floor = results.get("hop_floor_ms_per_token")
+    if "hop_floor_error" in results:
+        lines.append(f"hop floor of this host: error: {results['hop_floor_error']}")
+    elif floor is not None:
+        reference_ms = 1e3 / base["decode"]["best"]
+        lines.append(
+            f"hop floor of this host (bench/hop_floor.py: two processes taking turns over "
+            f"loopback TCP, no gRPC): {floor:.2f} ms per token; at that floor a 2-stage "
+            f"decode would reach {100 * reference_ms / (reference_ms + floor):.1f}% of the "
+            "reference")
     sessions = results["route_2_stages_sessions"]
     one, eight = sessions["1"]["best"], sessions["8"]["best"]
     lines.append(
