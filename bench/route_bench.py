@@ -2,7 +2,7 @@
 backend, and 8 concurrent sessions vs 1 (SmolLM2-135M Q4_1, same total threads).
 
     .venv/bin/python bench/route_bench.py [--bin-dir DIR]
-        [--threads 2] [--repeats 5] [--split 18] [--json out.json]
+        [--threads 2] [--repeats 5] [--split 18] [--pin] [--json out.json]
 
 Prints one table: best (and median) of --repeats interleaved rounds of a 128-token
 prompt and 64 decoded tokens (greedy); every setup runs once per round, so background
@@ -21,6 +21,9 @@ The 8-vs-1 line also says how busy each stage's engine was while all 8 sessions
 decoded (/metrics: meshnet_shard_engine_busy_seconds_total) and what each token cost
 it: the slower stage's cost per token bounds what any pipeline of these two stages can
 reach on this machine.
+--pin binds every process measured to CPUs (meshnet.route.launch.cpu_binding_env): each
+one running --threads threads to the first --threads CPUs, a stage or rpc-server of
+--threads / 2 threads to CPUs of its own, so both sides of the comparison are bound alike.
 Run it without GOMP_SPINCOUNT: the workers then get the launcher's default
 (meshnet.route.launch.WORKER_ENV_DEFAULTS) and llama.cpp's own processes (the reference,
 the rpc servers) libgomp's, as a user runs them; set, it applies to every process
@@ -53,6 +56,7 @@ from meshnet.route.launch import (
     WORKER_ENV_DEFAULTS,
     WorkerProcess,
     WorkerSpec,
+    cpu_binding_env,
     free_port,
     start_route,
     worker_binary,
@@ -101,11 +105,12 @@ def measure_route(driver: RouteDriver, prompt: list[int],
 
 
 def measure_reference(tool: Path, model: Path, prompt: list[int], threads: int,
-                      gpu_layers: int = 0) -> tuple[float, float]:
+                      gpu_layers: int = 0, cpus: tuple[int, ...] = ()) -> tuple[float, float]:
     result = subprocess.run(
         [str(tool), "--model", str(model), "--prompt-tokens", ",".join(map(str, prompt)),
          "-n", str(DECODE_TOKENS), "--threads", str(threads), "--gpu-layers", str(gpu_layers)],
         capture_output=True, text=True, check=True, timeout=600,
+        env={**os.environ, **cpu_binding_env(cpus)},
     )
     data = json.loads(result.stdout)
     return data["prefill_tokens_per_second"], data["decode_tokens_per_second"]
@@ -128,14 +133,15 @@ def llama_bench(args: list[str]) -> tuple[float, float]:
 class RpcServers:
     """Two ggml-rpc-server processes on loopback (llama.cpp's RPC backend)."""
 
-    def __init__(self, threads_each: int) -> None:
+    def __init__(self, threads_each: int, cpus: list[tuple[int, ...]] | None = None) -> None:
         server = workspace() / "llama-build" / "install" / "bin" / "ggml-rpc-server"
         self.ports = [free_port(), free_port()]
         self.processes = [
             subprocess.Popen([str(server), "-H", "127.0.0.1", "-p", str(port), "-t",
                               str(threads_each)],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            for port in self.ports
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             env={**os.environ, **cpu_binding_env(cpus[i] if cpus else ())})
+            for i, port in enumerate(self.ports)
         ]
         self.threads_each = threads_each
         time.sleep(1.0)
@@ -225,7 +231,7 @@ def concurrent_decode(driver: RouteDriver, prompt: list[int], sessions: int,
 
 
 def run(bin_dir: Path | None, threads: int, repeats: int, model: Path | None = None,
-        gpu_layers: int = 0, split: int = 18) -> dict[str, Any]:
+        gpu_layers: int = 0, split: int = 18, pin: bool = False) -> dict[str, Any]:
     """Starts every setup at once (idle ones cost no CPU), then measures them in turn,
     round after round, so a burst of background load hits every setup alike."""
     binary = bin_dir / "meshnet-shard-worker" if bin_dir else worker_binary()
@@ -238,17 +244,25 @@ def run(bin_dir: Path | None, threads: int, repeats: int, model: Path | None = N
                                "gomp_spincount": os.environ.get("GOMP_SPINCOUNT") or (
                                    f"workers {WORKER_ENV_DEFAULTS['GOMP_SPINCOUNT']}, "
                                    "llama.cpp default"),
-                               "rounds": repeats, "gpu_layers": gpu_layers, "split": split}
+                               "rounds": repeats, "gpu_layers": gpu_layers, "split": split,
+                               "pinned": pin}
+    available = sorted(os.sched_getaffinity(0))
 
-    def spec(span: tuple[int, int], n_threads: int, slots: int = 8) -> WorkerSpec:
-        return WorkerSpec(model=model, layers=span, threads=n_threads, slots=slots, ctx=1024,
-                          gpu_layers=gpu_layers)
+    def cpus(n_threads: int, index: int = 0) -> tuple[int, ...]:
+        """With --pin, the CPUs of the index-th process running n_threads threads."""
+        if not pin:
+            return ()
+        return tuple(available[(index * n_threads + i) % len(available)] for i in range(n_threads))
+
+    def spec(span: tuple[int, int], n_threads: int, index: int = 0) -> WorkerSpec:
+        return WorkerSpec(model=model, layers=span, threads=n_threads, slots=8, ctx=1024,
+                          gpu_layers=gpu_layers, cpus=cpus(n_threads, index))
 
     first, second = (0, split), (split, 30)
     setups = {  # name: (specs, chain)
         "unsplit_worker": ([spec((0, 30), threads)], False),
-        "route_2_stages": ([spec(first, half), spec(second, half)], False),
-        "route_2_stages_chain": ([spec(first, half), spec(second, half)], True),
+        "route_2_stages": ([spec(first, half), spec(second, half, 1)], False),
+        "route_2_stages_chain": ([spec(first, half), spec(second, half, 1)], True),
         "route_2_stages_chain_all_threads": (
             [spec(first, threads), spec(second, threads)], True),
     }
@@ -267,12 +281,13 @@ def run(bin_dir: Path | None, threads: int, repeats: int, model: Path | None = N
         prompt = prompt_ids(drivers["unsplit_worker"])
         for driver in drivers.values():
             driver.generate(prompt[:8], max_tokens=4, stop_at_eos=False)  # warm up
-        rpc = RpcServers(half)
+        rpc = RpcServers(half, [cpus(half, 0), cpus(half, 1)] if pin else None)
         rounds: dict[str, list[tuple[float, float]]] = {}
         overheads: dict[str, list[float]] = {}
         for _ in range(repeats):
             rounds.setdefault("unsplit_llama_cpp", []).append(
-                measure_reference(reference_tool, model, prompt, threads, gpu_layers))
+                measure_reference(reference_tool, model, prompt, threads, gpu_layers,
+                                  cpus(threads)))
             for name, driver in drivers.items():
                 rounds.setdefault(name, []).append(
                     measure_route(driver, prompt, overheads.setdefault(name, [])))
@@ -334,6 +349,7 @@ def report(results: dict[str, Any]) -> str:
         (f"SmolLM2-135M Q4_1, prompt {PROMPT_TOKENS} tokens, decode {DECODE_TOKENS} tokens, "
         f"{results['threads_total']} threads in total, gpu layers {results['gpu_layers']}, "
         f"2-stage split 0:{results['split']},{results['split']}:30, "
+        f"{'bound to CPUs (--pin)' if results.get('pinned') else 'unbound'}, "
         "OMP_WAIT_POLICY="
         f"{results['omp_wait_policy'] or 'default'}, GOMP_SPINCOUNT="
         f"{results['gomp_spincount'] or 'default'}, load average at start "
@@ -414,6 +430,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5, help="Interleaved rounds.")
     parser.add_argument("--split", type=int, default=18,
                         help="First layer of the second stage (default 18 of 30).")
+    parser.add_argument("--pin", action="store_true",
+                        help="Bind every process measured to CPUs (see above).")
     parser.add_argument("--json", type=Path, default=None, help="Also write the raw results.")
     parser.add_argument("--omp-passive", action="store_true",
                         help="OMP_WAIT_POLICY=passive for every process measured.")
@@ -423,7 +441,7 @@ def main() -> None:
     if not 0 < options.split < 30:
         parser.error("--split must be a layer boundary inside 1..29")
     results = run(options.bin_dir, options.threads, options.repeats, options.model,
-                  options.gpu_layers, options.split)
+                  options.gpu_layers, options.split, options.pin)
     print(report(results))
     if options.json:
         options.json.write_text(json.dumps(results, indent=2))

@@ -222,3 +222,59 @@ def test_meshnet_worker_run_starts_the_worker_with_computed_identities(
         process.terminate()
         assert process.wait(10) == 0
         log.close()
+
+
+def _thread_cpus(pid: int) -> dict[str, str]:
+    """Each thread of a process: its name and the CPUs it may run on."""
+    threads = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        status = (task / "status").read_text()
+        allowed = next(line.split()[1] for line in status.splitlines()
+                       if line.startswith("Cpus_allowed_list"))
+        threads[f"{task.name} {(task / 'comm').read_text().strip()}"] = allowed
+    return threads
+
+
+def test_meshnet_worker_run_binds_the_compute_threads_to_the_cpus_given(
+    shard_worker: Path, smollm2: Path, tmp_path: Path,
+) -> None:
+    cpus = sorted(os.sched_getaffinity(0))[:2]
+    if len(cpus) < 2:
+        pytest.skip("needs two CPUs")
+    port = free_port()
+    meshnet = Path(sys.executable).parent / "meshnet"
+    log = (tmp_path / "worker.log").open("w")
+    process = subprocess.Popen(
+        [str(meshnet), "worker", "run", "--model", str(smollm2), "--layers", "0:30",
+         "--listen", f"127.0.0.1:{port}", "--metrics-listen", "", "--threads", "2",
+         "--cpus", f"{cpus[1]},{cpus[0]}"],
+        stdout=subprocess.DEVNULL, stderr=log, text=True,
+        env={**os.environ, "MESHNET_BIN_DIR": str(shard_worker.parent)},
+    )
+    try:
+        driver = RouteDriver([f"127.0.0.1:{port}"])
+        driver.connect(wait=60)
+        driver.generate(driver.tokenize("Bind me"), max_tokens=2)  # the compute team exists now
+        driver.close()
+        threads = _thread_cpus(process.pid)  # execve: the worker kept the pid
+        # The first CPU listed takes every thread but the second compute thread.
+        on_second = [name for name, allowed in threads.items() if allowed == str(cpus[0])]
+        assert len(on_second) == 1, threads
+        assert all(allowed == str(cpus[1]) for name, allowed in threads.items()
+                   if name not in on_second), threads
+    finally:
+        process.terminate()
+        assert process.wait(10) == 0
+        log.close()
+
+
+def test_meshnet_worker_run_refuses_cpus_it_cannot_use(smollm2: Path) -> None:
+    meshnet = Path(sys.executable).parent / "meshnet"
+    unavailable = max(os.sched_getaffinity(0)) + 1
+    for value, message in ((str(unavailable), f"CPU(s) {unavailable} not available"),
+                           ("0,x", "expected CPU numbers separated by commas")):
+        result = subprocess.run(
+            [str(meshnet), "worker", "run", "--model", str(smollm2), "--layers", "0:30",
+             "--cpus", value], capture_output=True, text=True, timeout=60)
+        assert result.returncode == 2, result.stderr
+        assert message in result.stderr

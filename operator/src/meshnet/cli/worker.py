@@ -13,7 +13,13 @@ from meshnet.native.build import build_worker
 from meshnet.paths import repo_root, workspace
 from meshnet.pin.manifest import load_manifest
 from meshnet.pin.workspace import Workspace
-from meshnet.route.launch import WorkerSpec, local_manifest_digest, worker_binary
+from meshnet.route.launch import (
+    WORKER_ENV_DEFAULTS,
+    WorkerSpec,
+    cpu_binding_env,
+    local_manifest_digest,
+    worker_binary,
+)
 
 
 @click.group("worker")
@@ -67,20 +73,32 @@ def build_cmd(lane: str, dev: bool, jobs: int | None) -> None:
 @click.option("--pipeline-depth", type=click.IntRange(0), default=0, show_default=True,
               help="Stages in the route: concurrent sessions run as that many groups, so "
                    "every stage computes one (0: the model's layers / this stage's layers).")
+@click.option("--cpus", default="", metavar="LIST",
+              help="Bind the engine's compute threads to these CPUs, in order (e.g. 0,1); "
+                   "the worker's other threads stay on the first. Default: unbound.")
 @click.option("--dev", is_flag=True, help="Run the `worker build --dev` binary.")
 @lane_option
 def run_cmd(model: Path, layers: str, route_id: str, epoch: int, listen: str, metrics_listen: str,
             slots: int, ctx: int, batch: int, threads: int, boundary_dtype: str,
             manifest_digest: str | None, recipe_digest: str | None, route_digest: str,
             evict_idle_ms: int | None, tls_cert: str | None, tls_key: str | None,
-            tls_client_ca: str | None, next_stage: str, pipeline_depth: int, dev: bool,
-            lane: str) -> None:
+            tls_client_ca: str | None, next_stage: str, pipeline_depth: int, cpus: str,
+            dev: bool, lane: str) -> None:
     """Start a built meshnet-shard-worker serving LAYERS of MODEL (replaces this process)."""
     begin_text, _, end_text = layers.partition(":")
     try:
         span = (int(begin_text), int(end_text) if end_text else None)
     except ValueError:
         raise click.BadParameter("expected BEGIN:END, e.g. 0:10", param_hint="--layers") from None
+    try:
+        cpu_list = tuple(int(cpu) for cpu in cpus.split(",") if cpu.strip())
+    except ValueError:
+        raise click.BadParameter("expected CPU numbers separated by commas, e.g. 0,1",
+                                 param_hint="--cpus") from None
+    try:
+        cpu_env = cpu_binding_env(cpu_list)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--cpus") from None
     if recipe_digest is None:
         pin = load_manifest(repo_root() / "llama-pin.yaml").digest()
         recipe_digest = identity.recipe_digest(pin, {
@@ -96,8 +114,8 @@ def run_cmd(model: Path, layers: str, route_id: str, epoch: int, listen: str, me
         tls_cert=Path(tls_cert) if tls_cert else None,
         tls_key=Path(tls_key) if tls_key else None,
         tls_client_ca=Path(tls_client_ca) if tls_client_ca else None,
-        next_stage=next_stage, pipeline_depth=pipeline_depth,
+        next_stage=next_stage, pipeline_depth=pipeline_depth, cpus=cpu_list,
     )
     binary = worker_binary(dev=dev)
     click.echo(f"[worker] {binary} {' '.join(spec.args())}", err=True)
-    os.execv(binary, [str(binary), *spec.args()])
+    os.execve(binary, [str(binary), *spec.args()], {**WORKER_ENV_DEFAULTS, **os.environ, **cpu_env})

@@ -66,7 +66,14 @@ class WorkerSpec:
     next_stage: str = ""
     exit_with_parent: bool = False  # the worker stops when the process starting it exits
     pipeline_depth: int = 0  # stages in the route; 0: the worker derives it from its range
+    # CPUs for the engine's compute threads, in order (the worker's other threads stay on
+    # the first); () leaves placement to the kernel. See cpu_binding_env.
+    cpus: tuple[int, ...] = ()
     extra: tuple[str, ...] = field(default_factory=tuple)
+
+    def env(self) -> dict[str, str]:
+        """Environment the worker needs for this spec (set before it starts)."""
+        return cpu_binding_env(self.cpus)
 
     def args(self) -> list[str]:
         begin, end = self.layers
@@ -101,6 +108,23 @@ class WorkerSpec:
             if value is not None:
                 args += [flag, str(value)]
         return args + list(self.extra)
+
+
+def cpu_binding_env(cpus: Sequence[int]) -> dict[str, str]:
+    """Binds a process's OpenMP compute threads to `cpus`, thread i to the i-th (wrapping),
+    through libgomp's GOMP_CPU_AFFINITY, read when the process starts. The process's first
+    thread is bound to the first CPU, and every thread it starts later (gRPC's, the
+    engine's) inherits that. Two stages sharing a host both bound to 0,1 hand a token
+    over on one CPU that is always awake, rather than waking an idle one (measured in
+    bench/route_bench.py --pin)."""
+    if not cpus:
+        return {}
+    allowed = os.sched_getaffinity(0)
+    missing = sorted(set(cpus) - allowed)
+    if missing:
+        raise ValueError(f"CPU(s) {', '.join(map(str, missing))} not available to this process "
+                         f"(allowed: {', '.join(map(str, sorted(allowed)))})")
+    return {"GOMP_CPU_AFFINITY": " ".join(str(cpu) for cpu in cpus)}
 
 
 def free_port() -> int:
@@ -145,7 +169,7 @@ class WorkerProcess:
         self._proc = subprocess.Popen(
             [str(self.binary), *self.spec.args()],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-            env={**WORKER_ENV_DEFAULTS, **os.environ, **(self.env or {})},
+            env={**WORKER_ENV_DEFAULTS, **os.environ, **self.spec.env(), **(self.env or {})},
         )
         threading.Thread(target=self._pump, args=(self._proc,), daemon=True).start()
         deadline = time.monotonic() + timeout
