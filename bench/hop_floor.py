@@ -82,7 +82,11 @@ def hop_floor_ms(compute_ms: float, rounds: int = 400) -> float:
                     if i >= 20:
                         extra.append(time.perf_counter() - started - 2 * compute_ms / 1e3)
         finally:
-            peer.wait(timeout=30)
+            try:
+                peer.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                peer.kill()
+                raise
     return 1e3 * statistics.median(extra)
 
 
