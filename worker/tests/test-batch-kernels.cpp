@@ -1,7 +1,8 @@
-// test-batch-kernels.cpp - our ggml patches 0006 and 0007: a matrix product over the few
-// columns of a decode step (one per session) gives each column, bit for bit, what it gets
-// alone, for the test model's weight types (Q4_1 layers, Q8_0 output head), so a session's
-// numbers do not depend on which sessions share its step.
+// test-batch-kernels.cpp - around our ggml patches 0006 and 0007 (x86 kernels for decode
+// steps of several sessions): the Q4_1 dot over two rows and two columns equals one-row
+// dots bit for bit, and a product over the few columns of a step (one per session) still
+// gives each column exactly what it gets alone, for the test model's weight types (Q4_1
+// layers, Q8_0 output head), so a session's numbers do not depend on who shares its step.
 #include "service_test.h"
 
 #include <ggml-cpu.h>
