@@ -14,7 +14,6 @@ from meshnet.paths import repo_root, workspace
 from meshnet.pin.manifest import load_manifest
 from meshnet.pin.workspace import Workspace
 from meshnet.route.launch import (
-    WORKER_ENV_DEFAULTS,
     WorkerSpec,
     cpu_binding_env,
     local_manifest_digest,
@@ -96,7 +95,7 @@ def run_cmd(model: Path, layers: str, route_id: str, epoch: int, listen: str, me
         raise click.BadParameter("expected CPU numbers separated by commas, e.g. 0,1",
                                  param_hint="--cpus") from None
     try:
-        cpu_env = cpu_binding_env(cpu_list)
+        cpu_binding_env(cpu_list)  # refuse unusable CPUs before hashing the model
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--cpus") from None
     if recipe_digest is None:
@@ -118,4 +117,4 @@ def run_cmd(model: Path, layers: str, route_id: str, epoch: int, listen: str, me
     )
     binary = worker_binary(dev=dev)
     click.echo(f"[worker] {binary} {' '.join(spec.args())}", err=True)
-    os.execve(binary, [str(binary), *spec.args()], {**WORKER_ENV_DEFAULTS, **os.environ, **cpu_env})
+    os.execve(binary, [str(binary), *spec.args()], spec.environment())

@@ -11,7 +11,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -71,9 +71,11 @@ class WorkerSpec:
     cpus: tuple[int, ...] = ()
     extra: tuple[str, ...] = field(default_factory=tuple)
 
-    def env(self) -> dict[str, str]:
-        """Environment the worker needs for this spec (set before it starts)."""
-        return cpu_binding_env(self.cpus)
+    def environment(self, overrides: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The worker's whole environment: our defaults, then the caller's, then what this
+        spec needs (set before it starts), then `overrides`. ValueError for unusable cpus."""
+        return {**WORKER_ENV_DEFAULTS, **os.environ, **cpu_binding_env(self.cpus),
+                **(overrides or {})}
 
     def args(self) -> list[str]:
         begin, end = self.layers
@@ -169,7 +171,7 @@ class WorkerProcess:
         self._proc = subprocess.Popen(
             [str(self.binary), *self.spec.args()],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-            env={**WORKER_ENV_DEFAULTS, **os.environ, **self.spec.env(), **(self.env or {})},
+            env=self.spec.environment(self.env),
         )
         threading.Thread(target=self._pump, args=(self._proc,), daemon=True).start()
         deadline = time.monotonic() + timeout
