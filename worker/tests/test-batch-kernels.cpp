@@ -1,4 +1,4 @@
-// test-batch-kernels.cpp - around our ggml patches 0006 and 0007 (x86 kernels for decode
+// test-batch-kernels.cpp - around our ggml patches 0006-0008 (CPU kernels for decode
 // steps of several sessions): the Q4_1 and Q8_0 dots over two rows and two columns equal
 // one-row dots bit for bit, and a product over the few columns of a step (one per
 // session) still gives each column exactly what it gets alone, for the test model's
@@ -128,7 +128,7 @@ TEST("a step's product of 2 to 8 columns gives each column what it gets alone") 
         for (auto & v : columns) {
             v = 2.0f * uniform(gen);
         }
-        for (int n_columns : {2, 3, 4, 6, 8}) {
+        for (int n_columns : {2, 3, 4, 5, 6, 7, 8}) { // odd counts: pairs and a one-row column
             const std::vector<float> together = product(ctx, weights, columns.data(), n_columns);
             int differing = 0;
             for (int c = 0; c < n_columns; ++c) {
