@@ -90,3 +90,36 @@ def test_every_problem_is_listed_at_once() -> None:
     with pytest.raises(RouteRefused) as caught:
         check_route(route(info(0, 10), info(12, 20, epoch=9)))
     assert len(caught.value.problems) == 3  # epoch, gap, coverage
+
+
+def placed(begin: int, end: int, host: str = "boot-1", cpus: tuple[int, ...] = (0, 1),
+           threads: int = 2, gpu_layers: int = 0) -> pb.GetInfoResponse:
+    answer = info(begin, end)
+    answer.placement.CopyFrom(pb.ComputePlacement(host_id=host, cpus=cpus, threads=threads,
+                                                  gpu_layers=gpu_layers))
+    return answer
+
+
+def test_stages_that_each_fill_one_hosts_cpus_take_turns() -> None:
+    assert check_route(route(placed(0, 15), placed(15, 30))).stages_take_turns
+    # pinned to the same two CPUs of a bigger host: still both on those two
+    assert check_route(route(placed(0, 15, cpus=(4, 5)), placed(15, 30, cpus=(4, 5)))
+                       ).stages_take_turns
+
+
+@pytest.mark.parametrize("second", [
+    placed(15, 30, threads=1),              # 2 + 1 threads on 2 CPUs: both can compute
+    placed(15, 30, cpus=(2, 3)),            # CPUs of their own
+    placed(15, 30, host="boot-2"),          # another host
+    placed(15, 30, host=""),                # a worker that does not say
+    placed(15, 30, gpu_layers=999),         # computes on a GPU
+])
+def test_stages_that_can_compute_at_once_do_not_take_turns(second: pb.GetInfoResponse) -> None:
+    assert not check_route(route(placed(0, 15), second)).stages_take_turns
+
+
+def test_a_route_of_one_stage_or_without_placements_never_takes_turns() -> None:
+    assert not check_route(route(placed(0, 30))).stages_take_turns
+    assert not check_route(route(info(0, 15), info(15, 30))).stages_take_turns
+    assert not check_route(route(placed(0, 15, threads=1), placed(15, 30, threads=1))
+                           ).stages_take_turns

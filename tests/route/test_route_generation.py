@@ -5,6 +5,7 @@ generates: greedy, sampled (server- or driver-side), alone or concurrently, and 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from meshnet.route import RouteDriver, RouteRefused, Sampling
-from meshnet.route.launch import WorkerProcess
+from meshnet.route.launch import WorkerProcess, WorkerSpec, start_route
 
 PROMPTS = [
     "The capital of France is",
@@ -78,6 +79,28 @@ def test_a_long_prompt_prefilled_in_chunks_gives_the_same_tokens(
         driver.chunk_tokens = None
     assert len(generation.prompt_tokens) > 48
     assert generation.tokens == reference(generation.prompt_tokens, 16)
+    # one thread per stage: unless this host has a single CPU, the stages compute at once
+    assert generation.prefill_wavefront == (len(os.sched_getaffinity(0)) > 1)
+
+
+def test_stages_that_take_turns_on_the_cpus_prefill_chunk_after_chunk(
+    shard_worker: Path, smollm2: Path, reference: Reference, tmp_path: Path,
+) -> None:
+    cpus = tuple(sorted(os.sched_getaffinity(0))[:2])
+    specs = [WorkerSpec(model=smollm2, layers=span, threads=len(cpus), cpus=cpus)
+             for span in ((0, 15), (15, 30))]
+    workers = start_route(shard_worker, specs, tmp_path, chain=True)
+    try:
+        with RouteDriver([w.endpoint for w in workers]) as driver:
+            generation = driver.generate(" ".join(PROMPTS * 6), max_tokens=8, stop_at_eos=False)
+            takes_turns = driver.route.stages_take_turns
+    finally:
+        for worker in workers:
+            worker.stop()
+    assert takes_turns
+    assert len(generation.prompt_tokens) > 64  # a wavefront would have taken 2 chunks
+    assert not generation.prefill_wavefront
+    assert generation.tokens == reference(generation.prompt_tokens, 8)
 
 
 def test_seeded_sampling_matches_the_unsplit_model_on_either_side(

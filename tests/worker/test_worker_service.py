@@ -49,6 +49,26 @@ def test_get_info_reports_the_identities_it_was_started_with(
     assert len(info.incarnation) == 32
 
 
+def test_get_info_says_where_the_stage_computes(shard_worker: Path, smollm2: Path) -> None:
+    boot_id = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    first_cpu = min(os.sched_getaffinity(0))
+    unbound = WorkerSpec(model=smollm2, layers=(0, 10), threads=1, slots=1, ctx=64)
+    bound = WorkerSpec(model=smollm2, layers=(0, 10), threads=2, slots=1, ctx=64,
+                       cpus=(first_cpu, first_cpu))
+    placements = []
+    for spec in (unbound, bound):
+        with WorkerProcess(shard_worker, spec).start() as worker:
+            client = StageClient(worker.endpoint)
+            placements.append(client.info().placement)
+            client.close()
+    assert placements[0].host_id == placements[1].host_id == boot_id
+    # unbound: the CPUs this process (its parent) may use; bound: those of --cpus
+    assert list(placements[0].cpus) == sorted(os.sched_getaffinity(0))
+    assert list(placements[1].cpus) == [first_cpu]
+    assert (placements[0].threads, placements[1].threads) == (1, 2)
+    assert placements[0].gpu_layers == placements[1].gpu_layers == 0
+
+
 def worker_environ(pid: int) -> dict[str, str]:
     raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     return dict(item.decode().split("=", 1) for item in raw if b"=" in item)

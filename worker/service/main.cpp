@@ -2,6 +2,7 @@
 // (meshnet.shard.v1) until SIGINT/SIGTERM.
 #include "engine.h"
 #include "gguf_vocab.h"
+#include "host_facts.h"
 #include "worker_params.h"
 #include "worker_server.h"
 
@@ -39,6 +40,9 @@ int main(int argc, char ** argv) {
         }
     }
 
+    // Before the engine's threads exist: binding them narrows the process's CPU mask.
+    const meshnet::compute_placement placement = meshnet::read_placement(params.n_threads, params.n_gpu_layers);
+
     meshnet::engine_params engine_params;
     engine_params.model_path   = params.model_path;
     engine_params.layer_begin  = params.layer_begin;
@@ -55,7 +59,7 @@ int main(int argc, char ** argv) {
     }
 
     meshnet::worker_server server;
-    if (!server.start(params, *engine, error, meshnet::gguf_eos_token_ids(params.model_path))) {
+    if (!server.start(params, *engine, error, meshnet::gguf_eos_token_ids(params.model_path), placement)) {
         std::fprintf(stderr, "error: %s\n", error.c_str());
         return 1;
     }

@@ -433,6 +433,11 @@ grpc::ServerUnaryReactor * shard_service::GetInfo(grpc::CallbackServerContext * 
     response->set_max_message_bytes(identity_.max_message_bytes);
     response->mutable_eos_token_ids()->Add(identity_.eos_token_ids.begin(), identity_.eos_token_ids.end());
     response->set_next_stage(identity_.next_stage);
+    pb::ComputePlacement * placement = response->mutable_placement();
+    placement->set_host_id(identity_.placement.host_id);
+    placement->mutable_cpus()->Add(identity_.placement.cpus.begin(), identity_.placement.cpus.end());
+    placement->set_threads(identity_.placement.threads);
+    placement->set_gpu_layers(identity_.placement.gpu_layers);
     auto * reactor = ctx->DefaultReactor();
     finish(reactor, "GetInfo", grpc::Status::OK);
     return reactor;

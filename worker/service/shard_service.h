@@ -5,6 +5,7 @@
 #include "boundary_codec.h"
 #include "engine.h"
 #include "error_info.h"
+#include "host_facts.h"
 #include "metrics.h"
 #include "relay_link.h"
 #include "sampling.h"
@@ -40,6 +41,7 @@ struct service_identity {
     std::vector<int32_t> eos_token_ids; // from the GGUF vocabulary (engine_info has none)
     std::string next_stage;             // chain successor ("" when none)
     std::chrono::milliseconds stream_flush{100}; // decode loop answers are sent at least this often
+    compute_placement         placement;         // where the engine computes
 };
 
 // How the answer to one accepted step is built once the engine ran it.

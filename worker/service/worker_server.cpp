@@ -62,7 +62,7 @@ worker_server::~worker_server() {
 }
 
 bool worker_server::start(const worker_params & params, engine_i & engine, std::string & error,
-                          std::vector<int32_t> eos_token_ids) {
+                          std::vector<int32_t> eos_token_ids, compute_placement placement) {
     const engine_info & info = engine.info();
     identity_.route_id          = params.route_id;
     identity_.epoch             = params.epoch;
@@ -77,6 +77,7 @@ bool worker_server::start(const worker_params & params, engine_i & engine, std::
     identity_.stream_flush      = std::chrono::milliseconds(params.stream_flush_ms);
     identity_.eos_token_ids     = std::move(eos_token_ids);
     identity_.next_stage        = params.next_stage;
+    identity_.placement         = std::move(placement);
 
     std::shared_ptr<grpc::ServerCredentials> credentials;
     if (!params.tls_cert.empty()) {

@@ -21,8 +21,9 @@ public:
     ~worker_server();
 
     // Serves `engine` as `params` say; false with `error` set when it cannot.
+    // `placement`: where the engine computes, for GetInfo (host_facts.h).
     bool start(const worker_params & params, engine_i & engine, std::string & error,
-               std::vector<int32_t> eos_token_ids = {});
+               std::vector<int32_t> eos_token_ids = {}, compute_placement placement = {});
     // Stops accepting, lets in-flight calls finish (up to `grace_ms`), stops the engine thread.
     void stop(int grace_ms = 2000);
 

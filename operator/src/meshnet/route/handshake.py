@@ -20,6 +20,11 @@ class StageInfo:
     has_vocab: bool
     needs_token_sideband: bool
     next_stage: str = ""
+    # Where it computes (GetInfo's placement): host boot id, CPUs, threads, GPU layers.
+    host_id: str = ""
+    cpus: tuple[int, ...] = ()
+    threads: int = 0
+    gpu_layers: int = 0
 
 
 @dataclass(frozen=True)
@@ -44,6 +49,19 @@ class RouteInfo:
     def chained(self) -> bool:
         """Every stage but the last relays to a next stage (chain topology possible)."""
         return all(stage.next_stage for stage in self.stages[:-1])
+
+    @property
+    def stages_take_turns(self) -> bool:
+        """Every stage computes on one host's CPUs, each with threads enough to keep all
+        of those CPUs busy: two stages computing at once would only contend, so a prefill
+        goes chunk after chunk rather than as a wavefront. False when any stage's
+        placement is unknown or it offloads layers to a GPU."""
+        hosts = {stage.host_id for stage in self.stages}
+        if len(self.stages) < 2 or len(hosts) != 1 or "" in hosts:
+            return False
+        cpus = set().union(*(stage.cpus for stage in self.stages))
+        return bool(cpus) and all(
+            stage.gpu_layers == 0 and stage.threads >= len(cpus) for stage in self.stages)
 
     @property
     def seam_bytes_per_token(self) -> int:
@@ -134,6 +152,10 @@ def check_route(answers: Sequence[tuple[str, pb.GetInfoResponse]]) -> RouteInfo:
                 has_vocab=info.has_vocab,
                 needs_token_sideband=info.boundary.needs_token_sideband,
                 next_stage=info.next_stage,
+                host_id=info.placement.host_id,
+                cpus=tuple(info.placement.cpus),
+                threads=info.placement.threads,
+                gpu_layers=info.placement.gpu_layers,
             )
             for endpoint, info in answers
         ),
