@@ -92,15 +92,17 @@ def test_stages_that_take_turns_on_the_cpus_prefill_chunk_after_chunk(
     workers = start_route(shard_worker, specs, tmp_path, chain=True)
     try:
         with RouteDriver([w.endpoint for w in workers]) as driver:
-            generation = driver.generate(" ".join(PROMPTS * 6), max_tokens=8, stop_at_eos=False)
+            whole = driver.generate(" ".join(PROMPTS * 6), max_tokens=8, stop_at_eos=False)
+            driver.chunk_tokens = 32  # chunk after chunk through the chain
+            chunked = driver.generate(" ".join(PROMPTS * 6), max_tokens=8, stop_at_eos=False)
             takes_turns = driver.route.stages_take_turns
     finally:
         for worker in workers:
             worker.stop()
     assert takes_turns
-    assert len(generation.prompt_tokens) > 64  # a wavefront would have taken 2 chunks
-    assert not generation.prefill_wavefront
-    assert generation.tokens == reference(generation.prompt_tokens, 8)
+    assert len(whole.prompt_tokens) > 64  # a wavefront would have taken 2 chunks
+    assert not whole.prefill_wavefront and not chunked.prefill_wavefront
+    assert whole.tokens == chunked.tokens == reference(whole.prompt_tokens, 8)
 
 
 def test_seeded_sampling_matches_the_unsplit_model_on_either_side(

@@ -363,7 +363,8 @@ class _Run:
         if len(chunks) == 1 or route.stages_take_turns:  # one stage computes at a time
             token = -1
             for start, end in chunks:
-                token = (self.feed_chain(route, tokens[start:end], n_past + start)
+                token = (self.feed_chain(route, tokens[start:end], n_past + start,
+                                         wants_token=end == len(tokens))
                          if self.driver.uses_chain(route)
                          else self.wavefront(route, tokens[start:end], n_past + start))
             return token
@@ -400,12 +401,18 @@ class _Run:
                     token = self.take_output(response, request.positions[-1])
         return token
 
-    def feed_chain(self, route: RouteInfo, tokens: list[int], n_past: int) -> int:
-        """One step through the chain: only the first stage is called."""
+    def feed_chain(self, route: RouteInfo, tokens: list[int], n_past: int,
+                   wants_token: bool = True) -> int:
+        """One step through the chain: only the first stage is called. Without
+        `wants_token` (a prefill chunk before the last) it asks for the cheapest answer."""
         request = self.stage_request(route, 0, tokens, n_past, None, wants_token=True)
         request.relay = True
         request.ClearField("output")
-        self.ask_output(request.output, len(tokens))
+        if wants_token:
+            self.ask_output(request.output, len(tokens))
+        else:
+            request.output.kind = pb.OUTPUT_KIND_SAMPLED
+            request.output.rows.append(len(tokens) - 1)
         response = self.answered(self.driver.clients[0].forward(request))
         self.result.boundary_bytes += route.seam_bytes_per_token * len(tokens) * (
             len(route.stages) - 1)
