@@ -408,11 +408,7 @@ class _Run:
         request = self.stage_request(route, 0, tokens, n_past, None, wants_token=True)
         request.relay = True
         request.ClearField("output")
-        if wants_token:
-            self.ask_output(request.output, len(tokens))
-        else:
-            request.output.kind = pb.OUTPUT_KIND_SAMPLED
-            request.output.rows.append(len(tokens) - 1)
+        self.ask_output(request.output, len(tokens), wants_token)
         response = self.answered(self.driver.clients[0].forward(request))
         self.result.boundary_bytes += route.seam_bytes_per_token * len(tokens) * (
             len(route.stages) - 1)
@@ -449,15 +445,17 @@ class _Run:
             request.boundary.CopyFrom(boundary)
             self.result.boundary_bytes += len(boundary.data)
         if index == len(route.stages) - 1:
-            if wants_token:
-                self.ask_output(request.output, len(tokens))
-            else:  # a prefill chunk before the last: the cheapest answer
-                request.output.kind = pb.OUTPUT_KIND_SAMPLED
-                request.output.rows.append(len(tokens) - 1)
+            self.ask_output(request.output, len(tokens), wants_token)
         return request
 
-    def ask_output(self, output: pb.OutputRequest, n_tokens: int) -> None:
+    def ask_output(self, output: pb.OutputRequest, n_tokens: int,
+                   wants_token: bool = True) -> None:
+        """The last row's output: what sampling needs, or without `wants_token` (a
+        prefill chunk before the last) the cheapest answer, one sampled id."""
         output.rows.append(n_tokens - 1)
+        if not wants_token:
+            output.kind = pb.OUTPUT_KIND_SAMPLED
+            return
         if self.driver.sample_locally and not self.sampling.greedy:
             output.kind = pb.OUTPUT_KIND_LOGITS
             return
