@@ -15,6 +15,8 @@ the route's own time outside the engines.
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import socket
 import statistics
 import subprocess
@@ -88,6 +90,18 @@ def hop_floor_ms(compute_ms: float, rounds: int = 400) -> float:
                 peer.kill()
                 raise
     return 1e3 * statistics.median(extra)
+
+
+def grpc_hop_floor_ms(tool: str, compute_ms: float, threads: int, rounds: int = 100,
+                      env: dict[str, str] | None = None) -> float:
+    """The same turns over one gRPC Relay stream with the worker's thread structure
+    (meshnet-grpc-hop, built with the worker): median milliseconds per token beyond
+    the compute."""
+    result = subprocess.run(
+        [tool, "--compute-us", str(round(compute_ms * 1e3)), "--threads", str(threads),
+         "--rounds", str(rounds)],
+        capture_output=True, text=True, timeout=300, check=True, env=env or dict(os.environ))
+    return float(json.loads(result.stdout)["median_us"]) / 1e3
 
 
 def main() -> None:

@@ -16,7 +16,9 @@ only one stage computes at a time. Both stages split the model at --split (defau
 in a step of four sessions, so an even 15/15 split leaves the first stage idle a third
 of the time while 8 sessions decode).
 The hop-floor line says what the hand-offs alone cost on this host (bench/hop_floor.py),
-so the "outside engines" column can be read against it.
+and the gRPC-floor line what they cost over gRPC with the worker's threads and nothing
+else (meshnet-grpc-hop, measured once per round), so the "outside engines" column can
+be read against both.
 The 8-vs-1 line also says how busy each stage's engine was while all 8 sessions
 decoded (/metrics: meshnet_shard_engine_busy_seconds_total) and what each token cost
 it: the slower stage's cost per token bounds what any pipeline of these two stages can
@@ -48,7 +50,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from hop_floor import hop_floor_ms
+from hop_floor import grpc_hop_floor_ms, hop_floor_ms
 
 from meshnet.paths import workspace
 from meshnet.route import RouteDriver
@@ -284,6 +286,8 @@ def run(bin_dir: Path | None, threads: int, repeats: int, model: Path | None = N
         rpc = RpcServers(half, [cpus(half, 0), cpus(half, 1)] if pin else None)
         rounds: dict[str, list[tuple[float, float]]] = {}
         overheads: dict[str, list[float]] = {}
+        grpc_floors: list[float] = []
+        hop_tool = binary.parent / "meshnet-grpc-hop"
         for _ in range(repeats):
             rounds.setdefault("unsplit_llama_cpp", []).append(
                 measure_reference(reference_tool, model, prompt, threads, gpu_layers,
@@ -295,12 +299,20 @@ def run(bin_dir: Path | None, threads: int, repeats: int, model: Path | None = N
                 rounds.setdefault("llama_cpp_rpc_2_servers", []).append(rpc.measure(model))
             except (RuntimeError, subprocess.SubprocessError) as exc:
                 results["llama_cpp_rpc_2_servers_error"] = str(exc)[-300:]
+            try:  # each stage computes about half the reference's token of this round
+                grpc_floors.append(grpc_hop_floor_ms(
+                    str(hop_tool), 1e3 / rounds["unsplit_llama_cpp"][-1][1] / 2, threads,
+                    env={**WORKER_ENV_DEFAULTS, **os.environ}))
+            except (OSError, ValueError, subprocess.SubprocessError) as exc:
+                results["grpc_floor_error"] = str(exc)[-300:]
         # Each stage computes about half the unsplit model's token.
         reference_ms = 1e3 / summary([v[1] for v in rounds["unsplit_llama_cpp"]])["best"]
         try:
             results["hop_floor_ms_per_token"] = round(hop_floor_ms(reference_ms / 2), 3)
         except (OSError, subprocess.SubprocessError) as exc:
             results["hop_floor_error"] = str(exc)[-300:]
+        if grpc_floors:
+            results["grpc_floor_ms_per_token"] = round(statistics.median(grpc_floors), 3)
         for name, values in rounds.items():
             results[name] = {"prefill": summary([v[0] for v in values]),
                              "decode": summary([v[1] for v in values]),
@@ -394,6 +406,16 @@ def report(results: dict[str, Any]) -> str:
             f"loopback TCP, no gRPC): {floor:.2f} ms per token; at that floor a 2-stage "
             f"decode would reach {100 * reference_ms / (reference_ms + floor):.1f}% of the "
             "reference")
+    grpc_floor = results.get("grpc_floor_ms_per_token")
+    if "grpc_floor_error" in results:
+        lines.append(f"gRPC floor of this host: error: {results['grpc_floor_error']}")
+    elif grpc_floor is not None:
+        reference_ms = 1e3 / base["decode"]["best"]
+        lines.append(
+            f"gRPC floor of this host (meshnet-grpc-hop: the same turns over one gRPC Relay "
+            f"stream, the worker's threads, no model; median of rounds): {grpc_floor:.2f} ms "
+            f"per token; at that floor a 2-stage decode would reach "
+            f"{100 * reference_ms / (reference_ms + grpc_floor):.1f}% of the reference")
     sessions = results["route_2_stages_sessions"]
     one, eight = sessions["1"]["best"], sessions["8"]["best"]
     lines.append(
