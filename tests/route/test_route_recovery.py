@@ -17,14 +17,17 @@ from meshnet.route.launch import WorkerProcess, WorkerSpec, start_route
 PROMPT = "The quick brown fox jumps over the lazy dog. Then the fox"
 
 
-@pytest.fixture(params=["hub", "chain"])
+@pytest.fixture(params=["hub", "chain", "chain-grpc"])
 def workers(
     request: pytest.FixtureRequest, shard_worker: Path, smollm2: Path, tmp_path: Path,
     make_route_specs: Callable[[Path], list[WorkerSpec]],
 ) -> Iterator[list[WorkerProcess]]:
-    """The 3-stage route, its workers started plain (hub) or with --next-stage (chain)."""
-    started = start_route(shard_worker, make_route_specs(smollm2), tmp_path,
-                          chain=request.param == "chain")
+    """The 3-stage route, its workers started plain (hub) or with --next-stage (chain:
+    over the local relay, or over gRPC with --local-relay off)."""
+    specs = make_route_specs(smollm2)
+    if request.param == "chain-grpc":
+        specs = [replace(spec, extra=(*spec.extra, "--local-relay", "off")) for spec in specs]
+    started = start_route(shard_worker, specs, tmp_path, chain=request.param != "hub")
     yield started
     for worker in started:
         worker.stop()

@@ -73,6 +73,10 @@ std::string metrics_registry::render(const gauges & now) const {
         << "# TYPE meshnet_shard_boundary_bytes_total counter\n"
         << "meshnet_shard_boundary_bytes_total{direction=\"in\"} " << boundary_bytes_in_.load() << '\n'
         << "meshnet_shard_boundary_bytes_total{direction=\"out\"} " << boundary_bytes_out_.load() << '\n';
+    out << "# HELP meshnet_shard_relay_batches_total Batches of relayed steps taken from the previous stage, by transport.\n"
+        << "# TYPE meshnet_shard_relay_batches_total counter\n"
+        << "meshnet_shard_relay_batches_total{transport=\"grpc\"} " << relay_batches_grpc_.load() << '\n'
+        << "meshnet_shard_relay_batches_total{transport=\"local\"} " << relay_batches_local_.load() << '\n';
     return out.str();
 }
 

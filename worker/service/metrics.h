@@ -22,6 +22,8 @@ public:
     void observe_forward_seconds(double seconds);
     void add_boundary_bytes_in(int64_t bytes)  { boundary_bytes_in_ += bytes; }
     void add_boundary_bytes_out(int64_t bytes) { boundary_bytes_out_ += bytes; }
+    // A batch of relayed steps came from the previous stage (over the local relay, or gRPC).
+    void count_relay_batch(bool local) { (local ? relay_batches_local_ : relay_batches_grpc_)++; }
 
     // Gauges and counters owned elsewhere, read at scrape time.
     struct gauges {
@@ -46,6 +48,8 @@ private:
     int64_t                                             latency_count_ = 0;
     std::atomic<int64_t>                                boundary_bytes_in_{0};
     std::atomic<int64_t>                                boundary_bytes_out_{0};
+    std::atomic<int64_t>                                relay_batches_grpc_{0};
+    std::atomic<int64_t>                                relay_batches_local_{0};
 };
 
 // Serves `render()` on GET /metrics (404 elsewhere), one connection at a time.

@@ -1,10 +1,15 @@
 // relay_link.cpp - the Relay stream to the next stage: batches are registered when sent
 // and answered when their response (matched by batch_id) arrives, or failed together
-// when the stream ends.
+// when the stream ends. The stream is a gRPC call, or a local relay connection.
 #include "relay_link.h"
+#include "relay_frames.h"
 #include "write_queue.h"
 
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdint>
 #include <map>
 #include <string>
 #include <utility>
@@ -14,6 +19,13 @@ namespace meshnet {
 namespace {
 
 using link_clock = std::chrono::steady_clock;
+
+// A next stage that stops reading fails the write after this long (the stream breaks).
+constexpr int local_send_timeout_ms = 10000;
+// How often the link asks a next stage that did not answer about its local relay, and
+// how long it waits for the answer (it runs on the watchdog, not the engine thread).
+constexpr std::chrono::seconds      probe_every{1};
+constexpr std::chrono::milliseconds probe_deadline{500};
 
 std::vector<relay_answer> failed_answers(size_t n, const grpc::Status & status) {
     std::vector<relay_answer> answers(n);
@@ -25,28 +37,27 @@ std::vector<relay_answer> failed_answers(size_t n, const grpc::Status & status) 
 
 } // namespace
 
-// One Relay call. It holds the stream open (AddHold) so that batches can be written from
-// the engine thread at any time; once broken it takes no batch, and its last callback
-// (OnDone) fails the batches it still carried and deletes it.
-class relay_link::stream final : public grpc::ClientBidiReactor<pb::RelayRequest, pb::RelayResponse> {
+// What both kinds of stream share: the batches in flight, answered by batch_id, and
+// failed together when the stream is over. A stream deletes itself once it is over and
+// released (release(), by whoever detached it from the link).
+class relay_link::stream {
 public:
-    explicit stream(relay_link & link) : link_(link) {
-        context_.set_wait_for_ready(true); // wait out a next stage that is (re)starting
-        link_.stub_->async()->Relay(&context_, this);
-        AddHold();
-        StartRead(&response_);
-        StartCall();
-    }
+    explicit stream(relay_link & link) : link_(link) {}
+    virtual ~stream() = default;
+    stream(const stream &) = delete;
+    stream & operator=(const stream &) = delete;
 
-    // Queues the batch; false (and `request` untouched) once the stream is broken.
+    // Sends the batch; false (and `request` untouched) once the stream is broken. The
+    // caller holds the link's lock, so batches go out one at a time, in order.
     bool send(uint64_t id, pb::RelayRequest & request, size_t n_steps, relay_batch_done & done) {
-        std::lock_guard<std::recursive_mutex> lock(mutex_);
-        if (broken_) {
-            return false;
+        {
+            std::lock_guard<std::recursive_mutex> lock(mutex_);
+            if (broken_) {
+                return false;
+            }
+            in_flight_.emplace(id, batch{n_steps, std::move(done), link_clock::now()});
         }
-        in_flight_.emplace(id, batch{n_steps, std::move(done), link_clock::now()});
-        writes_.push(std::move(request));
-        write_next();
+        write(request);
         return true;
     }
 
@@ -60,16 +71,99 @@ public:
         return first;
     }
 
-    // True once the stream can take no more batches (its read failed).
+    // True once the stream can take no more batches.
     bool broken() {
         std::lock_guard<std::recursive_mutex> lock(mutex_);
         return broken_;
     }
 
+    virtual bool local() const = 0;
+
     // Lets the stream end: with a failure `why` it is cancelled and what it carried fails
-    // with `why`, else it ends as it broke. Called once, by whoever detached it from the
-    // link, without the link's lock: OnDone may follow at once. Touches nothing after.
-    void release(const grpc::Status & why) {
+    // with `why`, else it ends as it broke. Called once, without the link's lock: the
+    // stream may be gone when it returns.
+    virtual void release(const grpc::Status & why) = 0;
+
+    // Ends the stream without failing anything if no batch is in flight (the link moves
+    // to the local relay); false when it cannot.
+    virtual bool retire_if_idle() { return false; }
+
+protected:
+    struct batch {
+        size_t                 n_steps = 0;
+        relay_batch_done       done;
+        link_clock::time_point sent;
+    };
+
+    // Puts the request on the wire (or breaks the stream trying).
+    virtual void write(pb::RelayRequest & request) = 0;
+
+    // One response of the next stage: the steps of its batch get their answers.
+    void answer(pb::RelayResponse & response) {
+        batch answered;
+        {
+            std::lock_guard<std::recursive_mutex> lock(mutex_);
+            auto it = in_flight_.find(response.batch_id());
+            if (it == in_flight_.end()) {
+                return; // not ours (never sent on this stream): nothing waits for it
+            }
+            answered = std::move(it->second);
+            in_flight_.erase(it);
+        }
+        auto & results = *response.mutable_results();
+        std::vector<relay_answer> answers(answered.n_steps);
+        for (size_t i = 0; i < answered.n_steps; ++i) {
+            if (i >= static_cast<size_t>(results.size())) {
+                answers[i].status = grpc::Status(grpc::StatusCode::INTERNAL,
+                    "the next stage answered " + std::to_string(results.size()) + " of " +
+                    std::to_string(answered.n_steps) + " relayed steps");
+                continue;
+            }
+            pb::RelayResult & result = results[static_cast<int>(i)];
+            if (result.code() == 0) {
+                answers[i].response = std::move(*result.mutable_forward());
+            } else {
+                answers[i].status = grpc::Status(static_cast<grpc::StatusCode>(result.code()), result.message(),
+                                                 result.details());
+            }
+        }
+        answered.done(answers);
+    }
+
+    // The stream is over: what it still carried fails (with why we ended it, if we did).
+    void fail_in_flight(const grpc::Status & fallback) {
+        const grpc::Status why = ending_status_.ok() ? fallback : ending_status_;
+        for (auto & entry : in_flight_) {
+            auto answers = failed_answers(entry.second.n_steps, why);
+            entry.second.done(answers);
+        }
+        in_flight_.clear();
+    }
+
+    relay_link &              link_;
+    std::recursive_mutex      mutex_; // recursive: gRPC may run a reaction inline while it is held
+    std::map<uint64_t, batch> in_flight_;
+    grpc::Status              ending_status_; // set when we end the stream ourselves
+    bool                      broken_ = false;
+};
+
+// One Relay call. It holds the stream open (AddHold) so that batches can be written from
+// the engine thread at any time; once broken it takes no batch, and its last callback
+// (OnDone) fails the batches it still carried and deletes it.
+class relay_link::grpc_stream final : public relay_link::stream,
+                                      public grpc::ClientBidiReactor<pb::RelayRequest, pb::RelayResponse> {
+public:
+    explicit grpc_stream(relay_link & link) : stream(link) {
+        context_.set_wait_for_ready(true); // wait out a next stage that is (re)starting
+        link_.stub_->async()->Relay(&context_, this);
+        AddHold();
+        StartRead(&response_);
+        StartCall();
+    }
+
+    bool local() const override { return false; }
+
+    void release(const grpc::Status & why) override {
         bool remove_hold = false;
         {
             std::lock_guard<std::recursive_mutex> lock(mutex_);
@@ -87,11 +181,23 @@ public:
         }
     }
 
+    bool retire_if_idle() override {
+        std::lock_guard<std::recursive_mutex> lock(mutex_);
+        if (broken_ || !in_flight_.empty()) {
+            return false;
+        }
+        broken_   = true;
+        retiring_ = true;
+        writes_done_if_idle();
+        return true;
+    }
+
     void OnWriteDone(bool ok) override {
         std::lock_guard<std::recursive_mutex> lock(mutex_);
         writes_.done();
         if (ok) {
             write_next();
+            writes_done_if_idle();
         } // a failed write ends the stream: the pending read fails next, and breaks it
     }
 
@@ -104,85 +210,111 @@ public:
             link_.changed_.notify_all();
             return;
         }
-        const uint64_t id = response_.batch_id();
-        auto results = std::move(*response_.mutable_results());
+        answer(response_); // the waiting steps first, then the next read
         response_.Clear();
-        batch answered;
-        bool  found = false;
-        {
-            std::lock_guard<std::recursive_mutex> lock(mutex_);
-            auto it = in_flight_.find(id);
-            if (it != in_flight_.end()) {
-                answered = std::move(it->second);
-                in_flight_.erase(it);
-                found = true;
-            }
-        }
-        if (!found) {
-            StartRead(&response_);
-            return; // not ours (never sent on this stream): nothing waits for it
-        }
-        std::vector<relay_answer> answers(answered.n_steps);
-        for (size_t i = 0; i < answered.n_steps; ++i) {
-            if (i >= static_cast<size_t>(results.size())) {
-                answers[i].status = grpc::Status(grpc::StatusCode::INTERNAL,
-                    "the next stage answered " + std::to_string(results.size()) + " of " +
-                    std::to_string(answered.n_steps) + " relayed steps");
-                continue;
-            }
-            pb::RelayResult & result = results[static_cast<int>(i)];
-            if (result.code() == 0) {
-                answers[i].response = std::move(*result.mutable_forward());
-            } else {
-                answers[i].status = grpc::Status(static_cast<grpc::StatusCode>(result.code()), result.message(),
-                                                 result.details());
-            }
-        }
-        answered.done(answers); // the waiting steps first, then the next read
         StartRead(&response_);
     }
 
     void OnDone(const grpc::Status & status) override {
-        grpc::Status why = ending_status_.ok()
-            ? (status.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "the next stage ended the relay stream")
-                           : status)
-            : ending_status_;
-        for (auto & entry : in_flight_) {
-            auto answers = failed_answers(entry.second.n_steps, why);
-            entry.second.done(answers);
-        }
+        fail_in_flight(status.ok()
+            ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "the next stage ended the relay stream")
+            : status);
         relay_link & link = link_;
         delete this;
         link.stream_done();
     }
 
-private:
-    struct batch {
-        size_t                 n_steps = 0;
-        relay_batch_done       done;
-        link_clock::time_point sent;
-    };
+protected:
+    void write(pb::RelayRequest & request) override {
+        std::lock_guard<std::recursive_mutex> lock(mutex_);
+        writes_.push(std::move(request));
+        write_next();
+    }
 
+private:
     void write_next() { // the caller holds mutex_
         if (pb::RelayRequest * next = writes_.next()) {
             StartWrite(next);
         }
     }
 
-    relay_link &                     link_;
-    grpc::ClientContext              context_;
-    pb::RelayResponse                response_;
-    write_queue<pb::RelayRequest>    writes_;
-    std::map<uint64_t, batch>        in_flight_;
-    grpc::Status                     ending_status_; // set when we end the stream ourselves
-    // Recursive: gRPC may run a reaction inline from StartWrite while we hold the lock.
-    std::recursive_mutex             mutex_;
-    bool                             broken_ = false;
-    bool                             held_   = true;
+    // A retired stream half-closes once its last write is out: the next stage answers
+    // what it holds (nothing) and ends the call, which ends this stream.
+    void writes_done_if_idle() { // the caller holds mutex_
+        if (retiring_ && writes_.idle() && !writes_done_) {
+            writes_done_ = true;
+            StartWritesDone();
+        }
+    }
+
+    grpc::ClientContext           context_;
+    pb::RelayResponse             response_;
+    write_queue<pb::RelayRequest> writes_;
+    bool                          held_        = true;
+    bool                          retiring_    = false;
+    bool                          writes_done_ = false;
 };
 
-relay_link::relay_link(std::shared_ptr<grpc::Channel> channel, std::chrono::milliseconds deadline)
-    : stub_(pb::ShardService::NewStub(std::move(channel))), deadline_(deadline),
+// The stream over a local relay connection: batches are written by the sending thread
+// (the engine thread), answers read by a thread of the stream's own.
+class relay_link::local_stream final : public relay_link::stream {
+public:
+    local_stream(relay_link & link, int fd) : stream(link), fd_(fd) {
+        std::thread([this] { read_answers(); }).detach(); // it deletes the stream at its end
+    }
+
+    bool local() const override { return true; }
+
+    void release(const grpc::Status & why) override {
+        {
+            std::lock_guard<std::recursive_mutex> lock(mutex_);
+            if (!why.ok()) {
+                ending_status_ = why;
+            }
+            broken_   = true;
+            released_ = true;
+        }
+        shutdown(fd_, SHUT_RDWR); // the reader ends, if it has not yet
+        released_cv_.notify_all();
+    }
+
+protected:
+    void write(pb::RelayRequest & request) override {
+        if (!write_frame(fd_, request)) {
+            shutdown(fd_, SHUT_RDWR); // the reader sees the end and breaks the stream
+        }
+    }
+
+private:
+    void read_answers() {
+        pb::RelayResponse response;
+        while (read_frame(fd_, response, SIZE_MAX)) {
+            answer(response);
+            response.Clear();
+        }
+        {
+            std::lock_guard<std::recursive_mutex> lock(mutex_);
+            broken_ = true;
+        }
+        link_.changed_.notify_all(); // the watchdog detaches and releases it
+        {
+            std::unique_lock<std::recursive_mutex> lock(mutex_);
+            released_cv_.wait(lock, [this] { return released_; });
+        }
+        fail_in_flight(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the next stage ended the local relay connection"));
+        close(fd_);
+        relay_link & link = link_;
+        delete this;
+        link.stream_done();
+    }
+
+    const int                   fd_;
+    std::condition_variable_any released_cv_;
+    bool                        released_ = false;
+};
+
+relay_link::relay_link(std::shared_ptr<grpc::Channel> channel, std::chrono::milliseconds deadline, bool try_local)
+    : stub_(pb::ShardService::NewStub(std::move(channel))), deadline_(deadline), try_local_(try_local),
       watchdog_([this] { watch_streams(); }) {}
 
 relay_link::~relay_link() {
@@ -197,6 +329,11 @@ relay_link::~relay_link() {
     watchdog_.join();
     lock.lock();
     changed_.wait(lock, [this] { return live_streams_ == 0; });
+}
+
+bool relay_link::local() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return current_ != nullptr && current_->local();
 }
 
 void relay_link::send(std::vector<pb::ForwardRequest> steps, relay_batch_done done) {
@@ -214,11 +351,21 @@ void relay_link::send(std::vector<pb::ForwardRequest> steps, relay_batch_done do
         // A stream found broken is replaced; a new one that breaks at once, only once.
         for (int attempt = 0; attempt < 2 && !stopping && !sent; ++attempt) {
             if (current_ != nullptr && current_->broken()) {
+                if (current_->local()) { // the next stage may have restarted elsewhere
+                    local_port_ = 0;
+                    probe_due_  = true;
+                }
                 broken.push_back(std::exchange(current_, nullptr));
             }
             if (current_ == nullptr) {
+                std::string error;
+                const int fd = local_port_ != 0 ? connect_loopback(local_port_, local_send_timeout_ms, error) : -1;
+                if (local_port_ != 0 && fd < 0) {
+                    local_port_ = 0;
+                    probe_due_  = true;
+                }
                 ++live_streams_;
-                current_ = new stream(*this);
+                current_ = fd >= 0 ? static_cast<stream *>(new local_stream(*this, fd)) : new grpc_stream(*this);
             }
             sent = current_->send(request.batch_id(), request, n_steps, done);
         }
@@ -240,10 +387,39 @@ void relay_link::stream_done() {
     changed_.notify_all();
 }
 
+void relay_link::probe_local(std::unique_lock<std::mutex> & lock) {
+    const auto now = link_clock::now();
+    if (try_local_ && local_port_ == 0 && probe_due_ && now - last_probe_ >= probe_every) {
+        last_probe_ = now;
+        lock.unlock();
+        grpc::ClientContext context;
+        context.set_deadline(std::chrono::system_clock::now() + probe_deadline);
+        pb::GetInfoRequest  request;
+        pb::GetInfoResponse info;
+        const grpc::Status status = stub_->GetInfo(&context, request, &info);
+        lock.lock();
+        if (!status.ok()) {
+            return; // not up (yet): ask again later
+        }
+        probe_due_  = false;
+        local_port_ = static_cast<int>(info.local_relay_port());
+    }
+    if (local_port_ != 0 && current_ != nullptr && !current_->local() && current_->retire_if_idle()) {
+        stream * retired = std::exchange(current_, nullptr); // the next batch connects locally
+        lock.unlock();
+        retired->release(grpc::Status::OK);
+        lock.lock();
+    }
+}
+
 void relay_link::watch_streams() {
     std::unique_lock<std::mutex> lock(mutex_);
     while (!stopping_) {
         changed_.wait_for(lock, std::chrono::milliseconds(100));
+        if (stopping_) {
+            continue;
+        }
+        probe_local(lock);
         if (stopping_ || current_ == nullptr) {
             continue;
         }
@@ -256,6 +432,10 @@ void relay_link::watch_streams() {
             why = grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
                 "the next stage did not answer a relayed step within " +
                 std::to_string(deadline_.count() / 1000) + " s");
+        }
+        if (current_->local()) {
+            local_port_ = 0;
+            probe_due_  = true;
         }
         stream * ended = std::exchange(current_, nullptr);
         lock.unlock();

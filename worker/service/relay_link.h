@@ -1,7 +1,9 @@
 // relay_link.h - a chain stage's link to its --next-stage: one long-lived Relay stream
 // that carries the relayed steps of each engine step as one message and hands each
 // batch's answers back. A broken stream fails what it carried; the next batch opens a
-// new stream, which waits out a next stage that is (re)starting.
+// new stream, which waits out a next stage that is (re)starting. A next stage on this
+// host that offers the local relay (GetInfo local_relay_port) gets the stream over a
+// plain loopback socket instead of gRPC, once the link has asked it.
 #pragma once
 
 #include "meshnet/shard/v1/shard_service.grpc.pb.h"
@@ -34,8 +36,11 @@ using relay_batch_done = std::function<void(std::vector<relay_answer> & answers)
 class relay_link {
 public:
     // A batch the next stage has not answered within `deadline` fails with
-    // DEADLINE_EXCEEDED, and so does the rest of its stream.
-    relay_link(std::shared_ptr<grpc::Channel> channel, std::chrono::milliseconds deadline);
+    // DEADLINE_EXCEEDED, and so does the rest of its stream. With `try_local` (the next
+    // stage is on 127.0.0.1 and the link has no TLS), the link asks the next stage for its
+    // local relay and uses it when offered.
+    relay_link(std::shared_ptr<grpc::Channel> channel, std::chrono::milliseconds deadline,
+               bool try_local = false);
     ~relay_link(); // cancels the stream: what it carried fails with CANCELLED
 
     relay_link(const relay_link &) = delete;
@@ -43,22 +48,34 @@ public:
 
     void send(std::vector<pb::ForwardRequest> steps, relay_batch_done done);
 
+    // True while batches go over the local relay (tests, metrics).
+    bool local() const;
+
 private:
     class stream;
+    class grpc_stream;
+    class local_stream;
 
     void stream_done(); // a stream's last callback ran: it is gone
+    // Asks the next stage (GetInfo) for its local relay port; moves new batches to it
+    // once the gRPC stream has none in flight.
+    void probe_local(std::unique_lock<std::mutex> & lock);
     // Detaches and releases a broken stream (or one whose oldest batch is past the
     // deadline): no stream callback takes the link's lock while it could be held.
     void watch_streams();
 
     std::unique_ptr<pb::ShardService::Stub> stub_;
     const std::chrono::milliseconds         deadline_;
+    const bool                              try_local_;
 
-    std::mutex              mutex_;
+    mutable std::mutex      mutex_;
     std::condition_variable changed_;
     stream *                current_      = nullptr; // the stream new batches go to
     int                     live_streams_ = 0;
     uint64_t                next_batch_   = 1;
+    int                     local_port_   = 0;    // the next stage's local relay (0: gRPC)
+    bool                    probe_due_    = true; // ask again (at start, after a break)
+    std::chrono::steady_clock::time_point last_probe_{};
     bool                    stopping_     = false;
     std::thread             watchdog_;
 };

@@ -66,10 +66,11 @@ static constexpr std::chrono::milliseconds relay_deadline{30'000};
 
 shard_service::shard_service(service_identity identity, engine_i & engine, session_store & sessions,
                              scheduler & steps, metrics_registry & metrics,
-                             std::shared_ptr<grpc::Channel> next_stage)
+                             std::shared_ptr<grpc::Channel> next_stage, bool next_stage_local)
     : identity_(std::move(identity)), engine_(engine), info_(engine.info()), sessions_(sessions),
       steps_(steps), metrics_(metrics),
-      next_(next_stage ? std::make_unique<relay_link>(std::move(next_stage), relay_deadline) : nullptr) {
+      next_(next_stage ? std::make_unique<relay_link>(std::move(next_stage), relay_deadline, next_stage_local)
+                       : nullptr) {
     if (next_) {
         steps_.set_after_batch([this] { flush_relays(); });
     }
@@ -433,6 +434,7 @@ grpc::ServerUnaryReactor * shard_service::GetInfo(grpc::CallbackServerContext * 
     response->set_max_message_bytes(identity_.max_message_bytes);
     response->mutable_eos_token_ids()->Add(identity_.eos_token_ids.begin(), identity_.eos_token_ids.end());
     response->set_next_stage(identity_.next_stage);
+    response->set_local_relay_port(static_cast<uint32_t>(identity_.local_relay_port));
     pb::ComputePlacement * placement = response->mutable_placement();
     placement->set_host_id(identity_.placement.host_id);
     placement->mutable_cpus()->Add(identity_.placement.cpus.begin(), identity_.placement.cpus.end());

@@ -42,6 +42,7 @@ struct service_identity {
     std::string next_stage;             // chain successor ("" when none)
     std::chrono::milliseconds stream_flush{100}; // decode loop answers are sent at least this often
     compute_placement         placement;         // where the engine computes
+    int32_t                   local_relay_port = 0; // GetInfo: the local relay (0: none)
 };
 
 // How the answer to one accepted step is built once the engine ran it.
@@ -62,7 +63,7 @@ class shard_service final : public pb::ShardService::CallbackService {
 public:
     shard_service(service_identity identity, engine_i & engine, session_store & sessions,
                   scheduler & steps, metrics_registry & metrics,
-                  std::shared_ptr<grpc::Channel> next_stage = nullptr);
+                  std::shared_ptr<grpc::Channel> next_stage = nullptr, bool next_stage_local = false);
 
     grpc::ServerUnaryReactor * GetInfo(grpc::CallbackServerContext * ctx, const pb::GetInfoRequest * request,
                                        pb::GetInfoResponse * response) override;

@@ -35,6 +35,7 @@ struct worker_params {
     std::string tls_key;
     std::string tls_client_ca;                  // set: clients must present a cert (mTLS)
     std::string next_stage;                     // chain: relay steps here (HOST:PORT)
+    bool        local_relay     = true;         // offer / use the local relay (no TLS only)
     int64_t     exit_with_parent = 0;           // stop when this process (our parent) exits
 };
 

@@ -126,12 +126,25 @@ bool worker_server::start(const worker_params & params, engine_i & engine, std::
         next_stage = grpc::CreateCustomChannel(params.next_stage, channel_credentials, arguments);
     }
 
+    // The local relay: only without TLS, where it opens nothing the gRPC port does not.
+    const bool tls = !params.tls_cert.empty();
+    if (params.local_relay && !tls) {
+        local_relay_ = std::make_unique<local_relay_server>();
+        if (!local_relay_->listen(error)) {
+            return false;
+        }
+        identity_.local_relay_port = local_relay_->port();
+    }
+    const bool next_stage_local = params.local_relay && !tls && is_loopback(params.next_stage) &&
+                                  params.next_stage.rfind("unix:", 0) != 0;
+
     sessions_  = std::make_unique<session_store>(info.n_slots, std::chrono::milliseconds(params.evict_idle_ms));
     scheduler_ = std::make_unique<scheduler>(engine, *sessions_, params.n_batch,
                                              std::chrono::microseconds(params.batch_wait_us),
                                              pipeline_depth(params, info));
     registry_  = std::make_unique<metrics_registry>();
-    service_   = std::make_unique<shard_service>(identity_, engine, *sessions_, *scheduler_, *registry_, next_stage);
+    service_   = std::make_unique<shard_service>(identity_, engine, *sessions_, *scheduler_, *registry_, next_stage,
+                                                 next_stage_local);
     scheduler_->start();
 
     grpc::EnableDefaultHealthCheckService(true);
@@ -143,6 +156,9 @@ bool worker_server::start(const worker_params & params, engine_i & engine, std::
     const int64_t transport_limit = std::min<int64_t>(INT32_MAX, 2 * params.max_message_bytes + (1 << 20));
     builder.SetMaxReceiveMessageSize(static_cast<int>(transport_limit));
     builder.SetMaxSendMessageSize(-1);
+    if (local_relay_) {
+        local_relay_->start(*service_, static_cast<size_t>(transport_limit));
+    }
     server_ = builder.BuildAndStart();
     if (!server_ || port_ == 0) {
         error = "cannot listen on " + params.listen;
@@ -177,7 +193,10 @@ void worker_server::stop(int grace_ms) {
         server_.reset();
     }
     if (scheduler_) {
-        scheduler_->stop();
+        scheduler_->stop(); // answers every step still queued, so the local relay can close
+    }
+    if (local_relay_) {
+        local_relay_->stop();
     }
     metrics_.stop();
 }

@@ -6,6 +6,7 @@
 #include "metrics.h"
 #include "scheduler.h"
 #include "session_store.h"
+#include "local_relay_server.h"
 #include "shard_service.h"
 #include "worker_params.h"
 
@@ -38,6 +39,7 @@ private:
     std::unique_ptr<metrics_registry> registry_;
     std::unique_ptr<shard_service>    service_;
     std::unique_ptr<grpc::Server>     server_;
+    std::unique_ptr<local_relay_server> local_relay_; // after the service it serves
     metrics_server                    metrics_;
     int                               port_ = 0;
 };

@@ -1,0 +1,102 @@
+"""The local relay: chained stages on one host hand their steps over a plain loopback
+socket instead of gRPC (see Relay in shard_service.proto), with the same tokens, and
+back on gRPC with --local-relay off or under TLS."""
+
+from __future__ import annotations
+
+import re
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from meshnet.route import RouteDriver, StageClient, TlsFiles
+from meshnet.route.launch import WorkerProcess, WorkerSpec, start_route
+
+PROMPT = "A lighthouse keeper counts the ships that pass at night, and"
+
+
+def relay_batches(worker: WorkerProcess) -> dict[str, int]:
+    """The worker's meshnet_shard_relay_batches_total, by transport."""
+    url = f"http://127.0.0.1:{worker.metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=5) as response:
+        text = response.read().decode()
+    return {transport: int(count) for transport, count in re.findall(
+        r'^meshnet_shard_relay_batches_total\{transport="(\w+)"\} (\d+)$', text, re.M)}
+
+
+def two_stage_chain(shard_worker: Path, smollm2: Path, logs: Path,
+                    *extra: str) -> list[WorkerProcess]:
+    specs = [WorkerSpec(model=smollm2, layers=span, route_id="test/local-relay", threads=1,
+                        extra=extra)
+             for span in [(0, 15), (15, 30)]]
+    return start_route(shard_worker, specs, logs, chain=True)
+
+
+@pytest.fixture(params=["on", "off"])
+def chain(request: pytest.FixtureRequest, shard_worker: Path, smollm2: Path,
+          tmp_path: Path) -> Iterator[tuple[str, list[WorkerProcess]]]:
+    workers = two_stage_chain(shard_worker, smollm2, tmp_path, "--local-relay", request.param)
+    yield request.param, workers
+    for worker in workers:
+        worker.stop()
+
+
+def test_chained_stages_on_one_host_relay_over_the_local_socket_with_the_same_tokens(
+    chain: tuple[str, list[WorkerProcess]], reference: Callable[..., list[int]],
+) -> None:
+    local_relay, workers = chain
+    with RouteDriver([w.endpoint for w in workers], topology="chain") as driver:
+        prompt = driver.tokenize(PROMPT)
+        driver.generate(prompt, max_tokens=4, stop_at_eos=False)
+        time.sleep(2.0)  # the first stage asks the next for its local relay within a second
+        before = relay_batches(workers[1])
+        generation = driver.generate(prompt, max_tokens=32, stop_at_eos=False)
+        after = relay_batches(workers[1])
+        offered = StageClient(workers[1].endpoint)
+        port = offered.info().local_relay_port
+        offered.close()
+    assert generation.tokens == reference(prompt, 32)
+    relayed = {transport: after[transport] - before[transport] for transport in after}
+    if local_relay == "on":
+        assert port > 0
+        assert relayed["local"] >= 32 and relayed["grpc"] == 0
+    else:
+        assert port == 0
+        assert relayed["grpc"] >= 32 and relayed["local"] == 0
+
+
+@pytest.mark.slow
+def test_a_restarted_next_stage_is_reached_again_over_the_local_relay(
+    shard_worker: Path, smollm2: Path, tmp_path: Path, reference: Callable[..., list[int]],
+) -> None:
+    workers = two_stage_chain(shard_worker, smollm2, tmp_path)
+    try:
+        with RouteDriver([w.endpoint for w in workers], topology="chain") as driver:
+            prompt = driver.tokenize(PROMPT)
+            driver.generate(prompt, max_tokens=4, stop_at_eos=False)
+            workers[1].restart()  # same port, new incarnation and local relay port
+            first = driver.generate(prompt, max_tokens=16, stop_at_eos=False)
+            time.sleep(2.0)
+            before = relay_batches(workers[1])
+            second = driver.generate(prompt, max_tokens=16, stop_at_eos=False)
+            after = relay_batches(workers[1])
+        assert first.tokens == second.tokens == reference(prompt, 16)
+        assert after["local"] - before["local"] >= 16
+        assert after["grpc"] == before["grpc"]
+    finally:
+        for worker in workers:
+            worker.stop()
+
+
+def test_a_worker_served_with_tls_offers_no_local_relay(
+    shard_worker: Path, smollm2: Path, certificates: dict[str, Path],
+) -> None:
+    spec = WorkerSpec(model=smollm2, layers=(15, 30), threads=1, slots=1, ctx=64,
+                      tls_cert=certificates["server.pem"], tls_key=certificates["server.key"])
+    with WorkerProcess(shard_worker, spec).start() as worker:
+        client = StageClient(worker.endpoint, TlsFiles(ca=certificates["ca.pem"]))
+        assert client.info().local_relay_port == 0
+        client.close()

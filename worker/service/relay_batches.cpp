@@ -1,0 +1,82 @@
+// relay_batches.cpp - relayed batches in, one response per batch out (in the order the
+// batches finish).
+#include "relay_batches.h"
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+
+namespace meshnet {
+
+struct relay_batches::pending_batch {
+    std::mutex        mutex;
+    pb::RelayResponse response;
+    int               remaining = 0;
+};
+
+relay_batches::relay_batches(shard_service & service, bool local, std::function<void(pb::RelayResponse &&)> answer)
+    : service_(service), local_(local), answer_(std::move(answer)) {}
+
+void relay_batches::take(const pb::RelayRequest & request) {
+    service_.metrics().count_relay_batch(local_);
+    auto batch = std::make_shared<pending_batch>();
+    batch->response.set_batch_id(request.batch_id());
+    const int n_steps = request.steps_size();
+    if (n_steps == 0) { // nothing to run: answered at once
+        answer_(std::move(batch->response));
+        return;
+    }
+    for (int i = 0; i < n_steps; ++i) {
+        batch->response.add_results(); // every slot exists before any step can answer
+    }
+    batch->remaining = n_steps;
+    std::vector<step_job> jobs;
+    for (int i = 0; i < n_steps; ++i) {
+        step_job    job;
+        output_plan plan;
+        if (auto error = service_.prepare(request.steps(i), job, plan)) {
+            answered(*batch, i, error_status(*error));
+            continue;
+        }
+        const auto arrived = std::chrono::steady_clock::now();
+        job.cancelled = [this] { return cancelled_.load(); };
+        job.done = [this, batch, i, plan = std::move(plan), arrived](step_outcome & outcome) mutable {
+            if (!outcome.ok) {
+                answered(*batch, i, error_status(outcome.error));
+                return;
+            }
+            pb::ForwardResponse * response = batch->response.mutable_results(i)->mutable_forward();
+            service_.complete(plan, outcome, *response, [this, batch, i, arrived, response](const grpc::Status & status) {
+                if (status.ok()) {
+                    service_.record_served(*response, arrived);
+                }
+                answered(*batch, i, status);
+            });
+        };
+        jobs.push_back(std::move(job));
+    }
+    if (!jobs.empty()) {
+        service_.steps().submit_all(std::move(jobs));
+    }
+}
+
+// Step `i` of `batch` has its result; the batch goes out with its last one.
+void relay_batches::answered(pending_batch & batch, int i, const grpc::Status & status) {
+    service_.metrics().count_request("Relay", status_code_name(status.error_code()));
+    {
+        std::lock_guard<std::mutex> lock(batch.mutex);
+        if (!status.ok()) {
+            pb::RelayResult * result = batch.response.mutable_results(i);
+            result->Clear();
+            result->set_code(static_cast<int32_t>(status.error_code()));
+            result->set_message(status.error_message());
+            result->set_details(status.error_details());
+        }
+        if (--batch.remaining > 0) {
+            return;
+        }
+    }
+    answer_(std::move(batch.response));
+}
+
+} // namespace meshnet
