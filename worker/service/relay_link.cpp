@@ -331,11 +331,6 @@ relay_link::~relay_link() {
     changed_.wait(lock, [this] { return live_streams_ == 0; });
 }
 
-bool relay_link::local() const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return current_ != nullptr && current_->local();
-}
-
 void relay_link::send(std::vector<pb::ForwardRequest> steps, relay_batch_done done) {
     const size_t n_steps = steps.size();
     pb::RelayRequest request;

@@ -48,9 +48,6 @@ public:
 
     void send(std::vector<pb::ForwardRequest> steps, relay_batch_done done);
 
-    // True while batches go over the local relay (tests, metrics).
-    bool local() const;
-
 private:
     class stream;
     class grpc_stream;
@@ -68,7 +65,7 @@ private:
     const std::chrono::milliseconds         deadline_;
     const bool                              try_local_;
 
-    mutable std::mutex      mutex_;
+    std::mutex              mutex_;
     std::condition_variable changed_;
     stream *                current_      = nullptr; // the stream new batches go to
     int                     live_streams_ = 0;
