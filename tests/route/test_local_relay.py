@@ -5,15 +5,19 @@ back on gRPC with --local-relay off or under TLS."""
 from __future__ import annotations
 
 import re
+import socket
+import struct
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import grpc
 import pytest
 
 from meshnet.route import RouteDriver, StageClient, TlsFiles
 from meshnet.route.launch import WorkerProcess, WorkerSpec, start_route
+from meshnet.route.proto import pb
 
 PROMPT = "A lighthouse keeper counts the ships that pass at night, and"
 
@@ -99,4 +103,45 @@ def test_a_worker_served_with_tls_offers_no_local_relay(
     with WorkerProcess(shard_worker, spec).start() as worker:
         client = StageClient(worker.endpoint, TlsFiles(ca=certificates["ca.pem"]))
         assert client.info().local_relay_port == 0
+        client.close()
+
+
+def read_frame(sock: socket.socket) -> bytes:
+    def exactly(n: int) -> bytes:
+        data = b""
+        while len(data) < n:
+            chunk = sock.recv(n - len(data))
+            if not chunk:
+                raise ConnectionError("closed")
+            data += chunk
+        return data
+    return exactly(struct.unpack("<I", exactly(4))[0])
+
+
+def test_the_local_relay_answers_bad_steps_and_drops_bad_frames_while_serving(
+    shard_worker: Path, smollm2: Path,
+) -> None:
+    spec = WorkerSpec(model=smollm2, layers=(15, 30), route_id="test/local-relay", threads=1,
+                      slots=1, ctx=64)
+    with WorkerProcess(shard_worker, spec).start() as worker:
+        client = StageClient(worker.endpoint)
+        port = client.info().local_relay_port
+        # A well-formed batch whose step is wrong is answered, step by step, as Forward
+        # would answer it.
+        wrong_epoch = pb.RelayRequest(batch_id=7, steps=[pb.ForwardRequest(
+            key=pb.RouteKey(route_id="test/local-relay", epoch=99, session_id="s"),
+            n_past=0, positions=[0], tokens=[1])])
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            body = wrong_epoch.SerializeToString()
+            sock.sendall(struct.pack("<I", len(body)) + body)
+            answer = pb.RelayResponse.FromString(read_frame(sock))
+        assert answer.batch_id == 7 and len(answer.results) == 1
+        assert answer.results[0].code == grpc.StatusCode.FAILED_PRECONDITION.value[0]
+        assert "epoch" in answer.results[0].message.lower()
+        # A frame that does not parse, or one over the size limit, ends its connection.
+        for frame in (struct.pack("<I", 5) + b"\xff" * 5, struct.pack("<I", 0xFFFFFFF0)):
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+                sock.sendall(frame)
+                assert sock.recv(1) == b""
+        assert client.info().local_relay_port == port  # still serving
         client.close()

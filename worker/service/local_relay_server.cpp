@@ -6,6 +6,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
+
 namespace meshnet {
 
 namespace {
@@ -98,15 +100,20 @@ void local_relay_server::stop() {
 void local_relay_server::accept_loop() {
     while (true) {
         const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-        std::lock_guard<std::mutex> lock(mutex_);
-        if (stopping_) {
-            if (fd >= 0) {
-                close(fd);
+        if (fd < 0) { // stopping, a connection that failed before we took it, or no descriptors
+            std::lock_guard<std::mutex> lock(mutex_);
+            if (stopping_) {
+                return;
             }
-            return;
         }
         if (fd < 0) {
-            continue; // a connection that failed before we took it
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+            continue;
+        }
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (stopping_) {
+            close(fd);
+            return;
         }
         prepare_connection(fd, send_timeout_ms);
         // Connections that ended are reaped as new ones come.

@@ -130,10 +130,13 @@ bool worker_server::start(const worker_params & params, engine_i & engine, std::
     const bool tls = !params.tls_cert.empty();
     if (params.local_relay && !tls) {
         local_relay_ = std::make_unique<local_relay_server>();
-        if (!local_relay_->listen(error)) {
-            return false;
+        std::string why;
+        if (local_relay_->listen(why)) {
+            identity_.local_relay_port = local_relay_->port();
+        } else { // gRPC carries the relay then, as with --local-relay off
+            std::fprintf(stderr, "meshnet-shard-worker: no local relay (%s)\n", why.c_str());
+            local_relay_.reset();
         }
-        identity_.local_relay_port = local_relay_->port();
     }
     const bool next_stage_local = params.local_relay && !tls && is_loopback(params.next_stage) &&
                                   params.next_stage.rfind("unix:", 0) != 0;
