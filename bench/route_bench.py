@@ -396,26 +396,21 @@ def report(results: dict[str, Any]) -> str:
             + (f"{row['decode_overhead_ms_per_token']:>26.2f}"
                if "decode_overhead_ms_per_token" in row else "")
         )
-    floor = results.get("hop_floor_ms_per_token")
-    if "hop_floor_error" in results:
-        lines.append(f"hop floor of this host: error: {results['hop_floor_error']}")
-    elif floor is not None:
-        reference_ms = 1e3 / base["decode"]["best"]
-        lines.append(
-            f"hop floor of this host (bench/hop_floor.py: two processes taking turns over "
-            f"loopback TCP, no gRPC): {floor:.2f} ms per token; at that floor a 2-stage "
-            f"decode would reach {100 * reference_ms / (reference_ms + floor):.1f}% of the "
-            "reference")
-    grpc_floor = results.get("grpc_floor_ms_per_token")
-    if "grpc_floor_error" in results:
-        lines.append(f"gRPC floor of this host: error: {results['grpc_floor_error']}")
-    elif grpc_floor is not None:
-        reference_ms = 1e3 / base["decode"]["best"]
-        lines.append(
-            f"gRPC floor of this host (meshnet-grpc-hop: the same turns over one gRPC Relay "
-            f"stream, the worker's threads, no model; median of rounds): {grpc_floor:.2f} ms "
-            f"per token; at that floor a 2-stage decode would reach "
-            f"{100 * reference_ms / (reference_ms + grpc_floor):.1f}% of the reference")
+    reference_ms = 1e3 / base["decode"]["best"]
+    for key, label, what in (
+        ("hop_floor", "hop floor", "bench/hop_floor.py: two processes taking turns over "
+                                   "loopback TCP, no gRPC"),
+        ("grpc_floor", "gRPC floor", "meshnet-grpc-hop: the same turns over one gRPC Relay "
+                                     "stream, the worker's threads, no model; median of rounds"),
+    ):
+        floor = results.get(f"{key}_ms_per_token")
+        if f"{key}_error" in results:
+            lines.append(f"{label} of this host: error: {results[f'{key}_error']}")
+        elif floor is not None:
+            lines.append(
+                f"{label} of this host ({what}): {floor:.2f} ms per token; at that floor a "
+                f"2-stage decode would reach {100 * reference_ms / (reference_ms + floor):.1f}% "
+                "of the reference")
     sessions = results["route_2_stages_sessions"]
     one, eight = sessions["1"]["best"], sessions["8"]["best"]
     lines.append(
