@@ -32,9 +32,9 @@ def relay_batches(worker: WorkerProcess) -> dict[str, int]:
 
 
 def two_stage_chain(shard_worker: Path, smollm2: Path, logs: Path,
-                    *extra: str) -> list[WorkerProcess]:
+                    local_relay: bool = True) -> list[WorkerProcess]:
     specs = [WorkerSpec(model=smollm2, layers=span, route_id="test/local-relay", threads=1,
-                        extra=extra)
+                        local_relay=local_relay)
              for span in [(0, 15), (15, 30)]]
     return start_route(shard_worker, specs, logs, chain=True)
 
@@ -42,7 +42,7 @@ def two_stage_chain(shard_worker: Path, smollm2: Path, logs: Path,
 @pytest.fixture(params=["on", "off"])
 def chain(request: pytest.FixtureRequest, shard_worker: Path, smollm2: Path,
           tmp_path: Path) -> Iterator[tuple[str, list[WorkerProcess]]]:
-    workers = two_stage_chain(shard_worker, smollm2, tmp_path, "--local-relay", request.param)
+    workers = two_stage_chain(shard_worker, smollm2, tmp_path, request.param == "on")
     yield request.param, workers
     for worker in workers:
         worker.stop()

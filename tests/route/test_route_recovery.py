@@ -26,7 +26,7 @@ def workers(
     over the local relay, or over gRPC with --local-relay off)."""
     specs = make_route_specs(smollm2)
     if request.param == "chain-grpc":
-        specs = [replace(spec, extra=(*spec.extra, "--local-relay", "off")) for spec in specs]
+        specs = [replace(spec, local_relay=False) for spec in specs]
     started = start_route(shard_worker, specs, tmp_path, chain=request.param != "hub")
     yield started
     for worker in started:

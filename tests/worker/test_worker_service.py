@@ -219,7 +219,7 @@ def test_meshnet_worker_run_starts_the_worker_with_computed_identities(
     process = subprocess.Popen(
         [str(meshnet), "worker", "run", "--model", str(smollm2), "--layers", "0:30",
          "--listen", f"127.0.0.1:{port}", "--metrics-listen", f"127.0.0.1:{metrics}",
-         "--threads", "1", "--route-id", "cli/route", "--epoch", "3"],
+         "--threads", "1", "--route-id", "cli/route", "--epoch", "3", "--no-local-relay"],
         stdout=subprocess.DEVNULL, stderr=log, text=True,
         env={**os.environ, "MESHNET_BIN_DIR": str(shard_worker.parent)},
     )
@@ -237,6 +237,7 @@ def test_meshnet_worker_run_starts_the_worker_with_computed_identities(
         assert (info.route_id, info.epoch) == ("cli/route", 3)
         assert info.manifest_digest == local_manifest_digest(smollm2)
         assert len(info.recipe_digest) == 64
+        assert info.local_relay_port == 0  # --no-local-relay reached the worker
         client.close()
     finally:
         process.terminate()

@@ -64,6 +64,7 @@ class WorkerSpec:
     tls_key: Path | None = None
     tls_client_ca: Path | None = None
     next_stage: str = ""
+    local_relay: bool = True  # off: the chain's Relay to and from this stage stays on gRPC
     exit_with_parent: bool = False  # the worker stops when the process starting it exits
     pipeline_depth: int = 0  # stages in the route; 0: the worker derives it from its range
     # CPUs for the engine's compute threads, in order (the worker's other threads stay on
@@ -102,6 +103,7 @@ class WorkerSpec:
             "--tls-key": self.tls_key,
             "--tls-client-ca": self.tls_client_ca,
             "--next-stage": self.next_stage or None,
+            "--local-relay": None if self.local_relay else "off",
             "--gpu-layers": self.gpu_layers or None,
             "--pipeline-depth": self.pipeline_depth or None,
             "--exit-with-parent": os.getpid() if self.exit_with_parent else None,
