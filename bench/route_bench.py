@@ -5,8 +5,8 @@ backend, and 8 concurrent sessions vs 1 (SmolLM2-135M Q4_1, same total threads).
         [--threads 2] [--repeats 5] [--split 18] [--pin] [--json out.json]
 
 Prints one table: best (and median) of --repeats interleaved rounds of a 128-token
-prompt and 64 decoded tokens (greedy); every setup runs once per round, so background
-load hits them alike, and the "paired" columns give the median over rounds of each
+prompt and 64 decoded tokens (greedy); every setup runs once per round, in an order that
+turns by one setup each round, so background load hits them alike, and the "paired" columns give the median over rounds of each
 setup's speed divided by the reference's in the same round (the machine's speed drifts
 between rounds; within one round it drifts less). Threads: the unsplit model gets
 --threads; each of the two stages and each of the two ggml-rpc-server processes gets
@@ -46,7 +46,9 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -288,17 +290,25 @@ def run(bin_dir: Path | None, threads: int, repeats: int, model: Path | None = N
         overheads: dict[str, list[float]] = {}
         grpc_floors: list[float] = []
         hop_tool = binary.parent / "meshnet-grpc-hop"
-        for _ in range(repeats):
-            rounds.setdefault("unsplit_llama_cpp", []).append(
-                measure_reference(reference_tool, model, prompt, threads, gpu_layers,
-                                  cpus(threads)))
-            for name, driver in drivers.items():
-                rounds.setdefault(name, []).append(
-                    measure_route(driver, prompt, overheads.setdefault(name, [])))
-            try:
-                rounds.setdefault("llama_cpp_rpc_2_servers", []).append(rpc.measure(model))
-            except (RuntimeError, subprocess.SubprocessError) as exc:
-                results["llama_cpp_rpc_2_servers_error"] = str(exc)[-300:]
+        # Each round runs every setup once, starting one setup later than the round
+        # before: on the VM the setup run right after another process exits was up to 9%
+        # slower than an identical one run later, so no setup always takes that place.
+        setups_measured: list[tuple[str, Callable[[], tuple[float, float]]]] = [
+            ("unsplit_llama_cpp", lambda: measure_reference(
+                reference_tool, model, prompt, threads, gpu_layers, cpus(threads))),
+            *((name, partial(measure_route, driver, prompt, overheads.setdefault(name, [])))
+              for name, driver in drivers.items()),
+            ("llama_cpp_rpc_2_servers", lambda: rpc.measure(model)),
+        ]
+        for round_index in range(repeats):
+            start = round_index % len(setups_measured)
+            for name, measure in setups_measured[start:] + setups_measured[:start]:
+                try:
+                    rounds.setdefault(name, []).append(measure())
+                except (RuntimeError, subprocess.SubprocessError) as exc:
+                    if name != "llama_cpp_rpc_2_servers":
+                        raise
+                    results["llama_cpp_rpc_2_servers_error"] = str(exc)[-300:]
             try:  # each stage computes about half the reference's token of this round
                 grpc_floors.append(grpc_hop_floor_ms(
                     str(hop_tool), 1e3 / rounds["unsplit_llama_cpp"][-1][1] / 2, threads,
