@@ -6,9 +6,10 @@ backend, and 8 concurrent sessions vs 1 (SmolLM2-135M Q4_1, same total threads).
 
 Prints one table: best (and median) of --repeats interleaved rounds of a 128-token
 prompt and 64 decoded tokens (greedy); every setup runs once per round, in an order that
-turns by one setup each round, so background load hits them alike, and the "paired" columns give the median over rounds of each
-setup's speed divided by the reference's in the same round (the machine's speed drifts
-between rounds; within one round it drifts less). Threads: the unsplit model gets
+turns by one setup each round, so background load hits them alike, and the "paired"
+columns give the median over rounds of each setup's speed divided by the reference's in
+the same round (the machine's speed drifts between rounds; within one round it drifts
+less). Threads: the unsplit model gets
 --threads; each of the two stages and each of the two ggml-rpc-server processes gets
 --threads / 2. One more row gives each stage all --threads: while one session decodes,
 only one stage computes at a time. Both stages split the model at --split (default
