@@ -39,6 +39,24 @@ def two_stage_chain(shard_worker: Path, smollm2: Path, logs: Path,
     return start_route(shard_worker, specs, logs, chain=True)
 
 
+def settle(driver: RouteDriver, prompt: list[int], next_stage: WorkerProcess,
+           local_relay: bool = True, timeout: float = 15.0) -> None:
+    """Generates a few tokens until they all reach `next_stage` over the transport
+    expected: the first stage asks for the local relay from a watchdog, about once a
+    second, and moves to it between batches."""
+    transport = "local" if local_relay else "grpc"
+    deadline = time.monotonic() + timeout
+    while True:
+        before = relay_batches(next_stage)
+        driver.generate(prompt, max_tokens=4, stop_at_eos=False)
+        after = relay_batches(next_stage)
+        moved = {name: after[name] - before[name] for name in after}
+        if moved[transport] > 0 and sum(moved.values()) == moved[transport]:
+            return
+        assert time.monotonic() < deadline, f"still relaying over {moved} after {timeout} s"
+        time.sleep(0.3)
+
+
 @pytest.fixture(params=["on", "off"])
 def chain(request: pytest.FixtureRequest, shard_worker: Path, smollm2: Path,
           tmp_path: Path) -> Iterator[tuple[str, list[WorkerProcess]]]:
@@ -54,8 +72,7 @@ def test_chained_stages_on_one_host_relay_over_the_local_socket_with_the_same_to
     local_relay, workers = chain
     with RouteDriver([w.endpoint for w in workers], topology="chain") as driver:
         prompt = driver.tokenize(PROMPT)
-        driver.generate(prompt, max_tokens=4, stop_at_eos=False)
-        time.sleep(2.0)  # the first stage asks the next for its local relay within a second
+        settle(driver, prompt, workers[1], local_relay == "on")
         before = relay_batches(workers[1])
         generation = driver.generate(prompt, max_tokens=32, stop_at_eos=False)
         after = relay_batches(workers[1])
@@ -83,7 +100,7 @@ def test_a_restarted_next_stage_is_reached_again_over_the_local_relay(
             driver.generate(prompt, max_tokens=4, stop_at_eos=False)
             workers[1].restart()  # same port, new incarnation and local relay port
             first = driver.generate(prompt, max_tokens=16, stop_at_eos=False)
-            time.sleep(2.0)
+            settle(driver, prompt, workers[1])
             before = relay_batches(workers[1])
             second = driver.generate(prompt, max_tokens=16, stop_at_eos=False)
             after = relay_batches(workers[1])
