@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import socket
 import statistics
 import subprocess
@@ -100,7 +99,7 @@ def grpc_hop_floor_ms(tool: str, compute_ms: float, threads: int, rounds: int = 
     result = subprocess.run(
         [tool, "--compute-us", str(round(compute_ms * 1e3)), "--threads", str(threads),
          "--rounds", str(rounds)],
-        capture_output=True, text=True, timeout=300, check=True, env=env or dict(os.environ))
+        capture_output=True, text=True, timeout=300, check=True, env=env)
     return float(json.loads(result.stdout)["median_us"]) / 1e3
 
 

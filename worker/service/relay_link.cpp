@@ -346,9 +346,8 @@ void relay_link::send(std::vector<pb::ForwardRequest> steps, relay_batch_done do
         // A stream found broken is replaced; a new one that breaks at once, only once.
         for (int attempt = 0; attempt < 2 && !stopping && !sent; ++attempt) {
             if (current_ != nullptr && current_->broken()) {
-                if (current_->local()) { // the next stage may have restarted elsewhere
-                    local_port_ = 0;
-                    probe_due_  = true;
+                if (current_->local()) {
+                    forget_local_relay();
                 }
                 broken.push_back(std::exchange(current_, nullptr));
             }
@@ -356,8 +355,7 @@ void relay_link::send(std::vector<pb::ForwardRequest> steps, relay_batch_done do
                 std::string error;
                 const int fd = local_port_ != 0 ? connect_loopback(local_port_, local_send_timeout_ms, error) : -1;
                 if (local_port_ != 0 && fd < 0) {
-                    local_port_ = 0;
-                    probe_due_  = true;
+                    forget_local_relay();
                 }
                 ++live_streams_;
                 current_ = fd >= 0 ? static_cast<stream *>(new local_stream(*this, fd)) : new grpc_stream(*this);
@@ -374,6 +372,11 @@ void relay_link::send(std::vector<pb::ForwardRequest> steps, relay_batch_done do
             : grpc::Status(grpc::StatusCode::UNAVAILABLE, "the relay stream to the next stage broke twice"));
         done(answers);
     }
+}
+
+void relay_link::forget_local_relay() {
+    local_port_ = 0;   // the next stage may have restarted on another port, or without one:
+    probe_due_  = true; // gRPC until it says again
 }
 
 void relay_link::stream_done() {
@@ -429,8 +432,7 @@ void relay_link::watch_streams() {
                 std::to_string(deadline_.count() / 1000) + " s");
         }
         if (current_->local()) {
-            local_port_ = 0;
-            probe_due_  = true;
+            forget_local_relay();
         }
         stream * ended = std::exchange(current_, nullptr);
         lock.unlock();

@@ -57,6 +57,8 @@ private:
     // Asks the next stage (GetInfo) for its local relay port; moves new batches to it
     // once the gRPC stream has none in flight.
     void probe_local(std::unique_lock<std::mutex> & lock);
+    // A local relay connection broke or was refused (the caller holds the lock).
+    void forget_local_relay();
     // Detaches and releases a broken stream (or one whose oldest batch is past the
     // deadline): no stream callback takes the link's lock while it could be held.
     void watch_streams();
