@@ -3,6 +3,7 @@
 #include "engine.h"
 #include "gguf_facts.h"
 #include "layer_range.h"
+#include "slot_memory.h"
 
 #include "llama-cpp.h"
 #include "llama.h"
@@ -162,8 +163,20 @@ step_result llama_engine::check(const step_request & request) const {
             return failure(engine_status::invalid_argument, "the boundary needs " + std::to_string(n_tokens) + " x " +
                            std::to_string(info_.boundary_row) + " floats, got " + std::to_string(request.boundary.size()));
         }
+        if (info_.needs_token_sideband && request.tokens.size() != n_tokens) {
+            return failure(engine_status::invalid_argument, "layers " + layer_range{info_.layer_begin, info_.layer_end}.str() +
+                           " route experts by token id: the step needs one token id per position beside the boundary");
+        }
         if (!request.tokens.empty() && request.tokens.size() != n_tokens) {
             return failure(engine_status::invalid_argument, "token ids beside a boundary need one per position");
+        }
+        if (info_.needs_token_sideband) {
+            for (int32_t token : request.tokens) {
+                if (token < 0 || token >= info_.n_vocab) {
+                    return failure(engine_status::invalid_argument, "token id " + std::to_string(token) +
+                                   " is outside the vocabulary of " + std::to_string(info_.n_vocab));
+                }
+            }
         }
         for (float value : request.boundary) {
             if (!std::isfinite(value)) {
@@ -216,7 +229,14 @@ bool llama_engine::decode(const std::vector<step_request> & requests, const std:
                 index = llama_batch_ext_add_token(batch, request.slot, request.tokens[i]);
             } else {
                 const llama_embd row = { request.boundary.data() + i * row_floats, 1, row_floats };
-                index = llama_batch_ext_add_embd(batch, request.slot, row);
+                if (info_.needs_token_sideband) { // an entry with both the token id and the boundary
+                    index = llama_batch_ext_add_token(batch, request.slot, request.tokens[i]);
+                    if (index >= 0 && !llama_batch_ext_set_embd_token(batch, index, row)) {
+                        index = -1;
+                    }
+                } else {
+                    index = llama_batch_ext_add_embd(batch, request.slot, row);
+                }
             }
             if (index < 0 || !llama_batch_ext_set_pos(batch, index, &request.positions[i]) ||
                 !llama_batch_ext_set_output_logits(batch, index, wanted[i])) {
@@ -231,9 +251,13 @@ bool llama_engine::decode(const std::vector<step_request> & requests, const std:
 
     rc = llama_process(ctx_.get(), LLAMA_PROCESS_TYPE_DECODE, batch);
     if (rc != 0) {
-        // 1 and -1 leave the memory as it was; other failures may keep finished ubatches
+        // 1 and -1 leave the memory as it was; other failures may keep finished ubatches, and a
+        // memory that cannot drop them (deepseek4's compressor state) loses the whole slot
         for (size_t r : group) {
-            llama_memory_seq_rm(memory(), requests[r].slot, requests[r].positions[0], -1);
+            if (!slot_rollback(memory(), requests[r].slot, requests[r].positions[0])) {
+                results[r] = failure(engine_status::cache_miss, "the failed step could not be undone in slot " +
+                                     std::to_string(requests[r].slot) + "; the slot was cleared");
+            }
         }
         return false;
     }
@@ -304,7 +328,13 @@ std::vector<step_result> llama_engine::step(const std::vector<step_request> & re
         }
         // the batch failed as a whole: run each session alone, so one cannot fail another
         for (size_t r : group) {
+            if (results[r].status == engine_status::cache_miss) {
+                continue; // cleared: the caller re-prefills
+            }
             if (group.size() > 1 && decode(requests, {r}, results, rc)) {
+                continue;
+            }
+            if (results[r].status == engine_status::cache_miss) {
                 continue;
             }
             if (rc == 1) {
@@ -408,10 +438,13 @@ engine_ptr llama_engine_init(const engine_params & params, std::string & error) 
     llama_context_params cparams = llama_context_default_params();
     cparams.n_ctx           = static_cast<uint32_t>(params.n_ctx) * static_cast<uint32_t>(params.n_slots);
     cparams.n_seq_max       = static_cast<uint32_t>(params.n_slots);
-    // One KV pool for every slot (each session is held to n_ctx by check()): llama.cpp
-    // runs a batch over separate per-slot streams only as runs of consecutive slot ids,
-    // so four sessions in slots 0, 2, 5, 7 cost four decodes instead of one.
-    cparams.kv_unified      = true;
+    // One KV stream per slot, never one pool shared by every slot: in a shared pool a
+    // session's cells land wherever the other sessions left room (wrapping around its
+    // end), and flash attention accumulates over the cells in cell order, so a user's
+    // answer would depend on what other users sent. A stream of its own starts every
+    // session at cell 0, as it would alone. (llama.cpp runs a batch over separate streams
+    // as runs of consecutive slot ids; deepseek4's memory is per sequence either way.)
+    cparams.kv_unified      = false;
     cparams.n_batch         = static_cast<uint32_t>(params.n_batch);
     cparams.n_ubatch        = static_cast<uint32_t>(params.n_batch);
     cparams.n_threads       = n_threads;
@@ -437,8 +470,16 @@ engine_ptr llama_engine_init(const engine_params & params, std::string & error) 
     info.n_embd       = llama_model_n_embd(model.get());
     info.n_vocab      = llama_vocab_n_tokens(llama_model_get_vocab(model.get()));
     info.has_vocab    = info.n_vocab > 0;
-    info.schema       = boundary_schema::dense_residual;
-    info.boundary_row = info.n_embd;
+    // the residual crossing a seam: n_embd per token, or deepseek4's hc streams of n_embd
+    info.boundary_row = llama_model_n_embd_out(model.get());
+    info.schema       = info.boundary_row == info.n_embd ? boundary_schema::dense_residual
+                                                         : boundary_schema::mhc_residual;
+    info.needs_token_sideband = llama_model_needs_token_ids(model.get());
+    if (!info.is_first() && llama_model_n_embd_inp(model.get()) != info.boundary_row) {
+        error = "layers " + range.str() + " take " + std::to_string(llama_model_n_embd_inp(model.get())) +
+                " values per token, the boundary holds " + std::to_string(info.boundary_row);
+        return nullptr;
+    }
     info.n_ctx        = static_cast<int32_t>(llama_n_ctx(ctx.get()) / llama_n_seq_max(ctx.get())); // per slot
     info.n_slots      = static_cast<int32_t>(llama_n_seq_max(ctx.get()));
     info.weight_bytes = llama_model_buffer_size(model.get());

@@ -3,6 +3,7 @@
 // prints a JSON report: max |logit difference|, greedy token match, per-stage footprint.
 //
 // Exit status: 0 every split matches, 1 a split differs or failed, 2 refused input.
+#include "boundary_codec.h"
 #include "engine.h"
 #include "gguf_facts.h"
 #include "layer_range.h"
@@ -38,6 +39,7 @@ struct options {
     int32_t                  n_gpu_layers = 0;
     double                   tolerance = 1e-4;
     float                    perturb   = 0.0f; // added to every boundary value (checker self-test)
+    wire_dtype               boundary_dtype = wire_dtype::f32; // boundaries rounded as the wire would
     bool                     verbose   = false;
 };
 
@@ -46,7 +48,7 @@ void print_usage(FILE * out) {
         "usage: meshnet-range-parity --model PATH --split B:E,B:E[,...] [--split ...]\n"
         "                            [--prompt TEXT] [--n-prompt N] [--n-decode N]\n"
         "                            [--threads N] [--gpu-layers N] [--tolerance X] [--perturb X]\n"
-        "                            [--verbose]\n"
+        "                            [--boundary-dtype f32|f16|bf16] [--verbose]\n"
         "\n"
         "Runs the prompt (N prompt tokens, then greedy decode steps) through the unsplit model\n"
         "and through each split, passing boundaries between stages in memory, and prints JSON.\n"
@@ -54,7 +56,9 @@ void print_usage(FILE * out) {
         "the tolerance (default 1e-4). Exit 0: all pass, 1: a split fails, 2: refused input.\n"
         "--perturb X adds X to every boundary value between stages, to show that the check\n"
         "catches a wrong boundary (the report must then fail). --gpu-layers N offloads the last\n"
-        "N layers of the model (of each stage, the ones it owns) on a GPU build (default: 0).\n");
+        "N layers of the model (of each stage, the ones it owns) on a GPU build (default: 0).\n"
+        "--boundary-dtype rounds every boundary to that wire type, as a route with that recipe\n"
+        "does (default f32: exact). Each split's \"seams\" say what crossed each stage boundary.\n");
 }
 
 // --- JSON output ---------------------------------------------------------------------
@@ -146,6 +150,8 @@ options parse_args(int argc, char ** argv) {
             char * end = nullptr;
             opt.perturb = std::strtof(value, &end);
             if (end == value || *end != '\0' || !std::isfinite(opt.perturb)) refuse("--perturb needs a finite number");
+        } else if (arg == "--boundary-dtype") {
+            if (!wire_dtype_parse(value, opt.boundary_dtype)) refuse("--boundary-dtype needs f32, f16 or bf16");
         } else if (arg == "--tolerance") {
             char * end = nullptr;
             opt.tolerance = std::strtod(value, &end);
@@ -176,9 +182,25 @@ int32_t argmax(const float * row, int32_t n) {
     return static_cast<int32_t>(std::max_element(row, row + n) - row);
 }
 
-// one step of every stage in turn, the boundary of one feeding the next
+// what the wire does to a boundary: encode in `dtype`, decode back to f32
+bool wire_round_trip(std::vector<float> & values, wire_dtype dtype, std::string & error) {
+    if (dtype == wire_dtype::f32) {
+        return true;
+    }
+    std::string bytes;
+    boundary_encode(values.data(), values.size(), dtype, bytes);
+    std::vector<float> decoded;
+    if (!boundary_decode(bytes, values.size(), dtype, decoded, error)) {
+        return false;
+    }
+    values = std::move(decoded);
+    return true;
+}
+
+// one step of every stage in turn, the boundary of one feeding the next (with the token ids
+// beside it where a stage needs them)
 bool pipeline_step(std::vector<engine_ptr> & stages, const std::vector<int32_t> & tokens, int32_t pos0,
-                   bool all_rows, float perturb, std::vector<float> & logits, std::string & error) {
+                   bool all_rows, float perturb, wire_dtype dtype, std::vector<float> & logits, std::string & error) {
     step_request request;
     request.slot = 0;
     request.tokens = tokens;
@@ -208,17 +230,24 @@ bool pipeline_step(std::vector<engine_ptr> & stages, const std::vector<int32_t> 
         for (float & value : request.boundary) {
             value += perturb;
         }
-        request.tokens.clear();
+        if (!wire_round_trip(request.boundary, dtype, error)) {
+            error = "the boundary after layer " + std::to_string(info.layer_end) + " cannot cross as " +
+                    wire_dtype_name(dtype) + ": " + error;
+            return false;
+        }
+        if (!stages[s + 1]->info().needs_token_sideband) {
+            request.tokens.clear();
+        }
     }
     error = "the split has no last stage";
     return false;
 }
 
 bool run_pipeline(std::vector<engine_ptr> & stages, const std::vector<int32_t> & prompt, int32_t n_decode,
-                  float perturb, run_record & out, std::string & error) {
+                  float perturb, wire_dtype dtype, run_record & out, std::string & error) {
     const int32_t n_vocab = stages.back()->info().n_vocab;
     std::vector<float> logits;
-    if (!pipeline_step(stages, prompt, 0, /*all_rows =*/ true, perturb, logits, error)) {
+    if (!pipeline_step(stages, prompt, 0, /*all_rows =*/ true, perturb, dtype, logits, error)) {
         return false;
     }
     int32_t token = argmax(logits.data() + logits.size() - static_cast<size_t>(n_vocab), n_vocab);
@@ -226,7 +255,7 @@ bool run_pipeline(std::vector<engine_ptr> & stages, const std::vector<int32_t> &
     out.tokens.push_back(token);
     for (int32_t step = 0; step < n_decode; ++step) {
         const int32_t pos = static_cast<int32_t>(prompt.size()) + step;
-        if (!pipeline_step(stages, {token}, pos, false, perturb, logits, error)) {
+        if (!pipeline_step(stages, {token}, pos, false, perturb, dtype, logits, error)) {
             return false;
         }
         token = argmax(logits.data(), n_vocab);
@@ -247,6 +276,25 @@ engine_params stage_params(const options & opt, const layer_range & range, int32
     params.n_threads   = opt.n_threads;
     params.n_gpu_layers = opt.n_gpu_layers;
     return params;
+}
+
+const char * schema_name(boundary_schema schema) {
+    return schema == boundary_schema::mhc_residual ? "MHC_RESIDUAL" : "DENSE_RESIDUAL";
+}
+
+// what crosses the seam after `from`: schema, row shape, wire type, bytes per token, sideband
+std::string seam_json(const engine_info & from, const engine_info & to, wire_dtype dtype) {
+    const int64_t hc = from.n_embd > 0 ? from.boundary_row / from.n_embd : 1;
+    const std::string shape = from.schema == boundary_schema::mhc_residual
+        ? "[" + std::to_string(hc) + ", " + std::to_string(from.n_embd) + "]"
+        : "[" + std::to_string(from.boundary_row) + "]";
+    const size_t bytes = static_cast<size_t>(from.boundary_row) * wire_dtype_size(dtype) +
+                         (to.needs_token_sideband ? sizeof(int32_t) : 0);
+    return "{\"after_layer\": " + std::to_string(from.layer_end) +
+           ", \"schema\": " + json_str(schema_name(from.schema)) + ", \"row_shape\": " + shape +
+           ", \"dtype\": " + json_str(wire_dtype_name(dtype)) +
+           ", \"token_sideband\": " + (to.needs_token_sideband ? "true" : "false") +
+           ", \"bytes_per_token\": " + std::to_string(bytes) + "}";
 }
 
 std::string stage_json(const engine_info & info) {
@@ -311,7 +359,7 @@ int main(int argc, char ** argv) {
     prompt.resize(static_cast<size_t>(opt.n_prompt));
 
     run_record expected;
-    if (!run_pipeline(reference, prompt, opt.n_decode, 0.0f, expected, error)) {
+    if (!run_pipeline(reference, prompt, opt.n_decode, 0.0f, wire_dtype::f32, expected, error)) {
         std::fprintf(stderr, "meshnet-range-parity: the unsplit model failed: %s\n", error.c_str());
         std::printf("{\"ok\": false, \"error\": %s}\n", json_str("the unsplit model failed: " + error).c_str());
         return 1;
@@ -323,6 +371,7 @@ int main(int argc, char ** argv) {
     for (const std::vector<layer_range> & split : splits) {
         const auto started = std::chrono::steady_clock::now();
         std::string stages_json;
+        std::string seams_json;
         std::string split_error;
         std::vector<engine_ptr> stages;
         for (const layer_range & range : split) {
@@ -331,11 +380,15 @@ int main(int argc, char ** argv) {
                 break;
             }
             stages_json += (stages.empty() ? "" : ", ") + stage_json(stage->info());
+            if (!stages.empty()) {
+                seams_json += (seams_json.empty() ? "" : ", ") +
+                              seam_json(stages.back()->info(), stage->info(), opt.boundary_dtype);
+            }
             stages.push_back(std::move(stage));
         }
         run_record actual;
         if (split_error.empty()) {
-            run_pipeline(stages, prompt, opt.n_decode, opt.perturb, actual, split_error);
+            run_pipeline(stages, prompt, opt.n_decode, opt.perturb, opt.boundary_dtype, actual, split_error);
         }
         stages.clear();
         const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
@@ -379,7 +432,8 @@ int main(int argc, char ** argv) {
             ", \"seconds\": " + json_num(std::round(seconds * 100.0) / 100.0) +
             (split_error.empty() ? "" : ", \"error\": " + json_str(split_error)) +
             ",\n     \"tokens\": " + json_ints(actual.tokens) +
-            ",\n     \"stages\": [" + stages_json + "]}";
+            ",\n     \"stages\": [" + stages_json + "]" +
+            ",\n     \"seams\": [" + seams_json + "]}";
     }
 
     std::printf("{\n"
@@ -387,6 +441,7 @@ int main(int argc, char ** argv) {
                 "  \"model\": %s,\n"
                 "  \"arch\": %s, \"n_layer\": %d, \"n_embd\": %d, \"n_vocab\": %d,\n"
                 "  \"n_prompt\": %d, \"n_decode\": %d, \"tolerance\": %s, \"perturb\": %s, \"boundary_row_bytes\": %zu,\n"
+                "  \"boundary_dtype\": %s, \"boundary_schema\": %s,\n"
                 "  \"reference\": {\"tokens\": %s, \"stages\": [%s]},\n"
                 "  \"splits\": [\n%s\n  ]\n"
                 "}\n",
@@ -394,6 +449,7 @@ int main(int argc, char ** argv) {
                 reference_info.n_layer, reference_info.n_embd, reference_info.n_vocab,
                 opt.n_prompt, opt.n_decode, json_num(opt.tolerance).c_str(), json_num(opt.perturb).c_str(),
                 static_cast<size_t>(reference_info.boundary_row) * sizeof(float),
+                json_str(wire_dtype_name(opt.boundary_dtype)).c_str(), json_str(schema_name(reference_info.schema)).c_str(),
                 json_ints(expected.tokens).c_str(), stage_json(reference_info).c_str(), splits_json.c_str());
     return all_ok ? 0 : 1;
 }

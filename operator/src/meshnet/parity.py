@@ -60,6 +60,24 @@ class StageFootprint:
 
 
 @dataclass(frozen=True)
+class Seam:
+    """What crossed one stage boundary: the residual's schema and row shape, its wire type,
+    whether the token ids went beside it (hash-routed layers), and its bytes per token."""
+
+    after_layer: int
+    schema: str  # DENSE_RESIDUAL | MHC_RESIDUAL
+    row_shape: tuple[int, ...]
+    dtype: str
+    token_sideband: bool
+    bytes_per_token: int
+
+    def __str__(self) -> str:
+        sideband = " + token ids" if self.token_sideband else ""
+        return (f"after layer {self.after_layer}: {self.schema}{list(self.row_shape)} "
+                f"{self.dtype}{sideband}, {self.bytes_per_token} bytes/token")
+
+
+@dataclass(frozen=True)
 class SplitResult:
     split: str
     ok: bool
@@ -67,6 +85,7 @@ class SplitResult:
     max_abs_logit_diff: float | None  # None: a non-finite difference
     first_divergence: int | None  # index of the first greedy token that differs
     stages: tuple[StageFootprint, ...]
+    seams: tuple[Seam, ...]
     error: str | None
     seconds: float
 
@@ -80,6 +99,7 @@ class ParityReport:
     n_prompt: int
     n_decode: int
     tolerance: float
+    boundary_dtype: str
     reference: StageFootprint
     splits: tuple[SplitResult, ...]
     raw: dict[str, Any]  # the tool's JSON report
@@ -90,6 +110,14 @@ def _stage(data: dict[str, Any]) -> StageFootprint:
     return StageFootprint(
         begin=int(data["begin"]), end=int(data["end"]),
         weight_bytes=int(data["weight_bytes"]), kv_bytes=int(data["kv_bytes"]),
+    )
+
+
+def _seam(data: dict[str, Any]) -> Seam:
+    return Seam(
+        after_layer=int(data["after_layer"]), schema=str(data["schema"]),
+        row_shape=tuple(int(d) for d in data["row_shape"]), dtype=str(data["dtype"]),
+        token_sideband=bool(data["token_sideband"]), bytes_per_token=int(data["bytes_per_token"]),
     )
 
 
@@ -106,6 +134,7 @@ def parse_report(data: dict[str, Any], text: str = "") -> ParityReport:
                 None if s["first_divergence"] is None else int(s["first_divergence"])
             ),
             stages=tuple(_stage(stage) for stage in s["stages"]),
+            seams=tuple(_seam(seam) for seam in s.get("seams", ())),
             error=s.get("error"),
             seconds=float(s["seconds"]),
         )
@@ -119,6 +148,7 @@ def parse_report(data: dict[str, Any], text: str = "") -> ParityReport:
         n_prompt=int(data["n_prompt"]),
         n_decode=int(data["n_decode"]),
         tolerance=float(data["tolerance"]),
+        boundary_dtype=str(data.get("boundary_dtype", "f32")),
         reference=_stage(data["reference"]["stages"][0]),
         splits=splits,
         raw=data,
@@ -136,12 +166,14 @@ def run_parity(
     threads: int | None = None,
     tolerance: float = DEFAULT_TOLERANCE,
     perturb: float = 0.0,
+    boundary_dtype: str = "f32",
     timeout: float = 1800,
 ) -> ParityReport:
     """Run every split against the unsplit model; ParityError when the tool refuses.
 
     `perturb` is added to every boundary value between stages: a self-test showing that
-    the comparison catches a wrong boundary (the splits must then fail).
+    the comparison catches a wrong boundary (the splits must then fail). `boundary_dtype`
+    (f32, f16, bf16) rounds every boundary as a route with that recipe sends it.
     """
     if not splits:
         raise ParityError("at least one split is needed, e.g. 0:15,15:30")
@@ -155,6 +187,8 @@ def run_parity(
         cmd += ["--threads", str(threads)]
     if perturb:
         cmd += ["--perturb", repr(perturb)]
+    if boundary_dtype != "f32":
+        cmd += ["--boundary-dtype", boundary_dtype]
     for split in splits:
         cmd += ["--split", split]
     try:
@@ -184,7 +218,7 @@ def format_report(report: ParityReport) -> str:
     lines = [
         f"model     {report.model} ({report.arch}, {report.n_layer} layers)",
         f"prompt    {report.n_prompt} tokens, then {report.n_decode} greedy decode steps; "
-        f"tolerance {report.tolerance:g}",
+        f"tolerance {report.tolerance:g}; boundaries {report.boundary_dtype}",
         f"unsplit   weights {_mib(ref.weight_bytes)}   KV {_mib(ref.kv_bytes)}",
     ]
     for result in report.splits:
@@ -202,4 +236,5 @@ def format_report(report: ParityReport) -> str:
                 f"  stage {stage.begin:>3}:{stage.end:<3} weights {_mib(stage.weight_bytes)}   "
                 f"KV {_mib(stage.kv_bytes)}"
             )
+        lines.extend(f"  seam  {seam}" for seam in result.seams)
     return "\n".join(lines)

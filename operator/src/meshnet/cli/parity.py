@@ -29,23 +29,28 @@ from meshnet.pin.workspace import Workspace
               help="CPU threads per stage (default: all cores).")
 @click.option("--tolerance", type=click.FloatRange(min=0), default=DEFAULT_TOLERANCE,
               show_default=True, help="Largest accepted |logit difference|.")
+@click.option("--boundary-dtype", type=click.Choice(["f32", "f16", "bf16"]), default="f32",
+              show_default=True,
+              help="Round every boundary to this wire type, as a route with that recipe does.")
 @click.option("--perturb", type=float, default=0.0, hidden=True,
               help="Add this to every boundary value (self-test: the splits must then fail).")
 @click.option("--json", "as_json", is_flag=True, help="Print the tool's JSON report.")
 def command(
     model: Path, splits: tuple[str, ...], n_prompt: int, n_decode: int,
-    threads: int | None, tolerance: float, perturb: float, as_json: bool,
+    threads: int | None, tolerance: float, boundary_dtype: str, perturb: float, as_json: bool,
 ) -> None:
     """Run a prompt through MODEL unsplit and as each split's stages, and compare.
 
     Boundaries pass between stages in memory. A split passes when its greedy tokens equal
     the unsplit ones and no logit differs by more than the tolerance; each stage's weight
-    and KV bytes are reported. Exits 1 when any split fails.
+    and KV bytes are reported, and each seam says what crossed it (the residual's schema
+    and shape: DENSE_RESIDUAL for llama, MHC_RESIDUAL for deepseek4; whether the token ids
+    went beside it). Exits 1 when any split fails.
     """
     report = run_parity(
         model, splits, Workspace(workspace()),
         n_prompt=n_prompt, n_decode=n_decode, threads=threads, tolerance=tolerance,
-        perturb=perturb,
+        perturb=perturb, boundary_dtype=boundary_dtype,
     )
     click.echo(report.text if as_json else format_report(report))
     if not report.ok:
