@@ -7,14 +7,14 @@
 
 namespace meshnet {
 
-std::vector<int32_t> gguf_eos_token_ids(const std::string & model_path) {
-    std::vector<int32_t> ids;
+gguf_vocab_facts gguf_vocab_read(const std::string & model_path) {
+    gguf_vocab_facts facts;
     gguf_init_params params{};
     params.no_alloc = true;
     params.ctx      = nullptr;
     gguf_context * ctx = gguf_init_from_file(model_path.c_str(), params);
     if (!ctx) {
-        return ids;
+        return facts;
     }
     for (const char * key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"}) {
         const int64_t index = gguf_find_key(ctx, key);
@@ -25,12 +25,17 @@ std::vector<int32_t> gguf_eos_token_ids(const std::string & model_path) {
             case GGUF_TYPE_INT32:  value = gguf_get_val_i32(ctx, index); break;
             default: break;
         }
-        if (value >= 0 && std::find(ids.begin(), ids.end(), value) == ids.end()) {
-            ids.push_back(static_cast<int32_t>(value));
+        if (value >= 0 && std::find(facts.eos_token_ids.begin(), facts.eos_token_ids.end(), value) ==
+                              facts.eos_token_ids.end()) {
+            facts.eos_token_ids.push_back(static_cast<int32_t>(value));
         }
     }
+    const int64_t tmpl = gguf_find_key(ctx, "tokenizer.chat_template");
+    if (tmpl >= 0 && gguf_get_kv_type(ctx, tmpl) == GGUF_TYPE_STRING) {
+        facts.chat_template = gguf_get_val_str(ctx, tmpl);
+    }
     gguf_free(ctx);
-    return ids;
+    return facts;
 }
 
 } // namespace meshnet

@@ -1,5 +1,5 @@
 // gguf_vocab.h - vocabulary facts the engine contract does not carry (end-of-generation
-// ids), read straight from the GGUF header.
+// ids, the chat template), read straight from the GGUF header.
 #pragma once
 
 #include <cstdint>
@@ -8,8 +8,12 @@
 
 namespace meshnet {
 
-// tokenizer.ggml.eos_token_id and .eot_token_id when present (deduplicated); empty on
-// any failure.
-std::vector<int32_t> gguf_eos_token_ids(const std::string & model_path);
+struct gguf_vocab_facts {
+    std::vector<int32_t> eos_token_ids; // tokenizer.ggml.eos_token_id and .eot_token_id
+    std::string          chat_template; // tokenizer.chat_template (Jinja), "" when absent
+};
+
+// Reads both from the header of `model_path`; empty facts on any failure.
+gguf_vocab_facts gguf_vocab_read(const std::string & model_path);
 
 } // namespace meshnet

@@ -1,0 +1,79 @@
+"""`meshnet serve`: the route's OpenAI-compatible gateway."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import AsyncIterator, Callable
+
+import click
+from aiohttp import web
+
+from meshnet.cli.tls import tls_client_options
+from meshnet.gateway.routes import RouteHandle, fixed_stages, local_route
+from meshnet.gateway.server import Gateway, GatewayConfig, build_app
+from meshnet.route import TlsFiles
+
+
+def split_listen(listen: str, option: str = "--listen") -> tuple[str, int]:
+    host, _, port = listen.rpartition(":")
+    if not port.isdigit() or not 0 <= int(port) < 65536:
+        raise click.BadParameter(f"{listen!r} is not HOST:PORT", param_hint=option)
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+@click.command("serve")
+@click.option("--route", "route_name", default=None, metavar="NAME",
+              help="A route started by `meshnet up` on this machine (followed across epochs).")
+@click.option("--stage", "stages", multiple=True, metavar="HOST:PORT",
+              help="A stage's gRPC endpoint, in pipeline order (instead of --route).")
+@click.option("--model", default=None,
+              help="The model id clients ask for (default: the route's name).")
+@click.option("--listen", default="127.0.0.1:8000", show_default=True, metavar="HOST:PORT",
+              help="Where to serve HTTP (0.0.0.0:PORT for every interface).")
+@click.option("--max-waiting", type=click.IntRange(0), default=16, show_default=True,
+              help="Requests queued beyond the route's session slots before HTTP 429.")
+@click.option("--recovery-wait", type=click.FloatRange(0), default=15.0, show_default=True,
+              help="Seconds a generation waits for a lost stage to come back before 503.")
+@click.option("--exit-with-parent", type=click.IntRange(2), default=None, metavar="PID",
+              help="Stop once PID, this process's parent, is gone (`meshnet up` sets it).")
+@tls_client_options
+def command(route_name: str | None, stages: tuple[str, ...], model: str | None, listen: str,
+            max_waiting: int, recovery_wait: float, exit_with_parent: int | None,
+            tls: TlsFiles | None) -> None:
+    """Serve one route over an OpenAI-compatible HTTP API until interrupted.
+
+    POST /v1/chat/completions and /v1/completions (streaming or not), GET /v1/models
+    (the route, while every stage answers), /health (liveness), /ready (the route is
+    servable) and /metrics (Prometheus). Concurrent requests are concurrent sessions on
+    the route, up to its session slots; then up to --max-waiting wait; beyond, 429.
+    """
+    if bool(stages) == bool(route_name):
+        raise click.UsageError("give either --route NAME or one --stage per stage")
+    resolve = local_route(route_name) if route_name else fixed_stages(stages)
+    name = model or route_name or "meshnet"
+    host, port = split_listen(listen)
+    gateway = Gateway(GatewayConfig(model=name, max_waiting=max_waiting),
+                      RouteHandle(resolve, tls, recovery_wait))
+    app = build_app(gateway)
+    if exit_with_parent is not None:
+        app.cleanup_ctx.append(_exit_with_parent(exit_with_parent))
+    click.echo(f"serving {name} on http://{host}:{port}/v1", err=True)
+    web.run_app(app, host=host, port=port, handler_cancellation=True, print=None,
+                access_log=None)
+
+
+def _exit_with_parent(parent: int) -> Callable[[web.Application], AsyncIterator[None]]:
+    """A gateway whose `meshnet up` was killed must not hold its port forever."""
+    async def watch(_: web.Application) -> AsyncIterator[None]:
+        async def poll() -> None:
+            while os.getppid() == parent:
+                await asyncio.sleep(1.0)
+            os.kill(os.getpid(), signal.SIGTERM)  # aiohttp's own clean shutdown
+
+        task = asyncio.create_task(poll())
+        yield
+        task.cancel()
+
+    return watch

@@ -1,0 +1,56 @@
+"""The gateway's Prometheus metrics, named as vLLM and the serving ecosystem name them, under
+meshnet_. Labels stay bounded: the route, and an outcome from a fixed set."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+# Fixed outcomes of a request (meshnet_requests_total{status}).
+OUTCOMES = ("ok", "bad_request", "rejected", "unavailable", "cancelled", "error")
+
+_LATENCY = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.5, 5.0,
+            10.0, 20.0, 40.0, 80.0)
+_TOKEN_GAP = (0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.2,
+              0.5, 1.0, 2.5)
+
+
+class GatewayMetrics:
+    def __init__(self, route: str) -> None:
+        self.registry = CollectorRegistry()
+        labels = ["route"]
+        self.ttft = Histogram(
+            "meshnet_time_to_first_token_seconds",
+            "From the request's arrival to its first generated token.",
+            labels, buckets=_LATENCY, registry=self.registry).labels(route)
+        self.itl = Histogram(
+            "meshnet_inter_token_latency_seconds",
+            "Between two consecutive generated tokens of one request.",
+            labels, buckets=_TOKEN_GAP, registry=self.registry).labels(route)
+        self.e2e = Histogram(
+            "meshnet_e2e_request_latency_seconds",
+            "From the request's arrival to its last byte, queueing included.",
+            labels, buckets=_LATENCY, registry=self.registry).labels(route)
+        self.queue_time = Histogram(
+            "meshnet_request_queue_time_seconds",
+            "Time a request waited for a session slot.",
+            labels, buckets=_LATENCY, registry=self.registry).labels(route)
+        self.prompt_tokens = Counter(
+            "meshnet_prompt_tokens", "Prompt tokens prefilled.", labels,
+            registry=self.registry).labels(route)
+        self.generation_tokens = Counter(
+            "meshnet_generation_tokens", "Tokens generated.", labels,
+            registry=self.registry).labels(route)
+        self.running = Gauge(
+            "meshnet_num_requests_running", "Requests holding a session slot.", labels,
+            registry=self.registry).labels(route)
+        self.waiting = Gauge(
+            "meshnet_num_requests_waiting", "Requests queued for a session slot.", labels,
+            registry=self.registry).labels(route)
+        requests = Counter(
+            "meshnet_requests", "Requests by outcome.", ["route", "status"],
+            registry=self.registry)
+        self.outcomes = {outcome: requests.labels(route, outcome) for outcome in OUTCOMES}
+        self.route_ready = Gauge(
+            "meshnet_gateway_route_ready",
+            "1 while the route is servable: every stage answered the handshake.", labels,
+            registry=self.registry).labels(route)

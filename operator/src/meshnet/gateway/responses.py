@@ -1,0 +1,70 @@
+"""Response bodies as OpenAI shapes them: completions, stream chunks, usage, errors (pure)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}
+
+
+def completion(kind: str, request_id: str, model: str, created: int, text: str,
+               finish_reason: str, used: dict[str, int]) -> dict[str, Any]:
+    """The whole answer of a non-streaming request."""
+    if kind == "chat":
+        choice: dict[str, Any] = {"index": 0, "finish_reason": finish_reason, "logprobs": None,
+                                  "message": {"role": "assistant", "content": text}}
+        obj = "chat.completion"
+    else:
+        choice = {"index": 0, "finish_reason": finish_reason, "logprobs": None, "text": text}
+        obj = "text_completion"
+    return {"id": request_id, "object": obj, "created": created, "model": model,
+            "choices": [choice], "usage": used}
+
+
+def chunk(kind: str, request_id: str, model: str, created: int, text: str | None,
+          finish_reason: str | None = None, first: bool = False) -> dict[str, Any]:
+    """One streamed piece: text, or the last piece with its finish_reason."""
+    if kind == "chat":
+        delta: dict[str, Any] = {}
+        if first:
+            delta["role"] = "assistant"
+        if text:
+            delta["content"] = text
+        choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None,
+                                  "finish_reason": finish_reason}
+        obj = "chat.completion.chunk"
+    else:
+        choice = {"index": 0, "text": text or "", "logprobs": None,
+                  "finish_reason": finish_reason}
+        obj = "text_completion"
+    return {"id": request_id, "object": obj, "created": created, "model": model,
+            "choices": [choice]}
+
+
+def usage_chunk(kind: str, request_id: str, model: str, created: int,
+                used: dict[str, int]) -> dict[str, Any]:
+    """stream_options.include_usage: the chunk before [DONE], no choices, the usage."""
+    obj = "chat.completion.chunk" if kind == "chat" else "text_completion"
+    return {"id": request_id, "object": obj, "created": created, "model": model,
+            "choices": [], "usage": used}
+
+
+def sse(data: dict[str, Any] | str) -> bytes:
+    """One server-sent event: `data: <json>` and a blank line ([DONE] as is)."""
+    payload = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
+    return f"data: {payload}\n\n".encode()
+
+
+# OpenAI error types by HTTP status.
+ERROR_TYPES = {400: "invalid_request_error", 404: "not_found_error",
+               429: "rate_limit_exceeded", 500: "server_error", 503: "service_unavailable"}
+
+
+def error(status: int, message: str, code: str | None = None,
+          param: str | None = None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": ERROR_TYPES.get(status, "server_error"),
+                      "param": param, "code": code}}

@@ -1,0 +1,64 @@
+"""Which stages serve the route now, and one route driver for them.
+
+A gateway outlives epochs: `meshnet up` starts a re-split route's workers on new ports,
+so a local route is looked up again in its registry; fixed endpoints (--stage, or the
+stable DNS names of a cluster route's stages) stay as they are.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+
+from meshnet.local.registry import lookup
+from meshnet.route import RouteDriver, RouteInfo, TlsFiles
+
+Endpoints = tuple[str, ...]
+
+
+def fixed_stages(endpoints: Sequence[str]) -> Callable[[], Endpoints]:
+    stages = tuple(endpoints)
+    return lambda: stages
+
+
+def local_route(name: str) -> Callable[[], Endpoints]:
+    """The stages `meshnet up` publishes for route `name` (RouteNotFound while none)."""
+    return lambda: tuple(str(stage["endpoint"]) for stage in lookup(name)["stages"])
+
+
+class RouteHandle:
+    """The driver of the route's current stages; a new one when the stages move."""
+
+    def __init__(self, resolve: Callable[[], Endpoints], tls: TlsFiles | None = None,
+                 recovery_wait: float = 15.0) -> None:
+        self._resolve = resolve
+        self._tls = tls
+        self._recovery_wait = recovery_wait
+        self._lock = threading.Lock()
+        self._driver: RouteDriver | None = None
+        self._endpoints: Endpoints = ()
+
+    def driver(self) -> RouteDriver:
+        """A driver of the stages serving now (the handshake is its first use's)."""
+        endpoints = self._resolve()
+        with self._lock:
+            if self._driver is None or endpoints != self._endpoints:
+                stale = self._driver
+                self._driver = RouteDriver(list(endpoints), tls=self._tls,
+                                           wait_seconds=self._recovery_wait)
+                self._endpoints = endpoints
+                if stale is not None:
+                    # sessions still running on it keep their own channels until they end
+                    threading.Timer(60.0, stale.close).start()
+            return self._driver
+
+    def check(self) -> RouteInfo:
+        """Handshake every stage now: the route as it is, or the error why it is not
+        servable (StageError, RouteRefused, RouteNotFound)."""
+        return self.driver().connect()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._driver is not None:
+                self._driver.close()
+                self._driver = None

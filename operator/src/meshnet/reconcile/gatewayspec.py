@@ -1,0 +1,118 @@
+"""Pure builders of a route's gateway: a Deployment running `meshnet serve` against the
+stages' stable DNS names (they outlive epochs: the gateway's driver follows a re-split by
+its handshake) and a ClusterIP Service in front of it. Nothing here talks to the cluster."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from meshnet.api import labels
+from meshnet.api.shardroute import Gateway, RouteTls, Stage
+from meshnet.reconcile.naming import endpoint, gateway_name
+from meshnet.reconcile.podspec import (
+    CONTAINER_SECURITY,
+    POD_SECURITY,
+    TLS_DIR,
+    RouteRef,
+    WorkerConfig,
+    owner_reference,
+    template_hash,
+)
+
+DEFAULT_REQUESTS = {"cpu": "100m", "memory": "256Mi"}
+DEFAULT_LIMITS = {"memory": "1Gi"}
+
+
+def gateway_labels(route: RouteRef) -> dict[str, str]:
+    return {"app.kubernetes.io/name": "meshnet-gateway",
+            "app.kubernetes.io/instance": route.name,
+            labels.MANAGED_BY: labels.OPERATOR_NAME, labels.GATEWAY: route.name}
+
+
+def gateway_url(route: RouteRef, config: WorkerConfig) -> str:
+    """The OpenAI base URL of the route inside the cluster (status.endpoint)."""
+    return f"http://{gateway_name(route.name)}.{route.namespace}.svc:{config.gateway_port}/v1"
+
+
+def gateway_args(route: RouteRef, stages: list[Stage], gateway: Gateway, tls: RouteTls | None,
+                 config: WorkerConfig) -> list[str]:
+    args = ["serve", "--model", route.name, "--listen", f"0.0.0.0:{config.gateway_port}",
+            "--max-waiting", str(gateway.max_waiting)]
+    for stage in stages:
+        args += ["--stage", endpoint(stage.name, route.name, route.namespace, config.grpc_port)]
+    if tls is not None:
+        args += ["--tls-ca", f"{TLS_DIR}/ca.crt"]
+        if tls.require_client_cert:  # the stages' own pair: the gateway is one of the route's
+            args += ["--tls-cert", f"{TLS_DIR}/tls.crt", "--tls-key", f"{TLS_DIR}/tls.key"]
+    return args
+
+
+def _http_probe(path: str, period: int, failures: int, port: int) -> dict[str, Any]:
+    return {"httpGet": {"path": path, "port": port}, "periodSeconds": period,
+            "failureThreshold": failures, "timeoutSeconds": 3}
+
+
+def gateway_deployment(route: RouteRef, stages: list[Stage], gateway: Gateway,
+                       tls: RouteTls | None, config: WorkerConfig) -> dict[str, Any]:
+    assert config.gateway_image is not None
+    pod_labels = gateway_labels(route)
+    container: dict[str, Any] = {
+        "name": "gateway",
+        "image": config.gateway_image,
+        "imagePullPolicy": config.image_pull_policy,
+        "args": gateway_args(route, stages, gateway, tls, config),
+        "ports": [{"name": "http", "containerPort": config.gateway_port, "protocol": "TCP"}],
+        "resources": {
+            "requests": {**DEFAULT_REQUESTS,
+                         **{k: str(v) for k, v in gateway.resources.requests.items()}},
+            "limits": {**DEFAULT_LIMITS,
+                       **{k: str(v) for k, v in gateway.resources.limits.items()}},
+        },
+        # ready while the route is servable: a Service never sends requests to a gateway
+        # whose stages do not all answer
+        "readinessProbe": _http_probe("/ready", 5, 2, config.gateway_port),
+        "livenessProbe": _http_probe("/health", 10, 6, config.gateway_port),
+        "securityContext": dict(CONTAINER_SECURITY),
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+    }
+    volumes: list[dict[str, Any]] = [{"name": "tmp", "emptyDir": {}}]
+    if tls is not None:
+        container["volumeMounts"].append({"name": "tls", "mountPath": TLS_DIR, "readOnly": True})
+        volumes.append({"name": "tls", "secret": {"secretName": tls.secret_name,
+                                                  "defaultMode": 0o440}})
+    spec: dict[str, Any] = {
+        "replicas": gateway.replicas,
+        "selector": {"matchLabels": {labels.GATEWAY: route.name}},
+        "template": {
+            "metadata": {"labels": pod_labels},
+            "spec": {
+                "automountServiceAccountToken": False,
+                "enableServiceLinks": False,
+                "securityContext": dict(POD_SECURITY),
+                "containers": [container],
+                "volumes": volumes,
+            },
+        },
+    }
+    return {
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": gateway_name(route.name), "namespace": route.namespace,
+                     "labels": {**pod_labels, labels.TEMPLATE: template_hash(spec)},
+                     "ownerReferences": [owner_reference(route)]},
+        "spec": spec,
+    }
+
+
+def gateway_service(route: RouteRef, config: WorkerConfig) -> dict[str, Any]:
+    spec = {
+        "type": "ClusterIP",
+        "selector": {labels.GATEWAY: route.name},
+        "ports": [{"name": "http", "port": config.gateway_port, "targetPort": "http"}],
+    }
+    return {
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": gateway_name(route.name), "namespace": route.namespace,
+                     "labels": {**gateway_labels(route), labels.TEMPLATE: template_hash(spec)},
+                     "ownerReferences": [owner_reference(route)]},
+        "spec": spec,
+    }

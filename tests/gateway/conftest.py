@@ -1,0 +1,106 @@
+"""A real route (SmolLM2 as two chained workers on 127.0.0.1) behind a real `meshnet serve`
+process, and the solo greedy answers its texts must equal."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from meshnet.gateway.chat import render_chat
+from meshnet.route import RouteDriver
+from meshnet.route.launch import WorkerProcess, WorkerSpec, free_port, start_route
+from meshnet.unsplit import unsplit_tokens
+
+MODEL = "smollm2"
+SLOTS = 4
+
+
+@dataclass
+class Gateway:
+    url: str  # http://127.0.0.1:PORT
+    process: subprocess.Popen[str]
+    log: Path
+
+    @property
+    def base_url(self) -> str:
+        return self.url + "/v1"
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def start_gateway(endpoints: list[str], log: Path, *extra: str) -> Gateway:
+    port = free_port()
+    args = [sys.executable, "-m", "meshnet.cli", "serve", "--model", MODEL,
+            "--listen", f"127.0.0.1:{port}", *extra]
+    for endpoint in endpoints:
+        args += ["--stage", endpoint]
+    sink = log.open("w")
+    process = subprocess.Popen(args, stdout=sink, stderr=subprocess.STDOUT, text=True)
+    gateway = Gateway(f"http://127.0.0.1:{port}", process, log)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"meshnet serve exited: {log.read_text()}")
+        try:
+            if httpx.get(gateway.url + "/ready", timeout=1).status_code == 200:
+                return gateway
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    gateway.stop()
+    raise RuntimeError(f"meshnet serve was not ready in time: {log.read_text()}")
+
+
+@pytest.fixture(scope="module")
+def route(shard_worker: Path, smollm2: Path, tmp_path_factory: pytest.TempPathFactory,
+          ) -> Iterator[list[WorkerProcess]]:
+    specs = [WorkerSpec(model=smollm2, layers=span, route_id="test/gateway", threads=1,
+                        slots=SLOTS) for span in [(0, 15), (15, 30)]]
+    workers = start_route(shard_worker, specs, tmp_path_factory.mktemp("gateway-route"),
+                          chain=True)
+    yield workers
+    for worker in workers:
+        worker.stop()
+
+
+@pytest.fixture(scope="module")
+def gateway(route: list[WorkerProcess], tmp_path_factory: pytest.TempPathFactory,
+            ) -> Iterator[Gateway]:
+    served = start_gateway([w.endpoint for w in route],
+                           tmp_path_factory.mktemp("gateway") / "serve.log")
+    yield served
+    served.stop()
+
+
+@pytest.fixture(scope="module")
+def solo(route: list[WorkerProcess], smollm2: Path) -> Iterator[Callable[..., str]]:
+    """The unsplit model's greedy answer to chat `messages` (or a completion `prompt`),
+    as text: what every gateway answer with temperature 0 must equal."""
+    with RouteDriver([w.endpoint for w in route]) as driver:
+        template = driver.route.chat_template
+        eos = set(driver.route.eos_token_ids)
+
+        def answer(messages: list[dict[str, str]] | None = None, prompt: str | None = None,
+                   max_tokens: int = 32) -> str:
+            text = render_chat(template, messages) if messages is not None else prompt
+            assert text is not None
+            ids = driver.tokenize(text)
+            tokens = unsplit_tokens(smollm2, ids, max_tokens)
+            if eos & set(tokens):
+                tokens = tokens[:min(tokens.index(t) for t in eos & set(tokens))]
+            return driver.detokenize(tokens)
+
+        yield answer

@@ -1,0 +1,212 @@
+"""The gateway as a client sees it, through the real `openai` package: chat and completions,
+streaming with usage, stop strings, concurrency, and the errors OpenAI clients expect."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from meshnet.route import StageClient
+from meshnet.route.launch import WorkerProcess
+
+from .conftest import MODEL, SLOTS, Gateway, start_gateway
+
+pytestmark = pytest.mark.slow
+
+QUESTION = [{"role": "user", "content": "Why is the sky blue? Answer in one sentence."}]
+
+
+def client(gateway: Gateway, **options: object) -> openai.OpenAI:
+    return openai.OpenAI(base_url=gateway.base_url, api_key="unused", max_retries=0,
+                         **options)  # type: ignore[arg-type]
+
+
+def test_a_chat_answer_is_the_solo_greedy_answer_and_holds_only_the_assistants_text(
+    gateway: Gateway, solo: Callable[..., str],
+) -> None:
+    answer = client(gateway).chat.completions.create(
+        model=MODEL, messages=QUESTION, temperature=0, max_tokens=32)  # type: ignore[arg-type]
+    text = answer.choices[0].message.content
+    assert text == solo(QUESTION)
+    assert text and not text.lstrip().startswith("assistant")
+    assert answer.choices[0].message.role == "assistant"
+    assert answer.object == "chat.completion" and answer.model == MODEL
+    assert answer.usage is not None and answer.usage.completion_tokens > 0
+    assert answer.usage.total_tokens == answer.usage.prompt_tokens + answer.usage.completion_tokens
+    assert answer.choices[0].finish_reason in ("stop", "length")
+
+
+def test_a_completion_stops_at_max_tokens_with_usage(gateway: Gateway,
+                                                     solo: Callable[..., str]) -> None:
+    prompt = "The history of mapmaking is"
+    answer = client(gateway).completions.create(model=MODEL, prompt=prompt, temperature=0,
+                                                max_tokens=12)
+    assert answer.choices[0].text == solo(prompt=prompt, max_tokens=12)
+    assert answer.choices[0].finish_reason == "length"
+    assert answer.usage is not None and answer.usage.completion_tokens == 12
+
+
+def test_a_stream_gives_the_same_text_and_its_usage_before_done(
+    gateway: Gateway, solo: Callable[..., str],
+) -> None:
+    chunks = list(client(gateway).chat.completions.create(
+        model=MODEL, messages=QUESTION, temperature=0, max_tokens=32,  # type: ignore[arg-type]
+        stream=True, stream_options={"include_usage": True}))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == solo(QUESTION)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    finish = [c.choices[0].finish_reason for c in chunks if c.choices]
+    assert finish[-1] in ("stop", "length") and all(f is None for f in finish[:-1])
+    last = chunks[-1]
+    assert last.choices == [] and last.usage is not None
+    assert last.usage.completion_tokens > 0
+
+
+def test_a_stop_string_ends_the_text_before_it(gateway: Gateway,
+                                               solo: Callable[..., str]) -> None:
+    full = solo(QUESTION)
+    word = full.split()[3]
+    for stream in (False, True):
+        if stream:
+            pieces = client(gateway).chat.completions.create(
+                model=MODEL, messages=QUESTION, temperature=0,  # type: ignore[arg-type]
+                max_tokens=32, stop=[word], stream=True)
+            text = "".join(c.choices[0].delta.content or "" for c in pieces if c.choices)
+        else:
+            answer = client(gateway).chat.completions.create(
+                model=MODEL, messages=QUESTION, temperature=0,  # type: ignore[arg-type]
+                max_tokens=32, stop=[word])
+            text = answer.choices[0].message.content or ""
+            assert answer.choices[0].finish_reason == "stop"
+        assert text == full[:full.index(word)]
+
+
+def test_sixteen_concurrent_streams_each_give_their_solo_answer(
+    gateway: Gateway, solo: Callable[..., str],
+) -> None:
+    questions = [[{"role": "user", "content": f"Name {n} things that are blue."}]
+                 for n in range(1, 17)]
+
+    def ask(messages: list[dict[str, str]]) -> str:
+        stream = client(gateway).chat.completions.create(
+            model=MODEL, messages=messages, temperature=0, max_tokens=24,  # type: ignore[arg-type]
+            stream=True)
+        return "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+
+    with ThreadPoolExecutor(16) as pool:
+        texts = list(pool.map(ask, questions))
+        health = time.monotonic()
+        assert httpx.get(gateway.url + "/health", timeout=5).status_code == 200
+        health = time.monotonic() - health
+    assert texts == [solo(q, max_tokens=24) for q in questions]
+    assert health < 1.0
+
+
+def slots_free(route: list[WorkerProcess]) -> list[int]:
+    return [StageClient(w.endpoint).capacity().slots_free for w in route]
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 20.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.1)
+    return condition()
+
+
+def test_a_client_that_goes_away_frees_its_session_on_every_stage(
+    gateway: Gateway, route: list[WorkerProcess],
+) -> None:
+    assert wait_for(lambda: slots_free(route) == [SLOTS] * len(route))
+    stream = client(gateway).chat.completions.create(
+        model=MODEL, messages=QUESTION, temperature=0, max_tokens=2000,  # type: ignore[arg-type]
+        stream=True)
+    for index, _ in enumerate(stream):
+        if index == 5:
+            assert min(slots_free(route)) == SLOTS - 1  # the session holds a slot everywhere
+            break
+    stream.close()
+    assert wait_for(lambda: slots_free(route) == [SLOTS] * len(route))
+
+
+def gauge(gateway: Gateway, name: str) -> float:
+    for line in httpx.get(gateway.url + "/metrics", timeout=5).text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{name} is not in /metrics")
+
+
+def test_beyond_the_slots_and_the_queue_comes_429(route: list[WorkerProcess],
+                                                  tmp_path: Path) -> None:
+    served = start_gateway([w.endpoint for w in route], tmp_path / "serve.log",
+                           "--max-waiting", "1")
+    release = threading.Event()
+
+    def hold() -> None:  # all 400 tokens (ignore_eos): the session stays busy
+        stream = client(served).completions.create(
+            model=MODEL, prompt="1, 2, 3, 4, 5, 6, 7,", temperature=0, max_tokens=400,
+            stream=True, extra_body={"ignore_eos": True})
+        for _ in stream:
+            if release.is_set():
+                break
+        stream.close()
+
+    holders = [threading.Thread(target=hold) for _ in range(SLOTS + 1)]  # SLOTS run, 1 waits
+    try:
+        for thread in holders:
+            thread.start()
+        assert wait_for(lambda: gauge(served, "meshnet_num_requests_running") == SLOTS
+                        and gauge(served, "meshnet_num_requests_waiting") == 1, 60)
+        with pytest.raises(openai.RateLimitError) as refused:
+            client(served).chat.completions.create(model=MODEL, messages=QUESTION,  # type: ignore[arg-type]
+                                                   max_tokens=4)
+        body = refused.value.body
+        assert isinstance(body, dict) and body["code"] == "rate_limit_exceeded"
+        assert "at capacity" in body["message"]
+        metrics = httpx.get(served.url + "/metrics", timeout=5).text
+        assert 'meshnet_requests_total{route="smollm2",status="rejected"} 1.0' in metrics
+    finally:
+        release.set()
+        for thread in holders:
+            thread.join(timeout=120)
+        served.stop()
+    assert wait_for(lambda: slots_free(route) == [SLOTS] * len(route))
+
+
+def test_models_lists_the_route_while_it_is_servable(gateway: Gateway) -> None:
+    models = client(gateway).models.list()
+    assert [m.id for m in models.data] == [MODEL]
+
+
+def test_bad_requests_get_openai_errors(gateway: Gateway) -> None:
+    with pytest.raises(openai.NotFoundError):
+        client(gateway).chat.completions.create(model="other", messages=QUESTION)  # type: ignore[arg-type]
+    with pytest.raises(openai.BadRequestError) as bad:
+        client(gateway).chat.completions.create(model=MODEL, messages=QUESTION,  # type: ignore[arg-type]
+                                                n=2)
+    assert "n > 1" in str(bad.value)
+    with pytest.raises(openai.BadRequestError):
+        client(gateway).completions.create(model=MODEL, prompt="x", max_tokens=10**9)
+    raw = httpx.post(gateway.base_url + "/chat/completions", content=b"{not json", timeout=5)
+    assert raw.status_code == 400
+    assert raw.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_metrics_name_what_the_serving_ecosystem_names(gateway: Gateway) -> None:
+    client(gateway).completions.create(model=MODEL, prompt="Hello", max_tokens=4)
+    text = httpx.get(gateway.url + "/metrics", timeout=5).text
+    for name in ("meshnet_time_to_first_token_seconds_bucket",
+                 "meshnet_inter_token_latency_seconds_bucket",
+                 "meshnet_e2e_request_latency_seconds_bucket",
+                 "meshnet_prompt_tokens_total", "meshnet_generation_tokens_total",
+                 "meshnet_num_requests_running", "meshnet_num_requests_waiting",
+                 'meshnet_requests_total{route="smollm2",status="ok"}'):
+        assert name in text, name

@@ -1,0 +1,69 @@
+"""The gateway's pure parts alone: request bodies to jobs (or the 400 they deserve), and
+the streamed text with stop strings held back until they can no longer match."""
+
+from __future__ import annotations
+
+import pytest
+
+from meshnet.gateway.requests import BadRequest, chat_job, completion_job
+from meshnet.gateway.text import TextStream
+
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+
+
+def test_a_chat_body_becomes_a_job_with_its_sampling_and_stream_options() -> None:
+    job = chat_job({**CHAT, "temperature": 0.5, "top_p": 0.9, "top_k": 40, "seed": 7,
+                    "max_completion_tokens": 12, "stop": "END", "stream": True,
+                    "stream_options": {"include_usage": True}}, max_context=2048)
+    assert (job.kind, job.model, job.max_tokens, job.stop) == ("chat", "m", 12, ("END",))
+    assert (job.sampling.temperature, job.sampling.top_p, job.sampling.top_k,
+            job.sampling.seed) == (0.5, 0.9, 40, 7)
+    assert job.stream and job.include_usage and not job.ignore_eos
+    parts = chat_job({**CHAT, "messages": [{"role": "user", "content": [
+        {"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]}, 2048)
+    assert parts.messages[0]["content"] == "ab"
+    assert chat_job(CHAT, 2048, default_seed=99).sampling.seed == 99
+
+
+@pytest.mark.parametrize(("body", "param"), [
+    ({"messages": CHAT["messages"]}, "model"),
+    ({**CHAT, "messages": []}, "messages"),
+    ({**CHAT, "messages": [{"content": "no role"}]}, "messages"),
+    ({**CHAT, "n": 2}, "n"),
+    ({**CHAT, "temperature": 3}, "temperature"),
+    ({**CHAT, "max_tokens": 4096}, "max_tokens"),
+    ({**CHAT, "stop": ["a", "b", "c", "d", "e"]}, "stop"),
+    ({**CHAT, "stream_options": {"include_usage": True}}, "stream_options"),
+    ({**CHAT, "logprobs": True}, "logprobs"),
+    ({**CHAT, "frequency_penalty": 0.5}, "frequency_penalty"),
+    ({**CHAT, "messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "messages"),
+])
+def test_what_cannot_be_served_as_asked_is_refused_naming_the_field(
+        body: dict[str, object], param: str) -> None:
+    with pytest.raises(BadRequest) as refused:
+        chat_job(body, max_context=2048)
+    assert refused.value.param == param
+
+
+def test_a_completion_takes_text_or_token_ids() -> None:
+    assert completion_job({"model": "m", "prompt": "x"}, 64).prompt == "x"
+    assert completion_job({"model": "m", "prompt": ["x"]}, 64).prompt == "x"
+    assert completion_job({"model": "m", "prompt": [1, 2, 3]}, 64).prompt == (1, 2, 3)
+    for bad in ("", [], [1, -2], [True], None):
+        with pytest.raises(BadRequest):
+            completion_job({"model": "m", "prompt": bad}, 64)
+
+
+def test_a_stop_string_cut_between_tokens_is_never_shown() -> None:
+    stream = TextStream(("STOP",))
+    shown = [stream.update(t) for t in ("Hello S", "Hello ST", "Hello STO", "Hello STOP!")]
+    assert "".join(shown) == "Hello " and stream.stopped
+    assert stream.update("Hello STOP! more", final=True) == ""
+
+
+def test_a_held_back_prefix_is_shown_once_it_cannot_become_a_stop_string() -> None:
+    stream = TextStream(("STOP",))
+    assert stream.update("a ST") == "a "
+    assert stream.update("a STAR") == "STAR"
+    assert stream.update("a STAR S", final=True) == " S"
+    assert not stream.stopped and stream.shown == "a STAR S"

@@ -1,0 +1,91 @@
+"""What a gateway client sees when the route loses a stage: a clear 503 while it is down,
+and the same text when a stage is killed and comes back in the middle of a stream."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from meshnet.route.launch import WorkerProcess, WorkerSpec, start_route
+
+from .conftest import MODEL, Gateway, start_gateway
+
+pytestmark = pytest.mark.slow
+
+QUESTION = [{"role": "user", "content": "Tell me a short story about a lighthouse."}]
+
+
+@pytest.fixture
+def served(shard_worker: Path, smollm2: Path, tmp_path: Path,
+           ) -> Iterator[tuple[list[WorkerProcess], Gateway]]:
+    specs = [WorkerSpec(model=smollm2, layers=span, route_id="test/gateway-failures",
+                        threads=1) for span in [(0, 10), (10, 20), (20, 30)]]
+    workers = start_route(shard_worker, specs, tmp_path, chain=True)
+    gateway = start_gateway([w.endpoint for w in workers], tmp_path / "serve.log")
+    yield workers, gateway
+    gateway.stop()
+    for worker in workers:
+        worker.stop()
+
+
+def wait_for_ready(gateway: Gateway, status: int, timeout: float = 30.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if httpx.get(gateway.url + "/ready", timeout=5).status_code == status:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def client(gateway: Gateway) -> openai.OpenAI:
+    return openai.OpenAI(base_url=gateway.base_url, api_key="unused", max_retries=0)
+
+
+def stream_text(gateway: Gateway, on_chunk: object = None) -> str:
+    pieces = []
+    stream = client(gateway).chat.completions.create(
+        model=MODEL, messages=QUESTION, temperature=0, max_tokens=48,  # type: ignore[arg-type]
+        stream=True)
+    for index, chunk in enumerate(stream):
+        if chunk.choices:
+            pieces.append(chunk.choices[0].delta.content or "")
+        if on_chunk is not None and index == 6:
+            on_chunk()  # type: ignore[operator]
+    return "".join(pieces)
+
+
+def test_a_stage_that_is_down_gives_503_with_a_clear_message(
+    served: tuple[list[WorkerProcess], Gateway],
+) -> None:
+    workers, gateway = served
+    workers[1].kill()
+    assert wait_for_ready(gateway, 503)  # the gateway's probe noticed (every 2 s)
+    with pytest.raises(openai.InternalServerError) as unavailable:
+        client(gateway).chat.completions.create(model=MODEL, messages=QUESTION,  # type: ignore[arg-type]
+                                                max_tokens=4)
+    assert unavailable.value.status_code == 503
+    assert "not servable" in str(unavailable.value)
+    assert client(gateway).models.list().data == []
+    assert httpx.get(gateway.url + "/health", timeout=5).status_code == 200
+    workers[1].start()
+    assert wait_for_ready(gateway, 200)
+    assert [m.id for m in client(gateway).models.list().data] == [MODEL]
+
+
+def test_a_stage_killed_mid_stream_costs_no_text(
+    served: tuple[list[WorkerProcess], Gateway],
+) -> None:
+    workers, gateway = served
+    expected = stream_text(gateway)
+
+    def kill_middle_then_restart() -> None:
+        workers[1].kill()
+        threading.Timer(0.5, workers[1].start).start()
+
+    assert stream_text(gateway, kill_middle_then_restart) == expected
