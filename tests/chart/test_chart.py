@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
@@ -17,7 +19,14 @@ from meshnet.paths import repo_root
 CHART = repo_root() / "charts/meshnet-shard-operator"
 SCENARIOS = [None, *sorted(p.name for p in (CHART / "ci").glob("*-values.yaml"))]
 MONITORING = "monitoring.coreos.com/v1/ServiceMonitor"
+PROMETHEUS_OPERATOR = ["--api-versions", MONITORING,
+                       "--api-versions", "monitoring.coreos.com/v1/PodMonitor",
+                       "--api-versions", "monitoring.coreos.com/v1/PrometheusRule"]
 K8S_VERSION = "1.35"
+# The Prometheus Operator kinds are not core APIs: checked against the schemas beside this.
+CRD_SCHEMAS = {kind: json.loads((Path(__file__).parent / "schemas" / f"{kind.lower()}.json")
+                                .read_text())
+               for kind in ("ServiceMonitor", "PodMonitor", "PrometheusRule")}
 
 
 @pytest.fixture(scope="module")
@@ -52,11 +61,20 @@ def test_helm_lint_passes(helm: Path, values: str | None) -> None:
 
 @pytest.mark.parametrize("values", SCENARIOS)
 def test_rendered_manifests_are_valid_kubernetes_objects(helm: Path, values: str | None) -> None:
-    docs = render(helm, values, "--api-versions", MONITORING)
+    docs = render(helm, values, *PROMETHEUS_OPERATOR)
     for doc in docs:
-        if doc["kind"] == "ServiceMonitor":
-            continue  # not a core API; its shape is checked below
-        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+        if doc["kind"] in CRD_SCHEMAS:
+            jsonschema.validate(doc, CRD_SCHEMAS[doc["kind"]])
+        else:
+            kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+
+
+def test_the_monitoring_schemas_refuse_a_misspelt_field(helm: Path) -> None:
+    docs = render(helm, "monitoring-values.yaml", *PROMETHEUS_OPERATOR)
+    monitor, _ = by_kind(docs, "PodMonitor")
+    monitor["spec"]["podMetricEndpoints"] = monitor["spec"].pop("podMetricsEndpoints")
+    with pytest.raises(jsonschema.ValidationError, match="podMetricEndpoints"):
+        jsonschema.validate(monitor, CRD_SCHEMAS["PodMonitor"])
 
 
 def test_a_misspelt_value_fails_the_install(helm: Path) -> None:
@@ -81,6 +99,7 @@ def test_the_operator_runs_once_with_recreate_a_liveness_probe_and_restricted_se
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["MESHNET_WORKER_IMAGE_CUDA"] == "meshnet/meshnet-shard-worker-cuda:0.1.0"
     assert env["MESHNET_PROVISIONER_IMAGE"] == "meshnet/meshnet-operator:0.1.0"  # its own
+    assert env["MESHNET_GATEWAY_IMAGE"] == "meshnet/meshnet-operator:0.1.0"  # `meshnet serve`
     assert container["image"] == "meshnet/meshnet-operator:0.1.0"
 
 
@@ -96,6 +115,7 @@ NAMESPACED = {
     "meshnet.dev/modelartifacts/status": {"patch"},
     "/pods": {"list", "watch", "create", "delete"},
     "/services": {"list", "watch", "create", "patch", "delete"},
+    "apps/deployments": {"list", "watch", "create", "patch", "delete"},
     "/events": {"create"},
     "batch/jobs": {"get", "list", "watch", "create", "delete"},
     "/configmaps": {"list", "watch", "create", "delete"},
@@ -121,8 +141,9 @@ def test_the_service_monitor_needs_the_flag_and_the_prometheus_operator_api(helm
     assert not by_kind(render(helm, None, "--api-versions", MONITORING), "ServiceMonitor")
     (monitor,) = by_kind(render(helm, "servicemonitor-values.yaml", "--api-versions", MONITORING),
                          "ServiceMonitor")
-    assert monitor["spec"]["endpoints"] == [{"port": "metrics", "path": "/metrics",
-                                             "interval": "15s"}]
+    assert monitor["spec"]["endpoints"] == [{
+        "port": "metrics", "path": "/metrics", "interval": "15s", "honorLabels": True,
+        "relabelings": [{"targetLabel": "job", "replacement": "meshnet-operator"}]}]
     assert monitor["metadata"]["labels"]["release"] == "prometheus"
 
 
@@ -140,3 +161,67 @@ def test_an_image_digest_pins_the_operator_image(helm: Path) -> None:
     (deployment,) = by_kind(render(helm, "pinned-image-values.yaml"), "Deployment")
     image = deployment["spec"]["template"]["spec"]["containers"][0]["image"]
     assert image == ("registry.internal/platform/meshnet-operator@sha256:" + "0" * 64)
+
+
+def test_the_stage_and_gateway_pod_monitors_need_the_flag_and_the_prometheus_operator_api(
+        helm: Path) -> None:
+    assert not by_kind(render(helm, "monitoring-values.yaml"), "PodMonitor")
+    assert not by_kind(render(helm, None, *PROMETHEUS_OPERATOR), "PodMonitor")
+    monitor, gateways = by_kind(render(helm, "monitoring-values.yaml", *PROMETHEUS_OPERATOR),
+                                "PodMonitor")
+    (gateway,) = gateways["spec"]["podMetricsEndpoints"]
+    assert gateway["port"] == "http" and gateway["relabelings"] == [
+        {"targetLabel": "job", "replacement": "meshnet-gateway"}]
+    assert {"key": "meshnet.dev/gateway", "operator": "Exists"} in \
+        gateways["spec"]["selector"]["matchExpressions"]
+    spec = monitor["spec"]
+    assert spec["namespaceSelector"] == {"any": True}
+    assert spec["selector"]["matchLabels"] == {"app.kubernetes.io/managed-by": "meshnet-operator"}
+    (endpoint,) = spec["podMetricsEndpoints"]
+    assert (endpoint["port"], endpoint["interval"]) == ("metrics", "15s")
+    assert {r["targetLabel"] for r in endpoint["relabelings"]} == {"route", "stage", "job"}
+    assert monitor["metadata"]["labels"]["release"] == "prometheus"
+    watching = by_kind(render(helm, "namespaced-values.yaml", "--set",
+                              "monitoring.podMonitor.enabled=true", *PROMETHEUS_OPERATOR),
+                       "PodMonitor")
+    assert [w["spec"]["namespaceSelector"] for w in watching] == [
+        {"matchNames": ["ml", "serving"]}] * 2
+
+
+def alerts(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    (rule,) = by_kind(docs, "PrometheusRule")
+    return {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
+
+
+def test_the_prometheus_rule_needs_the_flag_and_the_api_and_takes_thresholds_from_values(
+        helm: Path) -> None:
+    assert not by_kind(render(helm, "monitoring-values.yaml"), "PrometheusRule")
+    assert not by_kind(render(helm, None, *PROMETHEUS_OPERATOR), "PrometheusRule")
+    tuned = alerts(render(helm, "monitoring-values.yaml", *PROMETHEUS_OPERATOR))
+    assert tuned["MeshnetRouteNotReady"]["for"] == "3m"
+    assert tuned["MeshnetForwardLatencyHigh"]["expr"].endswith("> 0.5")
+    assert tuned["MeshnetStageUnreachable"]["annotations"]["runbook_url"] == (
+        "https://docs.example.internal/meshnet/runbooks#meshnetstageunreachable")
+    # Without the operator's ServiceMonitor nothing scrapes it: no OperatorDown to misfire.
+    untuned = alerts(render(helm, None, "--set", "monitoring.prometheusRule.enabled=true",
+                            *PROMETHEUS_OPERATOR))
+    assert "MeshnetOperatorDown" in tuned and "MeshnetOperatorDown" not in untuned
+    assert untuned["MeshnetRouteNotReady"]["for"] == "10m"
+
+
+def test_the_dashboards_are_config_maps_for_the_grafana_sidecar(helm: Path) -> None:
+    shipped = {p.name: p.read_text() for p in (CHART / "files/dashboards").glob("*.json")}
+    assert len(shipped) == 3
+    maps = by_kind(render(helm), "ConfigMap")
+    assert {name for m in maps for name in m["data"]} == set(shipped)
+    for config_map in maps:
+        assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+        assert config_map["metadata"]["annotations"] == {"grafana_folder": "Meshnet"}
+        assert config_map["metadata"]["namespace"] == "meshnet-system"
+        ((name, text),) = config_map["data"].items()
+        assert json.loads(text) == json.loads(shipped[name])
+    moved = by_kind(render(helm, "monitoring-values.yaml"), "ConfigMap")
+    assert all(m["metadata"]["labels"]["grafana_dashboard_meshnet"] == "yes"
+               and m["metadata"]["annotations"] == {"grafana_folder": "Inference"}
+               and m["metadata"]["namespace"] == "monitoring" for m in moved)
+    assert not by_kind(render(helm, "no-monitoring-values.yaml"), "ConfigMap")

@@ -1,38 +1,84 @@
 // metrics.cpp - Prometheus text exposition format 0.0.4, written by hand (no client
-// library in the Debian set), and a blocking accept loop polled for shutdown.
+// library in the Debian set), served by one thread that reads every open scrape as its
+// bytes come.
 #include "metrics.h"
+#include "error_info.h"
+#include "shard_service.h" // status_code_name
 
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <sstream>
+#include <vector>
 
 namespace meshnet {
 
+seconds_histogram::seconds_histogram(std::vector<double> bounds_in)
+    : bounds(std::move(bounds_in)), counts(bounds.size(), 0) {}
+
+void seconds_histogram::observe(double seconds) {
+    for (size_t i = 0; i < bounds.size(); ++i) {
+        if (seconds <= bounds[i]) {
+            counts[i]++;
+        }
+    }
+    sum += seconds;
+    count++;
+}
+
+void seconds_histogram::render(std::ostringstream & out, const char * name, const char * help) const {
+    out << "# HELP " << name << ' ' << help << "\n# TYPE " << name << " histogram\n";
+    for (size_t i = 0; i < bounds.size(); ++i) {
+        out << name << "_bucket{le=\"" << bounds[i] << "\"} " << counts[i] << '\n';
+    }
+    out << name << "_bucket{le=\"+Inf\"} " << count << '\n'
+        << name << "_sum " << sum << '\n'
+        << name << "_count " << count << '\n';
+}
+
+static double unix_now() {
+    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
 metrics_registry::metrics_registry()
-    : bucket_bounds_{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0},
-      bucket_counts_(bucket_bounds_.size(), 0) {}
+    : forward_({0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0}),
+      // A hop on one host costs tens of microseconds, over a WAN tens of milliseconds.
+      next_hop_({0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0}),
+      start_time_(unix_now()) {}
 
 void metrics_registry::count_request(const std::string & rpc, const std::string & code) {
     std::lock_guard<std::mutex> lock(mutex_);
     requests_[{rpc, code}]++;
 }
 
+void metrics_registry::count_answer(const std::string & rpc, const grpc::Status & status) {
+    std::string reason;
+    std::map<std::string, std::string> metadata;
+    const bool has_reason = !status.ok() && error_info_decode(status, reason, metadata);
+    std::lock_guard<std::mutex> lock(mutex_);
+    requests_[{rpc, status_code_name(status.error_code())}]++;
+    if (has_reason) {
+        errors_[{rpc, reason}]++;
+    }
+}
+
 void metrics_registry::observe_forward_seconds(double seconds) {
     std::lock_guard<std::mutex> lock(mutex_);
-    for (size_t i = 0; i < bucket_bounds_.size(); ++i) {
-        if (seconds <= bucket_bounds_[i]) {
-            bucket_counts_[i]++;
-        }
-    }
-    latency_sum_ += seconds;
-    latency_count_++;
+    forward_.observe(seconds);
+}
+
+void metrics_registry::observe_next_hop_seconds(double seconds) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    next_hop_.observe(seconds);
 }
 
 std::string metrics_registry::render(const gauges & now) const {
@@ -48,15 +94,15 @@ std::string metrics_registry::render(const gauges & now) const {
         out << "meshnet_shard_requests_total{rpc=\"" << entry.first.first << "\",code=\"" << entry.first.second
             << "\"} " << entry.second << '\n';
     }
-    out << "# HELP meshnet_shard_forward_latency_seconds Forward step latency from arrival to answer.\n"
-        << "# TYPE meshnet_shard_forward_latency_seconds histogram\n";
-    for (size_t i = 0; i < bucket_bounds_.size(); ++i) {
-        out << "meshnet_shard_forward_latency_seconds_bucket{le=\"" << bucket_bounds_[i] << "\"} "
-            << bucket_counts_[i] << '\n';
+    out << "# HELP meshnet_shard_errors_total RPCs answered with an error, by method and ErrorInfo reason.\n"
+        << "# TYPE meshnet_shard_errors_total counter\n";
+    for (const auto & entry : errors_) {
+        out << "meshnet_shard_errors_total{rpc=\"" << entry.first.first << "\",reason=\"" << entry.first.second
+            << "\"} " << entry.second << '\n';
     }
-    out << "meshnet_shard_forward_latency_seconds_bucket{le=\"+Inf\"} " << latency_count_ << '\n'
-        << "meshnet_shard_forward_latency_seconds_sum " << latency_sum_ << '\n'
-        << "meshnet_shard_forward_latency_seconds_count " << latency_count_ << '\n';
+    forward_.render(out, "meshnet_shard_forward_latency_seconds", "Forward step latency from arrival to answer.");
+    next_hop_.render(out, "meshnet_shard_next_hop_seconds",
+                     "Time the seam to the next stage added to a relayed step (round trip less the next stage's own).");
     simple("meshnet_shard_tokens_processed_total", "counter", "Token positions run through this stage.", now.tokens_processed);
     simple("meshnet_shard_engine_steps_total", "counter", "Engine steps (each may batch several sessions).", now.engine_steps);
     char busy[32];
@@ -67,8 +113,15 @@ std::string metrics_registry::render(const gauges & now) const {
     simple("meshnet_shard_active_sessions", "gauge", "Sessions holding a slot.", now.active_sessions);
     simple("meshnet_shard_session_slots", "gauge", "Session slots in total.", now.slots_total);
     simple("meshnet_shard_kv_tokens_used", "gauge", "KV cells in use, all slots.", now.kv_tokens_used);
-    simple("meshnet_shard_kv_tokens_total", "gauge", "KV cells in total, all slots.", now.kv_tokens_total);
+    // Not `_total`: that suffix is for counters, and this is a capacity gauge.
+    simple("meshnet_shard_kv_tokens_capacity", "gauge", "KV cells in total, all slots.", now.kv_tokens_total);
     simple("meshnet_shard_queue_depth", "gauge", "Steps waiting for the engine.", now.queue_depth);
+    simple("meshnet_shard_epoch", "gauge", "Route epoch this worker serves.", now.epoch);
+    char started[32];
+    std::snprintf(started, sizeof(started), "%.3f", start_time_);
+    out << "# HELP meshnet_shard_start_time_seconds Unix time this worker (incarnation) started.\n"
+        << "# TYPE meshnet_shard_start_time_seconds gauge\n"
+        << "meshnet_shard_start_time_seconds " << started << '\n';
     out << "# HELP meshnet_shard_boundary_bytes_total Boundary payload bytes, by direction.\n"
         << "# TYPE meshnet_shard_boundary_bytes_total counter\n"
         << "meshnet_shard_boundary_bytes_total{direction=\"in\"} " << boundary_bytes_in_.load() << '\n'
@@ -152,37 +205,93 @@ void metrics_server::stop() {
     }
 }
 
+namespace {
+
+using metrics_clock = std::chrono::steady_clock;
+
+// Scrapes being read at once (the oldest gives way to a new one past this), the time a
+// client has to send its whole request, and its most bytes: idle or slow connections
+// can neither hold the port nor starve a scrape.
+constexpr size_t metrics_max_open      = 64;
+constexpr auto   metrics_request_time  = std::chrono::seconds(2);
+constexpr size_t metrics_max_request   = 16384;
+constexpr int    metrics_send_timeout_s = 2;
+
+struct scrape {
+    int                       fd;
+    metrics_clock::time_point opened;
+    std::string               request;
+};
+
+bool request_complete(const std::string & request) {
+    return request.find("\r\n\r\n") != std::string::npos || request.size() >= metrics_max_request;
+}
+
+} // namespace
+
+void metrics_server::answer(int fd, const std::string & request) {
+    const bool is_metrics = request.rfind("GET /metrics ", 0) == 0 || request.rfind("GET /metrics?", 0) == 0;
+    const std::string body = is_metrics ? render_() : "not found: try /metrics\n";
+    std::string response = std::string("HTTP/1.1 ") + (is_metrics ? "200 OK" : "404 Not Found") + "\r\n" +
+        "Content-Type: text/plain; version=0.0.4; charset=utf-8\r\n" +
+        "Content-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+    size_t sent = 0;
+    while (sent < response.size()) {
+        const ssize_t n = send(fd, response.data() + sent, response.size() - sent, MSG_NOSIGNAL);
+        if (n <= 0) break;
+        sent += static_cast<size_t>(n);
+    }
+}
+
 void metrics_server::serve() {
+    std::vector<scrape> open, kept;
+    std::vector<pollfd> watched;
     while (!stopping_) {
-        pollfd pfd{listen_fd_, POLLIN, 0};
-        if (poll(&pfd, 1, 200) <= 0) {
-            continue;
+        watched.assign(1, pollfd{listen_fd_, POLLIN, 0});
+        for (const scrape & s : open) {
+            watched.push_back(pollfd{s.fd, POLLIN, 0});
         }
-        const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-        if (fd < 0) {
-            continue;
+        const int ready = poll(watched.data(), watched.size(), 200);
+        const auto now = metrics_clock::now();
+        kept.clear();
+        for (size_t i = 0; i < open.size(); ++i) {
+            scrape & s = open[i];
+            bool gone = false;
+            if (ready > 0 && watched[i + 1].revents != 0) {
+                char buffer[2048];
+                const ssize_t n = recv(s.fd, buffer, sizeof buffer, MSG_DONTWAIT);
+                if (n > 0) {
+                    s.request.append(buffer, static_cast<size_t>(n));
+                } else {
+                    gone = n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+                }
+            }
+            if (!gone && request_complete(s.request)) {
+                answer(s.fd, s.request);
+                gone = true;
+            }
+            if (gone || now - s.opened > metrics_request_time) {
+                close(s.fd);
+            } else {
+                kept.push_back(std::move(s));
+            }
         }
-        timeval timeout{2, 0};
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
-        std::string request;
-        char buffer[2048];
-        while (request.find("\r\n\r\n") == std::string::npos && request.size() < 16384) {
-            const ssize_t n = recv(fd, buffer, sizeof(buffer), 0);
-            if (n <= 0) break;
-            request.append(buffer, static_cast<size_t>(n));
+        open.swap(kept);
+        if (ready > 0 && (watched[0].revents & POLLIN) != 0) {
+            const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+            if (fd >= 0) {
+                timeval timeout{metrics_send_timeout_s, 0}; // a client that stops reading
+                setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
+                if (open.size() >= metrics_max_open) {
+                    close(open.front().fd);
+                    open.erase(open.begin());
+                }
+                open.push_back(scrape{fd, now, {}});
+            }
         }
-        const bool is_metrics = request.rfind("GET /metrics ", 0) == 0 || request.rfind("GET /metrics?", 0) == 0;
-        const std::string body = is_metrics ? render_() : "not found: try /metrics\n";
-        std::string response = std::string("HTTP/1.1 ") + (is_metrics ? "200 OK" : "404 Not Found") + "\r\n" +
-            "Content-Type: text/plain; version=0.0.4; charset=utf-8\r\n" +
-            "Content-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
-        size_t sent = 0;
-        while (sent < response.size()) {
-            const ssize_t n = send(fd, response.data() + sent, response.size() - sent, MSG_NOSIGNAL);
-            if (n <= 0) break;
-            sent += static_cast<size_t>(n);
-        }
-        close(fd);
+    }
+    for (const scrape & s : open) {
+        close(s.fd);
     }
 }
 

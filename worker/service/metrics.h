@@ -2,11 +2,14 @@
 // them as text on their own port (GET /metrics).
 #pragma once
 
+#include <grpcpp/support/status.h>
+
 #include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <utility>
@@ -14,12 +17,31 @@
 
 namespace meshnet {
 
+// A cumulative histogram of seconds (the caller holds the registry's lock).
+struct seconds_histogram {
+    explicit seconds_histogram(std::vector<double> bounds);
+
+    void observe(double seconds);
+    void render(std::ostringstream & out, const char * name, const char * help) const;
+
+    std::vector<double>  bounds;
+    std::vector<int64_t> counts;
+    double               sum   = 0.0;
+    int64_t              count = 0;
+};
+
 class metrics_registry {
 public:
     metrics_registry();
 
     void count_request(const std::string & rpc, const std::string & code);
+    // An RPC's answer: counted by code and, when it failed with an ErrorInfo, by reason
+    // (a fixed set), so a dashboard sees CACHE_MISS and EPOCH_MISMATCH apart.
+    void count_answer(const std::string & rpc, const grpc::Status & status);
     void observe_forward_seconds(double seconds);
+    // What the seam to the next stage added to one relayed step: the round trip less the
+    // next stage's own time from arrival to answer (transport and codecs, both ways).
+    void observe_next_hop_seconds(double seconds);
     void add_boundary_bytes_in(int64_t bytes)  { boundary_bytes_in_ += bytes; }
     void add_boundary_bytes_out(int64_t bytes) { boundary_bytes_out_ += bytes; }
     // A batch of relayed steps came from the previous stage (over the local relay, or gRPC).
@@ -35,6 +57,7 @@ public:
         int64_t kv_tokens_used   = 0;
         int64_t kv_tokens_total  = 0;
         int64_t queue_depth      = 0;
+        int64_t epoch            = 0;
     };
 
     std::string render(const gauges & now) const;
@@ -42,10 +65,10 @@ public:
 private:
     mutable std::mutex                                  mutex_;
     std::map<std::pair<std::string, std::string>, int64_t> requests_;
-    std::vector<double>                                 bucket_bounds_;
-    std::vector<int64_t>                                bucket_counts_;
-    double                                              latency_sum_ = 0.0;
-    int64_t                                             latency_count_ = 0;
+    std::map<std::pair<std::string, std::string>, int64_t> errors_; // (rpc, reason)
+    seconds_histogram                                   forward_;
+    seconds_histogram                                   next_hop_;
+    const double                                        start_time_; // Unix seconds
     std::atomic<int64_t>                                boundary_bytes_in_{0};
     std::atomic<int64_t>                                boundary_bytes_out_{0};
     std::atomic<int64_t>                                relay_batches_grpc_{0};
@@ -64,6 +87,7 @@ public:
 
 private:
     void serve();
+    void answer(int fd, const std::string & request);
 
     int                          listen_fd_ = -1;
     int                          port_      = 0;
