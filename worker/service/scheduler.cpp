@@ -1,6 +1,8 @@
-// scheduler.cpp - batching: take queued steps in arrival order, at most one per
-// session and at most max_step_tokens tokens, and run them as one engine step.
+// scheduler.cpp - batching: take queued steps in arrival order as the picker says
+// (batch_picker.h) and run them as one engine step.
 #include "scheduler.h"
+
+#include "batch_picker.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -20,9 +22,9 @@ static error_reason reason_of(engine_status status) {
 }
 
 scheduler::scheduler(engine_i & engine, session_store & sessions, int32_t max_step_tokens,
-                     session_clock::duration batch_wait, int32_t pipeline_depth)
+                     session_clock::duration batch_wait, int32_t pipeline_depth, size_t exact_rows)
     : engine_(engine), sessions_(sessions), max_step_tokens_(max_step_tokens), batch_wait_(batch_wait),
-      pipeline_depth_(std::max<int32_t>(1, pipeline_depth)) {}
+      pipeline_depth_(std::max<int32_t>(1, pipeline_depth)), exact_rows_(exact_rows) {}
 
 scheduler::~scheduler() {
     stop();
@@ -141,19 +143,18 @@ void scheduler::run() {
                 batch.assign(std::make_move_iterator(steps_.begin()), std::make_move_iterator(steps_.end()));
                 steps_.clear();
             } else if (holds_ == 0) {
-                const size_t most = group_size(session_clock::now());
-                int64_t tokens = 0;
-                for (auto it = steps_.begin(); it != steps_.end() && batch.size() < most;) {
-                    const bool same_session = std::any_of(batch.begin(), batch.end(),
-                        [&](const step_job & job) { return job.key == it->key; });
-                    const int64_t n = static_cast<int64_t>(it->positions.size());
-                    if (same_session || (!batch.empty() && tokens + n > max_step_tokens_)) {
-                        ++it;
-                        continue;
-                    }
-                    tokens += n;
-                    batch.push_back(std::move(*it));
-                    it = steps_.erase(it);
+                std::vector<queued_step> queue;
+                queue.reserve(steps_.size());
+                for (const step_job & job : steps_) {
+                    queue.push_back({job.key, static_cast<int64_t>(job.positions.size())});
+                }
+                const batch_limits limits{max_step_tokens_, group_size(session_clock::now()), exact_rows_};
+                const std::vector<size_t> picked = pick_batch(queue, limits);
+                for (size_t i : picked) {
+                    batch.push_back(std::move(steps_[i]));
+                }
+                for (auto it = picked.rbegin(); it != picked.rend(); ++it) {
+                    steps_.erase(steps_.begin() + static_cast<std::ptrdiff_t>(*it));
                 }
             }
         }

@@ -46,9 +46,10 @@ public:
     // waits only while such steps keep arriving (a burst, see `burst_gap`).
     // `pipeline_depth`: stages in the route; the generating sessions are split into that
     // many groups, one engine step each (see `group_size`).
+    // `exact_rows`: batch invariance (batch_limits::exact_rows; 0: off).
     scheduler(engine_i & engine, session_store & sessions, int32_t max_step_tokens,
               session_clock::duration batch_wait = std::chrono::microseconds(0),
-              int32_t pipeline_depth = 1);
+              int32_t pipeline_depth = 1, size_t exact_rows = 0);
     ~scheduler();
 
     void start();
@@ -110,6 +111,7 @@ private:
     int32_t         max_step_tokens_;
     session_clock::duration batch_wait_;
     int32_t         pipeline_depth_;
+    size_t          exact_rows_;
 
     mutable std::mutex      mutex_;
     std::condition_variable wake_;
