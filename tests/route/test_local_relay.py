@@ -142,7 +142,9 @@ def test_the_local_relay_answers_bad_steps_and_drops_bad_frames_while_serving(
                       slots=1, ctx=64)
     with WorkerProcess(shard_worker, spec).start() as worker:
         client = StageClient(worker.endpoint)
-        port = client.info().local_relay_port
+        info = client.info()
+        port, token = info.local_relay_port, info.local_relay_token
+        assert len(token) == 32
         # A well-formed batch whose step is wrong is answered, step by step, as Forward
         # would answer it.
         wrong_epoch = pb.RelayRequest(batch_id=7, steps=[pb.ForwardRequest(
@@ -150,7 +152,7 @@ def test_the_local_relay_answers_bad_steps_and_drops_bad_frames_while_serving(
             n_past=0, positions=[0], tokens=[1])])
         with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
             body = wrong_epoch.SerializeToString()
-            sock.sendall(struct.pack("<I", len(body)) + body)
+            sock.sendall(token + struct.pack("<I", len(body)) + body)
             answer = pb.RelayResponse.FromString(read_frame(sock))
         assert answer.batch_id == 7 and len(answer.results) == 1
         assert answer.results[0].code == grpc.StatusCode.FAILED_PRECONDITION.value[0]
@@ -158,7 +160,85 @@ def test_the_local_relay_answers_bad_steps_and_drops_bad_frames_while_serving(
         # A frame that does not parse, or one over the size limit, ends its connection.
         for frame in (struct.pack("<I", 5) + b"\xff" * 5, struct.pack("<I", 0xFFFFFFF0)):
             with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
-                sock.sendall(frame)
+                sock.sendall(token + frame)
                 assert sock.recv(1) == b""
         assert client.info().local_relay_port == port  # still serving
         client.close()
+
+
+def process_facts(pid: int) -> tuple[int, int]:
+    """A process's resident memory (KiB) and thread count."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    facts = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+    return int(facts["VmRSS"].split()[0]), int(facts["Threads"])
+
+
+def closed_within(sock: socket.socket, seconds: float) -> bool:
+    sock.settimeout(seconds)
+    try:
+        return sock.recv(1) == b""
+    except TimeoutError:
+        return False
+    except ConnectionResetError:
+        return True
+
+
+def test_strangers_on_the_local_relay_are_refused_and_cost_neither_memory_nor_threads(
+    shard_worker: Path, smollm2: Path, tmp_path: Path, reference: Callable[..., list[int]],
+) -> None:
+    workers = two_stage_chain(shard_worker, smollm2, tmp_path)
+    try:
+        last = workers[1]
+        info = StageClient(last.endpoint).info()
+        port, token = info.local_relay_port, info.local_relay_token
+        with RouteDriver([w.endpoint for w in workers], topology="chain") as driver:
+            prompt = driver.tokenize(PROMPT)
+            settle(driver, prompt, last)  # the first stage holds its local connection
+            rss_before, threads_before = process_facts(last.pid)
+            # A stranger's step for this route, without the token or with a wrong one:
+            # closed, never run.
+            step = pb.RelayRequest(batch_id=1, steps=[pb.ForwardRequest(
+                key=pb.RouteKey(route_id="test/local-relay", epoch=1, session_id="x"),
+                n_past=0, positions=[0], tokens=[1])]).SerializeToString()
+            frame = struct.pack("<I", len(step)) + step
+            for opening in (b"", bytes(32), token[:31] + bytes([token[31] ^ 1])):
+                with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+                    sock.sendall(opening + frame)
+                    assert closed_within(sock, 5), opening
+            # Headers announcing 100 MiB frames, from peers that know the token, and idle
+            # connections that never send one: memory and threads stay flat; those over
+            # the cap, and the silent ones after their grace, are closed.
+            announcing = [socket.create_connection(("127.0.0.1", port)) for _ in range(8)]
+            for sock in announcing:
+                sock.sendall(token + struct.pack("<I", 100 << 20))
+            silent = [socket.create_connection(("127.0.0.1", port)) for _ in range(200)]
+            time.sleep(0.5)
+            rss_during, threads_during = process_facts(last.pid)
+            assert rss_during - rss_before < 32 * 1024, (rss_before, rss_during)
+            assert threads_during <= threads_before, (threads_before, threads_during)
+            assert all(closed_within(sock, 5) for sock in silent)
+            # The route still gives the unsplit model's tokens meanwhile.
+            generation = driver.generate(prompt, max_tokens=16, stop_at_eos=False)
+            assert generation.tokens == reference(prompt, 16)
+            for sock in announcing + silent:
+                sock.close()
+            settle(driver, prompt, last)  # and goes back to the local relay
+    finally:
+        for worker in workers:
+            worker.stop()
+
+
+def test_a_worker_on_a_unix_socket_offers_no_tcp_local_relay(
+    shard_worker: Path, smollm2: Path, tmp_path: Path,
+) -> None:
+    address = f"unix:{tmp_path / 'stage.sock'}"
+    spec = WorkerSpec(model=smollm2, layers=(15, 30), threads=1, slots=1, ctx=64,
+                      listen=address)
+    worker = WorkerProcess(shard_worker, spec)
+    worker.start()
+    try:
+        client = StageClient(address)
+        assert client.info().local_relay_port == 0
+        client.close()
+    finally:
+        worker.stop()

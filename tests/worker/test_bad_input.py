@@ -238,6 +238,28 @@ def test_logits_asked_of_a_non_last_stage_are_refused(route: Route, kind: str) -
     assert (error.code, error.reason) == ("INVALID_ARGUMENT", "INVALID_OUTPUT_REQUEST")
 
 
+def test_output_rows_asked_twice_or_out_of_order_are_refused(route: Route) -> None:
+    boundary = route.boundary_for([1, 2, 3])
+    # 10,000 copies of one row in a few-KB request once made the stage build 10,000
+    # rows of logits (gigabytes): a step's answer holds at most its own rows.
+    for rows in ([0] * 10_000, [0, 0], [2, 1]):
+        request = route.boundary_request(uuid.uuid4().hex, 0, boundary)
+        request.output.kind = pb.OUTPUT_KIND_LOGITS
+        request.output.rows.extend(rows)
+        error = refused(route.last.forward, request)
+        assert (error.code, error.reason) == ("INVALID_ARGUMENT", "INVALID_OUTPUT_REQUEST")
+        assert "increase" in str(error)
+    session = uuid.uuid4().hex
+    request = route.boundary_request(session, 0, boundary)
+    request.output.kind = pb.OUTPUT_KIND_TOP_K
+    request.output.top_k = 3
+    request.output.rows.extend([0, 1, 2])  # every row once is fine
+    answer = route.last.forward(request)
+    route.last.release(route.key(session))
+    assert [row.row for row in answer.rows] == [0, 1, 2]
+    assert all(len(row.token_ids) == 3 for row in answer.rows)
+
+
 def test_a_request_for_another_layer_range_is_refused(route: Route) -> None:
     request = route.tokens_request(uuid.uuid4().hex, 0, [1])
     request.expected_range.CopyFrom(pb.LayerRange(begin=0, end=10))

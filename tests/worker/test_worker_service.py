@@ -6,11 +6,14 @@ from __future__ import annotations
 import json
 import os
 import queue
+import socket
 import subprocess
 import sys
 import time
 import urllib.request
 import uuid
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import grpc
@@ -23,6 +26,7 @@ from meshnet.route.launch import (
     WorkerSpec,
     free_port,
     local_manifest_digest,
+    start_route,
 )
 from meshnet.route.proto import pb
 
@@ -136,7 +140,7 @@ def test_health_capacity_and_metrics_reflect_the_work_done(
     for name in ('meshnet_shard_requests_total{rpc="Forward",code="OK"}',
                  "meshnet_shard_forward_latency_seconds_bucket",
                  "meshnet_shard_tokens_processed_total", "meshnet_shard_active_sessions",
-                 "meshnet_shard_kv_tokens_used", "meshnet_shard_kv_tokens_total",
+                 "meshnet_shard_kv_tokens_used", "meshnet_shard_kv_tokens_capacity",
                  'meshnet_shard_boundary_bytes_total{direction="out"}'):
         assert name in text
     client.release(key)
@@ -170,6 +174,79 @@ def test_a_cancelled_stream_frees_its_sessions_slot(two_stages: list[WorkerProce
     client.close()
 
 
+def test_a_stream_sending_faster_than_it_is_served_is_held_back_not_buffered(
+    shard_worker: Path, smollm2: Path, reference: Callable[..., list[int]],
+) -> None:
+    """While a decode loop runs, a client pushes 20,000 messages of ~8 KB down the same
+    ForwardStream: the stage reads a few ahead and lets flow control hold the rest back
+    (they once all queued), and then still serves exact tokens."""
+    spec = WorkerSpec(model=smollm2, layers=(0, None), threads=1, slots=2)
+    with WorkerProcess(shard_worker, spec).start() as worker:
+        key = pb.RouteKey(route_id="local", epoch=1, session_id=uuid.uuid4().hex)
+        step = pb.ForwardRequest(key=key, n_past=0, positions=[0, 1, 2], tokens=[504, 3458, 314],
+                                 continue_tokens=400)
+        step.output.kind = pb.OUTPUT_KIND_SAMPLED
+        pushed = 0
+
+        def messages():  # type: ignore[no-untyped-def]
+            nonlocal pushed
+            yield pb.ForwardStreamRequest(forward=step).SerializeToString()
+            junk = pb.ForwardStreamRequest(forward=pb.ForwardRequest(tokens=[7] * 4000))
+            for _ in range(20_000):
+                pushed += 1
+                yield junk.SerializeToString()
+
+        channel = grpc.insecure_channel(worker.endpoint)
+        stream = channel.stream_stream(
+            "/meshnet.shard.v1.ShardService/ForwardStream",
+            request_serializer=lambda raw: raw,
+            response_deserializer=pb.ForwardStreamResponse.FromString)(messages())
+        seen: dict[int, int] = {}  # answers so far -> messages the client got in
+        for answers, _ in enumerate(stream, start=1):
+            if answers in (150, 300):
+                seen[answers] = pushed
+            if answers == 300:
+                break
+        stream.cancel()
+        channel.close()
+        assert sorted(seen) == [150, 300]
+        # The client is held back: an unbounded reader took all 20,000 (about 160 MB)
+        # before the 150th token; now a few thousand at most, and none more over 150
+        # tokens of the loop.
+        assert seen[150] < 5_000 and seen[300] - seen[150] < 500, seen
+        with RouteDriver([worker.endpoint]) as driver:
+            prompt = driver.tokenize("The capital of France is")
+            tokens = driver.generate(prompt, max_tokens=8, stop_at_eos=False).tokens
+        assert tokens == reference(prompt, 8)
+
+
+def test_idle_connections_do_not_starve_metrics_or_service(
+    shard_worker: Path, smollm2: Path, reference: Callable[..., list[int]],
+) -> None:
+    """200 idle connections on each port (gRPC, local relay, metrics), some dribbling a
+    byte now and then: a scrape still answers at once and the service still serves."""
+    spec = WorkerSpec(model=smollm2, layers=(0, None), threads=1, slots=1)
+    with WorkerProcess(shard_worker, spec).start() as worker:
+        relay_port = StageClient(worker.endpoint).info().local_relay_port
+        idle = [socket.create_connection(("127.0.0.1", port))
+                for port in (worker.port, relay_port, worker.metrics_port) for _ in range(200)]
+        try:
+            for sock in idle[-100:]:
+                sock.sendall(b"GET /metr")  # a request that never completes
+            started = time.monotonic()
+            with urllib.request.urlopen(f"http://127.0.0.1:{worker.metrics_port}/metrics",
+                                        timeout=5) as response:
+                assert b"meshnet_shard_" in response.read()
+            assert time.monotonic() - started < 1.0
+            with RouteDriver([worker.endpoint]) as driver:
+                prompt = driver.tokenize("The capital of France is")
+                assert driver.generate(prompt, max_tokens=4, stop_at_eos=False).tokens == \
+                    reference(prompt, 4)
+        finally:
+            for sock in idle:
+                sock.close()
+
+
 def test_tls_and_mtls_serve_only_clients_that_trust_and_are_trusted(
     shard_worker: Path, smollm2: Path, certificates: dict[str, Path],
 ) -> None:
@@ -189,6 +266,46 @@ def test_tls_and_mtls_serve_only_clients_that_trust_and_are_trusted(
         with pytest.raises(StageError):
             plaintext.info()
         plaintext.close()
+
+
+@pytest.mark.parametrize("mode", ["server-only", "mutual"])
+def test_a_tls_chain_relays_with_server_only_tls_and_with_mtls(
+    shard_worker: Path, smollm2: Path, certificates: dict[str, Path], tmp_path: Path,
+    reference: Callable[..., list[int]], mode: str,
+) -> None:
+    certs = certificates
+    mutual = mode == "mutual"
+    stage = WorkerSpec(model=smollm2, layers=(0, 15), threads=1, tls_cert=certs["server.pem"],
+                       tls_key=certs["server.key"],
+                       tls_client_ca=certs["ca.pem"] if mutual else None)
+    # Server-only: the link trusts the next stage's CA, which asks no client certificate.
+    specs = [replace(stage, next_stage_ca=None if mutual else certs["ca.pem"]),
+             replace(stage, layers=(15, 30))]
+    workers = start_route(shard_worker, specs, tmp_path, chain=True)
+    client_files = TlsFiles(ca=certs["ca.pem"], cert=certs["client.pem"] if mutual else None,
+                            key=certs["client.key"] if mutual else None)
+    try:
+        with RouteDriver([w.endpoint for w in workers], topology="chain",
+                         tls=client_files) as driver:
+            prompt = driver.tokenize("The capital of France is")
+            generation = driver.generate(prompt, max_tokens=8, stop_at_eos=False)
+        assert generation.tokens == reference(prompt, 8)
+    finally:
+        for worker in workers:
+            worker.stop()
+
+
+def test_a_tls_chain_without_a_ca_for_the_next_stage_fails_at_once_naming_the_fix(
+    shard_worker: Path, smollm2: Path, certificates: dict[str, Path],
+) -> None:
+    spec = WorkerSpec(model=smollm2, layers=(0, 15), threads=1, next_stage="127.0.0.1:1",
+                      tls_cert=certificates["server.pem"], tls_key=certificates["server.key"])
+    started = time.monotonic()
+    done = subprocess.run([str(shard_worker), *spec.args()], capture_output=True, text=True,
+                          timeout=30)
+    assert done.returncode != 0
+    assert "--next-stage-ca" in done.stderr
+    assert time.monotonic() - started < 5
 
 
 def test_meshnet_generate_reaches_an_mtls_worker_with_the_tls_options(

@@ -32,6 +32,7 @@ const char * error_reason_name(error_reason reason) {
         case error_reason::engine_failure:           return "ENGINE_FAILURE";
         case error_reason::invalid_route_key:        return "INVALID_ROUTE_KEY";
         case error_reason::relay_unavailable:        return "RELAY_UNAVAILABLE";
+        case error_reason::duplicate_session:        return "DUPLICATE_SESSION";
     }
     return "UNSPECIFIED";
 }
@@ -52,6 +53,7 @@ grpc::StatusCode error_reason_code(error_reason reason) {
         case error_reason::invalid_output_request:
         case error_reason::step_too_large:
         case error_reason::invalid_route_key:
+        case error_reason::duplicate_session:
             return grpc::StatusCode::INVALID_ARGUMENT;
         case error_reason::context_overflow:
             return grpc::StatusCode::OUT_OF_RANGE;

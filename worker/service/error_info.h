@@ -31,6 +31,7 @@ enum class error_reason {
     engine_failure,
     invalid_route_key,
     relay_unavailable,
+    duplicate_session,
 };
 
 extern const char * const error_domain; // "shard.meshnet.dev"

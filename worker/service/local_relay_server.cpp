@@ -3,10 +3,17 @@
 #include "relay_batches.h"
 #include "relay_frames.h"
 
+#include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <chrono>
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <vector>
 
 namespace meshnet {
 
@@ -15,38 +22,60 @@ namespace {
 // A previous stage that stops reading fails the write after this long (its connection
 // ends, as a broken gRPC stream would) instead of holding the engine thread.
 constexpr int send_timeout_ms = 10000;
+// How often the poller looks at deadlines and connections to reap when nothing comes.
+constexpr int poll_every_ms = 100;
+constexpr size_t read_chunk_bytes = 64 * 1024;
+
+using relay_clock = std::chrono::steady_clock;
+
+// One line now and then, not one per refused connection.
+void log_refusal(const char * why) {
+    static std::mutex          mutex;
+    static relay_clock::time_point last;
+    static int                 quiet = 0;
+    std::lock_guard<std::mutex> lock(mutex);
+    const auto now = relay_clock::now();
+    if (last != relay_clock::time_point{} && now - last < std::chrono::seconds(10)) {
+        ++quiet;
+        return;
+    }
+    std::fprintf(stderr, "meshnet-shard-worker: local relay: closed a connection: %s (%d more since the last line)\n",
+                 why, quiet);
+    last  = now;
+    quiet = 0;
+}
 
 } // namespace
 
 struct local_relay_server::connection {
-    connection(int socket, shard_service & service)
-        : fd(socket), batches(service, true, [this](pb::RelayResponse && response) { answered(response); }) {}
+    connection(int socket, shard_service & service, size_t max_frame_bytes)
+        : fd(socket), opened(relay_clock::now()), frames(max_frame_bytes),
+          batches(service, true, [this](pb::RelayResponse && response) { answered(response); }) {}
 
     void answered(const pb::RelayResponse & response) {
         {
             std::lock_guard<std::mutex> lock(write_mutex);
             if (!broken && !write_frame(fd, response)) {
                 broken = true;
-                shutdown(fd, SHUT_RDWR); // the reader sees the end and cancels the rest
+                shutdown(fd, SHUT_RDWR); // the poller sees the end and cancels the rest
             }
         }
-        std::lock_guard<std::mutex> lock(mutex);
-        --unanswered;
-        all_answered.notify_all();
+        --unanswered; // last: once it is 0 the poller may free this connection
     }
 
     int                     fd;
+    relay_clock::time_point opened;
+    std::string             token; // what came of it so far
+    bool                    trusted = false;
+    bool                    ended   = false; // no more reading; closed once all is answered
+    frame_reader            frames;
     relay_batches           batches;
     std::mutex              write_mutex; // one frame at a time
     bool                    broken = false;
-    std::mutex              mutex;
-    std::condition_variable all_answered;
-    int                     unanswered = 0;
-    bool                    done       = false;
-    std::thread             reader;
+    std::atomic<int>        unanswered{0};
 };
 
-local_relay_server::local_relay_server() = default;
+local_relay_server::local_relay_server() : token_(new_local_relay_token()) {}
 
 local_relay_server::~local_relay_server() {
     stop();
@@ -61,10 +90,11 @@ bool local_relay_server::listen(std::string & error) {
     return port_ != 0;
 }
 
-void local_relay_server::start(shard_service & service, size_t max_frame_bytes) {
-    service_         = &service;
-    max_frame_bytes_ = max_frame_bytes;
-    acceptor_        = std::thread([this] { accept_loop(); });
+void local_relay_server::start(shard_service & service, local_relay_limits limits) {
+    service_ = &service;
+    limits_  = limits;
+    wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    poller_  = std::thread([this] { poll_loop(); });
 }
 
 void local_relay_server::stop() {
@@ -74,82 +104,156 @@ void local_relay_server::stop() {
             return;
         }
         stopping_ = true;
-        for (auto & peer : connections_) {
-            shutdown(peer->fd, SHUT_RDWR); // its reader ends
-        }
     }
-    if (listen_fd_ >= 0) {
-        shutdown(listen_fd_, SHUT_RDWR); // accept() returns
+    if (wake_fd_ >= 0) {
+        const uint64_t one = 1;
+        (void) !write(wake_fd_, &one, sizeof one);
     }
-    if (acceptor_.joinable()) {
-        acceptor_.join();
+    if (poller_.joinable()) {
+        poller_.join();
     }
-    for (auto & peer : connections_) { // the acceptor is gone: nobody else touches the list
-        if (peer->reader.joinable()) {
-            peer->reader.join();
-        }
-        close(peer->fd);
+    if (wake_fd_ >= 0) {
+        close(wake_fd_);
+        wake_fd_ = -1;
     }
-    connections_.clear();
     if (listen_fd_ >= 0) {
         close(listen_fd_);
         listen_fd_ = -1;
     }
 }
 
-void local_relay_server::accept_loop() {
+void local_relay_server::poll_loop() {
+    std::vector<pollfd>       watched;
+    std::vector<connection *> peers; // peers[i] is watched[i + 2]
     while (true) {
-        const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-        if (fd < 0) { // stopping, a connection that failed before we took it, or no descriptors
+        {
             std::lock_guard<std::mutex> lock(mutex_);
             if (stopping_) {
-                return;
+                break;
             }
         }
-        if (fd < 0) {
-            std::this_thread::sleep_for(std::chrono::milliseconds(10));
-            continue;
+        watched.assign({ pollfd{listen_fd_, POLLIN, 0}, pollfd{wake_fd_, POLLIN, 0} });
+        peers.clear();
+        for (auto & peer : connections_) {
+            if (!peer->ended) {
+                watched.push_back(pollfd{peer->fd, POLLIN, 0});
+                peers.push_back(peer.get());
+            }
         }
-        std::lock_guard<std::mutex> lock(mutex_);
-        if (stopping_) {
-            close(fd);
+        const int ready = poll(watched.data(), watched.size(), poll_every_ms);
+        if (ready < 0 && errno != EINTR) {
+            std::perror("meshnet-shard-worker: local relay: poll");
+            break;
+        }
+        for (size_t i = 0; ready > 0 && i < peers.size(); ++i) {
+            if (watched[i + 2].revents != 0) {
+                read_from(*peers[i]);
+            }
+        }
+        if (ready > 0 && (watched[0].revents & POLLIN) != 0) {
+            accept_one();
+        }
+        const auto now = relay_clock::now();
+        for (auto & peer : connections_) {
+            if (!peer->ended && !peer->trusted && now - peer->opened > limits_.token_timeout) {
+                log_refusal("no token in time");
+                end(*peer);
+            }
+        }
+        reap(false);
+    }
+    // Stopping: the reading ends everywhere; each connection closes once answered (the
+    // scheduler, stopped first, answered or cancelled every step still queued).
+    for (auto & peer : connections_) {
+        if (!peer->ended) {
+            end(*peer);
+        }
+    }
+    reap(true);
+}
+
+void local_relay_server::accept_one() {
+    const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) { // one that failed before we took it, or no descriptors left
+        return;
+    }
+    int open = 0;
+    for (auto & peer : connections_) {
+        open += peer->ended ? 0 : 1;
+    }
+    if (open >= limits_.max_connections) {
+        log_refusal("too many connections");
+        close(fd);
+        return;
+    }
+    prepare_connection(fd, send_timeout_ms);
+    connections_.push_back(std::make_unique<connection>(fd, *service_, limits_.max_frame_bytes));
+}
+
+void local_relay_server::read_from(connection & peer) {
+    char chunk[read_chunk_bytes];
+    const ssize_t got = recv(peer.fd, chunk, sizeof chunk, MSG_DONTWAIT);
+    if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+        return;
+    }
+    if (got <= 0) { // the previous stage closed (or broke) the connection
+        end(peer);
+        return;
+    }
+    size_t used = 0;
+    if (!peer.trusted) {
+        used = std::min(local_relay_token_bytes - peer.token.size(), static_cast<size_t>(got));
+        peer.token.append(chunk, used);
+        if (peer.token.size() < local_relay_token_bytes) {
             return;
         }
-        prepare_connection(fd, send_timeout_ms);
-        // Connections that ended are reaped as new ones come.
+        if (!same_token(peer.token, token_)) {
+            log_refusal("wrong token");
+            end(peer);
+            return;
+        }
+        peer.trusted = true;
+    }
+    peer.frames.feed(chunk + used, static_cast<size_t>(got) - used);
+    std::string body;
+    while (true) {
+        const auto next = peer.frames.next(body);
+        if (next == frame_reader::result::more) {
+            return;
+        }
+        pb::RelayRequest request;
+        if (next == frame_reader::result::bad || !request.ParseFromString(body)) {
+            end(peer); // a frame we cannot take: the stream cannot go on
+            return;
+        }
+        ++peer.unanswered;
+        peer.batches.take(request); // take() copied what the steps need out of request
+    }
+}
+
+void local_relay_server::end(connection & peer) {
+    // As a cancelled stream: the steps still queued release their sessions. Their
+    // answers go nowhere.
+    peer.ended = true;
+    peer.batches.cancel();
+    shutdown(peer.fd, SHUT_RDWR);
+}
+
+void local_relay_server::reap(bool all) {
+    do {
         for (auto it = connections_.begin(); it != connections_.end();) {
-            std::unique_lock<std::mutex> peer_lock((*it)->mutex);
-            if ((*it)->done) {
-                peer_lock.unlock();
-                (*it)->reader.join();
-                close((*it)->fd);
+            connection & peer = **it;
+            if (peer.ended && peer.unanswered.load() == 0) {
+                close(peer.fd);
                 it = connections_.erase(it);
             } else {
                 ++it;
             }
         }
-        connections_.push_back(std::make_unique<connection>(fd, *service_));
-        connection & peer = *connections_.back();
-        peer.reader = std::thread([this, &peer] { serve(peer); });
-    }
-}
-
-void local_relay_server::serve(connection & peer) {
-    pb::RelayRequest request;
-    while (read_frame(peer.fd, request, max_frame_bytes_)) {
-        {
-            std::lock_guard<std::mutex> lock(peer.mutex);
-            ++peer.unanswered;
+        if (all && !connections_.empty()) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(5));
         }
-        peer.batches.take(request); // take() copied what the steps need out of request
-    }
-    // The previous stage closed (or broke) the connection: as a cancelled stream, the
-    // steps still queued release their sessions. Their answers go nowhere.
-    peer.batches.cancel();
-    shutdown(peer.fd, SHUT_RDWR);
-    std::unique_lock<std::mutex> lock(peer.mutex);
-    peer.all_answered.wait(lock, [&] { return peer.unanswered == 0; });
-    peer.done = true;
+    } while (all && !connections_.empty());
 }
 
 } // namespace meshnet

@@ -1,12 +1,15 @@
 // local_relay_server.h - Relay without gRPC for a previous stage on this host (see
-// "Local relay" at Relay in shard_service.proto): frames over TCP on 127.0.0.1, one
-// thread per connection reading batches; answers are written by the thread that
-// finishes them (the engine thread), so a token's hand-off wakes no other thread here.
+// "Local relay" at Relay in shard_service.proto): frames over TCP on 127.0.0.1. One
+// thread reads every connection as bytes arrive (an idle connection costs no thread and
+// a frame's memory follows its bytes); answers are written by the thread that finishes
+// them (the engine thread), so a token's hand-off wakes no other thread here.
+// A connection must open with this worker's token, which only a client of its gRPC
+// service learns (GetInfo): the relay is no wider than the service it belongs to.
 #pragma once
 
 #include "shard_service.h"
 
-#include <condition_variable>
+#include <chrono>
 #include <cstddef>
 #include <list>
 #include <memory>
@@ -15,6 +18,12 @@
 #include <thread>
 
 namespace meshnet {
+
+struct local_relay_limits {
+    size_t                    max_frame_bytes = 0;
+    int                       max_connections = 16; // more are closed as they come
+    std::chrono::milliseconds token_timeout{2000};  // to send the token, from connecting
+};
 
 class local_relay_server {
 public:
@@ -26,25 +35,32 @@ public:
     // Binds 127.0.0.1 on any free port; false with `error` when it cannot.
     bool listen(std::string & error);
     int port() const { return port_; }
-    // Takes connections for `service`, each frame at most `max_frame_bytes`.
-    void start(shard_service & service, size_t max_frame_bytes);
+    // What a connection must open with.
+    const std::string & token() const { return token_; }
+    // Takes connections for `service`.
+    void start(shard_service & service, local_relay_limits limits);
     // Takes no more connections and closes the open ones once their batches are
     // answered (stop the scheduler first: it answers every step still queued).
     void stop();
 
 private:
     struct connection;
-    void accept_loop();
-    void serve(connection & peer);
+    void poll_loop();
+    void accept_one();
+    void read_from(connection & peer);
+    void end(connection & peer);
+    void reap(bool all);
 
-    shard_service *  service_         = nullptr;
-    size_t           max_frame_bytes_ = 0;
-    int              listen_fd_       = -1;
-    int              port_            = 0;
-    std::thread      acceptor_;
-    std::mutex       mutex_;
-    std::list<std::unique_ptr<connection>> connections_;
-    bool             stopping_ = false;
+    shard_service *    service_ = nullptr;
+    local_relay_limits limits_;
+    std::string        token_;
+    int                listen_fd_ = -1;
+    int                port_      = 0;
+    int                wake_fd_   = -1; // stop() writes here so the poll returns at once
+    std::thread        poller_;
+    std::list<std::unique_ptr<connection>> connections_; // the poller's alone
+    std::mutex         mutex_;
+    bool               stopping_ = false;
 };
 
 } // namespace meshnet

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <set>
 
 namespace meshnet {
 
@@ -31,11 +32,17 @@ void relay_batches::take(const pb::RelayRequest & request) {
     }
     batch->remaining = n_steps;
     std::vector<step_job> jobs;
+    std::set<session_key> sessions; // of the steps queued so far
     for (int i = 0; i < n_steps; ++i) {
         step_job    job;
         output_plan plan;
         if (auto error = service_.prepare(request.steps(i), job, plan)) {
             answered(*batch, i, error_status(*error));
+            continue;
+        }
+        if (!sessions.insert(job.key).second) { // run, it would fail and clear the session
+            answered(*batch, i, error_status(make_error(error_reason::duplicate_session,
+                "the batch carries session " + job.key.session_id + " twice; one step per session")));
             continue;
         }
         const auto arrived = std::chrono::steady_clock::now();
@@ -62,7 +69,7 @@ void relay_batches::take(const pb::RelayRequest & request) {
 
 // Step `i` of `batch` has its result; the batch goes out with its last one.
 void relay_batches::answered(pending_batch & batch, int i, const grpc::Status & status) {
-    service_.metrics().count_request("Relay", status_code_name(status.error_code()));
+    service_.metrics().count_answer("Relay", status);
     {
         std::lock_guard<std::mutex> lock(batch.mutex);
         if (!status.ok()) {

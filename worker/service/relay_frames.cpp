@@ -8,9 +8,11 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <random>
 
 namespace meshnet {
 
@@ -54,7 +56,71 @@ bool receive_all(int fd, char * data, size_t size) {
     return true;
 }
 
+uint32_t little_endian(const char * bytes) {
+    const auto * b = reinterpret_cast<const unsigned char *>(bytes);
+    return static_cast<uint32_t>(b[0]) | (static_cast<uint32_t>(b[1]) << 8) |
+           (static_cast<uint32_t>(b[2]) << 16) | (static_cast<uint32_t>(b[3]) << 24);
+}
+
+// A body is read in pieces of at most this, so memory follows the bytes that came.
+constexpr size_t read_piece_bytes = 1 << 20;
+
 } // namespace
+
+std::string new_local_relay_token() {
+    std::random_device source; // the system's random source (getrandom on Linux)
+    std::string token(local_relay_token_bytes, '\0');
+    for (size_t i = 0; i < token.size(); i += 4) {
+        const uint32_t word = source();
+        for (size_t j = 0; j < 4 && i + j < token.size(); ++j) {
+            token[i + j] = static_cast<char>((word >> (8 * j)) & 0xff);
+        }
+    }
+    return token;
+}
+
+bool same_token(const std::string & given, const std::string & token) {
+    if (given.size() != token.size() || token.empty()) {
+        return false;
+    }
+    unsigned char differ = 0;
+    for (size_t i = 0; i < token.size(); ++i) {
+        differ |= static_cast<unsigned char>(given[i] ^ token[i]);
+    }
+    return differ == 0;
+}
+
+bool write_token(int fd, const std::string & token) {
+    return send_all(fd, token.data(), token.size());
+}
+
+void frame_reader::feed(const char * data, size_t size) {
+    if (start_ > 0 && start_ >= buffer_.size() / 2) { // drop what was taken before growing
+        buffer_.erase(0, start_);
+        start_ = 0;
+    }
+    buffer_.append(data, size);
+}
+
+frame_reader::result frame_reader::next(std::string & body) {
+    if (held() < 4) {
+        return result::more;
+    }
+    const size_t size = little_endian(buffer_.data() + start_);
+    if (size > max_bytes_ || size > static_cast<size_t>(INT32_MAX)) {
+        return result::bad;
+    }
+    if (held() < 4 + size) {
+        return result::more;
+    }
+    body.assign(buffer_, start_ + 4, size);
+    start_ += 4 + size;
+    if (start_ == buffer_.size()) {
+        buffer_.clear();
+        start_ = 0;
+    }
+    return result::frame;
+}
 
 int listen_loopback(int port, std::string & error) {
     const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -122,18 +188,21 @@ bool write_frame(int fd, const google::protobuf::MessageLite & message) {
 }
 
 bool read_frame(int fd, google::protobuf::MessageLite & message, size_t max_bytes) {
-    unsigned char header[4];
-    if (!receive_all(fd, reinterpret_cast<char *>(header), sizeof header)) {
+    char header[4];
+    if (!receive_all(fd, header, sizeof header)) {
         return false;
     }
-    const size_t size = static_cast<size_t>(header[0]) | (static_cast<size_t>(header[1]) << 8) |
-                        (static_cast<size_t>(header[2]) << 16) | (static_cast<size_t>(header[3]) << 24);
+    const size_t size = little_endian(header);
     if (size > max_bytes || size > static_cast<size_t>(INT32_MAX)) {
         return false;
     }
-    std::string body(size, '\0');
-    if (!receive_all(fd, body.data(), size)) {
-        return false;
+    std::string body;
+    while (body.size() < size) {
+        const size_t have = body.size();
+        body.resize(have + std::min(read_piece_bytes, size - have));
+        if (!receive_all(fd, body.data() + have, body.size() - have)) {
+            return false;
+        }
     }
     return message.ParseFromArray(body.data(), static_cast<int>(size));
 }

@@ -353,7 +353,11 @@ void relay_link::send(std::vector<pb::ForwardRequest> steps, relay_batch_done do
             }
             if (current_ == nullptr) {
                 std::string error;
-                const int fd = local_port_ != 0 ? connect_loopback(local_port_, local_send_timeout_ms, error) : -1;
+                int fd = local_port_ != 0 ? connect_loopback(local_port_, local_send_timeout_ms, error) : -1;
+                if (fd >= 0 && !write_token(fd, local_token_)) {
+                    close(fd);
+                    fd = -1;
+                }
                 if (local_port_ != 0 && fd < 0) {
                     forget_local_relay();
                 }
@@ -400,7 +404,8 @@ void relay_link::probe_local(std::unique_lock<std::mutex> & lock) {
             return; // not up (yet): ask again later
         }
         probe_due_  = false;
-        local_port_ = static_cast<int>(info.local_relay_port());
+        local_port_  = static_cast<int>(info.local_relay_port());
+        local_token_ = info.local_relay_token();
     }
     if (local_port_ != 0 && current_ != nullptr && !current_->local() && current_->retire_if_idle()) {
         stream * retired = std::exchange(current_, nullptr); // the next batch connects locally

@@ -73,6 +73,7 @@ private:
     int                     live_streams_ = 0;
     uint64_t                next_batch_   = 1;
     int                     local_port_   = 0;    // the next stage's local relay (0: gRPC)
+    std::string             local_token_;         // what a connection to it opens with
     bool                    probe_due_    = true; // ask again (at start, after a break)
     std::chrono::steady_clock::time_point last_probe_{};
     bool                    stopping_     = false;
