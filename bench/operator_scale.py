@@ -1,6 +1,7 @@
 """Operator scale benchmark: N ShardRoutes of S stages reach steady state against the
-emulated Kubernetes API (kmock over real HTTP, the real kopf operator), and the median
-time of one pure plan() call.
+emulated Kubernetes API (kmock over real HTTP, the real kopf operator), then all are
+re-split at once and roll out to a new epoch; and the median time of one pure plan() call.
+Each phase prints its time, reconciles, operator CPU, status patches and API requests.
 
     python bench/operator_scale.py --routes 500 --stages 4
 """
@@ -10,10 +11,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hashlib
+import itertools
 import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -59,43 +63,112 @@ def route(name: str, stages: int) -> dict[str, Any]:
                                 for i, (b, e) in enumerate(ranges)]}}
 
 
-def ready_routes(emulator: Emulator) -> int:
+def ready_routes(emulator: Emulator, epoch: int) -> int:
+    """Routes Ready at `epoch`; fails on one whose status mixes epochs (never allowed)."""
     count = 0
     for body in emulator.live("meshnet.dev/v1alpha1/shardroutes", NS):
-        conditions = (body.get("status") or {}).get("conditions") or []
-        count += any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+        status = body.get("status") or {}
+        conditions = status.get("conditions") or []
+        if status.get("epoch") == epoch and any(
+                c["type"] == "Ready" and c["status"] == "True" for c in conditions):
+            epochs = {s.get("epoch") for s in status.get("stages") or []}
+            assert epochs == {epoch}, f"{body['metadata']['name']} is Ready at epochs {epochs}"
+            count += 1
     return count
 
 
-async def steady_state(routes: int, stages: int, timeout: float) -> tuple[float, str]:
-    """Seconds from the first create until every route is Ready, and the operator's
-    reconcile counter. The operator runs as `meshnet operator run` in its own process."""
+def resplit(stages: int) -> list[dict[str, Any]]:
+    """The same layers cut elsewhere: the first stage gives half its layers to the second."""
+    cuts = [0, LAYERS_PER_STAGE // 2, *(i * LAYERS_PER_STAGE for i in range(2, stages + 1))]
+    return [{"name": f"s{i}", "layers": {"begin": b, "end": e}}
+            for i, (b, e) in enumerate(itertools.pairwise(cuts))]
+
+
+@dataclass
+class Phase:
+    """What one phase cost: wall time, and the operator's and API server's counters."""
+
+    name: str
+    seconds: float
+    metrics: dict[str, float]
+    calls: Counter[str]
+
+    def report(self, routes: int) -> str:
+        reconciles = self.metrics.get(RECONCILES, 0.0)
+        by_verb = Counter[str]()
+        for call, n in self.calls.items():
+            by_verb[call.split()[0]] += n
+        verbs = ", ".join(f"{verb} {n}" for verb, n in by_verb.most_common())
+        top = ", ".join(f"{call} {n}" for call, n in self.calls.most_common(6))
+        return (f"{self.name}: {routes} routes Ready in {self.seconds:.1f} s;"
+                f" {reconciles:.0f} reconciles ({reconciles / routes:.2f} per route);"
+                f" operator CPU {self.metrics.get(CPU, 0.0):.1f} s;"
+                f" status patches {self.calls['patch shardroutes/status']};"
+                f" API requests {sum(self.calls.values())} ({verbs})\n    top: {top}")
+
+
+RECONCILES = 'meshnet_reconciles_total{kind="ShardRoute"}'
+CPU = "process_cpu_seconds_total"
+
+
+async def scrape(client: httpx.AsyncClient, url: str) -> dict[str, float]:
+    wanted = (RECONCILES, CPU)
+    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+            for line in (await client.get(url)).text.splitlines() if line.startswith(wanted)}
+
+
+async def until_ready(emulator: Emulator, routes: int, epoch: int, timeout: float) -> float:
+    started = time.monotonic()
+    while (ready := ready_routes(emulator, epoch)) < routes:
+        if time.monotonic() - started > timeout:
+            raise SystemExit(f"only {ready}/{routes} routes Ready at epoch {epoch}"
+                             f" after {timeout}s")
+        await mark_pods(emulator, NS)  # the kubelet: new pods become Ready
+        await asyncio.sleep(0.2)
+    return time.monotonic() - started
+
+
+async def phases(routes: int, stages: int, timeout: float) -> list[Phase]:
+    """Steady state (every route created at once, until all are Ready), then a rollout
+    (every route re-split at once, until all are Ready at epoch 2). The operator runs as
+    `meshnet operator run` in its own process."""
     env = {"MESHNET_WORKER_IMAGE_CPU": "worker:bench", "MESHNET_PIN_DIGEST": "p" * 64,
            "MESHNET_RESYNC_SECONDS": "3600"}
-    async with emulated_cluster() as emulator:
+    done: list[Phase] = []
+    async with emulated_cluster() as emulator, httpx.AsyncClient() as client:
         body = artifact(stages)
         await emulator.post(f"{GROUP_PATH}/modelartifacts", json={**body, "status": {}})
         await emulator.patch(f"{GROUP_PATH}/modelartifacts/model/status",
                              json={"status": body["status"]})
         with tempfile.TemporaryDirectory() as tmp:
             async with operator_process(emulator, env, Path(tmp)) as metrics_url:
-                started = time.monotonic()
-                for i in range(routes):
-                    await emulator.post(f"{GROUP_PATH}/shardroutes",
-                                        json=route(f"route-{i:04d}", stages))
-                while (ready := ready_routes(emulator)) < routes:
-                    if time.monotonic() - started > timeout:
-                        raise SystemExit(f"only {ready}/{routes} routes Ready after {timeout}s")
-                    await mark_pods(emulator, NS)  # the kubelet: new pods become Ready
-                    await asyncio.sleep(0.2)
-                elapsed = time.monotonic() - started
-                async with httpx.AsyncClient() as client:
-                    text = (await client.get(metrics_url)).text
-        pods = sum(1 for _ in emulator.live("v1/pods", NS))
-        assert pods == routes * stages, f"{pods} pods for {routes} routes of {stages} stages"
-        reconciles = next((line.split()[-1] for line in text.splitlines()
-                           if line.startswith("meshnet_reconciles_total{")), "?")
-        return elapsed, reconciles
+                async def phase(name: str, epoch: int, start: Any) -> None:
+                    before, calls = await scrape(client, metrics_url), Counter(emulator.calls)
+                    started = time.monotonic()
+                    await start()
+                    await until_ready(emulator, routes, epoch, timeout)
+                    seconds = time.monotonic() - started
+                    after = await scrape(client, metrics_url)
+                    done.append(Phase(name, seconds, {k: v - before.get(k, 0.0)
+                                                      for k, v in after.items()},
+                                      emulator.calls - calls))
+
+                async def create() -> None:
+                    for i in range(routes):
+                        await emulator.post(f"{GROUP_PATH}/shardroutes",
+                                            json=route(f"route-{i:04d}", stages))
+
+                async def split() -> None:
+                    for i in range(routes):
+                        await emulator.patch(f"{GROUP_PATH}/shardroutes/route-{i:04d}",
+                                             json={"spec": {"stages": resplit(stages)}})
+
+                await phase("steady state", 1, create)
+                await phase("re-split rollout", 2, split)
+        pods = list(emulator.live("v1/pods", NS))
+        assert len(pods) == routes * stages, f"{len(pods)} pods for {routes} x {stages} stages"
+        assert {p["metadata"]["labels"]["meshnet.dev/epoch"] for p in pods} == {"2"}
+    return done
 
 
 def plan_median(stages: int, runs: int) -> float:
@@ -138,10 +211,9 @@ def main() -> None:
     median = plan_median(args.stages, args.plan_runs)
     print(f"plan() median: {median:.3f} ms for one {args.stages}-stage route"
           f" ({args.plan_runs} runs)")
-    seconds, reconciles = asyncio.run(steady_state(args.routes, args.stages, args.timeout))
-    print(f"steady state: {args.routes} ShardRoutes x {args.stages} stages"
-          f" ({args.routes * args.stages} pods) Ready in {seconds:.1f} s,"
-          f" {reconciles} reconciles")
+    print(f"{args.routes} ShardRoutes x {args.stages} stages ({args.routes * args.stages} pods)")
+    for result in asyncio.run(phases(args.routes, args.stages, args.timeout)):
+        print(result.report(args.routes))
     sys.exit(0 if median < 5.0 else 1)
 
 

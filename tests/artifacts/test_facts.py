@@ -66,7 +66,7 @@ def write_tiny_deepseek4(path):
         writer.add_tensor(f"blk.{layer}.ffn_up.weight", rng.random((32, 64), dtype=np.float32))
     writer.add_tensor("output_norm.weight", rng.random(64, dtype=np.float32))
     writer.add_tensor("output.weight", rng.random((100, 64), dtype=np.float32))
-    writer.add_tensor("hc_head_fn.weight", rng.random((4, 256), dtype=np.float32))
+    writer.add_tensor("output_hc_fn.weight", rng.random((4, 256), dtype=np.float32))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from meshnet.artifacts.markers import Layout
 from meshnet.artifacts.pull import compact_json, pull
@@ -297,3 +298,102 @@ def test_a_summary_too_big_for_a_termination_message_keeps_totals_and_facts():
     assert compact["files"] == [] and compact["filesTotal"] == 300
     assert compact["gguf"] == {"architecture": "deepseek4"}
     assert compact["result"] == "HashMismatch" and compact["message"].endswith("...")
+
+
+def with_extra_file(artifact: Path, name: str) -> Path:
+    """The artifact file with one more manifest entry called `name`."""
+    document = yaml.safe_load(artifact.read_text())
+    document["spec"]["files"].append({"name": name, "size": 5, "sha256": "0" * 64})
+    artifact.write_text(yaml.safe_dump(document, sort_keys=False))
+    return artifact
+
+
+@pytest.mark.parametrize("name", ["../outside.bin", "ABSOLUTE", "sub/inner.bin", "..",
+                                  ".meshnet"])
+def test_a_manifest_name_that_is_not_a_plain_file_name_is_refused_before_any_write(
+        split_set, serve, meshnet, tmp_path, name):
+    server, url = serve(split_set.folder)
+    outside = tmp_path / "outside.bin"
+    name = str(tmp_path / "absolute.bin") if name == "ABSOLUTE" else name
+    artifact = with_extra_file(split_set.artifact_yaml(tmp_path / "ma.yaml", url), name)
+    dest = tmp_path / "models"
+
+    result = meshnet("artifact", "pull", "--artifact", str(artifact), "--dest", str(dest), "--json")
+
+    assert result.returncode == 3  # a spec problem: retrying cannot help
+    summary = json.loads(result.stdout)
+    assert summary["result"] == "InvalidSpec"
+    assert repr(name) in summary["message"] and "not a plain file name" in summary["message"]
+    assert not dest.exists()
+    assert not outside.exists() and not (tmp_path / "absolute.bin").exists()
+    assert server.requests == []
+
+
+@pytest.mark.parametrize("target_exists", [True, False])
+def test_a_symlink_planted_at_a_partial_is_replaced_never_written_through(
+        split_set, serve, meshnet, tmp_path, target_exists):
+    server, url = serve(split_set.folder)
+    artifact = split_set.artifact_yaml(tmp_path / "ma.yaml", url)
+    dest = tmp_path / "models"
+    dest.mkdir()
+    victim = tmp_path / "victim.txt"
+    if target_exists:
+        victim.write_text("precious")
+    (dest / f"{split_set.files[0].name}.partial").symlink_to(victim)
+
+    result = meshnet("artifact", "pull", "--artifact", str(artifact), "--dest", str(dest))
+
+    assert result.returncode == 0, result.stderr
+    assert "symbolic link" in result.stderr
+    assert same_files(split_set, dest)
+    assert victim.read_text() == "precious" if target_exists else not victim.exists()
+    assert not list(dest.glob("*.partial"))
+    assert server.bytes_sent == split_set.total  # nothing was taken from the link's target
+
+
+def test_a_state_folder_that_is_a_symlink_is_refused(split_set, serve, meshnet, tmp_path):
+    server, url = serve(split_set.folder)
+    artifact = split_set.artifact_yaml(tmp_path / "ma.yaml", url)
+    dest, elsewhere = tmp_path / "models", tmp_path / "elsewhere"
+    dest.mkdir()
+    elsewhere.mkdir()
+    (dest / ".meshnet").symlink_to(elsewhere)
+
+    result = meshnet("artifact", "pull", "--artifact", str(artifact), "--dest", str(dest), "--json")
+
+    assert result.returncode == 3
+    summary = json.loads(result.stdout)
+    assert summary["result"] == "StorageRefused"
+    assert ".meshnet is a symbolic link" in summary["message"]
+    assert list(elsewhere.iterdir()) == []
+    assert server.requests == []
+
+
+def test_pull_full_rehashes_files_its_markers_vouch_for_and_repairs_them(split_set, serve,
+                                                                         meshnet, tmp_path):
+    server, url = serve(split_set.folder)
+    artifact = split_set.artifact_yaml(tmp_path / "ma.yaml", url)
+    dest = tmp_path / "models"
+    first = meshnet("artifact", "pull", "--artifact", str(artifact), "--dest", str(dest))
+    assert first.returncode == 0, first.stderr
+    victim = dest / split_set.files[1].name
+    before = victim.stat()
+    with open(victim, "r+b") as handle:
+        handle.seek(-4096, os.SEEK_END)  # tensor data, not the header
+        handle.write(b"\xff")
+    os.utime(victim, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+    trusting = meshnet("artifact", "pull", "--artifact", str(artifact), "--dest", str(dest),
+                       "--json")
+    server.reset_counts()
+    full = meshnet("artifact", "pull", "--artifact", str(artifact), "--dest", str(dest),
+                   "--full", "--json")
+
+    assert {f["state"] for f in json.loads(trusting.stdout)["files"]} == {"skipped"}
+    assert full.returncode == 0, full.stderr
+    states = {f["name"]: f["state"] for f in json.loads(full.stdout)["files"]}
+    assert states[victim.name] == "downloaded"
+    assert {s for n, s in states.items() if n != victim.name} == {"verified"}
+    assert same_files(split_set, dest)
+    assert server.bytes_sent == victim.stat().st_size  # only the changed file came again
+    assert "size and mtime" in meshnet("artifact", "pull", "--help").stdout

@@ -35,7 +35,7 @@ def conditions(status: Any) -> dict[str, tuple[str, str]]:
 
 
 def test_a_verified_pull_makes_the_artifact_ready_with_its_gguf_facts():
-    facts = {"architecture": "llama", "blockCount": 30, "embeddingLength": 576,
+    facts = {"architecture": "llama", "blockCount": 30, "layers": 30, "embeddingLength": 576,
              "boundary": {"schema": "DENSE_RESIDUAL", "shape": [576], "tokenIds": False}}
     done = summary(filesVerified=2, bytesVerified=1500, gguf=facts)
 
@@ -49,6 +49,7 @@ def test_a_verified_pull_makes_the_artifact_ready_with_its_gguf_facts():
     assert status.gguf is not None
     assert (status.gguf.architecture, status.gguf.block_count, status.gguf.embedding_length) == (
         "llama", 30, 576)
+    assert status.gguf.layers == 30  # what a route's stages must cover
     assert (status.gguf.boundary_schema, status.gguf.boundary_shape) == ("DENSE_RESIDUAL", [576])
     assert {c.observed_generation for c in status.conditions} == {3}
     wire = status.model_dump(by_alias=True, exclude_none=True)

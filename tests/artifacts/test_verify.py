@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import yaml
@@ -48,7 +49,8 @@ def test_verify_json_carries_every_layer_size_and_the_stage_footprints(split_set
     assert report["bytesVerified"] == split_set.total
     assert (facts["architecture"], facts["blockCount"], facts["embeddingLength"]) == (
         "llama", 30, 576)
-    assert facts["boundary"] == {"schema": "DENSE_RESIDUAL", "shape": [576], "tokenIds": False}
+    assert facts["boundary"] == {"schema": "DENSE_RESIDUAL", "shape": [576], "tokenIds": False,
+                                 "hashLayers": 0}
     assert len(facts["bytesPerLayer"]) == 30
     assert report["stageFootprints"]["0:30"] == facts["tensorBytes"]
 
@@ -116,3 +118,25 @@ def test_an_invalid_artifact_file_is_a_clean_error(split_set, tmp_path, meshnet)
     assert result.returncode == 1
     assert "spec.files.0" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_file_changed_in_place_with_its_mtime_restored_passes_until_a_full_verify(
+        split_set, artifact, tmp_path, meshnet):
+    folder = copy_set(split_set, tmp_path / "models")
+    assert meshnet("artifact", "verify", str(folder), "--artifact", str(artifact)).returncode == 0
+    victim = folder / split_set.files[0].name
+    before = victim.stat()
+    with open(victim, "r+b") as handle:
+        handle.seek(-4096, os.SEEK_END)  # tensor data, not the header
+        handle.write(b"\xff")
+    os.utime(victim, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+    trusted = meshnet("artifact", "verify", str(folder), "--artifact", str(artifact))
+    full = meshnet("artifact", "verify", str(folder), "--artifact", str(artifact), "--full")
+
+    assert trusted.returncode == 0, trusted.stderr  # what the help text warns about
+    assert f"ok  {victim.name}" in trusted.stdout and "(verified marker)" in trusted.stdout
+    assert full.returncode == 1
+    assert victim.name in full.stderr and "sha256 mismatch" in full.stderr
+    help_text = meshnet("artifact", "verify", "--help").stdout
+    assert "size and mtime" in help_text and "--full" in help_text

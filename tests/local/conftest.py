@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
+from meshnet.route.launch import free_port
+
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "local" / "smollm2-3stage.yaml"
 
@@ -28,6 +30,7 @@ class UpSession:
     cache: Path
     process: subprocess.Popen[str]
     log: Path
+    gateway: str  # the OpenAI base URL `meshnet up --serve` serves the route on
 
     def env(self) -> dict[str, str]:
         return {**os.environ, "MESHNET_CACHE": str(self.cache)}
@@ -59,27 +62,13 @@ class UpSession:
         ]
         self.route_file.write_text(yaml.safe_dump_all(docs, sort_keys=False))
 
+    def generate_command(self, prompt: str, max_tokens: int = 24) -> list[str]:
+        return [sys.executable, "-m", "meshnet.cli", "generate", "--route", "smollm2",
+                "--prompt", prompt, "--max-tokens", str(max_tokens), "--ignore-eos", "--json"]
+
     def generate(self, prompt: str, max_tokens: int = 24) -> dict[str, Any]:
-        result = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "meshnet.cli",
-                "generate",
-                "--route",
-                "smollm2",
-                "--prompt",
-                prompt,
-                "--max-tokens",
-                str(max_tokens),
-                "--ignore-eos",
-                "--json",
-            ],
-            env=self.env(),
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        result = subprocess.run(self.generate_command(prompt, max_tokens), env=self.env(),
+                                capture_output=True, text=True, timeout=300)
         assert result.returncode == 0, result.stderr
         return dict(json.loads(result.stdout))
 
@@ -97,6 +86,7 @@ def up(tmp_path: Path) -> Iterator[UpSession]:
     route_file.write_text(yaml.safe_dump_all(docs, sort_keys=False))
     log = tmp_path / "up.log"
     cache = tmp_path / "cache"
+    serve = f"127.0.0.1:{free_port()}"
     with log.open("w") as sink:
         process = subprocess.Popen(
             [
@@ -110,13 +100,15 @@ def up(tmp_path: Path) -> Iterator[UpSession]:
                 "1",
                 "--interval",
                 "0.3",
+                "--serve",
+                serve,
             ],
             env={**os.environ, "MESHNET_CACHE": str(cache)},
             stdout=sink,
             stderr=subprocess.STDOUT,
             text=True,
         )
-    session = UpSession(route_file, cache, process, log)
+    session = UpSession(route_file, cache, process, log, f"http://{serve}/v1")
     yield session
     try:
         session.stop()  # as a user would: its workers stop with it

@@ -3,12 +3,17 @@ file with a new epoch, restarts dead workers, and leaves nothing behind."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
 import time
 from collections.abc import Callable
 
+import httpx
+
 from meshnet.local.registry import process_alive as pid_alive
+from meshnet.route import StageClient
 
 from .conftest import UpSession
 
@@ -56,6 +61,7 @@ def test_a_killed_worker_is_restarted_and_generation_stays_correct(
     )
 
     assert restarted["epoch"] == 1
+    assert restarted["stages"][1]["endpoint"] == victim["endpoint"]  # on its port again
     answer = up.generate(PROMPT)
     assert answer["tokens"] == reference(answer["prompt_tokens"], len(answer["tokens"]))
     assert answer["recoveries"] == 0  # a new request after the restart: nothing to recover
@@ -87,3 +93,42 @@ def test_a_killed_up_leaves_no_worker_behind(up: UpSession) -> None:
     while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not any(pid_alive(p) for p in pids)
+
+
+def test_a_running_generate_recovers_when_up_restarts_a_killed_worker(
+    up: UpSession, reference: Callable[..., list[int]]
+) -> None:
+    route = up.wait_for(lambda r: r["epoch"] == 1 and len(r["stages"]) == 3)
+    running = subprocess.Popen(up.generate_command(PROMPT, max_tokens=200), env=up.env(),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    middle = StageClient(route["stages"][1]["endpoint"])
+    deadline = time.monotonic() + 60
+    while middle.capacity().active_sessions == 0:  # the generation is under way
+        assert time.monotonic() < deadline and running.poll() is None
+        time.sleep(0.05)
+    middle.close()
+    os.kill(route["stages"][1]["pid"], signal.SIGKILL)
+    out, err = running.communicate(timeout=300)
+    assert running.returncode == 0, err
+    answer = json.loads(out)
+    assert answer["recoveries"] >= 1
+    assert answer["tokens"] == reference(answer["prompt_tokens"], len(answer["tokens"]))
+
+
+def test_up_serves_the_route_over_the_openai_api(up: UpSession) -> None:
+    up.wait_for(lambda r: r["epoch"] == 1 and len(r["stages"]) == 3)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            models = httpx.get(up.gateway + "/models", timeout=5).json()["data"]
+            if models:
+                break
+        except httpx.HTTPError:
+            pass
+        assert time.monotonic() < deadline, up.log.read_text()
+        time.sleep(0.3)
+    assert [m["id"] for m in models] == ["smollm2"]
+    answer = httpx.post(up.gateway + "/completions", timeout=120, json={
+        "model": "smollm2", "prompt": PROMPT, "max_tokens": 8, "temperature": 0}).json()
+    assert answer["usage"]["completion_tokens"] == 8
+    assert f"OpenAI-compatible API: {up.gateway}" in up.log.read_text()

@@ -37,7 +37,8 @@ STORE = "/var/lib/meshnet/models/smollm2"  # the host path every selected node k
 SETTINGS = OperatorSettings(worker_images={"cpu": "meshnet/worker-cpu:test"},
                             pin_digest="p" * 64, metrics_port=0, health_port=0,
                             provisioner_image=IMAGE)
-SMOLLM2_FACTS = {"architecture": "llama", "blockCount": 30, "embeddingLength": 576,
+SMOLLM2_FACTS = {"architecture": "llama", "blockCount": 30, "layers": 30,
+                 "embeddingLength": 576,
                  "boundarySchema": "DENSE_RESIDUAL", "boundaryShape": [576]}
 
 

@@ -265,7 +265,7 @@ def test_a_verified_pull_makes_it_ready_with_the_gguf_facts_once(
     result = cluster.step(NOW + timedelta(minutes=5))
     assert reasons(result) == ["Verified"]
     status = cluster.body["status"]
-    assert status["gguf"] == {"architecture": "llama", "blockCount": 30,
+    assert status["gguf"] == {"architecture": "llama", "blockCount": 30, "layers": 30,
                               "embeddingLength": 576, "boundarySchema": "DENSE_RESIDUAL",
                               "boundaryShape": [576]}
     assert status["progress"]["bytesVerified"] == status["progress"]["bytesTotal"] == 2003

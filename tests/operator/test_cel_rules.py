@@ -33,8 +33,9 @@ def test_valid_examples_pass_every_rule(make_route: MakeRoute, make_artifact: Ma
     ([(0, 10), (12, 30)], "spec.stages: stages must be ordered and contiguous"),
     ([(0, 12), (10, 30)], "spec.stages: stages must be ordered and contiguous"),
     ([(10, 20), (0, 10)], "spec.stages: stages must be ordered and contiguous"),
+    ([(5, 10), (10, 30)], "spec.stages: the first stage must begin at layer 0"),
 ])
-def test_stage_ranges_must_be_non_empty_ordered_and_contiguous(
+def test_stage_ranges_must_be_non_empty_ordered_contiguous_and_start_at_layer_0(
         make_route: MakeRoute, ranges: list[tuple[int, int]], message: str) -> None:
     assert any(p.startswith(message) for p in problems(make_route(ranges=ranges)))
 

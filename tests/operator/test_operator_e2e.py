@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
+from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -25,13 +27,15 @@ from meshnet.devtools.kube_tools import install
 from meshnet.operator.metrics import OperatorMetrics
 from meshnet.operator.settings import OperatorSettings
 from meshnet.paths import repo_root
+from meshnet.tracker.settings import TrackerSettings
 
 MakeArtifact = MakeRoute = Callable[..., dict[str, Any]]  # fixtures from conftest.py
 NS = "default"
 ROUTES = f"/apis/meshnet.dev/v1alpha1/namespaces/{NS}/shardroutes"
 ARTIFACTS = f"/apis/meshnet.dev/v1alpha1/namespaces/{NS}/modelartifacts"
 SETTINGS = OperatorSettings(worker_images={"cpu": "meshnet/worker-cpu:test"},
-                            pin_digest="p" * 64, metrics_port=0, health_port=0)
+                            pin_digest="p" * 64, metrics_port=0, health_port=0,
+                            gateway_image="meshnet/operator:test")
 
 
 @pytest.fixture
@@ -85,6 +89,44 @@ async def ready_route(cluster: Emulator, make_route: MakeRoute, make_artifact: M
                      what="the route to be Ready")
 
 
+WRITES = ("create", "patch", "put", "delete")
+
+
+def writes(calls: Counter[str]) -> Counter[str]:
+    return Counter({call: n for call, n in calls.items() if call.split()[0] in WRITES})
+
+
+async def test_a_ready_route_makes_no_api_writes_over_several_resync_periods(
+        cluster: Emulator, make_route: MakeRoute, make_artifact: MakeArtifact) -> None:
+    resync = 0.5  # the periodic reconcile, and twice per period the Tracker daemon's pass
+    settings = dataclasses.replace(SETTINGS, resync_seconds=resync,
+                                   tracker=TrackerSettings(sample_seconds=resync / 2))
+    metrics = OperatorMetrics()
+    reconciles = metrics.reconciles.labels("ShardRoute")
+    async with running_operator(cluster, settings, metrics):
+        await ready_route(cluster, make_route, make_artifact)
+        await eventually(lambda: bool(condition(route(cluster), "Certified")),
+                         what="the daemon's Certified condition")
+        await until_quiet(cluster, resync)  # the daemon's first word on the Ready route
+        calls, runs = Counter(cluster.calls), reconciles._value.get()
+        await asyncio.sleep(4 * resync)
+        made = cluster.calls - calls
+    assert reconciles._value.get() - runs >= 3  # the resyncs did run
+    assert writes(made) == Counter()
+    assert set(made) == {"get shardroutes"}  # each resync reads the route; nothing else
+
+
+async def until_quiet(cluster: Emulator, seconds: float, timeout: float = 10.0) -> None:
+    """Wait for `seconds` in a row without a write to the API (fail after `timeout`)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        before = writes(cluster.calls)
+        await asyncio.sleep(seconds)
+        if writes(cluster.calls) == before:
+            return
+        assert asyncio.get_running_loop().time() < deadline, writes(cluster.calls) - before
+
+
 async def test_an_artifact_and_a_route_become_stage_pods_and_a_headless_service(
         cluster: Emulator, metrics: OperatorMetrics, make_route: MakeRoute,
         make_artifact: MakeArtifact) -> None:
@@ -98,9 +140,9 @@ async def test_an_artifact_and_a_route_become_stage_pods_and_a_headless_service(
     assert args[args.index("--epoch") + 1] == "1"
     assert args[args.index("--model") + 1] == "/models/model-00001-of-00002.gguf"
     assert found["r1-s1-e1"]["metadata"]["ownerReferences"][0]["name"] == "r1"
-    services = list(cluster.live("v1/services", NS))
-    assert [s["metadata"]["name"] for s in services] == ["r1-workers"]
-    assert services[0]["spec"]["clusterIP"] == "None"
+    services = {s["metadata"]["name"]: s for s in cluster.live("v1/services", NS)}
+    assert sorted(services) == ["r1-gateway", "r1-workers"]
+    assert services["r1-workers"]["spec"]["clusterIP"] == "None"
     status = route(cluster)["status"]
     assert status["epoch"] == 1 and status["stagesReady"] == "3/3"
     assert status["coverage"] == "0-30/30"
@@ -144,20 +186,72 @@ async def test_a_deleted_route_leaves_no_children(
     await ready_route(cluster, make_route, make_artifact)
     await cluster.delete(f"{ROUTES}/r1")
     await eventually(lambda: not pods(cluster) and not list(cluster.live("v1/services", NS))
-                     and not route(cluster), what="pods, service and route to be gone")
+                     and not list(cluster.live("apps/v1/deployments", NS))
+                     and not route(cluster), what="pods, services, gateway and route to be gone")
 
 
-async def test_an_invalid_route_is_degraded_with_a_clear_message_and_gets_no_pods(
+def gateway(cluster: Emulator) -> dict[str, Any]:
+    found = list(cluster.live("apps/v1/deployments", NS))
+    assert len(found) <= 1
+    return found[0] if found else {}
+
+
+async def test_a_route_gets_a_gateway_that_follows_its_spec(
         cluster: Emulator, metrics: OperatorMetrics, make_route: MakeRoute,
         make_artifact: MakeArtifact) -> None:
+    await ready_route(cluster, make_route, make_artifact)
+    deployment = gateway(cluster)
+    assert deployment["metadata"]["name"] == "r1-gateway"
+    pod = deployment["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["image"] == "meshnet/operator:test" and container["args"][0] == "serve"
+    args = container["args"]
+    assert [args[i + 1] for i, a in enumerate(args) if a == "--stage"] == [
+        f"s{n}.r1-workers.{NS}.svc:50051" for n in range(3)]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/ready"
+    assert pod["securityContext"]["runAsNonRoot"] and \
+        container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert container["resources"]["requests"] == {"cpu": "100m", "memory": "256Mi"}
+    service = next(s for s in cluster.live("v1/services", NS)
+                   if s["metadata"]["name"] == "r1-gateway")
+    assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+    workers = next(s for s in cluster.live("v1/services", NS)
+                   if s["metadata"]["name"] == "r1-workers")
+    template_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert not set(workers["spec"]["selector"].items()) <= set(template_labels.items())
+    assert route(cluster)["status"]["endpoint"] == f"http://r1-gateway.{NS}.svc:8000/v1"
+
+    await cluster.patch(f"{ROUTES}/r1", json={"spec": {"gateway": {
+        "replicas": 2, "resources": {"requests": {"cpu": "1"}}}}})
+    await eventually(lambda: gateway(cluster).get("spec", {}).get("replicas") == 2,
+                     what="the gateway scaled to 2")
+    requests = gateway(cluster)["spec"]["template"]["spec"]["containers"][0]["resources"]
+    assert requests["requests"] == {"cpu": "1", "memory": "256Mi"}
+    assert route(cluster)["status"]["epoch"] == 1  # the gateway is not part of the identity
+
+    await cluster.patch(f"{ROUTES}/r1", json={"spec": {"gateway": {"enabled": False}}})
+    await eventually(lambda: not gateway(cluster) and "endpoint" not in route(cluster).get(
+        "status", {}), what="the gateway to be removed")
+    assert [s["metadata"]["name"] for s in cluster.live("v1/services", NS)] == ["r1-workers"]
+    assert sorted(pods(cluster)) == ["r1-s0-e1", "r1-s1-e1", "r1-s2-e1"]
+
+
+@pytest.mark.parametrize(("ranges", "message"), [
+    ([(0, 16), (16, 32)], "stage 's1' ends at layer 32 but the artifact has only 30 blocks"),
+    ([(0, 15), (15, 29)],
+     "stage 's1' ends at layer 29 but the artifact has 30 blocks: layer 29 would never run"),
+])
+async def test_a_route_beyond_or_short_of_the_models_layers_is_degraded_and_gets_no_pods(
+        cluster: Emulator, metrics: OperatorMetrics, make_route: MakeRoute,
+        make_artifact: MakeArtifact, ranges: list[tuple[int, int]], message: str) -> None:
     artifact = make_artifact(block_count=30)
     await create(cluster, ARTIFACTS, artifact)
     await cluster.patch(f"{ARTIFACTS}/smollm2/status", json={"status": artifact["status"]})
-    await create(cluster, ROUTES, make_route(ranges=[(0, 16), (16, 32)]))
+    await create(cluster, ROUTES, make_route(ranges=ranges))
     await eventually(lambda: condition(route(cluster), "Degraded").get("status") == "True")
     degraded = condition(route(cluster), "Degraded")
     assert degraded["reason"] == "InvalidSpec"
-    assert "stage 's1' ends at layer 32 but the artifact has only 30 blocks" in degraded["message"]
+    assert message in degraded["message"]
     assert pods(cluster) == {}
     await eventually(lambda: "InvalidSpec" in event_reasons(cluster), what="an InvalidSpec event")
 

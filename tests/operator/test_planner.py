@@ -6,6 +6,8 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from meshnet.reconcile import (
     Create,
     Delete,
@@ -186,6 +188,39 @@ def test_stages_beyond_the_block_count_make_the_route_degraded_with_no_pods(
     route["status"] = result.status
     again = plan(observe(route, make_artifact(block_count=30), {}, service=False), CONFIG, NOW)
     assert again.events == () and again.status is None  # reported once, not every resync
+
+
+@pytest.mark.parametrize(("ranges", "missing"), [
+    ([(0, 10), (10, 29)], "stage 's1' ends at layer 29 but the artifact has 30 blocks:"
+                          " layer 29 would never run"),
+    ([(0, 20)], "stage 's0' ends at layer 20 but the artifact has 30 blocks:"
+                " layers [20, 30) would never run"),
+    ([(2, 15), (15, 30)], "stage 's0' begins at layer 2: layers [0, 2) would never run"),
+])
+def test_a_route_that_leaves_layers_unserved_is_degraded_naming_them(
+        make_route: MakeRoute, make_artifact: MakeArtifact, ranges: list[tuple[int, int]],
+        missing: str) -> None:
+    route = make_route(ranges=ranges)
+    result = plan(observe(route, make_artifact(block_count=30), {}, service=False), CONFIG, NOW)
+    assert not any(isinstance(a, Create) for a in result.actions)
+    assert result.status is not None
+    degraded = next(c for c in result.status["conditions"] if c["type"] == "Degraded")
+    assert (degraded["status"], degraded["reason"]) == ("True", "InvalidSpec")
+    assert missing in degraded["message"]
+
+
+def test_a_model_with_mtp_blocks_is_covered_by_its_main_layers(
+        make_route: MakeRoute, make_artifact: MakeArtifact) -> None:
+    # 30 main layers + 1 MTP block: the headers' `layers`, not blockCount, is what stages cover.
+    artifact = make_artifact(block_count=31)
+    artifact["status"]["gguf"]["layers"] = 30
+    route, pods = make_route(), {}
+    converge(route, artifact, pods)
+    assert condition(route, "Ready")["status"] == "True"
+    assert route["status"]["coverage"] == "0-30/30"
+    short = make_route(ranges=[(0, 10), (10, 29)])
+    result = plan(observe(short, artifact, {}, service=False), CONFIG, NOW)
+    assert result.conditions["Degraded"] == "True"
 
 
 def test_a_spec_that_turns_invalid_removes_the_running_pods(

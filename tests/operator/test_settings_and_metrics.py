@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from meshnet.errors import OperatorError
 from meshnet.operator.metrics import OperatorMetrics
@@ -51,6 +52,74 @@ def test_routes_are_counted_by_condition_and_forgotten_when_deleted() -> None:
         assert name in text
 
 
+ROUTE_STATUS = {
+    "epoch": 3, "coverage": "0-30/30",
+    "conditions": [{"type": "Ready", "status": "True"}, {"type": "Progressing", "status": "False"},
+                   {"type": "Certified", "status": "False", "reason": "CertificationFailed"}],
+    "stages": [{"name": "head", "ready": True, "restarts": 0},
+               {"name": "tail", "ready": False, "restarts": 2}],
+}
+
+
+def samples(metrics: OperatorMetrics) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """(series name, labels) -> value of everything the registry exports."""
+    text = generate_latest(metrics.registry).decode()
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def value(found: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str,
+          **labels: str) -> float | None:
+    return found.get((name, frozenset(labels.items())))
+
+
+def test_each_route_s_status_becomes_gauges_labelled_by_namespace_route_and_stage() -> None:
+    metrics = OperatorMetrics()
+    metrics.status.route(("ml", "r"), ROUTE_STATUS)
+    found, route = samples(metrics), {"namespace": "ml", "route": "r"}
+    condition = "meshnet_route_condition"
+    assert value(found, condition, **route, condition="Ready", status="True") == 1
+    assert value(found, condition, **route, condition="Ready", status="False") == 0
+    assert value(found, condition, **route, condition="Degraded", status="Unknown") == 1
+    assert value(found, "meshnet_route_epoch", **route) == 3
+    assert value(found, "meshnet_route_stages", **route) == 2
+    assert value(found, "meshnet_route_stages_ready", **route) == 1
+    assert value(found, "meshnet_route_coverage_ratio", **route) == 1
+    assert value(found, "meshnet_route_certification", **route,
+                 state="CertificationFailed") == 1
+    assert value(found, "meshnet_stage_ready", **route, stage="tail") == 0
+    assert value(found, "meshnet_stage_restarts_total", **route, stage="tail") == 2
+
+
+def test_a_deleted_route_or_artifact_leaves_no_series_behind() -> None:
+    metrics = OperatorMetrics()
+    metrics.status.route(("ml", "r"), ROUTE_STATUS)
+    metrics.status.artifact(("ml", "a"), {"progress": {"bytesTotal": 10}})
+    metrics.status.route(("ml", "r"), None)
+    metrics.status.artifact(("ml", "a"), None)
+    text = generate_latest(metrics.registry).decode()
+    assert 'route="r"' not in text and 'artifact="a"' not in text
+    assert "# TYPE meshnet_route_epoch gauge" in text  # the families stay declared
+
+
+def test_an_artifact_s_progress_copies_and_conditions_become_gauges() -> None:
+    metrics = OperatorMetrics()
+    metrics.status.artifact(("ml", "a"), {
+        "progress": {"bytesVerified": 60, "bytesTotal": 100, "filesVerified": 1,
+                     "filesTotal": 2},
+        "nodes": [{"node": "gpu-1", "verified": True}, {"node": "gpu-2", "verified": False}],
+        "conditions": [{"type": "Failed", "status": "True", "reason": "HashMismatch"}]})
+    found, artifact = samples(metrics), {"namespace": "ml", "artifact": "a"}
+    assert value(found, "meshnet_artifact_verified_bytes", **artifact) == 60
+    assert value(found, "meshnet_artifact_size_bytes", **artifact) == 100
+    assert value(found, "meshnet_artifact_verified_files", **artifact) == 1
+    assert value(found, "meshnet_artifact_files", **artifact) == 2
+    assert value(found, "meshnet_artifact_node_copy_verified", **artifact, node="gpu-1") == 1
+    assert value(found, "meshnet_artifact_node_copy_verified", **artifact, node="gpu-2") == 0
+    assert value(found, "meshnet_artifact_condition", **artifact, condition="Failed",
+                 status="True") == 1
+
+
 async def test_triggers_during_a_reconcile_collapse_into_one_rerun() -> None:
     import asyncio
     queue, runs, gate = KeyedQueue(), [], asyncio.Event()
@@ -86,3 +155,29 @@ def test_expectations_hide_the_lag_between_our_writes_and_the_watch() -> None:
     expect.created("r", {"metadata": {"name": "lost", "labels": labels}})
     now[0] = TTL_SECONDS + 1
     assert expect.apply("r", ()) == ()  # never confirmed: forgotten after the TTL
+
+
+def test_the_watch_echo_of_a_pod_we_created_is_known_and_a_changed_pod_is_not() -> None:
+    from meshnet.operator.expectations import Expectations
+
+    expect = Expectations()
+    labels = {"meshnet.dev/stage": "s0", "meshnet.dev/epoch": "1"}
+    created = {"metadata": {"name": "r-s0-e1", "uid": "u1", "labels": labels}}
+    expect.created("r", created)
+    assert expect.echo("r", created)
+    assert not expect.echo("other-route", created)
+    ready = {**created, "status": {"phase": "Running",
+                                   "conditions": [{"type": "Ready", "status": "True"}]}}
+    assert not expect.echo("r", ready)  # the kubelet moved it: the planner must see that
+    assert not expect.echo("r", {"metadata": {"name": "stranger", "labels": labels}})
+
+
+def test_only_the_last_of_the_pods_we_deleted_going_is_news() -> None:
+    from meshnet.operator.expectations import Expectations
+
+    expect = Expectations()
+    for name in ("r-s0-e1", "r-s1-e1"):
+        expect.deleted("r", name)
+    assert expect.gone("r", "r-s0-e1")  # r-s1-e1 still going: nothing to plan yet
+    assert not expect.gone("r", "r-s1-e1")  # the last one: the new epoch can start
+    assert not expect.gone("r", "someone-elses")  # not ours: always news

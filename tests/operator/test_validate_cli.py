@@ -45,6 +45,23 @@ def test_a_route_beyond_its_artifacts_block_count_fails_with_the_field_path(
             " 24 blocks") in output
 
 
+def test_a_route_that_stops_short_of_its_artifacts_block_count_fails_naming_the_layers(
+        tmp_path: Path, make_route: MakeRoute, make_artifact: MakeArtifact) -> None:
+    artifact = write(tmp_path / "artifact.yaml", make_artifact(block_count=30))
+    route = write(tmp_path / "route.yaml", make_route(ranges=[(0, 15), (15, 28)]))
+    code, output = validate(artifact, route)
+    assert code == 1
+    assert ("spec.stages[1].layers: stage 's1' ends at layer 28 but the artifact has 30 blocks:"
+            " layers [28, 30) would never run") in output
+
+
+def test_a_route_whose_first_stage_does_not_begin_at_layer_0_fails_even_alone(
+        tmp_path: Path, make_route: MakeRoute) -> None:
+    code, output = validate(write(tmp_path / "route.yaml", make_route(ranges=[(1, 30)])))
+    assert code == 1
+    assert "spec.stages: the first stage must begin at layer 0" in output
+
+
 def test_without_its_artifact_a_route_is_checked_on_its_own(
         tmp_path: Path, make_route: MakeRoute) -> None:
     code, output = validate(write(tmp_path / "route.yaml", make_route()))

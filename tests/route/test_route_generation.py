@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from meshnet.route import RouteDriver, RouteRefused, Sampling
+from meshnet.route import RouteDriver, RouteRefused, Sampling, StageClient
 from meshnet.route.launch import WorkerProcess, WorkerSpec, start_route
 
 PROMPTS = [
@@ -130,6 +130,36 @@ def test_concurrent_sessions_each_get_their_own_tokens(driver: RouteDriver) -> N
         together = list(pool.map(
             lambda p: driver.generate(p, max_tokens=24, stop_at_eos=False).tokens, PROMPTS))
     assert together == alone
+
+
+def test_every_cut_of_non_latin_and_emoji_text_detokenizes_to_whole_characters(
+        driver: RouteDriver, three_stages: list[WorkerProcess]) -> None:
+    """A token can end inside a multi-byte character; Detokenize must still answer valid
+    UTF-8 (a proto3 string), holding the unfinished character back."""
+    text = "Привет, мир! 你好, 世界。🙂👍🏽 done"
+    vocab = StageClient(three_stages[-1].endpoint)
+    tokens = vocab.tokenize(text, add_special=False)
+    assert len(vocab.tokenize("🙂", add_special=False)) > 1  # the emoji is cut between tokens
+    cuts = [driver.detokenize(tokens[:n]) for n in range(len(tokens) + 1)]
+    assert cuts[-1] == text
+    assert all(text.startswith(cut) and "\ufffd" not in cut for cut in cuts)
+
+
+class _CallerGone(Exception):
+    pass
+
+
+def test_a_generation_its_caller_stops_frees_the_session_on_every_stage(
+        driver: RouteDriver, three_stages: list[WorkerProcess]) -> None:
+    def stop_after_three(token: int, seen: list[int] = []) -> None:  # noqa: B006
+        seen.append(token)
+        if len(seen) == 3:
+            raise _CallerGone
+
+    with pytest.raises(_CallerGone):
+        driver.generate(PROMPTS[0], max_tokens=50, stop_at_eos=False, on_token=stop_after_three)
+    free = [StageClient(w.endpoint).capacity() for w in three_stages]
+    assert [c.slots_free for c in free] == [c.slots_total for c in free]
 
 
 def test_generation_stops_at_the_end_of_generation_token(driver: RouteDriver) -> None:

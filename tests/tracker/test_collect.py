@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from meshnet.route.launch import WorkerProcess, WorkerSpec, start_route
-from meshnet.tracker.collect import sample_stages
+from meshnet.tracker.collect import StageChannels, sample_stages
 
 
 @pytest.fixture(scope="module")
@@ -63,3 +63,22 @@ def test_a_port_nobody_listens_on_is_unreachable_at_once() -> None:
     [sample] = asyncio.run(sample_stages({"x": "127.0.0.1:1"}, timeout=2.0)).values()
 
     assert sample.info is None and "UNAVAILABLE" in (sample.error or "")
+
+
+def test_stage_channels_serve_every_pass_over_one_stub_per_stage(
+        workers: list[WorkerProcess]) -> None:
+    endpoints = {"a": workers[0].endpoint, "b": workers[1].endpoint}
+
+    async def passes() -> tuple[list[bool], bool]:
+        channels = StageChannels()
+        first = [await channels.stub(e) for e in endpoints.values()]
+        answered = []
+        for _ in range(3):
+            samples = await sample_stages(endpoints, timeout=5.0, channels=channels)
+            answered += [s.capacity is not None for s in samples.values()]
+        last = [await channels.stub(e) for e in endpoints.values()]
+        await channels.close()
+        return answered, all(a is b for a, b in zip(first, last, strict=True))
+
+    answered, same = asyncio.run(passes())
+    assert answered == [True] * 6 and same

@@ -21,6 +21,7 @@ import yaml
 from meshnet.devtools.tracker import LoopbackTracker
 from meshnet.paths import repo_root
 from meshnet.pin.manifest import load_manifest
+from meshnet.route.launch import free_port
 from meshnet.route.stage import StageClient
 from meshnet.tracker.schema import SCHEMA_FILE
 from meshnet.tracker.validate import report_errors
@@ -40,12 +41,13 @@ class Up:
         route_file.write_text(yaml.safe_dump_all(docs, sort_keys=False))
         self.env = {**os.environ, "MESHNET_CACHE": str(tmp / "cache")}
         self.log = tmp / "up.log"
+        self.serve = f"127.0.0.1:{free_port()}"
         self.token_file = tmp / "token"
         self.token_file.write_text(TOKEN + "\n")
         with self.log.open("w") as sink:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "meshnet.cli", "up", "-f", str(route_file),
-                 "--threads", "1", "--interval", "0.3"],
+                 "--threads", "1", "--interval", "0.3", "--serve", self.serve],
                 env=self.env, stdout=sink, stderr=subprocess.STDOUT)
         self.registry = tmp / "cache" / "routes" / "smollm2.json"
 
@@ -127,7 +129,8 @@ def test_local_workers_are_advertised_only_once_their_lane_is_certified(
     assert latest["certification"]["certificate"] == certificate
     assert latest["certification"]["lane"] == certificate["lane"]
     assert latest["route"] == {"name": "smollm2", "namespace": "local", "epoch": 1,
-                               "routeDigest": entry["routeDigest"]}
+                               "routeDigest": entry["routeDigest"],
+                               "endpoint": f"http://{up.serve}/v1"}
     assert latest["provider"] == {"id": "test-provider", "cluster": "test-host"}
     pin = load_manifest(repo_root() / "llama-pin.yaml")
     assert latest["recipe"]["llamaCppCommit"] == pin.upstream.commit

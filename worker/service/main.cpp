@@ -59,7 +59,7 @@ int main(int argc, char ** argv) {
     }
 
     meshnet::worker_server server;
-    if (!server.start(params, *engine, error, meshnet::gguf_eos_token_ids(params.model_path), placement)) {
+    if (!server.start(params, *engine, error, meshnet::gguf_vocab_read(params.model_path), placement)) {
         std::fprintf(stderr, "error: %s\n", error.c_str());
         return 1;
     }

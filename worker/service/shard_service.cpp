@@ -2,6 +2,7 @@
 // reaches the engine, so a bad request never touches a session's state.
 #include "shard_service.h"
 #include "relay_stream.h"
+#include "utf8_text.h"
 #include "write_queue.h"
 
 #include <algorithm>
@@ -86,11 +87,12 @@ metrics_registry::gauges shard_service::gauges() const {
     now.kv_tokens_used   = steps_.kv_used();
     now.kv_tokens_total  = engine_.kv_total();
     now.queue_depth      = steps_.queue_depth();
+    now.epoch            = identity_.epoch;
     return now;
 }
 
 void shard_service::finish(grpc::ServerUnaryReactor * reactor, const char * rpc, const grpc::Status & status) {
-    metrics_.count_request(rpc, status_code_name(status.error_code()));
+    metrics_.count_answer(rpc, status);
     reactor->Finish(status);
 }
 
@@ -244,10 +246,17 @@ std::optional<shard_error> shard_service::prepare(const pb::ForwardRequest & req
         if (plan.kind == pb::OUTPUT_KIND_UNSPECIFIED) {
             plan.kind = pb::OUTPUT_KIND_LOGITS;
         }
+        // Rows in increasing order, each once: a request asks for at most its own rows,
+        // so what its answer holds is bounded by the step limit (rows x n_vocab).
         for (int32_t row : request.output().rows()) {
             if (row < 0 || row >= n) {
                 return make_error(error_reason::invalid_output_request,
                     "row " + std::to_string(row) + " is outside the step's " + std::to_string(n) + " rows");
+            }
+            if (!plan.rows.empty() && row <= plan.rows.back()) {
+                return make_error(error_reason::invalid_output_request,
+                    "output rows must increase, each asked once (row " + std::to_string(row) + " after " +
+                    std::to_string(plan.rows.back()) + ")");
             }
             plan.rows.push_back(row);
         }
@@ -332,13 +341,18 @@ void shard_service::flush_relays() {
     for (auto & entry : *entries) {
         steps.push_back(std::move(entry.request));
     }
-    next_->send(std::move(steps), [this, entries](std::vector<relay_answer> & answers) {
+    const auto sent = std::chrono::steady_clock::now();
+    next_->send(std::move(steps), [this, entries, sent](std::vector<relay_answer> & answers) {
+        const int64_t round_trip = std::chrono::duration_cast<std::chrono::microseconds>(
+            std::chrono::steady_clock::now() - sent).count();
         // Decode loops feed these answers straight back in: held, their next steps are
         // all queued before the engine takes any, and run together as they came.
         auto hold = steps_.hold();
         for (size_t i = 0; i < entries->size(); ++i) {
             relay_entry & entry = (*entries)[i];
             if (answers[i].status.ok()) {
+                const int64_t hop = round_trip - answers[i].response.server_micros();
+                metrics_.observe_next_hop_seconds(static_cast<double>(std::max<int64_t>(hop, 0)) * 1e-6);
                 *entry.response = std::move(answers[i].response);
                 auto * chain = entry.response->mutable_chain();
                 *chain->Add() = entry.own;
@@ -433,8 +447,10 @@ grpc::ServerUnaryReactor * shard_service::GetInfo(grpc::CallbackServerContext * 
     response->set_max_step_tokens(identity_.max_step_tokens);
     response->set_max_message_bytes(identity_.max_message_bytes);
     response->mutable_eos_token_ids()->Add(identity_.eos_token_ids.begin(), identity_.eos_token_ids.end());
+    response->set_chat_template(identity_.chat_template);
     response->set_next_stage(identity_.next_stage);
     response->set_local_relay_port(static_cast<uint32_t>(identity_.local_relay_port));
+    response->set_local_relay_token(identity_.local_relay_token);
     pb::ComputePlacement * placement = response->mutable_placement();
     placement->set_host_id(identity_.placement.host_id);
     placement->mutable_cpus()->Add(identity_.placement.cpus.begin(), identity_.placement.cpus.end());
@@ -496,11 +512,13 @@ class forward_stream_reactor final
     : public grpc::ServerBidiReactor<pb::ForwardStreamRequest, pb::ForwardStreamResponse> {
 public:
     explicit forward_stream_reactor(shard_service & service) : service_(service) {
+        reading_ = true;
         StartRead(&request_);
     }
 
     void OnReadDone(bool ok) override {
         std::unique_lock<std::recursive_mutex> lock(mutex_);
+        reading_ = false;
         if (!ok) { // half-close or cancellation: finish once the work in hand is answered
             reads_done_ = true;
             maybe_finish(lock);
@@ -510,9 +528,7 @@ public:
         if (!busy_) {
             start_next(lock);
         }
-        if (!finishing_) {
-            StartRead(&request_);
-        }
+        read_more();
     }
 
     void OnWriteDone(bool ok) override {
@@ -547,7 +563,19 @@ private:
         }
         pb::ForwardRequest request = std::move(pending_.front());
         pending_.pop_front();
+        read_more();
         submit(lock, std::move(request));
+    }
+
+    // Reads the next request unless enough wait already: a client that sends faster than
+    // the steps run is held back by the transport's flow control, so what one stream
+    // holds here stays bounded (the caller holds the lock).
+    void read_more() {
+        if (finishing_ || reads_done_ || reading_ || pending_.size() >= max_waiting_requests) {
+            return;
+        }
+        reading_ = true;
+        StartRead(&request_);
     }
 
     void submit(std::unique_lock<std::recursive_mutex> & lock, pb::ForwardRequest request) {
@@ -658,7 +686,7 @@ private:
         finishing_ = true;
         final_status_ = status;
         pending_.clear();
-        service_.metrics().count_request("ForwardStream", status_code_name(status.error_code()));
+        service_.metrics().count_answer("ForwardStream", status);
         write_next(lock); // answers held for the next send go first
         maybe_finish(lock);
     }
@@ -676,7 +704,9 @@ private:
     shard_service &                       service_;
     pb::ForwardStreamRequest              request_;
     write_queue<pb::ForwardStreamResponse> writes_;
+    static constexpr size_t               max_waiting_requests = 4;
     std::deque<pb::ForwardRequest>        pending_;
+    bool                                  reading_ = false; // a StartRead is outstanding
     std::atomic<bool>                     cancelled_{false};
     // Recursive: a reaction the library runs inline from StartWrite/Finish must not
     // deadlock on the lock its caller holds.
@@ -765,7 +795,10 @@ grpc::ServerUnaryReactor * shard_service::Detokenize(grpc::CallbackServerContext
             std::string("detokenize: ") + engine_status_name(status))));
         return reactor;
     }
-    response->set_text(text);
+    // a proto3 string must be valid UTF-8 (clients refuse the whole answer otherwise)
+    utf8_text complete = utf8_complete(text);
+    response->set_text(std::move(complete.text));
+    response->set_pending(std::move(complete.pending));
     finish(reactor, "Detokenize", grpc::Status::OK);
     return reactor;
 }

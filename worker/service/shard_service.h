@@ -39,10 +39,12 @@ struct service_identity {
     int64_t     max_message_bytes = 64ll << 20;
     int32_t     max_step_tokens   = 512;
     std::vector<int32_t> eos_token_ids; // from the GGUF vocabulary (engine_info has none)
+    std::string chat_template;          // the GGUF's tokenizer.chat_template ("" when none)
     std::string next_stage;             // chain successor ("" when none)
     std::chrono::milliseconds stream_flush{100}; // decode loop answers are sent at least this often
     compute_placement         placement;         // where the engine computes
     int32_t                   local_relay_port = 0; // GetInfo: the local relay (0: none)
+    std::string               local_relay_token;    // GetInfo: what its connections open with
 };
 
 // How the answer to one accepted step is built once the engine ran it.

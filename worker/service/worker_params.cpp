@@ -31,6 +31,12 @@ const char * worker_params_usage() {
         "  --batch-wait-us N         let a step wait up to N us while other sessions' steps keep\n"
         "                            arriving, to share its decode (default: 0: a stage never\n"
         "                            idles while steps are queued; those queued share a decode)\n"
+        "  --exact-batch-rows N      batch invariance: a session's tokens do not depend on what\n"
+        "                            else the stage batches. A prefill step runs alone and at most\n"
+        "                            N decode steps share one engine step (the widths whose CPU\n"
+        "                            kernels compute each row as alone). 0: any mix, faster under\n"
+        "                            load, rows may differ in their last bits (default: 8 on the\n"
+        "                            CPU, 0 with --gpu-layers: GPU kernels do not promise it)\n"
         "  --pipeline-depth N        stages in the route: concurrent sessions are split into N\n"
         "                            groups so that every stage computes one at a time (default:\n"
         "                            the model's layers / this stage's layers, rounded)\n"
@@ -39,8 +45,10 @@ const char * worker_params_usage() {
         "                            one goes at once (default: 100; 0: send each at once)\n"
         "  --tls-cert F --tls-key F  serve TLS with this PEM certificate chain and key\n"
         "  --tls-client-ca F         require client certificates signed by this CA (mTLS)\n"
-        "  --next-stage ADDR         chain: relay steps to this worker (with TLS: trusted via\n"
-        "                            --tls-client-ca, presenting --tls-cert)\n"
+        "  --next-stage ADDR         chain: relay steps to this worker (with TLS: presenting\n"
+        "                            --tls-cert, trusting --next-stage-ca or --tls-client-ca)\n"
+        "  --next-stage-ca F         the CA that signed the next stage's certificate: the link\n"
+        "                            to it is TLS (default: --tls-client-ca, where given)\n"
         "  --local-relay on|off      without TLS: take relayed steps from a previous stage on this\n"
         "                            host over a plain socket on 127.0.0.1 (GetInfo says its port),\n"
         "                            and send them so to a --next-stage on 127.0.0.1 that offers\n"
@@ -83,6 +91,7 @@ bool worker_params_parse(int argc, char ** argv, worker_params & params, std::st
         {"--tls-cert",        string_into(params.tls_cert)},
         {"--tls-key",         string_into(params.tls_key)},
         {"--tls-client-ca",   string_into(params.tls_client_ca)},
+        {"--next-stage-ca",   string_into(params.next_stage_ca)},
         {"--next-stage",      string_into(params.next_stage)},
         {"--slots",           int32_into(params.n_slots, 1)},
         {"--ctx",             int32_into(params.n_ctx, 1)},
@@ -90,6 +99,7 @@ bool worker_params_parse(int argc, char ** argv, worker_params & params, std::st
         {"--threads",         int32_into(params.n_threads, 0)},
         {"--gpu-layers",      int32_into(params.n_gpu_layers, 0)},
         {"--pipeline-depth",  int32_into(params.pipeline_depth, 1)},
+        {"--exact-batch-rows", int32_into(params.exact_batch_rows, 0)},
         {"--epoch", [&](const std::string & v) {
             int64_t n;
             if (!parse_int64(v, n) || n < 0) return false;
@@ -166,6 +176,18 @@ bool worker_params_parse(int argc, char ** argv, worker_params & params, std::st
     }
     if (!params.tls_client_ca.empty() && params.tls_cert.empty()) {
         error = "--tls-client-ca needs --tls-cert and --tls-key";
+        return false;
+    }
+    // Without a CA the link could verify the next stage against no root and would only
+    // time out; say what is missing instead.
+    if (!params.next_stage.empty() && !params.tls_cert.empty() && params.next_stage_ca.empty() &&
+        params.tls_client_ca.empty()) {
+        error = "with TLS, --next-stage needs the CA that signed the next stage's certificate: "
+                "--next-stage-ca F (or --tls-client-ca F for mTLS, one CA for the route)";
+        return false;
+    }
+    if (!params.next_stage_ca.empty() && params.next_stage.empty()) {
+        error = "--next-stage-ca needs --next-stage";
         return false;
     }
     return true;

@@ -9,6 +9,10 @@
 
 namespace meshnet {
 
+// Decode rows that share an engine step with batch invariance on the CPU lane: the widths
+// whose kernels compute each row as alone (patches 0006-0008).
+constexpr int32_t cpu_exact_batch_rows = 8;
+
 struct worker_params {
     std::string model_path;
     int32_t     layer_begin     = 0;
@@ -30,10 +34,12 @@ struct worker_params {
     int64_t     evict_idle_ms   = 1000;
     int64_t     batch_wait_us   = 0;
     int32_t     pipeline_depth  = 0;            // stages in the route; 0: n_layer / owned layers
+    int32_t     exact_batch_rows = -1;          // batch invariance (batch_limits); 0: off, -1: auto
     int64_t     stream_flush_ms = 100;          // decode loop: send its answers at least this often
     std::string tls_cert;
     std::string tls_key;
     std::string tls_client_ca;                  // set: clients must present a cert (mTLS)
+    std::string next_stage_ca;                  // verifies --next-stage (default: tls_client_ca)
     std::string next_stage;                     // chain: relay steps here (HOST:PORT)
     bool        local_relay     = true;         // offer / use the local relay (no TLS only)
     int64_t     exit_with_parent = 0;           // stop when this process (our parent) exits

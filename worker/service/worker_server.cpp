@@ -57,12 +57,20 @@ static int32_t pipeline_depth(const worker_params & params, const engine_info & 
     return std::max<int32_t>(1, (info.n_layer + owned / 2) / owned);
 }
 
+// Batch invariance as asked, or by lane: the CPU kernels' exact widths, off when offloaded.
+static size_t exact_batch_rows(const worker_params & params) {
+    if (params.exact_batch_rows >= 0) {
+        return static_cast<size_t>(params.exact_batch_rows);
+    }
+    return params.n_gpu_layers > 0 ? 0 : static_cast<size_t>(cpu_exact_batch_rows);
+}
+
 worker_server::~worker_server() {
     stop(0);
 }
 
 bool worker_server::start(const worker_params & params, engine_i & engine, std::string & error,
-                          std::vector<int32_t> eos_token_ids, compute_placement placement) {
+                          gguf_vocab_facts vocab, compute_placement placement) {
     const engine_info & info = engine.info();
     identity_.route_id          = params.route_id;
     identity_.epoch             = params.epoch;
@@ -75,7 +83,8 @@ bool worker_server::start(const worker_params & params, engine_i & engine, std::
     identity_.max_message_bytes = params.max_message_bytes;
     identity_.max_step_tokens   = params.n_batch;
     identity_.stream_flush      = std::chrono::milliseconds(params.stream_flush_ms);
-    identity_.eos_token_ids     = std::move(eos_token_ids);
+    identity_.eos_token_ids     = std::move(vocab.eos_token_ids);
+    identity_.chat_template     = std::move(vocab.chat_template);
     identity_.next_stage        = params.next_stage;
     identity_.placement         = std::move(placement);
 
@@ -106,11 +115,14 @@ bool worker_server::start(const worker_params & params, engine_i & engine, std::
     std::shared_ptr<grpc::Channel> next_stage;
     if (!params.next_stage.empty()) {
         std::shared_ptr<grpc::ChannelCredentials> channel_credentials = grpc::InsecureChannelCredentials();
-        if (!params.tls_cert.empty()) { // mTLS between stages: our cert, the route's CA
+        // TLS to the next stage: trusting its CA, presenting our certificate if we have one
+        // (the next stage may require it: mTLS).
+        const std::string & roots = params.next_stage_ca.empty() ? params.tls_client_ca : params.next_stage_ca;
+        if (!roots.empty()) {
             grpc::SslCredentialsOptions ssl;
-            if (!read_file(params.tls_key, ssl.pem_private_key, error) ||
-                !read_file(params.tls_cert, ssl.pem_cert_chain, error) ||
-                (!params.tls_client_ca.empty() && !read_file(params.tls_client_ca, ssl.pem_root_certs, error))) {
+            if (!read_file(roots, ssl.pem_root_certs, error) ||
+                (!params.tls_cert.empty() && (!read_file(params.tls_key, ssl.pem_private_key, error) ||
+                                              !read_file(params.tls_cert, ssl.pem_cert_chain, error)))) {
                 return false;
             }
             channel_credentials = grpc::SslCredentials(ssl);
@@ -126,25 +138,28 @@ bool worker_server::start(const worker_params & params, engine_i & engine, std::
         next_stage = grpc::CreateCustomChannel(params.next_stage, channel_credentials, arguments);
     }
 
-    // The local relay: only without TLS, where it opens nothing the gRPC port does not.
+    // The local relay: only without TLS, and not beside a Unix socket (whose file
+    // permissions guard the service), so it opens nothing the gRPC port does not.
     const bool tls = !params.tls_cert.empty();
-    if (params.local_relay && !tls) {
+    if (params.local_relay && !tls && params.listen.rfind("unix:", 0) != 0) {
         local_relay_ = std::make_unique<local_relay_server>();
         std::string why;
         if (local_relay_->listen(why)) {
-            identity_.local_relay_port = local_relay_->port();
+            identity_.local_relay_port  = local_relay_->port();
+            identity_.local_relay_token = local_relay_->token();
         } else { // gRPC carries the relay then, as with --local-relay off
             std::fprintf(stderr, "meshnet-shard-worker: no local relay (%s)\n", why.c_str());
             local_relay_.reset();
         }
     }
-    const bool next_stage_local = params.local_relay && !tls && is_loopback(params.next_stage) &&
+    const bool next_stage_local = params.local_relay && !tls && params.next_stage_ca.empty() &&
+                                  is_loopback(params.next_stage) &&
                                   params.next_stage.rfind("unix:", 0) != 0;
 
     sessions_  = std::make_unique<session_store>(info.n_slots, std::chrono::milliseconds(params.evict_idle_ms));
     scheduler_ = std::make_unique<scheduler>(engine, *sessions_, params.n_batch,
                                              std::chrono::microseconds(params.batch_wait_us),
-                                             pipeline_depth(params, info));
+                                             pipeline_depth(params, info), exact_batch_rows(params));
     registry_  = std::make_unique<metrics_registry>();
     service_   = std::make_unique<shard_service>(identity_, engine, *sessions_, *scheduler_, *registry_, next_stage,
                                                  next_stage_local);
@@ -159,8 +174,14 @@ bool worker_server::start(const worker_params & params, engine_i & engine, std::
     const int64_t transport_limit = std::min<int64_t>(INT32_MAX, 2 * params.max_message_bytes + (1 << 20));
     builder.SetMaxReceiveMessageSize(static_cast<int>(transport_limit));
     builder.SetMaxSendMessageSize(-1);
+    // Connections that never finish their handshake, or hold no call for long, are
+    // closed (a client's channel reconnects by itself), so idle ones cannot pile up.
+    builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, 10000);
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, 5 * 60 * 1000);
     if (local_relay_) {
-        local_relay_->start(*service_, static_cast<size_t>(transport_limit));
+        local_relay_limits limits;
+        limits.max_frame_bytes = static_cast<size_t>(transport_limit);
+        local_relay_->start(*service_, limits);
     }
     server_ = builder.BuildAndStart();
     if (!server_ || port_ == 0) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "engine.h"
+#include "gguf_vocab.h"
 #include "metrics.h"
 #include "scheduler.h"
 #include "session_store.h"
@@ -22,9 +23,10 @@ public:
     ~worker_server();
 
     // Serves `engine` as `params` say; false with `error` set when it cannot.
-    // `placement`: where the engine computes, for GetInfo (host_facts.h).
+    // `vocab`: end-of-generation ids and chat template; `placement`: where the engine
+    // computes (host_facts.h); both for GetInfo.
     bool start(const worker_params & params, engine_i & engine, std::string & error,
-               std::vector<int32_t> eos_token_ids = {}, compute_placement placement = {});
+               gguf_vocab_facts vocab = {}, compute_placement placement = {});
     // Stops accepting, lets in-flight calls finish (up to `grace_ms`), stops the engine thread.
     void stop(int grace_ms = 2000);
 

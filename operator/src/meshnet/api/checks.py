@@ -20,8 +20,18 @@ class Problem:
 
 
 def route_problems(spec: ShardRouteSpec, block_count: int | None) -> list[Problem]:
-    """Every reason the stages cannot be served; empty when they can."""
+    """Every reason the stages cannot be served; empty when they can.
+
+    `block_count` is the number of layers the stages must cover together (the artifact's
+    main layers), None while it is unknown.
+    """
     problems: list[Problem] = []
+    first = spec.stages[0]
+    if first.layers.begin != 0:
+        problems.append(Problem(
+            "spec.stages[0].layers", f"stage {first.name!r} begins at layer {first.layers.begin}:"
+            f" {_layers(0, first.layers.begin)} would never run (the first stage must begin at 0)",
+        ))
     if spec.recipe.mtp != "Disabled":
         problems.append(Problem("spec.recipe.mtp", "mtp is reserved and must be Disabled"))
     seen: set[str] = set()
@@ -51,4 +61,16 @@ def route_problems(spec: ShardRouteSpec, block_count: int | None) -> list[Proble
                 f" but the artifact has only {block_count} blocks",
             ))
         previous_end = layers.end
+    last = spec.stages[-1]
+    if block_count is not None and last.layers.end < block_count:
+        problems.append(Problem(
+            f"spec.stages[{len(spec.stages) - 1}].layers", f"stage {last.name!r} ends at layer"
+            f" {last.layers.end} but the artifact has {block_count} blocks:"
+            f" {_layers(last.layers.end, block_count)} would never run",
+        ))
     return problems
+
+
+def _layers(begin: int, end: int) -> str:
+    """'layer 29', or 'layers [20, 30)' for several."""
+    return f"layer {begin}" if end - begin == 1 else f"layers [{begin}, {end})"

@@ -117,7 +117,9 @@ def crd_documents() -> dict[str, dict[str, Any]]:
         shardroute.ShardRouteSpec, shardroute.ShardRouteStatus,
         [{"name": "Epoch", "type": "integer", "jsonPath": ".status.epoch"},
          {"name": "Stages", "type": "string", "jsonPath": ".status.stagesReady"},
-         {"name": "Coverage", "type": "string", "jsonPath": ".status.coverage"}],
+         {"name": "Coverage", "type": "string", "jsonPath": ".status.coverage"},
+         {"name": "Endpoint", "type": "string", "jsonPath": ".status.endpoint",
+          "priority": 1}],
     )
     artifact = _crd(
         modelartifact.KIND, modelartifact.PLURAL, "ma", modelartifact.ModelArtifact,

@@ -9,6 +9,9 @@ STAGE = f"{GROUP}/stage"
 EPOCH = f"{GROUP}/epoch"
 DIGEST = f"{GROUP}/route-digest"  # first 16 hex digits: label values stop at 63 characters
 TEMPLATE = f"{GROUP}/template-hash"
+# A route's gateway Deployment, its pods and Service carry GATEWAY (the route's name), not
+# ROUTE: the stages' headless Service selects ROUTE and must not pick gateway pods.
+GATEWAY = f"{GROUP}/gateway"
 ROUTE_DIGEST_ANNOTATION = f"{GROUP}/route-digest"
 MANAGED_BY = "app.kubernetes.io/managed-by"
 OPERATOR_NAME = "meshnet-operator"

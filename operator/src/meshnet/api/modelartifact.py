@@ -124,8 +124,9 @@ class ArtifactExpectations(ApiModel):
     )
 
 
-class ModelArtifactSpec(ApiModel):
-    """The desired model: its exact files, their source and their storage."""
+class ArtifactManifest(ApiModel):
+    """What the model is: its exact files and the facts its headers must show. All that
+    verifying a folder needs; `meshnet artifact manifest` writes it."""
 
     files: list[ArtifactFile] = Field(
         min_length=1, max_length=MAX_FILES,
@@ -134,8 +135,6 @@ class ModelArtifactSpec(ApiModel):
             "self.all(f, self.exists_one(g, g.name == f.name))", "file names must be unique",
         )),
     )
-    source: ArtifactSource = Field(description="Where the files come from.")
-    storage: ArtifactStorage = Field(description="Where the verified files are kept.")
     expectations: ArtifactExpectations = Field(
         default_factory=ArtifactExpectations, description="Facts the GGUF headers must match.",
     )
@@ -152,6 +151,13 @@ class ModelArtifactSpec(ApiModel):
         return sorted(f.name for f in self.files)[0]
 
 
+class ModelArtifactSpec(ArtifactManifest):
+    """The desired model: its manifest, the files' source and their storage."""
+
+    source: ArtifactSource = Field(description="Where the files come from.")
+    storage: ArtifactStorage = Field(description="Where the verified files are kept.")
+
+
 class ArtifactProgress(StatusModel):
     """How much of the artifact is verified."""
 
@@ -165,13 +171,24 @@ class GgufFacts(StatusModel):
     """Facts read from the GGUF headers."""
 
     architecture: str | None = Field(default=None, description="general.architecture.")
-    block_count: int | None = Field(default=None, description="Number of layers.")
+    block_count: int | None = Field(
+        default=None, description="<arch>.block_count: layers, MTP blocks included."
+    )
+    layers: int | None = Field(
+        default=None, description="Main layers, which a route's stages must cover together"
+        " (blockCount less the MTP blocks).",
+    )
     embedding_length: int | None = Field(default=None, description="n_embd.")
     boundary_schema: Literal["DENSE_RESIDUAL", "MHC_RESIDUAL"] | None = Field(
         default=None, description="Typed boundary exchanged between stages."
     )
     boundary_shape: list[int] = Field(
         default_factory=list, description="Boundary shape per token, e.g. [576] or [4, 4096]."
+    )
+    hash_layer_count: int | None = Field(
+        default=None, ge=1,
+        description="Leading layers that route experts by token id (deepseek4): a stage starting "
+        "inside them takes the token IDs beside the boundary. Absent when there are none.",
     )
 
 

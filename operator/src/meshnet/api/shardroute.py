@@ -159,6 +159,31 @@ class RouteTls(ApiModel):
     )
 
 
+class GatewayResources(ApiModel):
+    """Compute resources of each gateway pod (defaults: 100m CPU, 256Mi; limit 1Gi)."""
+
+    requests: dict[str, Quantity] = Field(
+        default_factory=dict, description="Resource requests, e.g. cpu: 500m, memory: 512Mi."
+    )
+    limits: dict[str, Quantity] = Field(default_factory=dict, description="Resource limits.")
+
+
+class Gateway(ApiModel):
+    """The route's OpenAI-compatible HTTP front door (`meshnet serve`): a Deployment and a
+    Service, ready while the route is servable."""
+
+    enabled: bool = Field(default=True, description="false: no gateway for this route.")
+    replicas: int = Field(default=1, ge=1, le=64, description="Gateway pods.")
+    max_waiting: int = Field(
+        default=16, ge=0, le=100000,
+        description="Requests each gateway pod queues beyond the route's session slots"
+                    " before it answers 429.",
+    )
+    resources: GatewayResources = Field(
+        default_factory=GatewayResources, description="Requests and limits of each pod."
+    )
+
+
 class ShardRouteSpec(
     ApiModel,
     json_schema_extra=validations(rule(
@@ -179,9 +204,14 @@ class ShardRouteSpec(
             rule("self.all(s, self.exists_one(t, t.name == s.name))", "stage names must be unique"),
             rule(CONTIGUOUS_RULE, "stages must be ordered and contiguous: each stage begins"
                  " where the previous one ends (no gaps, no overlaps)"),
+            rule("size(self) == 0 || self[0].layers.begin == 0",
+                 "the first stage must begin at layer 0: the layers before it would never run"),
         ),
     )
     tls: RouteTls | None = Field(default=None, description="TLS for the stage endpoints.")
+    gateway: Gateway = Field(
+        default_factory=Gateway, description="The route's OpenAI-compatible gateway."
+    )
 
 
 class StageStatus(StatusModel):
@@ -227,6 +257,9 @@ class ShardRouteStatus(StatusModel):
         default=None, description="Layers served out of the model's block count, e.g. 0-30/30."
     )
     capacity: RouteCapacity | None = Field(default=None, description="Capacity summary.")
+    endpoint: str | None = Field(
+        default=None, description="The gateway's OpenAI base URL in the cluster"
+                                  " (http://NAME-gateway.NAMESPACE.svc:PORT/v1).")
     conditions: list[Condition] = Field(
         default_factory=list, description="Ready, Progressing, Degraded, Certified."
     )

@@ -51,6 +51,10 @@ class RouteIdentity(ApiModel):
     epoch: int = Field(ge=0, description="Increments exactly when routeDigest changes.")
     route_digest: str | None = Field(pattern=DIGEST_PATTERN,
                                      description="null until the route has an identity.")
+    endpoint: str | None = Field(
+        default=None, max_length=2048,
+        description="Where clients send requests: the route's OpenAI-compatible base URL"
+                    " (its gateway); null when it has none.")
 
 
 class ArtifactFacts(ApiModel):

@@ -79,8 +79,11 @@ def _cross_check(doc: Document, artifacts: dict[tuple[str, str], dict[str, Any]]
 
 
 def block_count(artifact: dict[str, Any]) -> int | None:
-    """The artifact's layer count: read from the GGUF headers, else the expectation."""
-    facts = ((artifact.get("status") or {}).get("gguf") or {}).get("blockCount")
+    """The layers a route of the artifact must cover: the main layers the GGUF headers
+    declare, else their block count, else the expectation's (which counts MTP blocks too:
+    exact for every model without them)."""
+    facts = (artifact.get("status") or {}).get("gguf") or {}
     expected = ((artifact.get("spec") or {}).get("expectations") or {}).get("blockCount")
-    value = facts if facts is not None else expected
+    value = next((v for v in (facts.get("layers"), facts.get("blockCount"), expected)
+                  if v is not None), None)
     return int(value) if value is not None else None

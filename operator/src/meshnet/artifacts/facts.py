@@ -20,7 +20,7 @@ MHC_RESIDUAL = "MHC_RESIDUAL"
 
 _LAYER_TENSOR = re.compile(r"^blk\.(\d+)\.")
 _INPUT_PREFIXES = ("token_embd.",)
-_HEAD_PREFIXES = ("output.", "output_norm.", "hc_head")
+_HEAD_PREFIXES = ("output.", "output_norm.", "output_hc_")  # output_hc_*: deepseek4's mHC head
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,7 @@ class Boundary:
     schema: str
     shape: tuple[int, ...]
     token_ids: bool  # hash-routed layers need the token IDs beside the residual
+    hash_layers: int = 0  # the first layers route experts by token id (deepseek4)
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,7 @@ class ModelFacts:
                 "schema": self.boundary.schema,
                 "shape": list(self.boundary.shape),
                 "tokenIds": self.boundary.token_ids,
+                "hashLayers": self.boundary.hash_layers,
             },
             "bytesPerLayer": list(self.layer_bytes),
             "inputBytes": self.input_bytes,
@@ -85,11 +87,12 @@ def model_facts(ordered: Sequence[GGUFHeader]) -> ModelFacts:
     mtp_blocks = meta.get(f"{arch}.nextn_predict_layers", 0)
     layers = block_count - (mtp_blocks if isinstance(mtp_blocks, int) else 0)
     hc_mult = meta.get(f"{arch}.hyper_connection.count")
-    hash_layers = meta.get(f"{arch}.hash_layer_count", 0)
+    hashed = meta.get(f"{arch}.hash_layer_count", 0)
+    hash_layers = hashed if isinstance(hashed, int) and not isinstance(hashed, bool) else 0
     if isinstance(hc_mult, int) and hc_mult > 1:
-        boundary = Boundary(MHC_RESIDUAL, (hc_mult, n_embd), bool(hash_layers))
+        boundary = Boundary(MHC_RESIDUAL, (hc_mult, n_embd), hash_layers > 0, hash_layers)
     else:
-        boundary = Boundary(DENSE_RESIDUAL, (n_embd,), bool(hash_layers))
+        boundary = Boundary(DENSE_RESIDUAL, (n_embd,), hash_layers > 0, hash_layers)
 
     per_layer = [0] * layers
     input_bytes = head_bytes = shared_bytes = mtp_bytes = total = 0

@@ -2,19 +2,39 @@
 
 A marker says "this file, with this size and mtime, hashed to this sha256": a later
 pull or verify skips the file while the marker still matches the manifest and the file.
+Size and mtime are all it checks: bytes changed in place with the mtime put back pass
+until a full re-hash (`--full`).
+
+Every path here stays inside the destination: manifest names must be plain file names,
+and files of ours are opened without following a symbolic link found in their place.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import stat
 import time
+from collections.abc import Iterable
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, Any
 
 from meshnet.artifacts.spec import ArtifactFile
+from meshnet.errors import ArtifactSpecError, StorageRefused
 
 STATE_DIR = ".meshnet"
+
+
+def check_file_names(names: Iterable[str]) -> None:
+    """Refuse a manifest name that would lead outside the destination (or into our state)."""
+    for name in names:
+        if not name or name in (".", "..", STATE_DIR) or any(c in name for c in "/\\\0"):
+            raise ArtifactSpecError(
+                f"file name {name!r} is not a plain file name: a manifest names files inside"
+                f" the destination (no path separators, not '.', '..' or {STATE_DIR!r})"
+            )
 
 
 @dataclass(frozen=True)
@@ -28,18 +48,22 @@ class Layout:
         return self.dest / STATE_DIR
 
     def final(self, name: str) -> Path:
+        check_file_names([name])
         return self.dest / name
 
     def partial(self, name: str) -> Path:
-        return self.dest / f"{name}.partial"
+        return self.final(name).with_name(f"{name}.partial")
 
     def journal(self, name: str) -> Path:
+        check_file_names([name])
         return self.state / f"{name}.journal"
 
     def marker(self, name: str) -> Path:
+        check_file_names([name])
         return self.state / f"{name}.verified"
 
     def quarantine(self, name: str) -> Path:
+        check_file_names([name])
         return self.state / "quarantine" / name
 
 
@@ -71,16 +95,42 @@ def write_marker(layout: Layout, file: ArtifactFile) -> bool:
         "verifiedAt": int(time.time()),
     }
     try:
-        layout.state.mkdir(exist_ok=True)
+        make_private_dir(layout.state)
         write_atomic(layout.marker(file.name), json.dumps(marker, sort_keys=True) + "\n")
-    except OSError:
+    except (OSError, StorageRefused):
         return False
     return True
 
 
+def make_private_dir(path: Path) -> None:
+    """Create a folder of ours, refusing one that is a symbolic link (it could lead anywhere)."""
+    path.mkdir(parents=True, exist_ok=True)
+    if path.is_symlink() or not path.is_dir():
+        raise StorageRefused(f"{path} is a symbolic link or not a folder: refusing to write there")
+
+
+def open_new(path: Path, mode: str = "w+b") -> IO[Any]:
+    """A new, empty file at `path`. Whatever was there is removed first; a symbolic link is
+    removed, never followed, and O_EXCL fails rather than follow one planted meanwhile."""
+    with suppress(FileNotFoundError):
+        path.unlink()
+    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+    return os.fdopen(os.open(path, flags, 0o644), mode)
+
+
+def open_existing(path: Path, mode: str) -> IO[Any]:
+    """An existing regular file, opened for writing ("r+b" or "a") without following links."""
+    flags = os.O_NOFOLLOW | (os.O_WRONLY | os.O_APPEND if mode.startswith("a") else os.O_RDWR)
+    fd = os.open(path, flags)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise StorageRefused(f"{path} is not a regular file: refusing to write to it")
+    return os.fdopen(fd, mode)
+
+
 def write_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as handle:
+    with open_new(tmp, "w") as handle:
         handle.write(text)
         handle.flush()
         os.fsync(handle.fileno())

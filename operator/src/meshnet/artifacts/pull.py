@@ -1,9 +1,12 @@
 """`meshnet artifact pull`: provision a ModelArtifact into a folder, resumably.
 
-Per file: skip it when its verified marker matches; otherwise fetch it into
-`NAME.partial` (resuming from the checkpoint journal, see journal.py), hashing while
-writing; rename it into place only when the whole-file sha256 matches, else move the
-partial to quarantine and report HashMismatch naming the file and both digests.
+Per file: skip it when its verified marker matches (size and mtime, see markers.py);
+otherwise fetch it into `NAME.partial` (resuming from the checkpoint journal, see
+journal.py), hashing while writing; rename it into place only when the whole-file sha256
+matches, else move the partial to quarantine and report HashMismatch naming the file and
+both digests.
+Nothing is written outside the destination: names are checked first, and no symbolic
+link in the destination is followed.
 """
 
 from __future__ import annotations
@@ -12,14 +15,16 @@ import hashlib
 import json
 import os
 import random
+import stat
 import sys
 import time
 from collections.abc import Callable
-from contextlib import closing, suppress
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from meshnet.api.modelartifact import ArtifactManifest
 from meshnet.artifacts.facts import ModelFacts
 from meshnet.artifacts.hashing import READ_BYTES, sha256_file
 from meshnet.artifacts.journal import (
@@ -33,8 +38,12 @@ from meshnet.artifacts.journal import (
 )
 from meshnet.artifacts.markers import (
     Layout,
+    check_file_names,
     fsync_dir,
     has_valid_marker,
+    make_private_dir,
+    open_existing,
+    open_new,
     write_atomic,
     write_marker,
 )
@@ -221,7 +230,7 @@ class Puller:
     def _quarantine(self, path: Path, name: str) -> None:
         # Kept for inspection, one per name so a flapping source cannot fill the disk.
         target = self.layout.quarantine(name)
-        target.parent.mkdir(parents=True, exist_ok=True)
+        make_private_dir(target.parent)
         os.replace(path, target)
 
     def _open(self, file: ArtifactFile, outcome: FileOutcome) -> _Transfer:
@@ -232,13 +241,15 @@ class Puller:
             journal = parse_journal(journal_path.read_text())
         except (OSError, UnicodeDecodeError):
             journal = None
-        size = partial.stat().st_size if partial.exists() else None
+        size = _regular_size(partial)
+        if size is None and partial.is_symlink():
+            self.meter.log(f"{partial.name} is a symbolic link: replacing it, not following it")
         plan = plan_resume(file, journal, size)
         if size is not None:
             self.meter.log(f"{file.name}: {plan.why}")
         fresh = new_journal(file)
         keep: list[Chunk] = []
-        data = open(partial, "r+b" if size is not None else "w+b")  # noqa: SIM115 (kept open)
+        data = open_existing(partial, "r+b") if size is not None else open_new(partial)
         whole = hashlib.sha256()
         for chunk in plan.reuse:
             checked = self._recheck(data, chunk, whole)
@@ -266,7 +277,7 @@ class Puller:
             file,
             start,
             data,
-            open(journal_path, "a"),
+            open_existing(journal_path, "a"),
             whole=whole,
             offset=offset,
             piece_start=offset,
@@ -331,10 +342,20 @@ class Puller:
                 transfer.checkpoint()
 
 
+def _regular_size(path: Path) -> int | None:
+    """The size of a regular file at `path` itself (a link is not followed), else None."""
+    try:
+        info = path.lstat()
+    except FileNotFoundError:
+        return None
+    return info.st_size if stat.S_ISREG(info.st_mode) else None
+
+
 def _reusable_bytes(layout: Layout, file: ArtifactFile) -> int:
     for path in (layout.final(file.name), layout.partial(file.name)):
-        with suppress(OSError):
-            return min(path.stat().st_size, file.size)
+        size = _regular_size(path)
+        if size is not None:
+            return min(size, file.size)
     return 0
 
 
@@ -356,31 +377,36 @@ def _fetch_all(files: list[ArtifactFile], outcomes: dict[str, FileOutcome], pull
 
 
 def pull(
-    artifact: Artifact,
+    artifact: Artifact[ArtifactManifest],
     dest: Path,
     source: ByteSource,
     meters: MeterFactory,
     policy: RetryPolicy | None = None,
     rng: random.Random | None = None,
     sleep: Callable[[float], None] = time.sleep,
+    full: bool = False,
 ) -> PullSummary:
-    """Provision `artifact` into `dest`. Never raises ArtifactError: failures are in the summary."""
+    """Provision `artifact` into `dest`. Never raises ArtifactError: failures are in the summary.
+
+    With `full`, verified markers are not trusted: every file in place is hashed again.
+    """
     started = time.monotonic()
     spec = artifact.spec
     layout = Layout(dest)
     outcomes = {f.name: FileOutcome(f.name, f.size) for f in spec.files}
     summary = PullSummary(artifact.name, spec.manifest_digest(), str(dest), list(outcomes.values()))
     try:
+        check_file_names(f.name for f in spec.files)
         refuse_home(dest)
         check_split_names([f.name for f in spec.files])
         try:
-            layout.state.mkdir(parents=True, exist_ok=True)
+            make_private_dir(layout.state)
         except OSError as exc:
             raise StorageRefused(f"cannot create {layout.state}: {exc.strerror}") from None
         with exclusive(layout.state / "pull.lock", lambda: log_waiting(dest)):
             pending = []
             for file in spec.files:
-                if has_valid_marker(layout, file):
+                if not full and has_valid_marker(layout, file):
                     outcomes[file.name].state = "skipped"
                 else:
                     pending.append(file)

@@ -120,14 +120,15 @@ class DirectorySource:
 
 @contextmanager
 def open_source(
-    source: ArtifactSource, source_dir: Path | None = None
+    source: ArtifactSource | None, source_dir: Path | None = None
 ) -> Iterator[HttpSource | DirectorySource]:
-    """The byte source for a spec's `source`.
+    """The byte source for a spec's `source` (None: only `source_dir` or per-file urls).
 
     `source_dir` is where the source volume is mounted in this container: required for
     a PVC (its subPath is applied inside it), optional for a host path (default: the path).
     """
     chosen: HttpSource | DirectorySource
+    source = source or ArtifactSource()
     if source.pvc is not None:
         if source_dir is None:
             raise ArtifactSpecError(

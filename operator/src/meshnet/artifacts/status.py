@@ -127,7 +127,8 @@ def _conditions(
     ]
 
 
-def _facts(summary: Mapping[str, Any]) -> GgufFacts | None:
+def gguf_facts(summary: Mapping[str, Any]) -> GgufFacts | None:
+    """The GGUF facts a pull/verify summary recorded, as the status shows them."""
     facts = summary.get("gguf")
     if not isinstance(facts, Mapping):
         return None
@@ -137,9 +138,11 @@ def _facts(summary: Mapping[str, Any]) -> GgufFacts | None:
     return GgufFacts(
         architecture=facts.get("architecture"),
         block_count=facts.get("blockCount"),
+        layers=facts.get("layers"),
         embedding_length=facts.get("embeddingLength"),
         boundary_schema=boundary.get("schema"),
         boundary_shape=list(boundary.get("shape", [])),
+        hash_layer_count=int(boundary.get("hashLayers", 0)) or None,
     )
 
 
@@ -182,7 +185,7 @@ def artifact_status(
         short_digest=digest[:12],
         size=human_size(spec.total_bytes()),
         progress=progress,
-        gguf=_facts(summary) if summary is not None else None,
+        gguf=gguf_facts(summary) if summary is not None else None,
         conditions=[
             _condition(kind, value, reason, message, generation, now, previous_conditions)
             for kind, value, reason, message in _conditions(summary, job_phase)

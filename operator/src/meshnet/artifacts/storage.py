@@ -55,7 +55,8 @@ def exclusive(lock_file: Path, on_wait: Callable[[], None]) -> Iterator[None]:
     process holds it. A Job pod retried while its predecessor still terminates must not
     write the same partials; the kernel drops the lock when its holder dies, even by SIGKILL.
     """
-    with open(lock_file, "a") as handle:
+    fd = os.open(lock_file, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "a") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

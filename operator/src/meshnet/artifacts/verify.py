@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from meshnet.api.modelartifact import ArtifactExpectations
+from meshnet.api.modelartifact import ArtifactExpectations, ArtifactManifest
 from meshnet.artifacts.facts import ModelFacts, model_facts
 from meshnet.artifacts.gguf_header import read_header
 from meshnet.artifacts.hashing import sha256_file
-from meshnet.artifacts.markers import Layout, has_valid_marker, write_marker
+from meshnet.artifacts.markers import Layout, check_file_names, has_valid_marker, write_marker
 from meshnet.artifacts.progress import Meter
 from meshnet.artifacts.spec import Artifact
 from meshnet.artifacts.splitset import check_split_names, order_split_set
@@ -71,15 +71,17 @@ class VerifyReport:
 
 
 def verify_folder(
-    folder: Path, artifact: Artifact, meters: MeterFactory, full: bool = False
+    folder: Path, artifact: Artifact[ArtifactManifest], meters: MeterFactory, full: bool = False
 ) -> VerifyReport:
     """Hash every manifest file not already covered by a matching marker (all with `full`).
 
     Markers are written as files pass, so an interrupted verify resumes at the file it
-    stopped in; a read-only folder (a stage's mount) is verified without markers.
+    stopped in; a read-only folder (a stage's mount) is verified without markers. A marker
+    vouches only while size and mtime match: `full` re-hashes regardless.
     """
     spec = artifact.spec
     layout = Layout(folder)
+    check_file_names(f.name for f in spec.files)
     check_split_names([f.name for f in spec.files])
     missing = [f.name for f in spec.files if not layout.final(f.name).is_file()]
     if missing:

@@ -46,7 +46,13 @@ artifact_option = click.option(
     "artifact_file",
     required=True,
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="ModelArtifact YAML (apiVersion meshnet.dev/v1alpha1) whose spec.files is the manifest.",
+    help="ModelArtifact YAML (apiVersion meshnet.dev/v1alpha1) whose spec.files is the manifest;"
+    " spec.source and spec.storage may be left out (as `manifest` writes it).",
+)
+full_option = click.option(
+    "--full", is_flag=True,
+    help="Hash every file, even those with a matching verified marker (a marker checks only"
+    " size and mtime).",
 )
 
 
@@ -133,6 +139,7 @@ def _print_pull(summary: PullSummary) -> None:
     type=click.Path(exists=True, file_okay=False, path_type=Path),
     help="Copy from this folder (where a source PVC is mounted) instead of HTTP.",
 )
+@full_option
 @click.option(
     "--json", "as_json", is_flag=True, help="Print the summary as JSON on standard output."
 )
@@ -145,26 +152,36 @@ def pull_cmd(
     artifact_file: Path,
     dest: Path,
     source_dir: Path | None,
+    full: bool,
     as_json: bool,
     summary_file: Path | None,
 ) -> None:
     """Provision the artifact's files into DEST, resumably, and verify them.
 
-    A file whose verified marker matches is skipped. Others are downloaded with HTTP
-    Range resume into NAME.partial, hashed while written and checkpointed per chunk (a
-    killed pull re-checks what it has from local disk and downloads only the rest),
-    and renamed into place only when the sha256 matches. Exit status: 0 verified,
-    1 worth retrying (download failed, hash mismatch), 3 not worth retrying (spec,
-    split set, storage).
+    A file whose verified marker matches is skipped: the marker records size and mtime,
+    so bytes changed in place with the mtime restored go unnoticed unless --full. Others
+    are downloaded with HTTP Range resume into NAME.partial, hashed while written and
+    checkpointed per chunk (a killed pull re-checks what it has from local disk and
+    downloads only the rest), and renamed into place only when the sha256 matches. Files
+    come from spec.source, per-file urls, or --source-dir; nothing is written outside DEST
+    (file names must be plain names, symbolic links there are not followed). Exit status:
+    0 verified, 1 worth retrying (download failed, hash mismatch), 3 not worth retrying
+    (spec, split set, storage).
     """
     try:
         artifact = load_artifact(artifact_file)
+        if artifact.spec.source is None and source_dir is None \
+                and not all(f.url for f in artifact.spec.files):
+            raise ArtifactSpecError(
+                f"{artifact_file} has no spec.source: set spec.source.http.baseURL (`meshnet"
+                " artifact manifest --base-url URL`) or pass --source-dir"
+            )
     except ArtifactSpecError as exc:
         summary = PullSummary("", "", str(dest), result=exc.reason, message=str(exc))
     else:
         try:
             with open_source(artifact.spec.source, source_dir) as source:
-                summary = pull(artifact, dest, source, _meter)
+                summary = pull(artifact, dest, source, _meter, full=full)
         except ArtifactError as exc:
             summary = PullSummary(
                 artifact.name,
@@ -208,6 +225,11 @@ def _format_facts(facts: ModelFacts, stages: list[tuple[int, int]]) -> list[str]
         f"boundary           {boundary.schema} {shape}"
         + (" + token IDs" if boundary.token_ids else ""),
     ]
+    if boundary.hash_layers:
+        lines.append(
+            f"hash-routed layers 0:{boundary.hash_layers} (a stage starting in 1:"
+            f"{boundary.hash_layers} takes the token IDs beside the boundary)"
+        )
     sizes = set(facts.layer_bytes)
     if len(sizes) == 1:
         lines.append(f"bytes per layer    {facts.layer_bytes[0]:,} (each of {facts.layers} layers)")
@@ -230,9 +252,7 @@ def _format_facts(facts: ModelFacts, stages: list[tuple[int, int]]) -> list[str]
 @command.command("verify")
 @click.argument("folder", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @artifact_option
-@click.option(
-    "--full", is_flag=True, help="Hash every file, even those with a matching verified marker."
-)
+@full_option
 @click.option(
     "--stage",
     "stages",
@@ -248,10 +268,12 @@ def verify_cmd(
 ) -> None:
     """Verify FOLDER against the manifest and print the model's GGUF facts.
 
-    Files with a matching verified marker are trusted unless --full; the others are
-    hashed and get a marker, so an interrupted verify resumes where it stopped. Facts
-    come from the GGUF headers: architecture, block count, embedding length, boundary
-    schema and shape, and bytes per layer for computing any stage's footprint.
+    Files with a matching verified marker are trusted unless --full; a marker checks only
+    size and mtime, so bytes changed in place with the mtime restored pass until --full.
+    The others are hashed and get a marker, so an interrupted verify resumes where it
+    stopped. Only spec.files and spec.expectations are read. Facts come from the GGUF
+    headers: architecture, block count, embedding length, boundary schema and shape, and
+    bytes per layer for computing any stage's footprint.
     """
     ranges = [_parse_range(text) for text in stages]
     try:

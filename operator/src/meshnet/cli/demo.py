@@ -12,13 +12,16 @@ from pathlib import Path
 from typing import Any
 
 import click
+import httpx
 import yaml
 
 from meshnet.bundled import smollm2_gguf
 from meshnet.errors import MeshnetError
+from meshnet.gateway.chat import render_chat
 from meshnet.local.registry import RouteNotFound, lookup, process_alive
 from meshnet.paths import repo_root
 from meshnet.route import RouteDriver
+from meshnet.route.launch import free_port
 from meshnet.unsplit import unsplit_tokens
 
 PROMPT = "Write one sentence about why the sky is blue."
@@ -47,14 +50,16 @@ def wait_for_epoch(
     raise MeshnetError(f"route {name} did not reach epoch {epoch} in {timeout:.0f}s")
 
 
-def ask(entry: dict[str, Any]) -> list[int]:
+def ask(entry: dict[str, Any]) -> str:
+    """The driver's answer to the chat question, checked token for token against the
+    unsplit model."""
     endpoints = [s["endpoint"] for s in entry["stages"]]
-    click.echo(
-        f"$ meshnet generate --route {entry['name']} --prompt {PROMPT!r} --max-tokens {MAX_TOKENS}"
-    )
+    click.echo(f"$ meshnet generate --route {entry['name']} --chat {PROMPT!r} "
+               f"--max-tokens {MAX_TOKENS}")
     with RouteDriver(endpoints) as driver:
         driver.connect(wait=30)
-        answer = driver.generate(PROMPT, max_tokens=MAX_TOKENS, stop_at_eos=False)
+        chat = render_chat(driver.route.chat_template, [{"role": "user", "content": PROMPT}])
+        answer = driver.generate(chat, max_tokens=MAX_TOKENS)
     click.echo(f"answer: {answer.text.strip()}")
     reference = unsplit_tokens(smollm2_gguf(), answer.prompt_tokens, len(answer.tokens))
     same = reference == answer.tokens
@@ -65,7 +70,33 @@ def ask(entry: dict[str, Any]) -> list[int]:
     )
     if not same:
         raise MeshnetError("the split route's tokens differ from the unsplit model's")
-    return answer.tokens
+    return answer.text
+
+
+def ask_gateway(serve: str, name: str, expected: str) -> None:
+    """The same question through the OpenAI-compatible API `meshnet up` serves."""
+    click.echo(f"$ curl http://{serve}/v1/chat/completions -d '{{\"model\": \"{name}\", "
+               f"\"messages\": [{{\"role\": \"user\", \"content\": {PROMPT!r}}}], "
+               f"\"temperature\": 0, \"max_tokens\": {MAX_TOKENS}}}'")
+    body = {"model": name, "messages": [{"role": "user", "content": PROMPT}],
+            "temperature": 0, "max_tokens": MAX_TOKENS}
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            reply = httpx.post(f"http://{serve}/v1/chat/completions", json=body, timeout=120)
+            if reply.status_code != 503 or time.monotonic() > deadline:
+                break
+        except httpx.TransportError:
+            if time.monotonic() > deadline:
+                raise
+        time.sleep(0.5)  # the gateway is starting, or has not seen the new epoch yet
+    if reply.status_code != 200:
+        raise MeshnetError(f"the gateway answered {reply.status_code}: {reply.text}")
+    text = reply.json()["choices"][0]["message"]["content"]
+    click.echo(f"answer: {text.strip()}")
+    click.echo(f"the same text as the driver's: {'yes' if text == expected else 'NO'}")
+    if text != expected:
+        raise MeshnetError("the gateway's answer differs from the driver's")
 
 
 @click.command("demo")
@@ -75,6 +106,7 @@ def command() -> None:
     work = Path(tempfile.mkdtemp(prefix="meshnet-demo-"))
     route_file = work / "route.yaml"
     shutil.copy(example, route_file)
+    serve = f"127.0.0.1:{free_port()}"
     step(f"1. meshnet up -f {example.relative_to(repo_root())}  (a copy, so the demo can edit it)")
     click.echo(
         "   verifies the ModelArtifact, then starts one worker per stage on 127.0.0.1"
@@ -92,24 +124,28 @@ def command() -> None:
             "0.3",
             "--threads",
             "1",
+            "--serve",
+            serve,
         ],
         text=True,
     )
     try:
         first = wait_for_epoch("smollm2", 1, up)
         step("2. Ask the 3-stage route (layers 0:10, 10:20, 20:30)")
-        ask(first)
-        step("3. Edit the route file: two stages, 0:15 and 15:30 -> epoch 2")
+        text = ask(first)
+        step("3. The same question through the route's OpenAI-compatible API")
+        ask_gateway(serve, "smollm2", text)
+        step("4. Edit the route file: two stages, 0:15 and 15:30 -> epoch 2")
         docs = list(yaml.safe_load_all(route_file.read_text()))
         docs[1]["spec"]["stages"] = [
             {"name": n, "layers": {"begin": b, "end": e}} for n, b, e in TWO_STAGES
         ]
         route_file.write_text(yaml.safe_dump_all(docs, sort_keys=False))
         second = wait_for_epoch("smollm2", 2, up)
-        step("4. Ask the 2-stage route (epoch 2)")
+        step("5. Ask the 2-stage route (epoch 2)")
         ask(second)
     finally:
-        step("5. Ctrl-C: meshnet up stops every worker")
+        step("6. Ctrl-C: meshnet up stops the gateway and every worker")
         if up.poll() is None:
             up.send_signal(signal.SIGINT)
             up.wait(timeout=60)

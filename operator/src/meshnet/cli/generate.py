@@ -8,6 +8,7 @@ import sys
 import click
 
 from meshnet.cli.tls import tls_client_options
+from meshnet.gateway.chat import render_chat
 from meshnet.local.registry import lookup
 from meshnet.route import RouteDriver, Sampling, TlsFiles
 
@@ -18,6 +19,9 @@ from meshnet.route import RouteDriver, Sampling, TlsFiles
 @click.option("--route", "route_name", default=None, metavar="NAME",
               help="A route started by `meshnet up` on this machine (instead of --stage).")
 @click.option("--prompt", required=True, help="Prompt text (tokenized by the route).")
+@click.option("--chat", is_flag=True,
+              help="Send the prompt as a user message in the model's chat template (the "
+                   "answer is then the assistant's reply).")
 @click.option("--max-tokens", type=click.IntRange(1), default=64, show_default=True)
 @click.option("--temperature", type=click.FloatRange(0.0), default=0.0, show_default=True,
               help="0 is greedy.")
@@ -37,7 +41,8 @@ from meshnet.route import RouteDriver, Sampling, TlsFiles
 @click.option("--json", "as_json", is_flag=True,
               help="Print one JSON object: text, token ids, timings, recoveries.")
 @tls_client_options
-def command(stages: tuple[str, ...], route_name: str | None, prompt: str, max_tokens: int,
+def command(stages: tuple[str, ...], route_name: str | None, prompt: str, chat: bool,
+            max_tokens: int,
             temperature: float, top_k: int, top_p: float, seed: int, ignore_eos: bool,
             chunk: int | None, sample_locally: bool, topology: str, as_json: bool,
             tls: TlsFiles | None) -> None:
@@ -47,6 +52,8 @@ def command(stages: tuple[str, ...], route_name: str | None, prompt: str, max_to
     with RouteDriver(list(stages), tls=tls, chunk_tokens=chunk, sample_locally=sample_locally,
                      topology=topology) as driver:
         route = driver.connect(wait=10.0)
+        if chat:
+            prompt = render_chat(route.chat_template, [{"role": "user", "content": prompt}])
         printer = _TextStream(driver) if not as_json else None
         generation = driver.generate(
             prompt, max_tokens=max_tokens, sampling=sampling, stop_at_eos=not ignore_eos,

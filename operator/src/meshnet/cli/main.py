@@ -15,6 +15,7 @@ COMMAND_MODULES = [
     "meshnet.cli.pin",
     "meshnet.cli.artifact",
     "meshnet.cli.crds",
+    "meshnet.cli.monitoring",
     "meshnet.cli.validate",
     "meshnet.cli.operator",
     "meshnet.cli.worker",
@@ -22,6 +23,7 @@ COMMAND_MODULES = [
     "meshnet.cli.demo",
     "meshnet.cli.parity",
     "meshnet.cli.generate",
+    "meshnet.cli.serve",
     "meshnet.cli.certify",
     "meshnet.cli.tracker",
 ]

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 from types import FrameType
 
 import click
+from prometheus_client import start_http_server
 
+from meshnet.cli.serve import split_listen
 from meshnet.errors import MeshnetError
 from meshnet.local.backend import LocalBackend
 from meshnet.local.manifests import load_route_file
+from meshnet.operator.metrics import OperatorMetrics
 from meshnet.paths import cache_dir, repo_root
 from meshnet.pin.manifest import load_manifest
 from meshnet.route.launch import worker_binary
@@ -28,6 +34,23 @@ def _pin_digest() -> str:
         return "unknown"
 
 
+def _start_gateway(name: str, listen: str) -> subprocess.Popen[bytes]:
+    """`meshnet serve --route NAME`: it follows the route across epochs and restarts."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "meshnet.cli", "serve", "--route", name, "--listen", listen,
+         "--exit-with-parent", str(os.getpid())]
+    )
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
 def _print_route(backend: LocalBackend) -> None:
     entry = backend.route_entry()
     click.echo(
@@ -38,6 +61,8 @@ def _print_route(backend: LocalBackend) -> None:
         click.echo(f"  {stage['name']:<12} layers {stage['layers']:<8} {stage['endpoint']}")
     stages = " ".join(f"--stage {s['endpoint']}" for s in entry["stages"])
     click.echo(f"try: meshnet generate --route {entry['name']} --prompt 'Hello'   (or {stages})")
+    if entry["gateway"]:
+        click.echo(f"OpenAI-compatible API: {entry['gateway']}   (model {entry['name']!r})")
 
 
 def _stop_on_sigterm(_signum: int, _frame: FrameType | None) -> None:
@@ -68,21 +93,47 @@ def _stop_on_sigterm(_signum: int, _frame: FrameType | None) -> None:
     help="Seconds between reconciles (and checks of the file).",
 )
 @click.option("--dev", is_flag=True, help="Run the `worker build --dev` binary.")
-def command(path: Path, threads: int, interval: float, dev: bool) -> None:
+@click.option(
+    "--serve",
+    default="127.0.0.1:8000",
+    show_default=True,
+    metavar="HOST:PORT",
+    help="Serve the route's OpenAI-compatible API here (`meshnet serve`; '' disables).",
+)
+@click.option(
+    "--metrics-listen",
+    default="",
+    metavar="HOST:PORT",
+    help="Serve the operator's Prometheus metrics here ('' disables; workers have their own).",
+)
+def command(
+    path: Path, threads: int, interval: float, dev: bool, serve: str, metrics_listen: str
+) -> None:
     """Run the route in FILE on this machine until interrupted.
 
     Verifies (and copies to its storage hostPath) the ModelArtifact, starts one worker
     per stage on 127.0.0.1, and prints the route once every stage is ready. The file is
     watched: a changed stage layout starts epoch + 1, whose workers replace the old ones
-    once they are ready. A worker that dies is restarted with backoff. Ctrl-C stops
-    every worker.
+    once they are ready. A worker that dies is restarted with backoff. Once the route
+    is ready, its OpenAI-compatible gateway serves it on --serve. Ctrl-C stops the
+    gateway and every worker.
     """
     signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    metrics = OperatorMetrics()
+    if serve:
+        split_listen(serve, "--serve")
+    if metrics_listen:
+        # The operator's endpoint, over the same registry the reconciles below fill.
+        address, port = split_listen(metrics_listen, "--metrics-listen")
+        start_http_server(port, addr=address, registry=metrics.registry)
+        say(f"operator metrics on http://{metrics_listen}/metrics")
     backend = LocalBackend(
-        worker_binary(dev), cache_dir() / "logs", _pin_digest(), say, threads=threads
+        worker_binary(dev), cache_dir() / "logs", _pin_digest(), say, threads=threads,
+        metrics=metrics, gateway_url=f"http://{serve}/v1" if serve else None,
     )
     seen_mtime = -1.0
     announced: tuple[object, object] | None = None
+    gateway: subprocess.Popen[bytes] | None = None
     try:
         while True:
             mtime = path.stat().st_mtime
@@ -97,11 +148,15 @@ def command(path: Path, threads: int, interval: float, dev: bool) -> None:
             backend.reconcile()
             state = (backend.status.get("epoch"), backend.ready())
             if backend.ready() and state != announced:
+                if serve and (gateway is None or gateway.poll() is not None):
+                    gateway = _start_gateway(str(backend.route_entry()["name"]), serve)
                 _print_route(backend)
             announced = state
             time.sleep(interval)
     except KeyboardInterrupt:
         say("stopping ...")
     finally:
+        if gateway is not None:
+            _stop(gateway)
         stopped = backend.shutdown()
         say(f"stopped {stopped} workers")

@@ -4,6 +4,7 @@ the operator and kopf need, plus a kubelet stand-in that marks stage pods ready.
 from __future__ import annotations
 
 import asyncio
+import collections
 import datetime
 import itertools
 import json
@@ -28,6 +29,9 @@ from meshnet.operator.run import run
 from meshnet.operator.settings import OperatorSettings
 
 ALL_VERBS = ["get", "list", "watch", "create", "update", "patch", "delete"]
+VERBS = {kmock.action.FETCH: "get", kmock.action.LIST: "list", kmock.action.WATCH: "watch",
+         kmock.action.CREATE: "create", kmock.action.UPDATE: "patch",
+         kmock.action.DELETE: "delete"}
 RESOURCES: dict[str, dict[str, Any]] = {
     f"{GROUP}/{VERSION}/shardroutes": {"kind": "ShardRoute", "namespaced": True,
                                        "subresources": ["status"], "shortnames": ["sr"]},
@@ -35,6 +39,8 @@ RESOURCES: dict[str, dict[str, Any]] = {
                                           "subresources": ["status"], "shortnames": ["ma"]},
     "v1/pods": {"kind": "Pod", "namespaced": True, "subresources": ["status"]},
     "v1/services": {"kind": "Service", "namespaced": True},
+    "apps/v1/deployments": {"kind": "Deployment", "namespaced": True,
+                            "subresources": ["status"]},
     "v1/events": {"kind": "Event", "namespaced": True},
     # kopf only starts watching once it can scan these two.
     "apiextensions.k8s.io/v1/customresourcedefinitions": {"kind": "CustomResourceDefinition",
@@ -45,7 +51,8 @@ RESOURCES: dict[str, dict[str, Any]] = {
 
 class Emulator(kmock.KubernetesEmulator):
     """The emulator plus the metadata an API server fills in: uid, creationTimestamp,
-    generateName, resourceVersion, and a generation that moves with the spec."""
+    generateName, resourceVersion, and a generation that moves with the spec; `calls`
+    counts the requests by verb and resource (what a benchmark or a test reports)."""
 
     _serial = itertools.count(1)
 
@@ -53,8 +60,12 @@ class Emulator(kmock.KubernetesEmulator):
         # kmock keeps every request for assertions and matches each new one against that
         # history (quadratic at scale); we assert on objects, so keep only those in flight.
         self._in_flight.add(id(request))
-        if request.action == kmock.action.WATCH and request.resource is not None:
-            self.watched.add(request.resource.plural)
+        if request.resource is not None:
+            if request.action == kmock.action.WATCH:
+                self.watched.add(request.resource.plural)
+            target = "/".join(filter(None, (request.resource.plural, request.subresource)))
+            verb = VERBS.get(request.action) or str(request.method.value).lower()
+            self.calls[f"{verb} {target}"] += 1
         self._requests[:] = [r for r in self._requests if id(r) in self._in_flight]
         try:
             return await self._handle_k8s(request)
@@ -65,6 +76,7 @@ class Emulator(kmock.KubernetesEmulator):
         super().__attrs_post_init__()
         self._in_flight: set[int] = set()
         self.watched: set[str] = set()  # plurals someone watches (kopf, once it is serving)
+        self.calls: collections.Counter[str] = collections.Counter()  # "patch pods/status": n
 
     async def _handle_k8s(self, request: Any) -> Any:
         data = request.data

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from meshnet.local.manifests import RouteFile
 from meshnet.local.provision import LocalArtifact, provision
 from meshnet.local.registry import publish, withdraw
 from meshnet.local.stages import LocalStage, worker_spec
+from meshnet.operator.metrics import OperatorMetrics
 from meshnet.reconcile import (
     Create,
     Delete,
@@ -37,9 +39,19 @@ MAX_BACKOFF_S = 30.0
 
 class LocalBackend:
     def __init__(
-        self, binary: Path, log_dir: Path, pin_digest: str, say: Say, threads: int = 0
+        self,
+        binary: Path,
+        log_dir: Path,
+        pin_digest: str,
+        say: Say,
+        threads: int = 0,
+        metrics: OperatorMetrics | None = None,
+        gateway_url: str | None = None,
     ) -> None:
         self.binary = binary
+        self.gateway_url = gateway_url  # the OpenAI base URL `meshnet up` serves the route on
+        # The operator's own metrics, so one dashboard serves a cluster and this machine.
+        self.metrics = metrics or OperatorMetrics()
         self.log_dir = log_dir
         self.say = say
         self.threads = threads
@@ -51,6 +63,9 @@ class LocalBackend:
         self.status: dict[str, Any] = {}
         self.restarts: dict[str, int] = {}
         self.not_before: dict[str, float] = {}
+        # A crashed worker comes back on its port, so drivers holding the route's
+        # endpoints (`meshnet generate --route`) recover as they do from a pod restart.
+        self.ports: dict[str, int] = {}  # pod name -> its gRPC port
         self.service_hash: str | None = None
         self.route_file: RouteFile | None = None
         self.artifact: LocalArtifact | None = None
@@ -63,6 +78,10 @@ class LocalBackend:
         if previous is None or previous.artifact.get("spec") != route_file.artifact.get("spec"):
             self.say(f"provisioning ModelArtifact {route_file.artifact['metadata']['name']} ...")
             self.artifact = provision(route_file.artifact)
+            meta = route_file.artifact["metadata"]
+            self.metrics.status.artifact(
+                (meta.get("namespace") or "default", meta["name"]), self.artifact.status
+            )
             self.say(
                 f"artifact ready: {self.artifact.model_path} "
                 f"(manifestDigest {self.artifact.observed.manifest_digest})"
@@ -88,8 +107,11 @@ class LocalBackend:
 
     # ---- one reconcile -----------------------------------------------------------
     def reconcile(self) -> Plan:
+        started = time.monotonic()
+        self.metrics.reconciles.labels("ShardRoute").inc()
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        result = plan(self.observe(), self.config, now)
+        observed = self.observe()
+        result = plan(observed, self.config, now)
         for event in result.events:
             self.say(f"{event.reason}: {event.message}")
         if result.status is not None:
@@ -97,6 +119,11 @@ class LocalBackend:
         for action in result.actions:
             self._apply(action)
         self._finish_rollout()
+        key = (observed.route.namespace, observed.route.name)
+        self.metrics.duration.labels("ShardRoute").observe(time.monotonic() - started)
+        self.metrics.epoch_advances.inc(int(result.epoch_advanced))
+        self.metrics.route_conditions(key, result.conditions)
+        self.metrics.status.route(key, self.status)
         return result
 
     def _apply(self, action: Create | Patch | Delete) -> None:
@@ -112,16 +139,22 @@ class LocalBackend:
         stage = pod["metadata"]["labels"][labels.STAGE]
         if time.monotonic() < self.not_before.get(stage, 0.0):
             return  # backing off; the next reconcile asks again
+        name = pod["metadata"]["name"]
         spec = worker_spec(pod, self.artifact.model_path, self.threads)
+        if name in self.ports:
+            spec = replace(spec, listen=f"127.0.0.1:{self.ports[name]}")
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        process = WorkerProcess(self.binary, spec, self.log_dir / f"{pod['metadata']['name']}.log")
+        process = WorkerProcess(self.binary, spec, self.log_dir / f"{name}.log")
         entry = LocalStage(pod, process, restarts=self.restarts.get(stage, 0))
         self.stages[entry.name] = entry
         try:
             process.start()
         except WorkerStartError as exc:
-            self.say(f"stage {stage}: worker did not start: {exc}")
+            kept = self.ports.pop(name, None)  # taken meanwhile? the next start picks anew
+            self.say(f"stage {stage}: worker did not start"
+                     f"{f' on port {kept}' if kept else ''}: {exc}")
             return
+        self.ports[name] = process.port
         self.say(
             f"stage {stage}: layers {spec.layers[0]}:{spec.layers[1]} epoch {spec.epoch} "
             f"on {process.endpoint} (pid {process.pid})"
@@ -135,7 +168,9 @@ class LocalBackend:
         if entry.alive() and entry.epoch < epoch:
             entry.retiring = True  # keeps serving until epoch `epoch` is Ready
             return
-        if not entry.alive():
+        if entry.alive():
+            self.ports.pop(name, None)  # gone for good, not crashed
+        else:
             self._note_crash(entry)
         entry.process.stop()
         del self.stages[name]
@@ -158,6 +193,7 @@ class LocalBackend:
         for entry in retired:
             entry.process.stop()
             del self.stages[entry.name]
+            self.ports.pop(entry.name, None)
         if retired:
             self.say(
                 f"epoch {self.status['epoch']} is ready; stopped {len(retired)} workers "
@@ -196,11 +232,13 @@ class LocalBackend:
             "model": str(self.artifact.model_path) if self.artifact else "",
             "threads": self.threads,
             "file": str(self.route_file.path) if self.route_file else "",
+            "gateway": self.gateway_url,
             "stages": [
                 {
                     "name": s.stage,
                     "layers": "{}:{}".format(*s.process.spec.layers),
                     "endpoint": s.process.endpoint,
+                    "metrics": f"127.0.0.1:{s.process.metrics_port}",
                     "pid": s.process.pid,
                     "restarts": s.restarts,
                     "startedAt": s.started_at,

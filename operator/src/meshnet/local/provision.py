@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
-import importlib.resources
+import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from meshnet.api.modelartifact import ModelArtifactSpec
 from meshnet.artifacts.progress import ByteMeter, Meter
 from meshnet.artifacts.pull import pull
 from meshnet.artifacts.sources import DirectorySource, open_source
 from meshnet.artifacts.spec import Artifact, parse_artifact
+from meshnet.artifacts.status import artifact_status, node_copy
+from meshnet.bundled import package_dir
 from meshnet.errors import ArtifactError, MeshnetError
 from meshnet.reconcile import ObservedArtifact
 
@@ -29,6 +33,8 @@ class ProvisionError(MeshnetError):
 class LocalArtifact:
     observed: ObservedArtifact
     directory: Path  # where the verified files are
+    # The ModelArtifact status the operator would write for this pull (for metrics).
+    status: dict[str, Any] = field(default_factory=dict)
 
     @property
     def model_path(self) -> Path:
@@ -43,13 +49,13 @@ def _meter(total: int, title: str) -> Iterator[Meter]:
 
 def package_folder(url: str) -> Path:
     name = url.removeprefix(PACKAGE_SCHEME).strip("/")
-    try:
-        return Path(str(importlib.resources.files(name)))
-    except ModuleNotFoundError:
-        raise ProvisionError(f"{url}: the Python package {name!r} is not installed") from None
+    folder = package_dir(name)
+    if folder is None:
+        raise ProvisionError(f"{url}: the Python package {name!r} is not installed")
+    return folder
 
 
-def storage_dir(artifact: Artifact) -> Path:
+def storage_dir(artifact: Artifact[ModelArtifactSpec]) -> Path:
     storage = artifact.spec.storage
     if storage.host_path is None:
         raise ProvisionError(
@@ -83,4 +89,11 @@ def provision(document: dict[str, Any]) -> LocalArtifact:
         model_file=spec.model_file(),
         storage=spec.storage,
     )
-    return LocalArtifact(observed, dest)
+    pulled = summary.to_json()
+    status = artifact_status(spec, pulled, "Succeeded", generation=1, now=datetime.now(UTC))
+    # This machine is the one node, its storage hostPath the one copy.
+    status = status.model_copy(
+        update={"nodes": [node_copy(socket.gethostname(), spec, pulled, "Succeeded")]}
+    )
+    return LocalArtifact(observed, dest,
+                         status.model_dump(by_alias=True, exclude_none=True, mode="json"))

@@ -33,7 +33,8 @@ async def execute_artifact(client: KubeClient, artifact: Mapping[str, Any],
     for step in result.steps:
         action = step.action
         if isinstance(action, Create):
-            done = await client.create(_url(action.obj["kind"], namespace), action.obj)
+            done = await client.create(_url(action.obj["kind"], namespace),
+                                       action.obj) is not None
         elif isinstance(action, Patch):
             await client.patch(_url(action.kind, namespace, action.name), action.body)
             done = True

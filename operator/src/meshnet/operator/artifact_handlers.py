@@ -56,10 +56,13 @@ async def _reconcile_once(ctx: Context, config: ProvisionerConfig, namespace: st
     try:
         body = await ctx.client.get(artifact_path(namespace, name))  # fresh: status lives here
         if body is None:
+            ctx.metrics.status.artifact((namespace, name), None)
             return
-        result = plan_artifact(observe(body, indices), config,
-                               datetime.datetime.now(datetime.UTC))
+        observed = observe(body, indices)
+        result = plan_artifact(observed, config, datetime.datetime.now(datetime.UTC))
         await execute_artifact(ctx.client, body, result)
+        ctx.metrics.status.artifact((namespace, name), None if observed.artifact.deleting
+                                    else result.status or body.get("status") or {})
     except KubeApiError as exc:
         ctx.metrics.errors.labels(KIND).inc()
         delay = 1 if exc.status == 409 else 10  # a conflict clears on the next read
@@ -108,30 +111,30 @@ def register(registry: kopf.OperatorRegistry, ctx: Context) -> None:
         await reconcile_artifact(ctx, config, namespace or "", name, indices)
 
     @kopf.index(*JOBS, labels=PROVISIONING, id="artifact_jobs", registry=registry)
-    def artifact_jobs(namespace: str | None, body: kopf.Body, **_: Any) -> Any:
+    async def artifact_jobs(namespace: str | None, body: kopf.Body, **_: Any) -> Any:
         job: ObservedJob | None = observe_job(body)
         return {(namespace, job.artifact): job} if job else None
 
     @kopf.index("pods", labels={**PROVISIONING, JOB_NAME: kopf.PRESENT},
                 id="artifact_job_attempts", registry=registry)
-    def artifact_job_attempts(namespace: str | None, labels: kopf.Labels, body: kopf.Body,
-                              **_: Any) -> Any:
+    async def artifact_job_attempts(namespace: str | None, labels: kopf.Labels, body: kopf.Body,
+                                    **_: Any) -> Any:
         return {(namespace, labels[JOB_NAME]): observe_attempts(body)}
 
     @kopf.index("configmaps", labels=PROVISIONING, id="artifact_config_maps",
                 registry=registry)
-    def artifact_config_maps(namespace: str | None, name: str, annotations: kopf.Annotations,
-                             **_: Any) -> Any:
+    async def artifact_config_maps(namespace: str | None, name: str, annotations: kopf.Annotations,
+                                   **_: Any) -> Any:
         return {(namespace, annotations[ARTIFACT_NOTE]): name} \
             if ARTIFACT_NOTE in annotations else None
 
     @kopf.index("nodes", id="artifact_nodes", registry=registry)
-    def artifact_nodes(name: str, body: kopf.Body, **_: Any) -> Any:
+    async def artifact_nodes(name: str, body: kopf.Body, **_: Any) -> Any:
         return {name: observe_node(body)}
 
     @kopf.index(*ARTIFACTS, id="host_path_artifacts", registry=registry)
-    def host_path_artifacts(namespace: str | None, name: str, spec: kopf.Spec,
-                            **_: Any) -> Any:
+    async def host_path_artifacts(namespace: str | None, name: str, spec: kopf.Spec,
+                                  **_: Any) -> Any:
         return {(namespace, name): "hostPath" in (spec.get("storage") or {})}
 
     @kopf.on.resume(*ARTIFACTS, registry=registry)

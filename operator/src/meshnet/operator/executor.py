@@ -15,7 +15,9 @@ from meshnet.operator.kube import KubeClient, path
 from meshnet.reconcile import Create, Delete, Patch, Plan
 from meshnet.reconcile.planner import STATUS_KEYS
 
-PLURALS = {"Pod": "pods", "Service": "services"}
+# kind -> (apiVersion, plural) of the children a plan may touch
+RESOURCES = {"Pod": ("v1", "pods"), "Service": ("v1", "services"),
+             "Deployment": ("apps/v1", "deployments")}
 
 
 async def execute(client: KubeClient, route: Mapping[str, Any], result: Plan,
@@ -26,14 +28,14 @@ async def execute(client: KubeClient, route: Mapping[str, Any], result: Plan,
     for action in result.actions:
         if isinstance(action, Create):
             kind = action.obj["kind"]
-            created = await client.create(path("v1", PLURALS[kind], namespace), action.obj)
-            if created and kind == "Pod":
-                expectations.created(key, action.obj)
+            created = await client.create(path(*RESOURCES[kind], namespace), action.obj)
+            if created is not None and kind == "Pod":
+                expectations.created(key, created)
         elif isinstance(action, Patch):
-            await client.patch(path("v1", PLURALS[action.kind], namespace, action.name),
+            await client.patch(path(*RESOURCES[action.kind], namespace, action.name),
                                action.body)
         elif isinstance(action, Delete):
-            await client.delete(path("v1", PLURALS[action.kind], namespace, action.name))
+            await client.delete(path(*RESOURCES[action.kind], namespace, action.name))
             if action.kind == "Pod":
                 expectations.deleted(key, action.name)
     owner = kopf.Body(cast(kopf.RawBody, dict(route)))

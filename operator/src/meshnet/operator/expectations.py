@@ -1,6 +1,8 @@
 """Children the operator created or deleted whose watch events have not reached the
 indices yet (controller-runtime's "expectations"): the planner sees them as done, so
-a reconcile that races its own writes neither creates twice nor reports twice."""
+a reconcile that races its own writes neither creates twice nor reports twice; and the
+watch's echoes that show the planner nothing new (a pod we created, as created; one of
+several pods we deleted, while others are still going) are known as such."""
 
 from __future__ import annotations
 
@@ -25,8 +27,23 @@ class Expectations:
         if observed is not None:
             self._created.setdefault(key, {})[observed.name] = (self._clock(), observed)
 
+    def echo(self, key: Hashable, pod: Mapping[str, Any]) -> bool:
+        """True when `pod` is one we created, still as the API server returned it to us."""
+        observed = observe_pod(pod)
+        expected = self._created.get(key, {}).get(observed.name) if observed else None
+        return expected is not None and expected[1] == observed
+
     def deleted(self, key: Hashable, name: str) -> None:
         self._deleted.setdefault(key, {})[name] = self._clock()
+
+    def gone(self, key: Hashable, name: str) -> bool:
+        """Record that pod `name` is gone; True when we deleted it and others we deleted
+        are still going (a new epoch starts only once the last one is gone)."""
+        going = self._deleted.get(key, {})
+        if going.pop(name, None) is None:
+            return False
+        now = self._clock()
+        return any(now - t < TTL_SECONDS for t in going.values())
 
     def apply(self, key: Hashable, indexed: tuple[ObservedPod, ...]) -> tuple[ObservedPod, ...]:
         """The indexed pods, plus pods created since, with pods deleted since terminating."""

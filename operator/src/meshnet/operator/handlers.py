@@ -25,8 +25,11 @@ ROUTES = (GROUP, VERSION, shardroute.PLURAL)
 ARTIFACTS = (GROUP, VERSION, modelartifact.PLURAL)
 OURS: dict[str, Any] = {
     labels.ROUTE: kopf.PRESENT, labels.MANAGED_BY: labels.OPERATOR_NAME}
+GATEWAYS: dict[str, Any] = {
+    labels.GATEWAY: kopf.PRESENT, labels.MANAGED_BY: labels.OPERATOR_NAME}
 # Handlers take a `labels` kwarg, which would shadow the module inside them.
 ROUTE_LABEL = labels.ROUTE
+GATEWAY_LABEL = labels.GATEWAY
 TEMPLATE_LABEL = labels.TEMPLATE
 
 
@@ -62,6 +65,7 @@ async def _reconcile_once(ctx: Context, namespace: str, name: str,
         body = await ctx.client.get(route_path(namespace, name))  # fresh: the epoch lives here
         if body is None:
             ctx.metrics.route_conditions((namespace, name), None)
+            ctx.metrics.status.route((namespace, name), None)
             ctx.expectations.forget((namespace, name))
             return
         observed = _observe(body, indices, ctx.expectations)
@@ -77,6 +81,8 @@ async def _reconcile_once(ctx: Context, namespace: str, name: str,
     ctx.metrics.epoch_advances.inc(int(result.epoch_advanced))
     ctx.metrics.route_conditions((namespace, name), None if observed.route.deleting
                                  else result.conditions)
+    ctx.metrics.status.route((namespace, name), None if observed.route.deleting
+                             else result.status or body.get("status") or {})
 
 
 def _observe(body: dict[str, Any], indices: dict[str, Any],
@@ -90,28 +96,39 @@ def _observe(body: dict[str, Any], indices: dict[str, Any],
     if route.spec is not None:
         found = indices["artifacts"].get((route.namespace, route.spec.artifact_ref.name), ())
         artifact = next(iter(found), None)
-    return Observed(route, pods, service_hash=service, artifact=artifact)
+    return Observed(route, pods, service_hash=service, artifact=artifact,
+                    gateway_deployment_hash=next(
+                        iter(indices["gateway_deployments"].get(key, ())), None),
+                    gateway_service_hash=next(iter(indices["gateway_services"].get(key, ())), None))
 
 
 def register(registry: kopf.OperatorRegistry, ctx: Context) -> None:
     """Register every handler on `registry`, bound to `ctx` (no module-level state)."""
 
     @kopf.index("pods", labels=OURS, id="route_pods", registry=registry)
-    def route_pods(namespace: str | None, labels: kopf.Labels, body: kopf.Body,
-                   **_: Any) -> Any:
+    async def route_pods(namespace: str | None, labels: kopf.Labels, body: kopf.Body,
+                         **_: Any) -> Any:
         return {(namespace, labels[ROUTE_LABEL]): observe_pod(body)}
 
     @kopf.index("services", labels=OURS, id="route_services", registry=registry)
-    def route_services(namespace: str | None, labels: kopf.Labels, **_: Any) -> Any:
+    async def route_services(namespace: str | None, labels: kopf.Labels, **_: Any) -> Any:
         return {(namespace, labels[ROUTE_LABEL]): labels.get(TEMPLATE_LABEL, "")}
 
+    @kopf.index("deployments", labels=GATEWAYS, id="gateway_deployments", registry=registry)
+    async def gateway_deployments(namespace: str | None, labels: kopf.Labels, **_: Any) -> Any:
+        return {(namespace, labels[GATEWAY_LABEL]): labels.get(TEMPLATE_LABEL, "")}
+
+    @kopf.index("services", labels=GATEWAYS, id="gateway_services", registry=registry)
+    async def gateway_services(namespace: str | None, labels: kopf.Labels, **_: Any) -> Any:
+        return {(namespace, labels[GATEWAY_LABEL]): labels.get(TEMPLATE_LABEL, "")}
+
     @kopf.index(*ARTIFACTS, id="artifacts", registry=registry)
-    def artifacts(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> Any:
+    async def artifacts(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> Any:
         return {(namespace, name): observe_artifact(body)}
 
     @kopf.index(*ROUTES, id="routes_by_artifact", registry=registry)
-    def routes_by_artifact(namespace: str | None, name: str, spec: kopf.Spec,
-                           **_: Any) -> Any:
+    async def routes_by_artifact(namespace: str | None, name: str, spec: kopf.Spec,
+                                 **_: Any) -> Any:
         return {(namespace, (spec.get("artifactRef") or {}).get("name")): name}
 
     @kopf.on.resume(*ROUTES, registry=registry)
@@ -124,8 +141,14 @@ def register(registry: kopf.OperatorRegistry, ctx: Context) -> None:
         await reconcile(ctx, namespace or "", name, kwargs)
 
     @kopf.on.event("pods", labels=OURS, registry=registry)
-    async def pod_changed(namespace: str | None, labels: kopf.Labels, **kwargs: Any) -> None:
-        await reconcile(ctx, namespace or "", labels[ROUTE_LABEL], kwargs)
+    async def pod_changed(namespace: str | None, labels: kopf.Labels, type: str | None,
+                          body: kopf.Body, **kwargs: Any) -> None:
+        key = (namespace or "", labels[ROUTE_LABEL])
+        if type == "ADDED" and ctx.expectations.echo(key, body):
+            return  # our own create, seen by the watch: the planner already counts it
+        if type == "DELETED" and ctx.expectations.gone(key, body["metadata"]["name"]):
+            return  # one of the old epoch's pods: the planner waits for the last one
+        await reconcile(ctx, *key, kwargs)
 
     @kopf.on.event(*ARTIFACTS, registry=registry)
     async def artifact_changed(namespace: str | None, name: str, **kwargs: Any) -> None:

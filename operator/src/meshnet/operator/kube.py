@@ -101,13 +101,13 @@ class KubeClient:
         response = await self._http.get(url)
         return None if response.status_code == 404 else _json(response)
 
-    async def create(self, url: str, body: Mapping[str, Any]) -> bool:
-        """False when an object of that name already exists (our names are deterministic)."""
+    async def create(self, url: str, body: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The object as created; None when one of that name already exists (our names
+        are deterministic)."""
         response = await self._http.post(url, json=body, params=_manager())
         if response.status_code == 409:
-            return False
-        _json(response)
-        return True
+            return None
+        return _json(response)
 
     async def patch(self, url: str, body: Mapping[str, Any]) -> dict[str, Any]:
         response = await self._http.patch(url, json=body, params=_manager(),

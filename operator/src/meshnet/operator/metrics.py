@@ -4,14 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
+
+from meshnet.operator.status_metrics import StatusCollector
 
 
 class OperatorMetrics:
-    """Reconciles, errors and durations by kind; routes by condition; epoch advances."""
+    """Reconciles, errors and durations by kind; routes by condition; epoch advances;
+    and, through `status`, each route's and artifact's derived status as gauges; plus the
+    process's own CPU and memory (process_*), which tell a busy operator from a slow API."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
+        ProcessCollector(registry=self.registry)
         self.reconciles = Counter("meshnet_reconciles_total", "Reconciles run.", ["kind"],
                                   registry=self.registry)
         self.errors = Counter("meshnet_reconcile_errors_total", "Reconciles that failed.",
@@ -23,6 +28,8 @@ class OperatorMetrics:
         self.epoch_advances = Counter("meshnet_epoch_advances_total",
                                       "Times a ShardRoute's epoch advanced.",
                                       registry=self.registry)
+        self.status = StatusCollector()
+        self.registry.register(self.status)
         self._conditions: dict[tuple[str, str], Mapping[str, str]] = {}
         for kind in ("Ready", "Progressing", "Degraded"):
             for status in ("True", "False", "Unknown"):

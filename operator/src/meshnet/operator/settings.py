@@ -35,6 +35,8 @@ class OperatorSettings:
     max_concurrent_reconciles: int = 16  # bounds the API load (and httpx's pool queue)
     # Image of ModelArtifact provisioning Jobs (the operator's own); None: not provisioned.
     provisioner_image: str | None = None
+    # Image of each route's gateway (`meshnet serve`: the operator's own); None: no gateways.
+    gateway_image: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> OperatorSettings:
@@ -59,13 +61,14 @@ class OperatorSettings:
             max_concurrent_reconciles=max(1, env_number(env, "MESHNET_MAX_CONCURRENT_RECONCILES",
                                                      16, int)),
             provisioner_image=env.get("MESHNET_PROVISIONER_IMAGE") or None,
+            gateway_image=env.get("MESHNET_GATEWAY_IMAGE") or None,
         )
 
     def worker_config(self) -> WorkerConfig:
         return WorkerConfig(
             images=dict(self.worker_images), pin_digest=self.pin_digest,
             grpc_port=self.worker_grpc_port, metrics_port=self.worker_metrics_port,
-            image_pull_policy=self.worker_pull_policy,
+            image_pull_policy=self.worker_pull_policy, gateway_image=self.gateway_image,
         )
 
 

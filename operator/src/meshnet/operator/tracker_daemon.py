@@ -4,8 +4,8 @@ shows the outcome in status (Certified condition, certification, tracker) and re
 to the Tracker. A slow stage or a down Tracker delays only this route's daemon.
 
 Steady state costs the API server nothing: the route body is kopf's live copy, stage
-pods, artifacts and certification pods come from indices fed by the watches, node
-labels are cached; status is written only when it changed."""
+pods, artifacts, certification Jobs and their pods come from indices fed by the watches,
+node labels are cached; status is written only when it changed."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import asyncio
 import copy
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -32,6 +32,7 @@ from meshnet.operator.kube import path
 from meshnet.reconcile.podspec import RouteRef
 from meshnet.tracker import kubernetes as kube_inputs
 from meshnet.tracker.client import TrackerClient
+from meshnet.tracker.collect import StageChannels
 from meshnet.tracker.inputs import StageView
 from meshnet.tracker.metrics import TrackerMetrics
 from meshnet.tracker.reporter import Reporting, step, withdraw
@@ -61,6 +62,7 @@ class Seen:
     body: dict[str, Any]
     pods: list[dict[str, Any]]  # this route's stage pods, any epoch
     artifacts: dict[str, dict[str, Any]]  # by name, in the route's namespace
+    jobs: Mapping[str, list[dict[str, Any]]]  # certification Jobs by name (0 or 1 each)
     job_pods: Mapping[str, list[dict[str, Any]]]  # certification pods by Job name
 
 
@@ -75,20 +77,27 @@ def register(registry: kopf.OperatorRegistry, ctx: Context) -> None:
                                policy=settings.retry, metrics=metrics)
     shared = Shared(ctx, Reporting(Provider(id=settings.provider_id, cluster="unknown"),
                                    pin_facts(), client, metrics,
-                                   settings.stage_timeout_seconds))
+                                   settings.stage_timeout_seconds,
+                                   StageChannels(retry_seconds=settings.sample_seconds)))
 
     @kopf.index("pods", labels=OURS, id="tracker_stage_pods", registry=registry)
-    def stage_pods(namespace: str | None, labels: kopf.Labels, body: kopf.Body,
-                   **_: Any) -> Any:
+    async def stage_pods(namespace: str | None, labels: kopf.Labels, body: kopf.Body,
+                         **_: Any) -> Any:
         return {(namespace, labels[ROUTE_LABEL]): kube_inputs.pod_facts(body)}
 
+    @kopf.index("batch", "v1", "jobs", labels=CERTIFYING, id="tracker_jobs", registry=registry)
+    async def certification_jobs(namespace: str | None, name: str, status: kopf.Status,
+                                 **_: Any) -> Any:
+        return {(namespace, name): {"status": copy.deepcopy(dict(status))}}
+
     @kopf.index("pods", labels=CERTIFYING, id="tracker_job_pods", registry=registry)
-    def job_pods(namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any) -> Any:
+    async def job_pods(namespace: str | None, labels: kopf.Labels, body: kopf.Body,
+                       **_: Any) -> Any:
         job = labels.get(jobs.JOB_NAME_LABEL) or labels.get("job-name")
         return {(namespace, job): kube_inputs.pod_facts(body)} if job else None
 
     @kopf.index(*ARTIFACTS, id="tracker_artifacts", registry=registry)
-    def artifacts(namespace: str | None, name: str, status: kopf.Status, **_: Any) -> Any:
+    async def artifacts(namespace: str | None, name: str, status: kopf.Status, **_: Any) -> Any:
         return {namespace: {name: {"status": {"gguf": dict(status.get("gguf") or {})}}}}
 
     @kopf.daemon(*ROUTES, registry=registry, cancellation_timeout=30.0)
@@ -104,7 +113,8 @@ def register(registry: kopf.OperatorRegistry, ctx: Context) -> None:
                       indices["tracker_stage_pods"].get((namespace, name), ())],
                 artifacts={k: v for found in indices["tracker_artifacts"].get(namespace, ())
                            for k, v in found.items()},
-                job_pods=_JobPods(indices["tracker_job_pods"], namespace))
+                jobs=_ByJob(indices["tracker_jobs"], namespace),
+                job_pods=_ByJob(indices["tracker_job_pods"], namespace))
             last = await _guarded(shared, ns, name, cadence, seen) or last
             await stopped.wait(settings.sample_seconds)
         deleted = stopped.reason and stopped.reason & kopf.DaemonStoppingReason.RESOURCE_DELETED
@@ -122,10 +132,12 @@ def register(registry: kopf.OperatorRegistry, ctx: Context) -> None:
             await asyncio.wait(shared.withdrawals, timeout=settings.retry.timeout_seconds)
         if client is not None:
             await client.close()
+        if shared.reporting.channels is not None:
+            await shared.reporting.channels.close()
 
 
-class _JobPods(Mapping[str, list[dict[str, Any]]]):
-    """Certification pods by Job name, read from the index only when asked."""
+class _ByJob(Mapping[str, list[dict[str, Any]]]):
+    """An index keyed by (namespace, Job name), read only when asked."""
 
     def __init__(self, index: kopf.Index[Any, Any], namespace: str | None) -> None:
         self._index, self._namespace = index, namespace
@@ -159,8 +171,10 @@ async def _pass(shared: Shared, namespace: str, name: str, cadence: Cadence,
     if spec is None:
         return None  # an invalid route has nothing to report; the planner says why
     deleting = bool(body["metadata"].get("deletionTimestamp"))
-    await _ensure_cluster_id(shared)
     status = body.get("status") or {}
+    if status.get("observedGeneration") != body["metadata"].get("generation") and not deleting:
+        return None  # the reconcile has not settled this spec yet: anything said is moot
+    await _ensure_cluster_id(shared)
     pods = kube_inputs.current_pods(seen.pods, name, int(status.get("epoch") or 0))
     node_labels = {n: await _node_labels(shared, n) for n in kube_inputs.node_names(pods)}
     lane = kube_inputs.lane(spec, body, pods, node_labels)
@@ -176,30 +190,57 @@ async def _pass(shared: Shared, namespace: str, name: str, cadence: Cadence,
     error = None if delivery is None or delivery.ok else delivery.error[:1024]
     if delivery is None and cadence.last_success is None and shared.reporting.client:
         error = (status.get("tracker") or {}).get("deliveryError")  # not due: unchanged
-    patch = kube_inputs.status_patch(body, decision.certificate, decision.condition, report,
-                                     error, _now())
-    if patch is not None and not deleting:
-        try:
-            await shared.ctx.client.json_patch(route_path(namespace, name, "status"), patch)
-        except KubeApiError as exc:
-            if exc.status not in (404, 409, 422):  # the reconcile wrote first: next pass
-                raise
+    now = _now()
+
+    def patch_of(current: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+        return kube_inputs.status_patch(current, decision.certificate, decision.condition,
+                                        report, error, now)
+
+    if patch_of(body) is not None and not deleting:
+        await _patch_status(shared, namespace, name, body, patch_of)
     return report
+
+
+async def _patch_status(shared: Shared, namespace: str, name: str, seen: Mapping[str, Any],
+                        patch_of: Callable[[Mapping[str, Any]], list[dict[str, Any]] | None]
+                        ) -> None:
+    """Write what changed, judged against a fresh read: kopf's live body lags the watch (our
+    own last write included), and its resourceVersion also moves with writes that touch
+    nothing of ours. One read per change; none in steady state."""
+    client = shared.ctx.client
+    fresh = await client.get(route_path(namespace, name))
+    if fresh is None or _basis(fresh) != _basis(seen):
+        return  # gone, or the reconcile moved on since this pass looked: judged anew next pass
+    patch = patch_of(fresh)
+    if patch is None:
+        return
+    try:
+        await client.json_patch(route_path(namespace, name, "status"), patch)
+    except KubeApiError as exc:
+        if exc.status not in (404, 409, 422):  # the reconcile wrote first: next pass
+            raise
+
+
+def _basis(body: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What a pass's report and certification decision rest on, of the route's status."""
+    status = body.get("status") or {}
+    ready = next((c.get("status") for c in status.get("conditions") or []
+                  if c.get("type") == "Ready"), None)
+    return (status.get("observedGeneration"), status.get("epoch"), status.get("routeDigest"),
+            status.get("recipeDigest"), status.get("manifestDigest"), ready)
 
 
 async def _certification(shared: Shared, seen: Seen, ready: bool, lane: CertifiedLane | None,
                          pods: Mapping[str, Any], stages: list[StageView]) -> Decision:
-    """Decide about the lane's certificate; create the Job or read its result. The Job is
-    read from the API only while a certificate of this lane is awaited."""
+    """Decide about the lane's certificate; create the Job or read its result (the Job
+    comes from the watch: hundreds of uncertified routes cost the API server nothing)."""
     client, settings = shared.ctx.client, shared.ctx.settings.tracker
     body, meta = seen.body, seen.body["metadata"]
     namespace, name = meta.get("namespace", "default"), meta["name"]
     request = (meta.get("annotations") or {}).get(jobs.RECERTIFY) or None
     stored = kube_inputs.stored_certificate(body)
     job_name = jobs.job_name(name, lane, request) if lane else ""
-    awaited = lane is not None and not (stored is not None and stored.lane == lane
-                                        and stored.request == request)
-    job = await client.get(path("batch/v1", "jobs", namespace, job_name)) if awaited else None
+    job = next(iter(seen.jobs[job_name]), None) if lane else None
     outcome = jobs.job_outcome(job, seen.job_pods[job_name]) if job is not None else None
     observed = Observation(lane=lane, route_ready=ready, stored=stored, request=request,
                            job_exists=job is not None, outcome=outcome,
@@ -222,9 +263,10 @@ async def _certification(shared: Shared, seen: Seen, ready: bool, lane: Certifie
             image=observed.image or "", gates=settings.gates,
             route_digest=status.get("routeDigest"), epoch=int(status.get("epoch") or 0),
             request=request, deadline_seconds=settings.certify_deadline_seconds))
-        await client.create(path("batch/v1", "jobs", namespace), manifest)
-        kopf.event(body, type="Normal", reason="CertificationStarted",  # type: ignore[arg-type]
-                   message=f"Job {job_name} certifies lane {lane.describe()}")
+        # False: it exists, and the watch had not shown it yet.
+        if await client.create(path("batch/v1", "jobs", namespace), manifest) is not None:
+            kopf.event(body, type="Normal", reason="CertificationStarted",  # type: ignore[arg-type]
+                       message=f"Job {job_name} certifies lane {lane.describe()}")
     return decision
 
 

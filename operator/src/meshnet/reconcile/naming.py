@@ -28,3 +28,8 @@ def service_name(route: str) -> str:
 def endpoint(stage: str, route: str, namespace: str, port: int) -> str:
     """host:port of a stage; the pod's hostname is the stage name, its subdomain the Service."""
     return f"{stage}.{service_name(route)}.{namespace}.svc:{port}"
+
+
+def gateway_name(route: str) -> str:
+    """The gateway's Deployment and Service."""
+    return child_name(route, "gateway")

@@ -75,6 +75,9 @@ class Observed:
     pods: tuple[ObservedPod, ...] = ()
     service_hash: str | None = None  # template hash of the existing Service, None if absent
     artifact: ObservedArtifact | None = None
+    # template hashes of the gateway's Deployment and Service (None: absent)
+    gateway_deployment_hash: str | None = None
+    gateway_service_hash: str | None = None
 
 
 def observe_route(body: Mapping[str, Any]) -> ObservedRoute:

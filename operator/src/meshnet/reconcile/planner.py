@@ -12,7 +12,8 @@ from meshnet.api.checks import route_problems
 from meshnet.api.shardroute import ShardRouteSpec
 from meshnet.identity import recipe_digest, route_digest
 from meshnet.reconcile import status as derive
-from meshnet.reconcile.naming import service_name
+from meshnet.reconcile.gatewayspec import gateway_deployment, gateway_service, gateway_url
+from meshnet.reconcile.naming import gateway_name, service_name
 from meshnet.reconcile.observed import Observed, ObservedPod
 from meshnet.reconcile.podspec import (
     RouteRef,
@@ -23,7 +24,7 @@ from meshnet.reconcile.podspec import (
 )
 
 STATUS_KEYS = ("observedGeneration", "epoch", "routeDigest", "recipeDigest", "manifestDigest",
-               "stages", "stagesReady", "coverage", "capacity", "conditions")
+               "stages", "stagesReady", "coverage", "capacity", "endpoint", "conditions")
 
 
 @dataclass(frozen=True)
@@ -116,6 +117,7 @@ def _rollout(observed: Observed, spec: ShardRouteSpec, manifest: str, config: Wo
         observed.artifact.storage, manifest, len(spec.stages)), config) for s in spec.stages}
     actions, events = _pod_actions(observed.pods, desired, epoch)
     actions += _service_actions(observed, ref, config)
+    actions += _gateway_actions(observed, ref, spec, config)
     if advanced:
         previous = route.status.get("epoch") or 0
         events.insert(0, Event("Normal", "EpochAdvanced",
@@ -192,11 +194,43 @@ def _service_actions(observed: Observed, ref: RouteRef, config: WorkerConfig) ->
     return []
 
 
+def _gateway_actions(observed: Observed, ref: RouteRef, spec: ShardRouteSpec,
+                     config: WorkerConfig) -> list[Action]:
+    """The gateway's Deployment and Service as the spec says (gone when disabled)."""
+    if not _has_gateway(spec, config):
+        return _delete_gateway(observed)
+    wanted = (
+        (gateway_deployment(ref, spec.stages, spec.gateway, spec.tls, config),
+         observed.gateway_deployment_hash),
+        (gateway_service(ref, config), observed.gateway_service_hash),
+    )
+    actions: list[Action] = []
+    for body, existing in wanted:
+        if existing is None:
+            actions.append(Create(body))
+        elif existing != body["metadata"]["labels"][labels.TEMPLATE]:
+            actions.append(Patch(body["kind"], body["metadata"]["name"],
+                                 {"metadata": {"labels": body["metadata"]["labels"]},
+                                  "spec": body["spec"]}))
+    return actions
+
+
+def _has_gateway(spec: ShardRouteSpec, config: WorkerConfig) -> bool:
+    return spec.gateway.enabled and config.gateway_image is not None
+
+
+def _delete_gateway(observed: Observed) -> list[Action]:
+    name = gateway_name(observed.route.name)
+    return [Delete(kind, name) for kind, existing in (
+        ("Deployment", observed.gateway_deployment_hash),
+        ("Service", observed.gateway_service_hash)) if existing is not None]
+
+
 def _delete_children(observed: Observed) -> tuple[Action, ...]:
     actions: list[Action] = [Delete("Pod", p.name) for p in observed.pods if not p.terminating]
     if observed.service_hash is not None:
         actions.append(Delete("Service", service_name(observed.route.name)))
-    return tuple(actions)
+    return (*actions, *_delete_gateway(observed))
 
 
 def _finish(observed: Observed, verdict: derive.Verdict, config: WorkerConfig, now: str,
@@ -213,6 +247,9 @@ def _finish(observed: Observed, verdict: derive.Verdict, config: WorkerConfig, n
                                              route.generation, now)
     if route.spec is not None:
         _stage_status(status, observed, route.spec, current or {}, config.grpc_port)
+        if _has_gateway(route.spec, config) and "routeDigest" in status:
+            ref = RouteRef(route.name, route.namespace, route.uid)
+            status["endpoint"] = gateway_url(ref, config)
     changed = {k: old.get(k) for k in STATUS_KEYS} != {k: status.get(k) for k in STATUS_KEYS}
     summary = {c["type"]: c["status"] for c in status["conditions"]}
     return Plan(status=status if changed else None, conditions=summary)

@@ -19,6 +19,11 @@ from meshnet.route.launch import OFFLOAD_ALL_LAYERS
 MODEL_DIR = "/models"
 TLS_DIR = "/etc/meshnet/tls"
 RUN_AS = 65532  # the distroless "nonroot" user
+# The restricted Pod Security Standard, for stage and gateway pods alike.
+POD_SECURITY = {"runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS,
+                "fsGroup": RUN_AS, "seccompProfile": {"type": "RuntimeDefault"}}
+CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                      "runAsNonRoot": True, "capabilities": {"drop": ["ALL"]}}
 # Extended resource that carries GPUs, per lane; a stage may override it.
 
 
@@ -32,6 +37,8 @@ class WorkerConfig:
     metrics_port: int = 9090
     image_pull_policy: str = "IfNotPresent"
     startup_seconds: int = 1800  # large models take minutes to map and warm up
+    gateway_image: str | None = None  # the operator's image (`meshnet serve`); None: no gateways
+    gateway_port: int = 8000
 
 
 @dataclass(frozen=True)
@@ -128,8 +135,7 @@ def _container(stage: Stage, recipe: Recipe, args: list[str], config: WorkerConf
         "startupProbe": _grpc_probe(config.grpc_port, 10, max(1, config.startup_seconds // 10)),
         "readinessProbe": _grpc_probe(config.grpc_port, 5, 3),
         "livenessProbe": _grpc_probe(config.grpc_port, 10, 6),
-        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                            "runAsNonRoot": True, "capabilities": {"drop": ["ALL"]}},
+        "securityContext": dict(CONTAINER_SECURITY),
         "volumeMounts": mounts,
     }
 
@@ -173,8 +179,7 @@ def stage_pod(inputs: StageInputs, config: WorkerConfig) -> dict[str, Any]:
         "restartPolicy": "Always",
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
-        "securityContext": {"runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS,
-                            "fsGroup": RUN_AS, "seccompProfile": {"type": "RuntimeDefault"}},
+        "securityContext": dict(POD_SECURITY),
         "containers": [_container(stage, inputs.recipe, args, config, mounts)],
         "volumes": volumes,
         "nodeSelector": _node_selector(stage, inputs.storage, inputs.manifest_digest),

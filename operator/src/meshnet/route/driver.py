@@ -44,6 +44,7 @@ RECOVERABLE_REASONS = {"CACHE_MISS", "EPOCH_MISMATCH", "ENGINE_FAILURE",
                        "CHAIN_MISMATCH"}  # a stage of the chain restarted: refresh
 # Transport answers meaning the worker is (re)starting or unreachable for now.
 TRANSIENT_CODES = {"UNAVAILABLE", "DEADLINE_EXCEEDED", "CANCELLED"}
+RELEASE_TIMEOUT_SECONDS = 5.0
 
 
 @dataclass
@@ -201,6 +202,16 @@ class RouteDriver:
                 f"the prompt has {len(prompt_ids)} tokens, the route's context holds {route.n_ctx}"
             )
         run = _Run(self, prompt_ids, sampling)
+        try:
+            return self._generate(run, route, max_tokens, stop_at_eos, on_token)
+        finally:
+            # every ending frees the session on every stage: done, failed, or stopped by
+            # an exception from on_token (a client that went away)
+            run.release()
+
+    def _generate(self, run: _Run, route: RouteInfo, max_tokens: int, stop_at_eos: bool,
+                  on_token: Callable[[int], None] | None) -> Generation:
+        prompt_ids = run.result.prompt_tokens
         run.result.topology = "chain" if self.uses_chain(route) else "hub"
         run.result.decode_loop = self.uses_loop(route)
         started = time.perf_counter()
@@ -227,7 +238,6 @@ class RouteDriver:
             run.result.stop_reason = "context"
         run.result.decode_seconds = time.perf_counter() - decode_started
         run.result.decode_engine_seconds = run.engine_seconds - engine_before
-        run.release()
         run.result.text = self.detokenize(run.result.tokens)
         return run.result
 
@@ -239,6 +249,7 @@ class _Run:
         self.driver = driver
         self.sampling = sampling
         self.history: list[int] = []  # tokens every stage holds (after a successful step)
+        self.step_sizes: list[int] = []  # how the history was fed, step by step
         self.session_id = uuid.uuid4().hex
         self.result = Generation(session_id=self.session_id, prompt_tokens=list(prompt_ids))
         self.engine_seconds = 0.0  # every answered step's engine time, over its stages
@@ -252,17 +263,43 @@ class _Run:
 
     def step_with_recovery(self, tokens: list[int]) -> int:
         """Feeds `tokens` after the history; returns the token sampled after the last."""
+        return self.steps_with_recovery([tokens])
+
+    def steps_with_recovery(self, steps: list[list[int]]) -> int:
+        """Feeds `steps` in turn after the history; returns the token sampled after the
+        last. A failure re-prefills the whole history under a new session first."""
+        token = -1
         while True:
             try:
-                token = self.feed(tokens, n_past=len(self.history))
-                self.history.extend(tokens)
+                while steps:
+                    token = self.feed(steps[0], n_past=len(self.history))
+                    self.remember(steps.pop(0))
                 return token
             except StageError as exc:
                 if exc.reason not in RECOVERABLE_REASONS and exc.code not in TRANSIENT_CODES:
                     raise
                 self.recover(exc)
-                tokens = self.history + tokens  # re-prefill everything under a new session
-                self.history = []
+                steps = self.forget_history() + steps
+
+    def remember(self, step: list[int]) -> None:
+        self.history.extend(step)
+        self.step_sizes.append(len(step))
+
+    def forget_history(self) -> list[list[int]]:
+        """The history as steps to feed a new session: one prefill, or where a model's
+        numerics depend on step boundaries (RouteInfo.step_sensitive) the steps it was
+        first fed in, so the re-prefilled state is the state the session had."""
+        history, sizes = self.history, self.step_sizes
+        self.history, self.step_sizes = [], []
+        if not history:
+            return []
+        if not self.driver.route.step_sensitive:
+            return [history]
+        steps, start = [], 0
+        for size in sizes:
+            steps.append(history[start:start + size])
+            start += size
+        return steps
 
     def decoded(self, token: int, count: int, stop_ids: set[int]) -> Iterator[int]:
         """Up to `count` tokens after `token` (stops after a stop id), recovering as
@@ -287,8 +324,7 @@ class _Run:
                 if exc.reason not in RECOVERABLE_REASONS and exc.code not in TRANSIENT_CODES:
                     raise
                 self.recover(exc)
-                replay, self.history = self.history + pending, []
-                token = self.step_with_recovery(replay)
+                token = self.steps_with_recovery([*self.forget_history(), pending])
                 produced += 1
                 yield token
                 if token in stop_ids:
@@ -311,7 +347,7 @@ class _Run:
             for response in stream:
                 self.answered(response)
                 self.check_chain(route, response)
-                self.history.append(pending[0])
+                self.remember(pending[:1])
                 sampled = self.take_output(response, response.n_past - 1)
                 pending[0] = sampled
                 self.result.boundary_bytes += route.seam_bytes_per_token * (
@@ -344,11 +380,12 @@ class _Run:
         result.session_id = self.session_id
 
     def release(self) -> None:
-        """Frees the session on every stage (best effort: a gone stage holds nothing)."""
+        """Frees the session on every stage (best effort: a gone stage holds nothing, and
+        a frozen one gets RELEASE_TIMEOUT_SECONDS, then evicts the idle session itself)."""
         route = self.driver.route
         for client in self.driver.clients:
             with contextlib.suppress(StageError):
-                client.release(self.key(route))
+                client.release(self.key(route), timeout=RELEASE_TIMEOUT_SECONDS)
 
     def feed(self, tokens: list[int], n_past: int) -> int:
         """Runs `tokens` through every stage; returns the token sampled after the last.
@@ -423,8 +460,10 @@ class _Run:
         and 64)."""
         n_stages = len(route.stages)
         size = self.driver.chunk_tokens or max(64, -(-n_tokens // (4 * n_stages)))
-        if (n_stages == 1 or route.stages_take_turns) and not self.driver.chunk_tokens:
-            size = route.max_step_tokens  # nothing to pipeline: the largest steps
+        if (n_stages == 1 or route.stages_take_turns or route.step_sensitive) and \
+                not self.driver.chunk_tokens:
+            # nothing to pipeline, or the unsplit model's own steps: the largest steps
+            size = route.max_step_tokens
         size = max(1, min(size, route.max_step_tokens))
         return [(start, min(start + size, n_tokens)) for start in range(0, n_tokens, size)]
 

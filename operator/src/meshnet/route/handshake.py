@@ -10,6 +10,11 @@ from meshnet.route.proto import pb
 
 PROTOCOL = "meshnet.shard.v1"
 
+# Architectures whose logits depend on where a prompt's steps begin and end, not only on
+# the tokens: deepseek4's compressed attention (the unsplit model at the pin, prefilled in
+# 64-token steps instead of one, sampled another greedy token 15 tokens later).
+STEP_SENSITIVE_ARCHITECTURES = frozenset({"deepseek4"})
+
 
 @dataclass(frozen=True)
 class StageInfo:
@@ -44,6 +49,8 @@ class RouteInfo:
     boundary_dtype: int
     boundary_row_shape: tuple[int, ...]
     stages: tuple[StageInfo, ...]
+    n_slots: int = 0  # sessions at once: the smallest stage's
+    chat_template: str = ""  # the model's (GGUF tokenizer.chat_template), "" when none
 
     @property
     def chained(self) -> bool:
@@ -62,6 +69,12 @@ class RouteInfo:
         cpus = set().union(*(stage.cpus for stage in self.stages))
         return bool(cpus) and all(
             stage.gpu_layers == 0 and stage.threads >= len(cpus) for stage in self.stages)
+
+    @property
+    def step_sensitive(self) -> bool:
+        """Steps of other sizes would compute other logits: a prompt goes in the largest
+        steps, as the unsplit model takes it, and a recovery replays the steps as fed."""
+        return self.architecture in STEP_SENSITIVE_ARCHITECTURES
 
     @property
     def seam_bytes_per_token(self) -> int:
@@ -140,6 +153,8 @@ def check_route(answers: Sequence[tuple[str, pb.GetInfoResponse]]) -> RouteInfo:
         n_ctx=min(info.n_ctx for _, info in answers),
         max_step_tokens=min(info.max_step_tokens for _, info in answers),
         eos_token_ids=tuple(first.eos_token_ids),
+        n_slots=min(info.n_slots for _, info in answers),
+        chat_template=next((i.chat_template for _, i in answers if i.chat_template), ""),
         boundary_schema=first.boundary.schema,
         boundary_dtype=first.boundary.dtype,
         boundary_row_shape=tuple(first.boundary.row_shape),

@@ -63,6 +63,7 @@ class WorkerSpec:
     tls_cert: Path | None = None
     tls_key: Path | None = None
     tls_client_ca: Path | None = None
+    next_stage_ca: Path | None = None  # verifies next_stage over TLS (default: tls_client_ca)
     next_stage: str = ""
     local_relay: bool = True  # off: the chain's Relay to and from this stage stays on gRPC
     exit_with_parent: bool = False  # the worker stops when the process starting it exits
@@ -102,6 +103,7 @@ class WorkerSpec:
             "--tls-cert": self.tls_cert,
             "--tls-key": self.tls_key,
             "--tls-client-ca": self.tls_client_ca,
+            "--next-stage-ca": self.next_stage_ca,
             "--next-stage": self.next_stage or None,
             "--local-relay": None if self.local_relay else "off",
             "--gpu-layers": self.gpu_layers or None,
@@ -230,33 +232,27 @@ class WorkerProcess:
         self.stop()
 
 
-def chain_specs(specs: Sequence[WorkerSpec]) -> list[WorkerSpec]:
-    """The specs on fixed loopback ports, each stage relaying to the next (chain)."""
-    ports = [free_port() for _ in specs]
-    return [
-        replace(spec, listen=f"127.0.0.1:{port}",
-                next_stage=f"127.0.0.1:{ports[i + 1]}" if i + 1 < len(specs) else "")
-        for i, (spec, port) in enumerate(zip(specs, ports, strict=True))
-    ]
-
-
 def start_route(binary: Path, specs: Sequence[WorkerSpec], log_dir: Path | None = None,
                 timeout: float = 120.0, chain: bool = False) -> list[WorkerProcess]:
     """Starts one worker per spec (one at a time: model loading is CPU heavy); with
-    `chain`, on fixed ports with each stage's --next-stage set to its successor."""
+    `chain`, each stage's --next-stage is its successor. Every worker binds a port the
+    kernel picks and keeps it; a chain starts from its last stage so each stage names a
+    successor that already listens (a port reserved ahead could be taken meanwhile)."""
     specs = [replace(spec, pipeline_depth=spec.pipeline_depth or len(specs)) for spec in specs]
-    if chain:
-        specs = chain_specs(specs)
-    workers: list[WorkerProcess] = []
+    workers: dict[int, WorkerProcess] = {}
+    order = range(len(specs) - 1, -1, -1) if chain else range(len(specs))
     try:
-        for index, spec in enumerate(specs):
+        for index in order:
+            spec = specs[index]
+            if chain and index + 1 < len(specs):
+                spec = replace(spec, next_stage=workers[index + 1].endpoint)
             log = log_dir / f"worker-{index}.log" if log_dir else None
-            workers.append(WorkerProcess(binary, spec, log).start(timeout))
+            workers[index] = WorkerProcess(binary, spec, log).start(timeout)
     except BaseException:
-        for worker in workers:
+        for worker in workers.values():
             worker.kill()
         raise
-    return workers
+    return [workers[index] for index in range(len(specs))]
 
 
 def worker_binary(dev: bool = False) -> Path:

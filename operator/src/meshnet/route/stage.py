@@ -135,8 +135,8 @@ class StageClient:
                                         timeout=None)
         return ForwardStreamCall(self.endpoint, call)
 
-    def release(self, key: pb.RouteKey) -> bool:
-        response = self._call("ReleaseSession", pb.ReleaseSessionRequest(key=key))
+    def release(self, key: pb.RouteKey, timeout: float | None = None) -> bool:
+        response = self._call("ReleaseSession", pb.ReleaseSessionRequest(key=key), timeout)
         return bool(response.released)  # type: ignore[attr-defined]
 
     def tokenize(self, text: str, add_special: bool = True) -> list[int]:

@@ -4,7 +4,9 @@ hung or vanished worker costs one timeout and never stalls anything else."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Mapping
+from typing import Any
 
 import grpc
 
@@ -15,22 +17,65 @@ DTYPES = {pb.BOUNDARY_DTYPE_F32: "f32", pb.BOUNDARY_DTYPE_F16: "f16",
           pb.BOUNDARY_DTYPE_BF16: "bf16"}
 
 
+class StageChannels:
+    """Long-lived channels, one per stage endpoint, with their stubs: opening a channel or
+    building a stub costs far more CPU than the two calls made on it, and hundreds of
+    routes are sampled every few seconds.
+    A failed channel retries its connection within `retry_seconds` (so a stage that came
+    back answers the next pass); one not asked for in `idle_seconds` is closed."""
+
+    def __init__(self, retry_seconds: float = 5.0, idle_seconds: float = 60.0,
+                 credentials: grpc.ChannelCredentials | None = None) -> None:
+        self._options = [("grpc.max_reconnect_backoff_ms", int(retry_seconds * 1000))]
+        self._idle, self._credentials = idle_seconds, credentials
+        self._open: dict[str, tuple[float, grpc.aio.Channel, Any]] = {}
+        self._swept = time.monotonic()
+
+    async def stub(self, endpoint: str) -> Any:
+        """The endpoint's ShardService stub."""
+        now = time.monotonic()
+        _, channel, stub = self._open.get(endpoint) or (
+            now, *_open(endpoint, self._credentials, self._options))
+        self._open[endpoint] = (now, channel, stub)  # before any await: one per endpoint
+        if now - self._swept > self._idle:
+            self._swept = now
+            for idle in [e for e, (used, *_) in self._open.items() if now - used > self._idle]:
+                await self._open.pop(idle)[1].close()
+        return stub
+
+    async def close(self) -> None:
+        for _, channel, _ in self._open.values():
+            await channel.close()
+        self._open.clear()
+
+
 async def sample_stages(endpoints: Mapping[str, str | None], timeout: float = 2.0,
-                        credentials: grpc.ChannelCredentials | None = None
-                        ) -> dict[str, StageSample]:
-    """Samples of every stage that has an endpoint, by stage name."""
+                        credentials: grpc.ChannelCredentials | None = None,
+                        channels: StageChannels | None = None) -> dict[str, StageSample]:
+    """Samples of every stage that has an endpoint, by stage name; over `channels` when
+    given, else over channels opened for this call."""
     names = [name for name, endpoint in endpoints.items() if endpoint]
-    results = await asyncio.gather(*(sample_stage(str(endpoints[n]), timeout, credentials)
-                                     for n in names))
+    results = await asyncio.gather(*(sample_stage(str(endpoints[n]), timeout, credentials,
+                                                  channels) for n in names))
     return dict(zip(names, results, strict=True))
 
 
+def _open(endpoint: str, credentials: grpc.ChannelCredentials | None,
+          options: list[tuple[str, int]] | None = None) -> tuple[grpc.aio.Channel, Any]:
+    channel = (grpc.aio.secure_channel(endpoint, credentials, options) if credentials
+               else grpc.aio.insecure_channel(endpoint, options))
+    return channel, pb_grpc.ShardServiceStub(channel)  # type: ignore[no-untyped-call]
+
+
 async def sample_stage(endpoint: str, timeout: float = 2.0,
-                       credentials: grpc.ChannelCredentials | None = None) -> StageSample:
-    channel = (grpc.aio.secure_channel(endpoint, credentials) if credentials
-               else grpc.aio.insecure_channel(endpoint))
+                       credentials: grpc.ChannelCredentials | None = None,
+                       channels: StageChannels | None = None) -> StageSample:
+    own = None  # a channel of this call only, closed after it
+    if channels is not None:
+        stub = await channels.stub(endpoint)
+    else:
+        own, stub = _open(endpoint, credentials)
     try:
-        stub = pb_grpc.ShardServiceStub(channel)  # type: ignore[no-untyped-call]
         info, capacity = await asyncio.gather(
             stub.GetInfo(pb.GetInfoRequest(), timeout=timeout),
             stub.GetCapacity(pb.GetCapacityRequest(), timeout=timeout))
@@ -38,7 +83,8 @@ async def sample_stage(endpoint: str, timeout: float = 2.0,
         code = exc.code().name if hasattr(exc, "code") else "UNKNOWN"
         return StageSample(endpoint, error=f"{code}: {exc.details() or ''}".rstrip(": "))
     finally:
-        await channel.close()
+        if own is not None:
+            await own.close()
     return StageSample(endpoint, info=worker_info(info), capacity=worker_capacity(capacity))
 
 

@@ -25,6 +25,7 @@ class RouteView:
     ready: bool = False
     not_ready: str = ""  # why not (the Ready condition's message)
     deleting: bool = False
+    endpoint: str | None = None  # the gateway's OpenAI base URL, when the route has one
 
 
 @dataclass(frozen=True)

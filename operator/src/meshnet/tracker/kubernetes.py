@@ -12,11 +12,13 @@ from pydantic import ValidationError
 from meshnet.api import labels
 from meshnet.api.certification import Certificate, CertifiedLane
 from meshnet.api.shardroute import ShardRouteSpec
-from meshnet.api.tracker import CapacityReport, MeasuredCapacity, TrackerStatus
+from meshnet.api.tracker import CapacityReport, MeasuredCapacity, TrackerStatus, Unavailable
 from meshnet.certify.lane import gpu_product
 from meshnet.tracker.inputs import RouteView, StageView
 
 CERTIFIED = "Certified"
+ROUTE_WIDE = {"RouteNotReady": "the route is not Ready: see its Ready condition and stages",
+              "RouteDeleted": "the route is being deleted"}
 
 
 def route_spec(body: Mapping[str, Any]) -> ShardRouteSpec | None:
@@ -40,7 +42,7 @@ def route_view(body: Mapping[str, Any], spec: ShardRouteSpec,
         architecture=gguf.get("architecture"), block_count=gguf.get("blockCount"),
         ready=ready.get("status") == "True",
         not_ready=ready.get("message") or ready.get("reason") or "",
-        deleting=bool(meta.get("deletionTimestamp")))
+        deleting=bool(meta.get("deletionTimestamp")), endpoint=status.get("endpoint"))
 
 
 def pod_facts(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -163,10 +165,16 @@ def status_patch(body: Mapping[str, Any], certificate: Certificate | None,
 
 
 def _tracker_status(report: CapacityReport, delivery_error: str | None) -> dict[str, Any]:
+    """What the report says, for status. Of a route that is not Ready (or going away) only
+    that: which stage is doing what is in the route's own status, kept current by the
+    reconcile, and repeating it here would rewrite status at every step of a rollout."""
     capacity = report.capacity.model_dump(exclude={"recent_tokens_per_second"})
-    summary = TrackerStatus(available=report.available,
-                            unavailable_reasons=report.unavailable_reasons,
-                            capacity=MeasuredCapacity(**capacity),
+    reasons = report.unavailable_reasons
+    route_wide = [r for r in reasons if r.reason in ROUTE_WIDE]
+    if route_wide:
+        reasons = [Unavailable(reason=r.reason, message=ROUTE_WIDE[r.reason]) for r in route_wide]
+    summary = TrackerStatus(available=report.available, unavailable_reasons=reasons,
+                            capacity=None if route_wide else MeasuredCapacity(**capacity),
                             lane=report.certification.lane, delivery_error=delivery_error)
     return summary.model_dump(mode="json", by_alias=True, exclude_none=True)
 

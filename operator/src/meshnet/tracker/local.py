@@ -61,7 +61,8 @@ def views(route: LocalRoute) -> tuple[RouteView, list[StageView]]:
         epoch=int(entry.get("epoch") or 0), route_digest=entry.get("routeDigest"),
         manifest_digest=entry.get("manifestDigest"), recipe_digest=entry.get("recipeDigest"),
         architecture=route.architecture, block_count=route.block_count,
-        ready=True)  # published only once Ready
+        ready=True,  # published only once Ready
+        endpoint=entry.get("gateway"))
     running = {s["name"]: s for s in entry["stages"]}
     stages = []
     for stage in route.spec.stages:

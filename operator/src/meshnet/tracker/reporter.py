@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from meshnet.api.tracker import CapacityReport, CertificationState, Provider
 from meshnet.tracker.client import Delivery, TrackerClient
-from meshnet.tracker.collect import sample_stages
+from meshnet.tracker.collect import StageChannels, sample_stages
 from meshnet.tracker.inputs import PinFacts, RouteView, StageView
 from meshnet.tracker.metrics import TrackerMetrics
 from meshnet.tracker.report import build_report, withdrawn
@@ -25,13 +25,15 @@ class Reporting:
     client: TrackerClient | None  # None: no Tracker configured (status is still written)
     metrics: TrackerMetrics
     stage_timeout: float = 2.0
+    channels: StageChannels | None = None  # None: channels opened for each step
 
 
 async def step(reporting: Reporting, cadence: Cadence, route: RouteView,
                stages: Sequence[StageView], certification: CertificationState
                ) -> tuple[CapacityReport, Delivery | None]:
     """The report as of now, and the delivery when one was due (None otherwise)."""
-    samples = await sample_stages({s.name: s.endpoint for s in stages}, reporting.stage_timeout)
+    samples = await sample_stages({s.name: s.endpoint for s in stages}, reporting.stage_timeout,
+                                  channels=reporting.channels)
     reporting.metrics.collect_errors.inc(sum(1 for s in samples.values() if s.error))
     now = time.time()
     first_seen = cadence.seen([s.info.incarnation for s in samples.values() if s.info], now)
