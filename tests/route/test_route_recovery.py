@@ -1,17 +1,20 @@
 """A route that loses a session's state mid-generation - a worker killed and restarted,
-or the whole route moved to a new epoch - recovers by re-prefilling, and the text is
-the same as without the failure."""
+frozen for a while, or the whole route moved to a new epoch - recovers by re-prefilling,
+and the text is the same as without the failure."""
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from meshnet.route import RecoveryFailed, RouteDriver
+from meshnet.route import RecoveryFailed, RouteDriver, RouteError
 from meshnet.route.launch import WorkerProcess, WorkerSpec, start_route
 
 PROMPT = "The quick brown fox jumps over the lazy dog. Then the fox"
@@ -100,3 +103,47 @@ def test_a_route_that_keeps_losing_state_gives_up_after_the_allowed_recoveries(
           pytest.raises(RecoveryFailed) as caught):
         driver.generate(PROMPT, max_tokens=50, stop_at_eos=False, on_token=restart_last_stage)
     assert "after 2 recoveries" in str(caught.value)
+
+
+@pytest.mark.slow
+def test_a_frozen_stage_is_noticed_in_bounded_time_and_recovered_when_it_thaws(
+    workers: list[WorkerProcess],
+) -> None:
+    middle = workers[1]
+    with RouteDriver([w.endpoint for w in workers]) as driver:
+        expected = driver.generate(PROMPT, max_tokens=32, stop_at_eos=False)
+        thaw = threading.Timer(15.0, os.kill, (middle.pid, signal.SIGCONT))
+        try:
+            started = time.monotonic()
+            generation = driver.generate(
+                PROMPT, max_tokens=32, stop_at_eos=False,
+                on_token=after_tokens(10, lambda: (os.kill(middle.pid, signal.SIGSTOP),
+                                                   thaw.start())))  # type: ignore[arg-type]
+            elapsed = time.monotonic() - started
+        finally:
+            thaw.cancel()
+            os.kill(middle.pid, signal.SIGCONT)
+    assert generation.tokens == expected.tokens
+    assert generation.recoveries == 1
+    assert "DEADLINE_EXCEEDED" in generation.recovery_reasons[0]
+    assert elapsed < 60, f"a 15 s freeze cost {elapsed:.0f} s"
+
+
+@pytest.mark.slow
+def test_a_stage_that_stays_frozen_fails_the_generation_with_a_clear_error(
+    workers: list[WorkerProcess],
+) -> None:
+    middle = workers[1]
+    with RouteDriver([w.endpoint for w in workers], wait_seconds=3) as driver:
+        driver.generate(PROMPT, max_tokens=8, stop_at_eos=False)
+        try:
+            started = time.monotonic()
+            with pytest.raises(RouteError) as caught:
+                driver.generate(PROMPT, max_tokens=32, stop_at_eos=False,
+                                on_token=after_tokens(4, lambda: os.kill(middle.pid,
+                                                                         signal.SIGSTOP)))  # type: ignore[arg-type]
+            elapsed = time.monotonic() - started
+        finally:
+            os.kill(middle.pid, signal.SIGCONT)
+    assert middle.endpoint in str(caught.value)
+    assert elapsed < 45, f"a frozen stage took {elapsed:.0f} s to fail"

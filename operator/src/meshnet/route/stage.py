@@ -3,6 +3,8 @@ errors into StageError with the protocol's ErrorInfo reason."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +15,7 @@ from grpc_status import rpc_status
 
 from meshnet.route.errors import StageError
 from meshnet.route.proto import pb, pb_grpc
+from meshnet.route.step_deadline import StepDeadline
 
 ERROR_DOMAIN = "shard.meshnet.dev"
 # Large enough for full-vocabulary logits of several rows; reconnect quickly to a
@@ -60,46 +63,92 @@ def stage_error(endpoint: str, error: grpc.RpcError) -> StageError:
     return StageError(endpoint, code, reason, message or "", metadata)
 
 
+def frozen(endpoint: str, seconds: float) -> StageError:
+    return StageError(
+        endpoint, "DEADLINE_EXCEEDED", "",
+        f"no answer within {seconds:.0f} s, many times its recent steps: the stage is "
+        "frozen or overloaded",
+    )
+
+
 class PendingForward:
     """A Forward in flight."""
 
-    def __init__(self, endpoint: str, future: grpc.Future) -> None:
+    def __init__(self, endpoint: str, future: grpc.Future, steps: StepDeadline,
+                 rows: int, seconds: float) -> None:
         self.endpoint = endpoint
         self._future = future
+        self._steps, self._rows, self._seconds = steps, rows, seconds
+        self._started = time.monotonic()
 
     def result(self) -> pb.ForwardResponse:
         try:
             response: pb.ForwardResponse = self._future.result()
         except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:  # our own step deadline
+                raise frozen(self.endpoint, self._seconds) from None
             raise stage_error(self.endpoint, exc) from None
+        self._steps.observe(time.monotonic() - self._started, self._rows)
         return response
 
 
 class ForwardStreamCall:
     """A ForwardStream carrying one request (a decode loop): iterate the responses
-    (StageError on failure); `cancel()` stops the loop and releases the session there."""
+    (StageError on failure); `cancel()` stops the loop and releases the session there.
 
-    def __init__(self, endpoint: str, call: grpc.Call) -> None:
+    A watchdog gives each answer the stage's step deadline (the first one has the
+    request's rows, the loop's later steps one each); the consumer's own time between
+    answers does not count."""
+
+    def __init__(self, endpoint: str, call: grpc.Call, steps: StepDeadline,
+                 rows: int) -> None:
         self.endpoint = endpoint
         self._call = call
+        self._steps, self._rows = steps, rows
+        self._expired_after = 0.0
 
     def __iter__(self) -> Iterator[pb.ForwardResponse]:
-        try:
-            for response in self._call:
-                yield response.forward
-        except grpc.RpcError as exc:
-            raise stage_error(self.endpoint, exc) from None
+        responses = iter(self._call)
+        rows = self._rows
+        while True:
+            seconds = self._steps.seconds(rows)
+            watchdog = threading.Timer(seconds, self._expire, (seconds,))
+            watchdog.daemon = True
+            started = time.monotonic()
+            watchdog.start()
+            try:
+                response = next(responses)
+            except StopIteration:
+                return
+            except grpc.RpcError as exc:
+                if self._expired_after:
+                    raise frozen(self.endpoint, self._expired_after) from None
+                raise stage_error(self.endpoint, exc) from None
+            finally:
+                watchdog.cancel()
+            self._steps.observe(time.monotonic() - started, rows)
+            rows = 1
+            yield response.forward
+
+    def _expire(self, seconds: float) -> None:
+        self._expired_after = seconds
+        self._call.cancel()
 
     def cancel(self) -> None:
         self._call.cancel()
 
 
 class StageClient:
-    """One worker endpoint ("host:port"). Thread-safe; calls raise StageError."""
+    """One worker endpoint ("host:port"). Thread-safe; calls raise StageError.
 
-    def __init__(self, endpoint: str, tls: TlsFiles | None = None, timeout: float = 120.0) -> None:
+    Steps (Forward, ForwardStream answers) get a deadline from this stage's measured
+    step times (`steps`); the other calls get `timeout`."""
+
+    def __init__(self, endpoint: str, tls: TlsFiles | None = None, timeout: float = 120.0,
+                 steps: StepDeadline | None = None) -> None:
         self.endpoint = endpoint
         self.timeout = timeout
+        self.steps = steps or StepDeadline()
         if tls is not None:
             self._channel = grpc.secure_channel(endpoint, tls.credentials(), CHANNEL_OPTIONS)
         else:
@@ -122,18 +171,20 @@ class StageClient:
         return self._call("GetCapacity", pb.GetCapacityRequest())  # type: ignore[return-value]
 
     def forward(self, request: pb.ForwardRequest) -> pb.ForwardResponse:
-        return self._call("Forward", request)  # type: ignore[return-value]
+        return self.forward_async(request).result()
 
     def forward_async(self, request: pb.ForwardRequest) -> PendingForward:
         """Starts a Forward; `.result()` waits for it (raising StageError)."""
-        future = self._stub.Forward.future(request, timeout=self.timeout)
-        return PendingForward(self.endpoint, future)
+        rows = len(request.positions)
+        seconds = self.steps.seconds(rows)
+        future = self._stub.Forward.future(request, timeout=seconds)
+        return PendingForward(self.endpoint, future, self.steps, rows, seconds)
 
     def forward_stream(self, request: pb.ForwardRequest) -> ForwardStreamCall:
         """ForwardStream with this one request, then a half-close."""
         call = self._stub.ForwardStream(iter([pb.ForwardStreamRequest(forward=request)]),
                                         timeout=None)
-        return ForwardStreamCall(self.endpoint, call)
+        return ForwardStreamCall(self.endpoint, call, self.steps, len(request.positions))
 
     def release(self, key: pb.RouteKey, timeout: float | None = None) -> bool:
         response = self._call("ReleaseSession", pb.ReleaseSessionRequest(key=key), timeout)
