@@ -78,8 +78,8 @@ class UpSession:
         return self.process.wait(timeout=60)
 
 
-@pytest.fixture
-def up(tmp_path: Path) -> Iterator[UpSession]:
+def start_up(tmp_path: Path, *extra: str) -> UpSession:
+    """`meshnet up` on a copy of the example route file, with `extra` flags."""
     docs = list(yaml.safe_load_all(EXAMPLE.read_text()))
     docs[0]["spec"]["storage"]["hostPath"]["path"] = str(tmp_path / "models")
     route_file = tmp_path / "route.yaml"
@@ -89,29 +89,33 @@ def up(tmp_path: Path) -> Iterator[UpSession]:
     serve = f"127.0.0.1:{free_port()}"
     with log.open("w") as sink:
         process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "meshnet.cli",
-                "up",
-                "-f",
-                str(route_file),
-                "--threads",
-                "1",
-                "--interval",
-                "0.3",
-                "--serve",
-                serve,
-            ],
+            [sys.executable, "-m", "meshnet.cli", "up", "-f", str(route_file),
+             "--threads", "1", "--interval", "0.3", "--serve", serve, *extra],
             env={**os.environ, "MESHNET_CACHE": str(cache)},
             stdout=sink,
             stderr=subprocess.STDOUT,
             text=True,
         )
-    session = UpSession(route_file, cache, process, log, f"http://{serve}/v1")
-    yield session
-    try:
-        session.stop()  # as a user would: its workers stop with it
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
+    return UpSession(route_file, cache, process, log, f"http://{serve}/v1")
+
+
+@pytest.fixture
+def make_up(tmp_path: Path) -> Iterator[Callable[..., UpSession]]:
+    started: list[UpSession] = []
+
+    def make(*extra: str) -> UpSession:
+        started.append(start_up(tmp_path, *extra))
+        return started[-1]
+
+    yield make
+    for session in started:
+        try:
+            session.stop()  # as a user would: its workers stop with it
+        except subprocess.TimeoutExpired:
+            session.process.kill()
+            session.process.wait()
+
+
+@pytest.fixture
+def up(make_up: Callable[..., UpSession]) -> UpSession:
+    return make_up()

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import httpx
 
@@ -65,7 +66,28 @@ def test_a_killed_worker_is_restarted_and_generation_stays_correct(
     answer = up.generate(PROMPT)
     assert answer["tokens"] == reference(answer["prompt_tokens"], len(answer["tokens"]))
     assert answer["recoveries"] == 0  # a new request after the restart: nothing to recover
+    assert restarted["stages"][1]["restarts"] == 1
     assert "restart #1" in up.log.read_text()
+
+
+def test_a_stage_that_keeps_crashing_exhausts_its_budget_and_up_exits_naming_its_log(
+    make_up: Callable[..., UpSession],
+) -> None:
+    up = make_up("--restart-budget", "1")
+    victim = up.wait_for(lambda r: len(r["stages"]) == 3)["stages"][1]
+    os.kill(victim["pid"], signal.SIGKILL)
+    again = up.wait_for(lambda r: len(r["stages"]) == 3 and r["stages"][1]["pid"] != victim["pid"])
+    os.kill(again["stages"][1]["pid"], signal.SIGKILL)
+
+    assert up.process.wait(timeout=60) == 1
+    said = up.log.read_text()
+    assert "restart #1 in 1s" in said
+    gave_up = next(line for line in said.splitlines() if "not restarted again" in line)
+    assert f"stage {victim['name']}: worker exited with code -9" in gave_up
+    assert "restart budget 1" in gave_up
+    worker_log = Path(gave_up.rsplit("its log: ", 1)[1])
+    assert worker_log.read_text().count("listening") >= 2, "both runs' output is kept"
+    assert not any(pid_alive(s["pid"]) for s in again["stages"])  # all stopped with it
 
 
 def test_interrupting_up_stops_every_worker_and_withdraws_the_route(up: UpSession) -> None:

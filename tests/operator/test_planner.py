@@ -37,10 +37,11 @@ def kubelet(pods: dict[str, dict[str, Any]], result: Plan, *, ready: bool = True
             body = copy.deepcopy(action.obj)
             body["metadata"]["uid"] = "pod-" + body["metadata"]["name"]
             state = {"waiting": {"reason": waiting, "message": "back-off 5m"}} if waiting else {}
+            last = {"terminated": {"exitCode": 139, "reason": "Error"}} if waiting else {}
             body["status"] = {"phase": "Running",
                               "conditions": [{"type": "Ready", "status": str(ready)}],
                               "containerStatuses": [{"restartCount": 3 if waiting else 0,
-                                                     "state": state}]}
+                                                     "state": state, "lastState": last}]}
             pods[body["metadata"]["name"]] = body
 
 
@@ -242,8 +243,14 @@ def test_a_crash_looping_stage_makes_the_route_degraded_naming_the_stage(
     degraded = condition(route, "Degraded")
     assert (degraded["status"], degraded["reason"]) == ("True", "StageCrashLooping")
     assert "stage s0 (pod r1-s0-e1) is CrashLoopBackOff" in degraded["message"]
+    # how it died and where its logs are; the pod is kept so that `--previous` works
+    assert ("last exit code 139 (Error); its logs: kubectl logs -n default r1-s0-e1 --previous"
+            in degraded["message"])
     assert condition(route, "Ready")["status"] == "False"
     assert route["status"]["stages"][0]["restarts"] == 3
+    before = dict(pods)
+    converge(route, make_artifact(), pods, ready=False, waiting="CrashLoopBackOff")
+    assert pods.keys() == before.keys()
 
 
 def test_a_deleted_route_deletes_its_pods_and_service(

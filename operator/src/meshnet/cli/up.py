@@ -17,6 +17,7 @@ from meshnet.cli.serve import split_listen
 from meshnet.errors import MeshnetError
 from meshnet.local.backend import LocalBackend
 from meshnet.local.manifests import load_route_file
+from meshnet.local.restarts import DEFAULT_BUDGET
 from meshnet.operator.metrics import OperatorMetrics
 from meshnet.paths import cache_dir, repo_root
 from meshnet.pin.manifest import load_manifest
@@ -106,15 +107,25 @@ def _stop_on_sigterm(_signum: int, _frame: FrameType | None) -> None:
     metavar="HOST:PORT",
     help="Serve the operator's Prometheus metrics here ('' disables; workers have their own).",
 )
+@click.option(
+    "--restart-budget",
+    type=click.IntRange(0),
+    default=DEFAULT_BUDGET,
+    show_default=True,
+    help="Restarts of one stage allowed within 10 minutes (each after a backoff of 1, 2, "
+    "4 ... 30 s); one more crash stops every worker and exits 1, naming the stage's log.",
+)
 def command(
-    path: Path, threads: int, interval: float, dev: bool, serve: str, metrics_listen: str
+    path: Path, threads: int, interval: float, dev: bool, serve: str, metrics_listen: str,
+    restart_budget: int,
 ) -> None:
     """Run the route in FILE on this machine until interrupted.
 
     Verifies (and copies to its storage hostPath) the ModelArtifact, starts one worker
     per stage on 127.0.0.1, and prints the route once every stage is ready. The file is
     watched: a changed stage layout starts epoch + 1, whose workers replace the old ones
-    once they are ready. A worker that dies is restarted with backoff. Once the route
+    once they are ready. A worker that dies is restarted with backoff, within a budget
+    (--restart-budget); its log stays in the cache's logs/ folder. Once the route
     is ready, its OpenAI-compatible gateway serves it on --serve. Ctrl-C stops the
     gateway and every worker.
     """
@@ -130,6 +141,7 @@ def command(
     backend = LocalBackend(
         worker_binary(dev), cache_dir() / "logs", _pin_digest(), say, threads=threads,
         metrics=metrics, gateway_url=f"http://{serve}/v1" if serve else None,
+        restart_budget=restart_budget,
     )
     seen_mtime = -1.0
     announced: tuple[object, object] | None = None

@@ -16,15 +16,18 @@ from pathlib import Path
 from typing import Any
 
 from meshnet.api import labels
+from meshnet.errors import MeshnetError
 from meshnet.local.manifests import RouteFile
 from meshnet.local.provision import LocalArtifact, provision
 from meshnet.local.registry import publish, withdraw
+from meshnet.local.restarts import DEFAULT_BUDGET, RestartPolicy
 from meshnet.local.stages import LocalStage, worker_spec
 from meshnet.operator.metrics import OperatorMetrics
 from meshnet.reconcile import (
     Create,
     Delete,
     Observed,
+    ObservedPod,
     Patch,
     Plan,
     WorkerConfig,
@@ -34,7 +37,10 @@ from meshnet.reconcile import (
 from meshnet.route.launch import WorkerProcess, WorkerStartError
 
 Say = Callable[[str], None]
-MAX_BACKOFF_S = 30.0
+
+
+class StageGaveUp(MeshnetError):
+    """A stage crashed more often than the restart budget allows."""
 
 
 class LocalBackend:
@@ -47,6 +53,7 @@ class LocalBackend:
         threads: int = 0,
         metrics: OperatorMetrics | None = None,
         gateway_url: str | None = None,
+        restart_budget: int = DEFAULT_BUDGET,
     ) -> None:
         self.binary = binary
         self.gateway_url = gateway_url  # the OpenAI base URL `meshnet up` serves the route on
@@ -61,8 +68,11 @@ class LocalBackend:
         )
         self.stages: dict[str, LocalStage] = {}
         self.status: dict[str, Any] = {}
-        self.restarts: dict[str, int] = {}
-        self.not_before: dict[str, float] = {}
+        self.crashes = RestartPolicy(restart_budget)
+        # A crashed worker's pod as the kubelet would show it while it backs off (or
+        # after we gave up), so status and metrics say CrashLoopBackOff meanwhile.
+        self.crashed: dict[str, ObservedPod] = {}  # pod name -> its placeholder
+        self.gave_up: str | None = None
         # A crashed worker comes back on its port, so drivers holding the route's
         # endpoints (`meshnet generate --route`) recover as they do from a pod restart.
         self.ports: dict[str, int] = {}  # pod name -> its gRPC port
@@ -103,6 +113,9 @@ class LocalBackend:
             "status": self.status,
         }
         pods = tuple(s.observed() for s in self.stages.values() if not s.retiring)
+        now = time.monotonic()  # once its backoff is over the planner starts it anew
+        pods += tuple(p for name, p in self.crashed.items()
+                      if name not in self.stages and not self.crashes.may_start(p.stage, now))
         return Observed(observe_route(body), pods, self.service_hash, self.artifact.observed)
 
     # ---- one reconcile -----------------------------------------------------------
@@ -124,6 +137,8 @@ class LocalBackend:
         self.metrics.epoch_advances.inc(int(result.epoch_advanced))
         self.metrics.route_conditions(key, result.conditions)
         self.metrics.status.route(key, self.status)
+        if self.gave_up:
+            raise StageGaveUp(self.gave_up)
         return result
 
     def _apply(self, action: Create | Patch | Delete) -> None:
@@ -137,15 +152,16 @@ class LocalBackend:
     def _start(self, pod: dict[str, Any]) -> None:
         assert self.artifact is not None
         stage = pod["metadata"]["labels"][labels.STAGE]
-        if time.monotonic() < self.not_before.get(stage, 0.0):
+        if not self.crashes.may_start(stage, time.monotonic()):
             return  # backing off; the next reconcile asks again
         name = pod["metadata"]["name"]
+        self.crashed.pop(name, None)
         spec = worker_spec(pod, self.artifact.model_path, self.threads)
         if name in self.ports:
             spec = replace(spec, listen=f"127.0.0.1:{self.ports[name]}")
         self.log_dir.mkdir(parents=True, exist_ok=True)
         process = WorkerProcess(self.binary, spec, self.log_dir / f"{name}.log")
-        entry = LocalStage(pod, process, restarts=self.restarts.get(stage, 0))
+        entry = LocalStage(pod, process, restarts=self.crashes.total[stage])
         self.stages[entry.name] = entry
         try:
             process.start()
@@ -163,6 +179,7 @@ class LocalBackend:
     def _stop_or_retire(self, name: str) -> None:
         entry = self.stages.get(name)
         if entry is None:
+            self.crashed.pop(name, None)  # e.g. a crashed pod of a replaced epoch
             return
         epoch = int(self.status.get("epoch") or 0)
         if entry.alive() and entry.epoch < epoch:
@@ -176,13 +193,22 @@ class LocalBackend:
         del self.stages[name]
 
     def _note_crash(self, entry: LocalStage) -> None:
-        count = self.restarts.get(entry.stage, 0) + 1
-        self.restarts[entry.stage] = count
-        delay = min(MAX_BACKOFF_S, 2.0 ** (count - 1))
-        self.not_before[entry.stage] = time.monotonic() + delay
-        self.say(
-            f"stage {entry.stage}: worker exited with code {entry.process.exit_code()}; "
-            f"restart #{count} in {delay:.0f}s"
+        stage, code, log = entry.stage, entry.process.exit_code(), entry.process.log_path
+        delay = self.crashes.crashed(stage, time.monotonic())
+        count = self.crashes.total[stage]
+        if self.crashes.exhausted(stage):
+            crashes = self.crashes.crashes_in_window(stage)
+            detail = (f"worker exited with code {code}, crash {crashes} "
+                      f"within {self.crashes.window / 60:.0f} min (restart budget "
+                      f"{self.crashes.budget}): not restarted again; its log: {log}")
+            self.gave_up = f"stage {stage}: {detail}"
+        else:
+            detail = (f"worker exited with code {code}; restart #{count} in {delay:.0f}s; "
+                      f"its log: {log}")
+        self.say(f"stage {stage}: {detail}")
+        self.crashed[entry.name] = replace(
+            entry.observed(), phase="Pending", restarts=count,
+            failing_reason="CrashLoopBackOff", failing_message=detail,
         )
 
     def _finish_rollout(self) -> None:

@@ -119,10 +119,24 @@ def observe_pod(body: Mapping[str, Any]) -> ObservedPod | None:
         terminating=bool(meta.get("deletionTimestamp")),
         restarts=sum(int(c.get("restartCount", 0)) for c in containers),
         failing_reason=failing.get("reason") if failing else None,
-        failing_message=failing.get("message", "") if failing else "",
+        failing_message=_failing_message(failing, containers, meta) if failing else "",
         unschedulable=scheduled.get("message", "unschedulable")
         if scheduled.get("reason") == "Unschedulable" else None,
     )
+
+
+def _failing_message(waiting: Mapping[str, Any], containers: list[dict[str, Any]],
+                     meta: Mapping[str, Any]) -> str:
+    """The kubelet's message, and for a container that ran and died how it ended and
+    where its logs are (kept: a crash-looping pod is never replaced, so --previous works)."""
+    parts = [str(waiting.get("message", ""))] if waiting.get("message") else []
+    ended = next((t for c in containers
+                  if (t := (c.get("lastState") or {}).get("terminated"))), None)
+    if ended:
+        why = f" ({ended['reason']})" if ended.get("reason") else ""
+        parts.append(f"last exit code {ended.get('exitCode')}{why}; its logs: kubectl logs "
+                     f"-n {meta.get('namespace', 'default')} {meta.get('name', '')} --previous")
+    return "; ".join(parts)
 
 
 def observe_artifact(body: Mapping[str, Any]) -> ObservedArtifact:
