@@ -21,6 +21,7 @@ from meshnet.route import (
 )
 from meshnet.route.launch import WorkerProcess
 from meshnet.route.proto import pb
+from meshnet.route.stage import stage_error
 
 ROUTE_ID, EPOCH = "test/bad-input", 7
 
@@ -285,3 +286,25 @@ def test_an_unreachable_stage_is_unavailable(route: Route) -> None:
     error = refused(client.info)
     assert error.code in {grpc.StatusCode.UNAVAILABLE.name, grpc.StatusCode.DEADLINE_EXCEEDED.name}
     client.close()
+
+
+UNARY_METHODS = ["Forward", "GetInfo", "GetCapacity", "ReleaseSession", "Tokenize", "Detokenize"]
+
+
+@pytest.mark.parametrize("method", UNARY_METHODS)
+def test_bytes_that_do_not_parse_are_refused_as_malformed_with_one_log_line_per_burst(
+        two_stages: list[WorkerProcess], method: str) -> None:
+    worker = two_stages[0]
+    with grpc.insecure_channel(worker.endpoint) as channel:
+        call = channel.unary_unary(f"/meshnet.shard.v1.ShardService/{method}",
+                                   request_serializer=lambda raw: raw,
+                                   response_deserializer=lambda raw: raw)
+        errors = []
+        for _ in range(50):
+            with pytest.raises(grpc.RpcError) as caught:
+                call(b"\x0a\xff\xff\xff\xff\x0f", timeout=10)  # a length past the end
+            errors.append(stage_error(worker.endpoint, caught.value))
+    assert {(e.code, e.reason) for e in errors} == {("INVALID_ARGUMENT", "MALFORMED_REQUEST")}
+    assert f"ShardService/{method}" in errors[0].detail
+    logged = [line for line in worker.lines if "refused unparseable requests" in line]
+    assert 1 <= len(logged) <= 10  # rate-limited: not one line per request

@@ -33,6 +33,7 @@ const char * error_reason_name(error_reason reason) {
         case error_reason::invalid_route_key:        return "INVALID_ROUTE_KEY";
         case error_reason::relay_unavailable:        return "RELAY_UNAVAILABLE";
         case error_reason::duplicate_session:        return "DUPLICATE_SESSION";
+        case error_reason::malformed_request:        return "MALFORMED_REQUEST";
     }
     return "UNSPECIFIED";
 }
@@ -54,6 +55,7 @@ grpc::StatusCode error_reason_code(error_reason reason) {
         case error_reason::step_too_large:
         case error_reason::invalid_route_key:
         case error_reason::duplicate_session:
+        case error_reason::malformed_request:
             return grpc::StatusCode::INVALID_ARGUMENT;
         case error_reason::context_overflow:
             return grpc::StatusCode::OUT_OF_RANGE;

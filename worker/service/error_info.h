@@ -32,6 +32,7 @@ enum class error_reason {
     invalid_route_key,
     relay_unavailable,
     duplicate_session,
+    malformed_request,
 };
 
 extern const char * const error_domain; // "shard.meshnet.dev"

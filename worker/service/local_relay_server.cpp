@@ -1,6 +1,7 @@
 // local_relay_server.cpp - the local relay's accepting side.
 #include "local_relay_server.h"
 #include "relay_batches.h"
+#include "rate_limited_log.h"
 #include "relay_frames.h"
 
 #include <poll.h>
@@ -13,6 +14,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
+#include <string>
 #include <vector>
 
 namespace meshnet {
@@ -28,21 +30,9 @@ constexpr size_t read_chunk_bytes = 64 * 1024;
 
 using relay_clock = std::chrono::steady_clock;
 
-// One line now and then, not one per refused connection.
 void log_refusal(const char * why) {
-    static std::mutex          mutex;
-    static relay_clock::time_point last;
-    static int                 quiet = 0;
-    std::lock_guard<std::mutex> lock(mutex);
-    const auto now = relay_clock::now();
-    if (last != relay_clock::time_point{} && now - last < std::chrono::seconds(10)) {
-        ++quiet;
-        return;
-    }
-    std::fprintf(stderr, "meshnet-shard-worker: local relay: closed a connection: %s (%d more since the last line)\n",
-                 why, quiet);
-    last  = now;
-    quiet = 0;
+    static rate_limited_log log("local relay");
+    log.say(std::string("closed a connection: ") + why);
 }
 
 } // namespace

@@ -1,6 +1,7 @@
 // worker_server.cpp - server wiring. Binds where told (127.0.0.1 by default) and warns
 // loudly when a non-loopback address is served without TLS.
 #include "worker_server.h"
+#include "malformed_requests.h"
 
 #include <grpcpp/create_channel.h>
 #include <grpcpp/health_check_service_interface.h>
@@ -169,6 +170,7 @@ bool worker_server::start(const worker_params & params, engine_i & engine, std::
     grpc::ServerBuilder builder;
     builder.AddListeningPort(params.listen, credentials, &port_);
     builder.RegisterService(service_.get());
+    builder.experimental().SetInterceptorCreators(malformed_request_interceptors());
     // The transport limit sits above the service's own so oversize requests get the
     // documented MESSAGE_TOO_LARGE answer; only far larger ones hit gRPC's plain one.
     const int64_t transport_limit = std::min<int64_t>(INT32_MAX, 2 * params.max_message_bytes + (1 << 20));
