@@ -8,10 +8,14 @@ from pathlib import Path
 
 KEEP_COMPLETE = 3
 STALE_AFTER_S = 3600  # an unfinished build untouched this long is not running any more
+# Builds finished this recently are kept beyond `keep`: another checkout (a worktree,
+# a CI clone) may be running tests against one right now.
+RECENT_S = 24 * 3600
 
 
 def prune(parent: Path, keep: int = KEEP_COMPLETE, now: float | None = None) -> list[Path]:
-    """Remove all but the `keep` newest complete builds and stale unfinished ones."""
+    """Remove the complete builds beyond the `keep` newest that finished over a day ago,
+    and stale unfinished ones."""
     now = time.time() if now is None else now
     entries = [p for p in parent.iterdir() if p.is_dir()] if parent.is_dir() else []
     complete = sorted(
@@ -22,7 +26,8 @@ def prune(parent: Path, keep: int = KEEP_COMPLETE, now: float | None = None) -> 
     unfinished = [
         p for p in entries if p not in complete and now - p.stat().st_mtime > STALE_AFTER_S
     ]
-    removed = complete[keep:] + unfinished
+    old = [p for p in complete[keep:] if now - (p / "complete.json").stat().st_mtime > RECENT_S]
+    removed = old + unfinished
     for path in removed:
         shutil.rmtree(path, ignore_errors=True)
     return removed
