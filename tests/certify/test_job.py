@@ -28,7 +28,7 @@ def pod(lane: str = "cuda", tls: RouteTls | None = None) -> dict[str, Any]:
     return stage_pod(StageInputs(
         ROUTE, stage, Recipe(lane=lane), tls, 3, "c" * 64, "model-00001-of-00002.gguf",
         ArtifactStorage.model_validate({"pvc": {"claimName": "models", "subPath": "dsv4"}}),
-        "a" * 64, 2), WorkerConfig(images={lane: f"worker:{lane}"}))
+        "a" * 64, 2, "b" * 64), WorkerConfig(images={lane: f"worker:{lane}"}))
 
 
 def build(lane: CertifiedLane = CUDA, request: str | None = None,

@@ -26,6 +26,10 @@ def test_up_serves_the_three_stage_route_and_generate_finds_it_by_name(
 ) -> None:
     route = up.wait_for(lambda r: r["epoch"] == 1 and len(r["stages"]) == 3)
     assert [s["layers"] for s in route["stages"]] == ["0:10", "10:20", "20:30"]
+    for stage in route["stages"]:  # each worker knows what it serves, for the handshake
+        info = StageClient(stage["endpoint"]).info()
+        assert (info.manifest_digest, info.recipe_digest, info.route_digest) == (
+            route["manifestDigest"], route["recipeDigest"], route["routeDigest"])
 
     answer = up.generate(PROMPT)
 

@@ -6,7 +6,14 @@ from typing import Any
 
 from meshnet.api.modelartifact import ArtifactStorage
 from meshnet.api.shardroute import Recipe, RouteTls, Stage
-from meshnet.reconcile.podspec import RouteRef, StageInputs, WorkerConfig, stage_pod, worker_args
+from meshnet.reconcile.podspec import (
+    Identities,
+    RouteRef,
+    StageInputs,
+    WorkerConfig,
+    stage_pod,
+    worker_args,
+)
 
 CONFIG = WorkerConfig(images={"cuda": "worker-cuda:1", "cpu": "worker-cpu:1"}, pin_digest="p")
 DIGEST = "d" * 64
@@ -17,7 +24,8 @@ def pod(stage: dict[str, Any], recipe: dict[str, Any] | None = None,
     inputs = StageInputs(
         RouteRef("r1", "ml", "uid-1"), Stage.model_validate(stage),
         Recipe.model_validate(recipe or {}), tls, 3, "f" * 64, "m-00001-of-00002.gguf",
-        ArtifactStorage.model_validate(storage or {"pvc": {"claimName": "models"}}), DIGEST, 3)
+        ArtifactStorage.model_validate(storage or {"pvc": {"claimName": "models"}}), DIGEST, 3,
+        "e" * 64)
     return stage_pod(inputs, CONFIG)
 
 
@@ -28,11 +36,20 @@ def test_worker_args_carry_the_model_range_route_epoch_ports_and_recipe() -> Non
     args = worker_args(model_path="/models/m.gguf", stage=Stage.model_validate(STAGE),
                        route_id="ml/r1", epoch=3,
                        recipe=Recipe(boundary_dtype="bf16", context_length=8192, session_slots=2),
-                       config=CONFIG, tls=None, route_stages=3)
+                       config=CONFIG, tls=None, route_stages=3,
+                       identities=Identities("m" * 64, "r" * 64, "d" * 64))
     assert args == ["--model", "/models/m.gguf", "--layers", "10:20", "--route-id", "ml/r1",
-                    "--epoch", "3", "--listen", "0.0.0.0:50051",
+                    "--epoch", "3", "--manifest-digest", "m" * 64, "--recipe-digest", "r" * 64,
+                    "--route-digest", "d" * 64, "--listen", "0.0.0.0:50051",
                     "--metrics-listen", "0.0.0.0:9090", "--slots", "2", "--ctx", "8192",
                     "--boundary-dtype", "bf16", "--pipeline-depth", "3"]
+
+
+def test_stage_pods_tell_their_worker_the_artifact_recipe_and_route_they_serve() -> None:
+    args = pod(STAGE)["spec"]["containers"][0]["args"]
+    flags = dict(zip(args[::2], args[1::2], strict=True))
+    assert (flags["--manifest-digest"], flags["--recipe-digest"], flags["--route-digest"]) == (
+        DIGEST, "e" * 64, "f" * 64)
 
 
 def test_stages_with_gpus_offload_every_layer_they_own() -> None:

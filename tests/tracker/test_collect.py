@@ -1,5 +1,6 @@
-"""Sampling real workers: every stage's GetInfo and GetCapacity at once, and a stopped or
-dead worker costs one deadline, not a hang."""
+"""Sampling real workers: every stage's GetInfo and GetCapacity at once, a stopped or
+dead worker costs one deadline, not a hang, and a worker started for another artifact
+is refused by the driver and reported as a mismatch."""
 
 from __future__ import annotations
 
@@ -12,8 +13,15 @@ from pathlib import Path
 
 import pytest
 
+from meshnet.api.tracker import Provider
+from meshnet.certify import lane as lanes
+from meshnet.route import RouteDriver, RouteRefused
 from meshnet.route.launch import WorkerProcess, WorkerSpec, start_route
 from meshnet.tracker.collect import StageChannels, sample_stages
+from meshnet.tracker.inputs import PinFacts, StageView
+from meshnet.tracker.report import build_report
+
+from .conftest import MANIFEST, RECIPE, ROUTE, certificate, lane, route_view
 
 
 @pytest.fixture(scope="module")
@@ -82,3 +90,34 @@ def test_stage_channels_serve_every_pass_over_one_stub_per_stage(
 
     answered, same = asyncio.run(passes())
     assert answered == [True] * 6 and same
+
+
+def test_a_stage_started_for_another_artifact_is_refused_and_reported_as_a_mismatch(
+        shard_worker: Path, smollm2: Path, tmp_path: Path) -> None:
+    theirs = "e" * 64
+    specs = [WorkerSpec(model=smollm2, layers=span, route_id="default/r1", epoch=1, threads=1,
+                        slots=4, ctx=256, metrics_listen="", manifest_digest=digest,
+                        recipe_digest=RECIPE, route_digest=ROUTE)
+             for span, digest in (((0, 15), MANIFEST), ((15, 30), theirs))]
+    running = start_route(shard_worker, specs, tmp_path)
+    try:
+        endpoints = [w.endpoint for w in running]
+        with RouteDriver(endpoints) as driver, pytest.raises(RouteRefused) as refused:
+            driver.connect()
+        names = {"s0": endpoints[0], "s1": endpoints[1]}
+        answers = asyncio.run(sample_stages(names, timeout=5.0))
+    finally:
+        for worker in running:
+            worker.stop()
+
+    assert "stages disagree on the artifact (manifest digest)" in str(refused.value)
+    stages = [StageView(name, begin, end, names[name], ready=True, started_at=1_000.0)
+              for name, (begin, end) in (("s0", (0, 15)), ("s1", (15, 30)))]
+    built = build_report(route_view(), stages, answers,
+                         lanes.state(lane(), certificate()), provider=Provider(id="p1", cluster="c1"),
+                         pin=PinFacts(llama_cpp_commit="0" * 40, patch_stack_digest="d" * 64),
+                         sequence=1, now=1_060.0, first_seen={})
+    assert [(r.reason, r.stage) for r in built.unavailable_reasons] == [("StageMismatch", "s1")]
+    assert f"has manifest digest {theirs[:12]}, not {MANIFEST[:12]}" in \
+        built.unavailable_reasons[0].message
+    assert not built.available

@@ -24,6 +24,9 @@ _LOCAL_FLAGS = {
     "--boundary-dtype",
     "--gpu-layers",
     "--pipeline-depth",
+    "--manifest-digest",
+    "--recipe-digest",
+    "--route-digest",
 }
 
 
@@ -45,6 +48,9 @@ def worker_spec(pod: dict[str, Any], model_path: Path, threads: int) -> WorkerSp
         boundary_dtype=flags["--boundary-dtype"],
         gpu_layers=int(flags.get("--gpu-layers", 0)),
         pipeline_depth=int(flags.get("--pipeline-depth", 0)),
+        manifest_digest=flags.get("--manifest-digest", ""),
+        recipe_digest=flags.get("--recipe-digest", ""),
+        route_digest=flags.get("--route-digest", ""),
         threads=threads,
         exit_with_parent=True,  # a `meshnet up` that is killed leaves no worker behind
     )

@@ -114,7 +114,8 @@ def _rollout(observed: Observed, spec: ShardRouteSpec, manifest: str, config: Wo
     assert observed.artifact is not None and observed.artifact.storage is not None
     desired = {s.name: stage_pod(StageInputs(
         ref, s, spec.recipe, spec.tls, epoch, digest, observed.artifact.model_file,
-        observed.artifact.storage, manifest, len(spec.stages)), config) for s in spec.stages}
+        observed.artifact.storage, manifest, len(spec.stages), recipe), config)
+        for s in spec.stages}
     actions, events = _pod_actions(observed.pods, desired, epoch)
     actions += _service_actions(observed, ref, config)
     actions += _gateway_actions(observed, ref, spec, config)

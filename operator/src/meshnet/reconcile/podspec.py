@@ -50,9 +50,19 @@ class RouteRef:
     uid: str
 
 
+@dataclass(frozen=True)
+class Identities:
+    """What a worker reports in GetInfo, so that the driver's handshake and the Tracker
+    report can tell a stage started for another artifact, recipe or route."""
+
+    manifest_digest: str
+    recipe_digest: str
+    route_digest: str
+
+
 def worker_args(
     *, model_path: str, stage: Stage, route_id: str, epoch: int, recipe: Recipe,
-    config: WorkerConfig, tls: RouteTls | None, route_stages: int,
+    config: WorkerConfig, tls: RouteTls | None, route_stages: int, identities: Identities,
 ) -> list[str]:
     """The `meshnet-shard-worker` command line for one stage (the single place to change it)."""
     args = [
@@ -60,6 +70,9 @@ def worker_args(
         "--layers", f"{stage.layers.begin}:{stage.layers.end}",
         "--route-id", route_id,
         "--epoch", str(epoch),
+        "--manifest-digest", identities.manifest_digest,
+        "--recipe-digest", identities.recipe_digest,
+        "--route-digest", identities.route_digest,
         "--listen", f"0.0.0.0:{config.grpc_port}",
         "--metrics-listen", f"0.0.0.0:{config.metrics_port}",
         "--slots", str(recipe.session_slots),
@@ -154,6 +167,7 @@ class StageInputs:
     storage: ArtifactStorage
     manifest_digest: str
     route_stages: int  # stages in the route (the pipeline's depth)
+    recipe_digest: str
 
 
 def stage_pod(inputs: StageInputs, config: WorkerConfig) -> dict[str, Any]:
@@ -163,6 +177,7 @@ def stage_pod(inputs: StageInputs, config: WorkerConfig) -> dict[str, Any]:
         model_path=f"{MODEL_DIR}/{inputs.model_file}", stage=stage,
         route_id=f"{route.namespace}/{route.name}", epoch=inputs.epoch, recipe=inputs.recipe,
         config=config, tls=inputs.tls, route_stages=inputs.route_stages,
+        identities=Identities(inputs.manifest_digest, inputs.recipe_digest, inputs.route_digest),
     )
     mounts: list[dict[str, Any]] = [{"name": "model", "mountPath": MODEL_DIR, "readOnly": True},
               {"name": "tmp", "mountPath": "/tmp"}]
