@@ -113,8 +113,8 @@ def test_a_stage_started_for_another_artifact_is_refused_and_reported_as_a_misma
     assert "stages disagree on the artifact (manifest digest)" in str(refused.value)
     stages = [StageView(name, begin, end, names[name], ready=True, started_at=1_000.0)
               for name, (begin, end) in (("s0", (0, 15)), ("s1", (15, 30)))]
-    built = build_report(route_view(), stages, answers,
-                         lanes.state(lane(), certificate()), provider=Provider(id="p1", cluster="c1"),
+    built = build_report(route_view(), stages, answers, lanes.state(lane(), certificate()),
+                         provider=Provider(id="p1", cluster="c1"),
                          pin=PinFacts(llama_cpp_commit="0" * 40, patch_stack_digest="d" * 64),
                          sequence=1, now=1_060.0, first_seen={})
     assert [(r.reason, r.stage) for r in built.unavailable_reasons] == [("StageMismatch", "s1")]
