@@ -57,6 +57,7 @@ build: pin proto worker
 lint: venv proto
 	cd operator && ../$(BIN)/ruff check src ../tests ../bench
 	cd operator && ../$(BIN)/mypy
+	cd operator && ../$(BIN)/lint-imports
 	$(MESHNET) crds --check
 	$(MESHNET) monitoring dashboards --check
 

@@ -16,13 +16,13 @@ from gguf import GGMLQuantizationType, GGUFReader
 from meshnet.artifacts.facts import MHC_RESIDUAL, model_facts, stage_footprint
 from meshnet.artifacts.gguf_header import read_header
 from meshnet.artifacts.splitset import order_split_set
-from meshnet.artifacts.status import gguf_facts
 from meshnet.devtools.tiny_deepseek4 import (
     SMALL,
     V4_DEPTH,
     v4_compress_ratios,
     write_tiny_deepseek4,
 )
+from meshnet.reconcile.artifact_status import gguf_facts
 
 
 def digest(path: Path) -> str:

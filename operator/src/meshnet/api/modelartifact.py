@@ -22,6 +22,9 @@ from meshnet.identity import manifest_digest
 
 KIND = "ModelArtifact"
 PLURAL = "modelartifacts"
+# The `kind` of the JSON summary `meshnet artifact pull --json` writes as its
+# termination message, which the operator reads back.
+PULL_SUMMARY_KIND = "ArtifactPullSummary"
 
 
 class ArtifactFile(ApiModel):

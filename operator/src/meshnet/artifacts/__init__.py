@@ -6,15 +6,14 @@ Public surface:
     pull(artifact, dest, source, meters) -> PullSummary   `meshnet artifact pull`
     verify_folder(folder, artifact, meters) -> VerifyReport  `meshnet artifact verify`
     stage_footprint(facts, begin, end) -> int         weight bytes of a layer range
-    artifact_status(spec, summary, job_phase, ...) -> ModelArtifactStatus   for the operator
-    node_copy(node, spec, summary, job_phase) -> NodeCopy   one host-path copy's status
+
+Status derived from what a pull reported is planning: meshnet.reconcile.artifact_status.
 """
 
 from meshnet.artifacts.facts import ModelFacts, stage_footprint
 from meshnet.artifacts.manifest import Manifest, build_manifest
 from meshnet.artifacts.pull import PullSummary, pull
 from meshnet.artifacts.spec import Artifact, load_artifact, parse_artifact
-from meshnet.artifacts.status import artifact_status, node_copy
 from meshnet.artifacts.verify import VerifyReport, verify_folder
 
 __all__ = [
@@ -23,10 +22,8 @@ __all__ = [
     "ModelFacts",
     "PullSummary",
     "VerifyReport",
-    "artifact_status",
     "build_manifest",
     "load_artifact",
-    "node_copy",
     "parse_artifact",
     "pull",
     "stage_footprint",

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from meshnet.api.modelartifact import ArtifactManifest
+from meshnet.api.modelartifact import PULL_SUMMARY_KIND, ArtifactManifest
 from meshnet.artifacts.facts import ModelFacts
 from meshnet.artifacts.hashing import READ_BYTES, sha256_file
 from meshnet.artifacts.journal import (
@@ -56,7 +56,6 @@ from meshnet.artifacts.storage import check_space, exclusive, refuse_home
 from meshnet.artifacts.verify import MeterFactory, read_model_facts
 from meshnet.errors import ArtifactError, DownloadFailed, HashMismatch, StorageRefused
 
-SUMMARY_KIND = "ArtifactPullSummary"
 VERIFIED = "Verified"
 
 
@@ -105,7 +104,7 @@ class PullSummary:
             f for f in self.files if f.state in {"skipped", "verified", "downloaded", "resumed"}
         ]
         return {
-            "kind": SUMMARY_KIND,
+            "kind": PULL_SUMMARY_KIND,
             "artifact": self.artifact,
             "manifestDigest": self.manifest_digest,
             "dest": self.dest,

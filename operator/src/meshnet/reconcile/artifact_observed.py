@@ -12,9 +12,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from meshnet.api import labels
-from meshnet.api.modelartifact import ModelArtifactSpec
-from meshnet.artifacts.pull import SUMMARY_KIND
-from meshnet.artifacts.status import JobPhase
+from meshnet.api.modelartifact import PULL_SUMMARY_KIND, ModelArtifactSpec
+from meshnet.reconcile.artifact_status import JobPhase
 
 
 @dataclass(frozen=True)
@@ -121,7 +120,7 @@ def _summary(message: str) -> Mapping[str, Any] | None:
         parsed = json.loads(message)
     except ValueError:
         return None
-    return parsed if isinstance(parsed, dict) and parsed.get("kind") == SUMMARY_KIND else None
+    return parsed if isinstance(parsed, dict) and parsed.get("kind") == PULL_SUMMARY_KIND else None
 
 
 def observe_attempts(pod: Mapping[str, Any]) -> tuple[Attempt, ...]:

@@ -18,7 +18,9 @@ from typing import Any
 from meshnet.api import labels
 from meshnet.api.common import Condition
 from meshnet.api.modelartifact import ModelArtifactSpec, ModelArtifactStatus, human_size
-from meshnet.artifacts.status import (
+from meshnet.errors import ArtifactSpecError, StorageRefused
+from meshnet.reconcile.artifact_observed import ArtifactObserved, ObservedJob, ObservedNode
+from meshnet.reconcile.artifact_status import (
     FAILED,
     PROGRESSING,
     READY,
@@ -26,8 +28,6 @@ from meshnet.artifacts.status import (
     artifact_status,
     node_copy,
 )
-from meshnet.errors import ArtifactSpecError, StorageRefused
-from meshnet.reconcile.artifact_observed import ArtifactObserved, ObservedJob, ObservedNode
 from meshnet.reconcile.copies import Copy, Verdict, copies_status, stamp
 from meshnet.reconcile.jobspec import (
     ArtifactRef,

@@ -16,7 +16,8 @@ from typing import Any, Literal
 
 from meshnet.api.common import Condition
 from meshnet.api.modelartifact import ModelArtifactSpec, ModelArtifactStatus
-from meshnet.artifacts.status import (
+from meshnet.errors import StorageRefused
+from meshnet.reconcile.artifact_status import (
     FAILED,
     PROGRESSING,
     READY,
@@ -25,7 +26,6 @@ from meshnet.artifacts.status import (
     artifact_status,
     node_copy,
 )
-from meshnet.errors import StorageRefused
 
 MESSAGE_LIMIT = 2048  # per condition: many nodes must not make a huge status
 

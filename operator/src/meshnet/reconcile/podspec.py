@@ -14,11 +14,13 @@ from meshnet.api.common import API_VERSION
 from meshnet.api.modelartifact import ArtifactStorage
 from meshnet.api.shardroute import DEFAULT_GPU_RESOURCES, KIND, Recipe, RouteTls, Stage
 from meshnet.reconcile.naming import pod_name, service_name
-from meshnet.route.launch import OFFLOAD_ALL_LAYERS
 
 MODEL_DIR = "/models"
 TLS_DIR = "/etc/meshnet/tls"
 RUN_AS = 65532  # the distroless "nonroot" user
+# --gpu-layers: llama.cpp offloads the last N layers of the whole model, so more than any
+# model has puts every layer a stage owns, and the last stage's output head, on its GPUs.
+OFFLOAD_ALL_LAYERS = 9999
 # The restricted Pod Security Standard, for stage and gateway pods alike.
 POD_SECURITY = {"runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS,
                 "fsGroup": RUN_AS, "seccompProfile": {"type": "RuntimeDefault"}}

@@ -27,10 +27,6 @@ from meshnet.errors import MeshnetError
 # 10000. About 0.15 ms of spin on that machine, shorter than the hand-off.
 WORKER_ENV_DEFAULTS = {"GOMP_SPINCOUNT": "3000"}
 
-# --gpu-layers: llama.cpp offloads the last N layers of the whole model, so more than any
-# model has puts every layer a stage owns, and the last stage's output head, on its GPUs.
-OFFLOAD_ALL_LAYERS = 9999
-
 _LISTENING = re.compile(r"listening on port (\d+)")
 _METRICS = re.compile(r"metrics on port (\d+)")
 

@@ -1,4 +1,4 @@
-"""ModelArtifact status from what its provisioning Job reported (pure, no I/O).
+"""ModelArtifact status from what its provisioning Job reported (pure planning, no I/O).
 
 The operator observes the Job's phase and the `meshnet artifact pull --json` summary
 of its latest finished attempt, and calls `artifact_status()` (and `node_copy()` per
