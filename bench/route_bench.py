@@ -69,6 +69,8 @@ from meshnet.route.launch import (
 
 PROMPT_TOKENS = 128
 DECODE_TOKENS = 64
+# Batch invariance off: any mix of steps shares an engine step (the worker default is 8).
+ANY_MIX = ("--exact-batch-rows", "0")
 TEXT = (
     "The history of the printing press begins in the fifteenth century, when movable "
     "type changed how books were made, sold and read across Europe and beyond. "
@@ -259,9 +261,10 @@ def run(bin_dir: Path | None, threads: int, repeats: int, model: Path | None = N
             return ()
         return tuple(available[(index * n_threads + i) % len(available)] for i in range(n_threads))
 
-    def spec(span: tuple[int, int], n_threads: int, index: int = 0) -> WorkerSpec:
+    def spec(span: tuple[int, int], n_threads: int, index: int = 0,
+             extra: tuple[str, ...] = ()) -> WorkerSpec:
         return WorkerSpec(model=model, layers=span, threads=n_threads, slots=8, ctx=1024,
-                          gpu_layers=gpu_layers, cpus=cpus(n_threads, index))
+                          gpu_layers=gpu_layers, cpus=cpus(n_threads, index), extra=extra)
 
     first, second = (0, split), (split, 30)
     setups = {  # name: (specs, chain)
@@ -333,8 +336,15 @@ def run(bin_dir: Path | None, threads: int, repeats: int, model: Path | None = N
                     statistics.median(overheads[name]), 3)
         chain_driver = drivers["route_2_stages_chain"]
         chain_workers = route_workers["route_2_stages_chain"]
+        # The same chain without batch invariance: what exact tokens under load cost.
+        any_mix = start_route(binary, [spec(first, half, extra=ANY_MIX),
+                                       spec(second, half, 1, extra=ANY_MIX)], logs, chain=True)
+        workers += any_mix
+        drivers["any_mix"] = RouteDriver([w.endpoint for w in any_mix], topology="chain")
+        drivers["any_mix"].connect(wait=30)
         concurrent_decode(chain_driver, prompt, 2)  # warm up
-        ones, eights = [], []
+        concurrent_decode(drivers["any_mix"], prompt, 2)
+        ones, eights, eights_any_mix = [], [], []
         stages_one, stages_eight = [], []
         for _ in range(repeats):
             rate, stages = concurrent_decode(chain_driver, prompt, 1, chain_workers)
@@ -343,9 +353,12 @@ def run(bin_dir: Path | None, threads: int, repeats: int, model: Path | None = N
             rate, stages = concurrent_decode(chain_driver, prompt, 8, chain_workers)
             eights.append(rate)
             stages_eight.append(stages)
+            eights_any_mix.append(concurrent_decode(drivers["any_mix"], prompt, 8)[0])
         results["route_2_stages_sessions"] = {
-            "1": summary(ones), "8": summary(eights),
+            "1": summary(ones), "8": summary(eights), "8_any_mix": summary(eights_any_mix),
             "paired_ratio": round(paired([(e, o) for e, o in zip(eights, ones, strict=True)]), 2),
+            "paired_exact_vs_any_mix": round(paired(
+                [(e, a) for e, a in zip(eights, eights_any_mix, strict=True)]), 3),
             "stages_1": median_stages(stages_one), "stages_8": median_stages(stages_eight)}
     finally:
         if rpc:
@@ -429,6 +442,11 @@ def report(results: dict[str, Any]) -> str:
         f"8 sessions {eight:.1f} tok/s (best/best {eight / one:.2f}x, paired "
         f"{sessions['paired_ratio']:.2f}x)"
     )
+    if "8_any_mix" in sessions:
+        lines.append(
+            f"  8 sessions with batch invariance off (--exact-batch-rows 0): "
+            f"{sessions['8_any_mix']['best']:.1f} tok/s; with it on, "
+            f"x{sessions['paired_exact_vs_any_mix']:.3f} of that (paired)")
     for count in ("1", "8"):
         stages = sessions.get(f"stages_{count}") or []
         if stages:
