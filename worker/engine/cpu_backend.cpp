@@ -63,11 +63,15 @@ bool backends_init(std::string & error) {
     static std::string    failure;
     std::call_once(once, [] {
         if (const char * variant = forced_variant()) {
-            // a static (native) build registers its one CPU backend before anything loads
+#ifndef MESHNET_BACKEND_MODULES
+            failure = std::string("MESHNET_CPU_VARIANT=") + variant +
+                      ": this is a native build with one CPU backend compiled in; only a "
+                      "portable build (meshnet worker build --portable) has variants";
+            return;
+#endif
             if (ggml_backend_reg_count() > 0) {
                 failure = std::string("MESHNET_CPU_VARIANT=") + variant +
-                          ": this worker is a native build with one CPU backend compiled in; "
-                          "only a portable build (meshnet worker build --portable) has variants";
+                          ": the backends were loaded before it could choose (call backends_init first)";
                 return;
             }
             failure = load_forced(variant);
