@@ -127,12 +127,16 @@ def cpu_features() -> str:
     return platform.processor() or "unknown"
 
 
+BASELINE = "baseline"
+
+
 def cpu_variants() -> dict[str, list[str]]:
     """The CPU backend modules of a portable build on this machine's architecture: the x86
-    generations, or one baseline module elsewhere (ggml's generic flags for that ISA)."""
+    generations, or elsewhere one module with ggml's generic flags for that ISA, kept as
+    libggml-cpu.so (ggml's fallback name; MESHNET_CPU_VARIANT has nothing to choose)."""
     if platform.machine().lower() in ("x86_64", "amd64"):
         return CPU_VARIANTS
-    return {"baseline": []}
+    return {BASELINE: []}
 
 
 def build_key(manifest: PinManifest, lane: str, portable: bool = False) -> str:
@@ -260,7 +264,8 @@ def _build_portable(ws: Workspace, lane: str, say: Say, jobs: int, key: str, dir
                 "--target", *PORTABLE_TARGETS], log, progress=True)
     run_logged(["cmake", "--install", str(directory / "build")], log, progress=False)
     modules = prefix / "bin"
-    (modules / "libggml-cpu.so").rename(modules / f"libggml-cpu-{first}.so")
+    if first != BASELINE:  # an x86 variant, scored by ggml like the others
+        (modules / "libggml-cpu.so").rename(modules / f"libggml-cpu-{first}.so")
     for name in others:
         variant_dir = directory / "variants" / name
         say(f"compiling the CPU module {name} ({' '.join(variants[name])}) ...")
@@ -272,7 +277,7 @@ def _build_portable(ws: Workspace, lane: str, say: Say, jobs: int, key: str, dir
         run_logged(["cmake", "--build", str(variant_dir), "--parallel", str(jobs),
                     "--target", "ggml-cpu"], log, progress=True, label=name)
         shutil.copy2(variant_dir / "bin" / "libggml-cpu.so", modules / f"libggml-cpu-{name}.so")
-        shutil.rmtree(variant_dir)  # its objects are in ccache; the module is installed
+        shutil.rmtree(variant_dir)  # only its module was wanted
     seconds = time.monotonic() - started
     (directory / "complete.json").write_text(json.dumps(
         {"key": key, "lane": lane, "portable": True, "cpu_variants": list(variants),
