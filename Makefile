@@ -11,12 +11,13 @@ LANE ?= cpu
 # Compiler cache for our C++ and llama.cpp, beside the build cache.
 export CCACHE_DIR ?= $(HOME)/.cache/meshnet/ccache
 
-.PHONY: help demo test setup deps venv tools pin worker proto build lint test-python test-cpp clean
+.PHONY: help demo test setup deps venv tools pin worker proto build images lint test-python test-cpp clean
 
 help:
 	@echo "make demo   set everything up, build, and run the main job on the embedded default"
 	@echo "make test   set everything up, build, and run every test (Python and C++)"
-	@echo "steps: deps venv tools pin proto worker build lint test-python test-cpp clean"
+	@echo "make images the operator, cpu worker and cpu certify images (buildah; see README)"
+	@echo "steps: deps venv tools pin proto worker build images lint test-python test-cpp clean"
 
 deps:
 	bash scripts/install-system-deps.sh
@@ -54,12 +55,19 @@ worker: pin
 
 build: pin proto worker
 
+# The images, from the portable build (runtime CPU selection), tagged as the chart expects.
+images: setup
+	$(MESHNET) pin fetch
+	$(MESHNET) pin patch
+	$(MESHNET) images build
+
 lint: venv proto
 	cd operator && ../$(BIN)/ruff check src ../tests ../bench
 	cd operator && ../$(BIN)/mypy
 	cd operator && ../$(BIN)/lint-imports
 	$(MESHNET) crds --check
 	$(MESHNET) monitoring dashboards --check
+	$(BIN)/hadolint --config images/hadolint.yaml images/*.Dockerfile
 
 # pytest exits 5 when it collects nothing; make treats that as the failure it is.
 test-python: build

@@ -6,6 +6,7 @@ packages=(
   g++ make cmake ninja-build ccache git pkg-config openssl
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   prometheus  # promtool and a real Prometheus for the monitoring tests
+  buildah debootstrap  # `make images` and tests/images: images without a container engine
 )
 # Debian's own python3 needs python3-venv for `python3 -m venv`; other Pythons bring it.
 if ! python3 -c 'import ensurepip, venv' 2>/dev/null; then

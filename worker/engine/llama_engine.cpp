@@ -1,5 +1,6 @@
 // llama_engine.cpp - engine_i on the patched llama.cpp: one layer range of a GGUF model in
 // one context whose sequences are the session slots; a step is batched into one decode.
+#include "cpu_backend.h"
 #include "engine.h"
 #include "gguf_facts.h"
 #include "layer_range.h"
@@ -408,8 +409,9 @@ engine_ptr llama_engine_init(const engine_params & params, std::string & error) 
         return nullptr;
     }
 
-    static std::once_flag backend_once;
-    std::call_once(backend_once, [] { llama_backend_init(); });
+    if (!backends_init(error)) {
+        return nullptr;
+    }
 
     llama_model_params mparams = llama_model_default_params();
     mparams.layer_begin  = range.begin;

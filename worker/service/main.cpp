@@ -1,5 +1,6 @@
 // main.cpp - meshnet-shard-worker: serve one layer range of a GGUF model over gRPC
 // (meshnet.shard.v1) until SIGINT/SIGTERM.
+#include "cpu_backend.h"
 #include "engine.h"
 #include "gguf_vocab.h"
 #include "host_facts.h"
@@ -67,6 +68,7 @@ int main(int argc, char ** argv) {
     std::fprintf(stderr, "meshnet-shard-worker: layers %d:%d of %d (%s), route %s epoch %llu, incarnation %s\n",
                  info.layer_begin, info.layer_end, info.n_layer, info.arch.c_str(), params.route_id.c_str(),
                  static_cast<unsigned long long>(params.epoch), server.incarnation().c_str());
+    std::fprintf(stderr, "meshnet-shard-worker: cpu backend %s\n", meshnet::cpu_backend_describe().c_str());
     if (server.metrics_port() > 0) {
         std::fprintf(stderr, "meshnet-shard-worker: metrics on port %d\n", server.metrics_port());
     }

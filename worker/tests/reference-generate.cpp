@@ -4,6 +4,7 @@
 //
 //   meshnet-reference-generate --model F --prompt-tokens 1,2,3 [-n 64] [--threads N]
 //       [--batch N] [--gpu-layers N] [--temperature T --top-k K --top-p P --seed S]
+#include "cpu_backend.h"
 #include "sampling.h"
 
 #include <llama.h>
@@ -49,7 +50,8 @@ int main(int argc, char ** argv) {
         std::fprintf(stderr, "usage: %s --model F --prompt-tokens 1,2,3 [-n N] [--threads N]\n", argv[0]);
         return 2;
     }
-    llama_backend_init();
+    std::string error;
+    if (!meshnet::backends_init(error)) { std::fprintf(stderr, "error: %s\n", error.c_str()); return 1; }
     llama_log_set([](ggml_log_level, const char *, void *) {}, nullptr);
     llama_model_params mparams = llama_model_default_params();
     mparams.use_extra_bufts = false; // AMX repacking crashes on hosts that do not enable AMX

@@ -2,6 +2,7 @@
 // deepseek4 GGUF (MESHNET_TEST_DS4_MODEL, written by `python -m meshnet.devtools
 // tiny-deepseek4`: 8 layers, compress ratios 0,0,4,128,4,128,4,0, layers 0-2 hash-routed;
 // skipped when unset): the hazards of splitting it, each refused or handled.
+#include "cpu_backend.h"
 #include "engine.h"
 #include "service_test.h"
 #include "slot_memory.h"
@@ -285,6 +286,10 @@ int main(int argc, char ** argv) {
         return 77;
     }
     llama_log_set([](ggml_log_level, const char *, void *) {}, nullptr);
-    llama_backend_init();
+    std::string backend_error;
+    if (!meshnet::backends_init(backend_error)) { // MESHNET_CPU_VARIANT applies to the tests too
+        std::fprintf(stderr, "%s\n", backend_error.c_str());
+        return 1;
+    }
     return meshnet_test::run_all(argc, argv);
 }

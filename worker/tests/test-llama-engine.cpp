@@ -3,6 +3,7 @@
 // skipped when neither is set): ranges load only their own layers, steps are
 // checked before they touch a slot, sessions batched into one decode do not disturb each
 // other, and the patched llama.cpp refuses bad ranges on its own.
+#include "cpu_backend.h"
 #include "engine.h"
 #include "service_test.h"
 
@@ -331,6 +332,10 @@ int main(int argc, char ** argv) {
         return 77;
     }
     llama_log_set([](ggml_log_level, const char *, void *) {}, nullptr);
-    llama_backend_init();
+    std::string backend_error;
+    if (!meshnet::backends_init(backend_error)) { // MESHNET_CPU_VARIANT applies to the tests too
+        std::fprintf(stderr, "%s\n", backend_error.c_str());
+        return 1;
+    }
     return meshnet_test::run_all(argc, argv);
 }

@@ -19,6 +19,7 @@ COMMAND_MODULES = [
     "meshnet.cli.validate",
     "meshnet.cli.operator",
     "meshnet.cli.worker",
+    "meshnet.cli.images",
     "meshnet.cli.up",
     "meshnet.cli.demo",
     "meshnet.cli.parity",

@@ -23,6 +23,13 @@ lane_option = click.option(
     help="Backend lane: selects the matching ggml build options.",
 )
 
+portable_option = click.option(
+    "--portable", is_flag=True,
+    help="The build images ship: shared libraries, the CPU backend for several CPU "
+         "generations picked at run time, GPU code for the declared architectures "
+         "(cached under ~/.cache/meshnet/portable/). Default: tuned to this machine.",
+)
+
 
 def say(message: str) -> None:
     click.echo(f"[pin] {message}", err=True)
@@ -63,10 +70,11 @@ def patch_cmd(force: bool) -> None:
 @click.option(
     "--jobs", "-j", type=click.IntRange(1, 256), default=None, help="Parallel compile jobs."
 )
-def build_cmd(lane: str, jobs: int | None) -> None:
+@portable_option
+def build_cmd(lane: str, jobs: int | None, portable: bool) -> None:
     """Build the patched tree (a no-op when the cache already holds this exact build)."""
     _, manifest, ws = _context()
-    build(manifest, ws, lane, say, jobs=jobs)
+    build(manifest, ws, lane, say, jobs=jobs, portable=portable)
 
 
 @command.command("status")

@@ -8,9 +8,11 @@ from pathlib import Path
 import click
 
 from meshnet import identity
-from meshnet.cli.pin import lane_option, say
+from meshnet.cli.pin import lane_option, portable_option, say
 from meshnet.native.build import build_worker
+from meshnet.native.bundle import bundle_worker
 from meshnet.paths import repo_root, workspace
+from meshnet.pin.build import build_dir_for
 from meshnet.pin.manifest import load_manifest
 from meshnet.pin.workspace import Workspace
 from meshnet.route.launch import (
@@ -32,11 +34,27 @@ def command() -> None:
 @click.option(
     "--jobs", "-j", type=click.IntRange(1, 256), default=None, help="Parallel compile jobs."
 )
-def build_cmd(lane: str, dev: bool, jobs: int | None) -> None:
+@portable_option
+def build_cmd(lane: str, dev: bool, jobs: int | None, portable: bool) -> None:
     """Build worker/ against the pinned llama.cpp (cached by source digest)."""
     root = repo_root()
     manifest = load_manifest(root / "llama-pin.yaml")
-    build_worker(root, manifest, Workspace(workspace(root)), lane, say, dev=dev, jobs=jobs)
+    build_worker(root, manifest, Workspace(workspace(root)), lane, say, dev=dev, jobs=jobs,
+                 portable=portable)
+
+
+@command.command("bundle")
+@lane_option
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Directory to write bin/, lib/ and BUNDLE.json to.")
+def bundle_cmd(lane: str, out: Path) -> None:
+    """Copy the portable worker build (`worker build --portable`) and its shared libraries
+    into OUT, the way an image installs them under /usr/local."""
+    root = repo_root()
+    manifest = load_manifest(root / "llama-pin.yaml")
+    worker = build_worker(root, manifest, Workspace(workspace(root)), lane, say, portable=True)
+    bundle_worker(worker, build_dir_for(manifest, lane, portable=True) / "install", out, lane,
+                  manifest.digest(), say)
 
 
 @command.command("run", context_settings={"ignore_unknown_options": False})

@@ -2,7 +2,8 @@
 
 Cached under ~/.cache/meshnet/worker/ keyed by a digest of worker/ and proto/ sources,
 the llama.cpp build key and the compiler; `dev=True` builds incrementally in the
-workspace instead, for quick edit-compile loops.
+workspace instead, for quick edit-compile loops. `portable=True` builds against the
+portable llama.cpp (cached under ~/.cache/meshnet/portable/worker/), for images.
 """
 
 from __future__ import annotations
@@ -50,10 +51,10 @@ def source_digest(root: Path) -> str:
     return digest.hexdigest()
 
 
-def worker_key(root: Path, manifest: PinManifest, lane: str) -> str:
+def worker_key(root: Path, manifest: PinManifest, lane: str, portable: bool = False) -> str:
     inputs = {
         "sources": source_digest(root),
-        "llama": build_dir_for(manifest, lane).name,
+        "llama": build_dir_for(manifest, lane, portable).name,
         "compiler": compiler_id(),
     }
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:20]
@@ -67,17 +68,24 @@ def build_worker(
     say: Say,
     dev: bool = False,
     jobs: int | None = None,
+    portable: bool = False,
 ) -> WorkerBuild:
     started = time.monotonic()
-    llama = build_dir_for(manifest, lane)
+    llama = build_dir_for(manifest, lane, portable)
+    flag = " --portable" if portable else ""
     if not (llama / "complete.json").exists():
-        raise BuildError(f"llama.cpp ({lane}) is not built: run `meshnet pin build --lane {lane}`")
+        raise BuildError(f"llama.cpp ({lane}{', portable' if portable else ''}) is not built: "
+                         f"run `meshnet pin build --lane {lane}{flag}`")
+    if dev and portable:
+        raise BuildError("a portable worker is a cached build, not a dev build")
+    link = "worker-build-portable" if portable else "worker-build"
     if dev:
         directory = ws.root / f"worker-dev-{lane}"
     else:
-        directory = cache_dir() / "worker" / f"{lane}-{worker_key(root, manifest, lane)}"
+        parent = cache_dir() / "portable" / "worker" if portable else cache_dir() / "worker"
+        directory = parent / f"{lane}-{worker_key(root, manifest, lane, portable)}"
         if (directory / "complete.json").exists():
-            ws.link("worker-build", directory)
+            ws.link(link, directory)
             say(f"cache hit: {directory}")
             return WorkerBuild(directory, True, time.monotonic() - started)
         shutil.rmtree(directory, ignore_errors=True)
@@ -113,7 +121,7 @@ def build_worker(
     (directory / "complete.json").write_text(json.dumps({"seconds": round(seconds, 1)}))
     if not dev:  # the dev build lives in the workspace, not in the cache
         prune(directory.parent)
-    ws.link("worker-build", directory)
+    ws.link(link, directory)
     say(f"worker built in {seconds:.0f}s: {directory / 'build' / 'bin'}")
     return WorkerBuild(directory, False, seconds)
 

@@ -1,4 +1,10 @@
-"""CMake build of the patched llama.cpp, cached under ~/.cache/meshnet by input digest."""
+"""CMake build of the patched llama.cpp, cached under ~/.cache/meshnet by input digest.
+
+Two flavours: the dev build (static, tuned to this machine's CPU with GGML_NATIVE: fast
+here, may crash on another CPU) and the portable build that images ship (shared
+libraries, ggml's CPU backend as one loadable module per CPU generation, picked at run
+time by what the CPU supports; cached under ~/.cache/meshnet/portable/).
+"""
 
 from __future__ import annotations
 
@@ -49,6 +55,45 @@ COMMON_OPTIONS = [
 TARGETS = ["llama", "llama-common", "mtmd", "llama-gguf-split", "ggml-rpc-server", "llama-bench"]
 TOOL_BINARIES = ["llama-gguf-split", "ggml-rpc-server", "llama-bench"]
 
+# The portable build: only the libraries the worker links, shared, with ggml's backends as
+# modules (GGML_BACKEND_DL) that ggml loads from beside the executable at run time.
+PORTABLE_OPTIONS = [
+    "-DCMAKE_BUILD_TYPE=Release",
+    "-DBUILD_SHARED_LIBS=ON",
+    "-DCMAKE_POSITION_INDEPENDENT_CODE=ON",
+    "-DLLAMA_BUILD_TESTS=OFF",
+    "-DLLAMA_BUILD_EXAMPLES=OFF",
+    "-DLLAMA_BUILD_SERVER=OFF",
+    "-DLLAMA_BUILD_APP=OFF",
+    "-DLLAMA_BUILD_TOOLS=OFF",
+    "-DLLAMA_BUILD_COMMON=OFF",
+    "-DLLAMA_OPENSSL=OFF",
+    "-DGGML_NATIVE=OFF",
+    "-DGGML_BACKEND_DL=ON",
+]
+PORTABLE_TARGETS = ["llama"]
+# The GPU architectures each portable GPU build carries (the chart README says which GPUs
+# that is). CUDA: Ampere A100/A30 (80), Ampere A10/A40/RTX 30 (86), Ada L4/L40S/RTX 40
+# (89), Hopper H100/H200 as code and as PTX that newer GPUs compile when they load it (90).
+PORTABLE_LANE_OPTIONS: dict[str, list[str]] = {
+    "cpu": [],
+    "cuda": ["-DGGML_CUDA=ON", "-DCMAKE_CUDA_ARCHITECTURES=80-real;86-real;89-real;90"],
+    "rocm": ["-DGGML_HIP=ON", "-DGPU_TARGETS=gfx90a;gfx942"],  # MI200 (MI210/MI250), MI300
+    "vulkan": ["-DGGML_VULKAN=ON"],
+}
+# x86 CPU generations the portable CPU backend is built for, by ggml's own names and
+# feature sets (ggml/src/CMakeLists.txt, GGML_CPU_ALL_VARIANTS): ggml scores each module
+# against the CPU and loads the best one. Three rather than ggml's fourteen keep a cold
+# build short: x64 runs anywhere, haswell is where our AVX2/F16C/FMA kernels (patches
+# 0006-0008) live, skylakex adds AVX-512. MESHNET_CPU_VARIANT=<name> forces one.
+X86_FEATURES = ["SSE42", "AVX", "AVX2", "BMI2", "AVX_VNNI", "FMA", "F16C", "AVX512",
+                "AVX512_VBMI", "AVX512_VNNI", "AVX512_BF16", "AMX_TILE", "AMX_INT8", "AMX_BF16"]
+CPU_VARIANTS: dict[str, list[str]] = {
+    "x64": [],
+    "haswell": ["SSE42", "AVX", "F16C", "FMA", "AVX2", "BMI2"],
+    "skylakex": ["SSE42", "AVX", "F16C", "FMA", "AVX2", "BMI2", "AVX512"],
+}
+
 
 @dataclass(frozen=True)
 class BuildResult:
@@ -82,8 +127,20 @@ def cpu_features() -> str:
     return platform.processor() or "unknown"
 
 
-def build_key(manifest: PinManifest, lane: str) -> str:
-    inputs = {
+BASELINE = "baseline"
+
+
+def cpu_variants() -> dict[str, list[str]]:
+    """The CPU backend modules of a portable build on this machine's architecture: the x86
+    generations, or elsewhere one module with ggml's generic flags for that ISA, kept as
+    libggml-cpu.so (ggml's fallback name; MESHNET_CPU_VARIANT has nothing to choose)."""
+    if platform.machine().lower() in ("x86_64", "amd64"):
+        return CPU_VARIANTS
+    return {BASELINE: []}
+
+
+def build_key(manifest: PinManifest, lane: str, portable: bool = False) -> str:
+    inputs: dict[str, object] = {
         "pin": manifest.digest(),
         "lane": lane,
         "options": COMMON_OPTIONS + LANE_OPTIONS[lane],
@@ -92,30 +149,44 @@ def build_key(manifest: PinManifest, lane: str) -> str:
         "machine": platform.machine(),
         "cpu": cpu_features(),
     }
+    if portable:  # the same bytes whatever CPU builds them: no CPU features in the key
+        del inputs["cpu"]
+        inputs.update(options=PORTABLE_OPTIONS + PORTABLE_LANE_OPTIONS[lane],
+                      targets=PORTABLE_TARGETS, cpu_variants=cpu_variants())
     blob = json.dumps(inputs, sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()[:20]
 
 
-def build_dir_for(manifest: PinManifest, lane: str) -> Path:
-    return cache_dir() / "llama" / f"{lane}-{build_key(manifest, lane)}"
+def build_dir_for(manifest: PinManifest, lane: str, portable: bool = False) -> Path:
+    parent = cache_dir() / "portable" / "llama" if portable else cache_dir() / "llama"
+    return parent / f"{lane}-{build_key(manifest, lane, portable)}"
+
+
+def workspace_link(portable: bool) -> str:
+    return "llama-build-portable" if portable else "llama-build"
 
 
 def build(
-    manifest: PinManifest, ws: Workspace, lane: str, say: Say, jobs: int | None = None
+    manifest: PinManifest, ws: Workspace, lane: str, say: Say, jobs: int | None = None,
+    portable: bool = False,
 ) -> BuildResult:
     """Build (or reuse) the patched tree for `lane`; link it into the workspace."""
-    if lane not in LANE_OPTIONS:
-        raise PinError(f"unknown lane {lane!r}; choose one of {', '.join(LANE_OPTIONS)}")
+    lanes = PORTABLE_LANE_OPTIONS if portable else LANE_OPTIONS
+    if lane not in lanes:
+        kind = "portable lane" if portable else "lane"
+        raise PinError(f"unknown {kind} {lane!r}; choose one of {', '.join(lanes)}")
     if ws.read_marker(ws.patched_marker) != applied_state(manifest):
         raise PinError("the workspace is not patched to the current stack: run `meshnet pin patch`")
     started = time.monotonic()
-    key = build_key(manifest, lane)
-    directory = build_dir_for(manifest, lane)
+    key = build_key(manifest, lane, portable)
+    directory = build_dir_for(manifest, lane, portable)
     done_marker = directory / "complete.json"
     if done_marker.exists():
-        ws.link("llama-build", directory)
+        ws.link(workspace_link(portable), directory)
         say(f"cache hit: {directory}")
         return BuildResult(key, directory, True, time.monotonic() - started)
+    if portable:
+        return _build_portable(ws, lane, say, jobs or os.cpu_count() or 2, key, directory, started)
     shutil.rmtree(directory, ignore_errors=True)
     directory.mkdir(parents=True)
     log = directory / "build.log"
@@ -161,3 +232,65 @@ def build(
     ws.link("llama-build", directory)
     say(f"built in {seconds:.0f}s: {directory}")
     return BuildResult(key, directory, False, seconds)
+
+
+def _build_portable(ws: Workspace, lane: str, say: Say, jobs: int, key: str, directory: Path,
+                    started: float) -> BuildResult:
+    """llama.cpp with the lane's backend, then one CPU module per CPU generation.
+
+    ggml builds either one CPU module (GGML_CPU, flags as given) or all fourteen of its
+    x86 variants (GGML_CPU_ALL_VARIANTS); for a few of them we configure the tree again
+    once per variant, build only its CPU module (and ggml-base, which it links), and
+    install it under the variant's
+    name (libggml-cpu-<name>.so) beside the first: that is the layout ggml's loader
+    scores and picks from. Each module links the one libggml-base.so the main build
+    installs (same sources, same options)."""
+    shutil.rmtree(directory, ignore_errors=True)
+    directory.mkdir(parents=True)
+    log = directory / "build.log"
+    variants = cpu_variants()
+    first, *others = variants
+    prefix = directory / "install"
+    say(f"configuring portable llama.cpp ({lane}, CPU modules {', '.join(variants)}) "
+        f"in {directory} ...")
+    run_logged(
+        ["cmake", "-S", str(ws.patched), "-B", str(directory / "build"), *generator_args(),
+         f"-DCMAKE_INSTALL_PREFIX={prefix}", *PORTABLE_OPTIONS, *PORTABLE_LANE_OPTIONS[lane],
+         *_feature_flags(variants[first])],
+        log, progress=False,
+    )
+    say(f"compiling {', '.join(PORTABLE_TARGETS)} with {jobs} jobs (log: {log}) ...")
+    run_logged(["cmake", "--build", str(directory / "build"), "--parallel", str(jobs),
+                "--target", *PORTABLE_TARGETS], log, progress=True)
+    run_logged(["cmake", "--install", str(directory / "build")], log, progress=False)
+    modules = prefix / "bin"
+    if first != BASELINE:  # an x86 variant, scored by ggml like the others
+        (modules / "libggml-cpu.so").rename(modules / f"libggml-cpu-{first}.so")
+    for name in others:
+        variant_dir = directory / "variants" / name
+        say(f"compiling the CPU module {name} ({' '.join(variants[name])}) ...")
+        run_logged(
+            ["cmake", "-S", str(ws.patched), "-B", str(variant_dir), *generator_args(),
+             *PORTABLE_OPTIONS, *_feature_flags(variants[name])],
+            log, progress=False,
+        )
+        run_logged(["cmake", "--build", str(variant_dir), "--parallel", str(jobs),
+                    "--target", "ggml-cpu"], log, progress=True, label=name)
+        shutil.copy2(variant_dir / "bin" / "libggml-cpu.so", modules / f"libggml-cpu-{name}.so")
+        shutil.rmtree(variant_dir)  # only its module was wanted
+    seconds = time.monotonic() - started
+    (directory / "complete.json").write_text(json.dumps(
+        {"key": key, "lane": lane, "portable": True, "cpu_variants": list(variants),
+         "seconds": round(seconds, 1)}))
+    prune(directory.parent)
+    ws.link(workspace_link(True), directory)
+    say(f"built in {seconds:.0f}s: {directory}")
+    return BuildResult(key, directory, False, seconds)
+
+
+def _feature_flags(enabled: list[str]) -> list[str]:
+    """Every x86 instruction-set switch of ggml, on only for `enabled` (GGML_NATIVE=OFF
+    would otherwise default several of them on)."""
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return []
+    return [f"-DGGML_{feature}={'ON' if feature in enabled else 'OFF'}" for feature in X86_FEATURES]
