@@ -1,4 +1,4 @@
-"""Network legs per token (DESIGN.md §7): decode tokens/s of a 2-stage SmolLM2 route
+"""Network legs per token (docs/architecture.md): decode tokens/s of a 2-stage SmolLM2 route
 with a user-space delay proxy adding --delay-ms one way on every connection (driver to
 each stage, stage to stage), for the hub, the chain stepped by the driver, and the chain
 with the first stage's decode loop.

@@ -1,4 +1,4 @@
-"""Content identities (DESIGN.md §3): same inputs give the same digest, anywhere."""
+"""Content identities (docs/architecture.md): same inputs give the same digest, anywhere."""
 
 from __future__ import annotations
 

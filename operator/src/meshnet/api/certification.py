@@ -1,6 +1,6 @@
 """Certification of a lane: the record `meshnet certify` produces, a ShardRoute keeps in
 `status.certification` and every Tracker report carries (only certified lanes are ever
-advertised, DESIGN.md §1)."""
+advertised, docs/architecture.md)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The ModelArtifact resource: an exact split-GGUF model with a hashed manifest,
-provisioned onto node storage and verified (DESIGN.md §5)."""
+provisioned onto node storage and verified (docs/architecture.md)."""
 
 from __future__ import annotations
 
@@ -143,7 +143,7 @@ class ArtifactManifest(ApiModel):
     )
 
     def manifest_digest(self) -> str:
-        """The artifact identity: same files, same digest (DESIGN.md §3)."""
+        """The artifact identity: same files, same digest (docs/architecture.md)."""
         return manifest_digest((f.name, f.size, f.sha256) for f in self.files)
 
     def total_bytes(self) -> int:
@@ -214,7 +214,7 @@ class ModelArtifactStatus(StatusModel):
     gguf: GgufFacts | None = Field(default=None, description="Facts from the GGUF headers.")
     nodes: list[NodeCopy] = Field(default_factory=list, description="Per-node copies (hostPath).")
     conditions: list[Condition] = Field(
-        default_factory=list, description="Ready, Progressing, Degraded."
+        default_factory=list, description="Ready, Progressing, Failed."
     )
 
 

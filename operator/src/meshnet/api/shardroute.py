@@ -1,5 +1,5 @@
 """The ShardRoute resource: which artifact, which runtime recipe and which stages
-(layer ranges and placement) make one served pipeline (DESIGN.md §5)."""
+(layer ranges and placement) make one served pipeline (docs/architecture.md)."""
 
 from __future__ import annotations
 

@@ -168,8 +168,8 @@ class CertificationState(ApiModel):
 class Unavailable(ApiModel):
     """One reason a route is not available."""
 
-    reason: UnavailableReason = Field(description="A code from the fixed set (see README,"
-                                                  " Tracker reports).")
+    reason: UnavailableReason = Field(description="A code from the fixed set (see "
+                                                  "docs/tracker.md).")
     stage: str | None = Field(default=None, description="The stage concerned, if one.")
     message: str = Field(max_length=4096, description="What was seen, in words.")
 

@@ -1,6 +1,6 @@
 """GGUF facts of a whole model, derived purely from its ordered split headers.
 
-Stage footprints follow the range-ownership rule of DESIGN.md §4: a stage loads its
+Stage footprints follow the range-ownership rule of docs/architecture.md: a stage loads its
 own layers, the token embeddings only when it starts at layer 0, and the output
 head only when it ends at the last layer (a tied head needs the embeddings there too).
 """

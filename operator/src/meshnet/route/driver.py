@@ -1,7 +1,7 @@
 """The route driver: walks a pipeline of shard workers for one generation at a time
 per call (calls may run concurrently from several threads, one session each).
 
-Topology (DESIGN.md §7). Chain, preferred whenever the workers were started with
+Topology (docs/architecture.md). Chain, preferred whenever the workers were started with
 --next-stage: the driver sends each decode step to the first stage only, every stage
 relays its boundary to the next, and the last stage's sampled token comes back along
 the chain - the driver-to-stage legs drop from 2S to 2 and boundaries never pass through
