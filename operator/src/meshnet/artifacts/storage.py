@@ -21,7 +21,8 @@ def _under(path: Path, root: Path) -> bool:
 
 
 def refuse_home(dest: Path) -> None:
-    """No model artifact is ever placed under /home (docs/architecture.md), through symlinks neither."""
+    """No model artifact is ever placed under /home (docs/architecture.md), through
+    symlinks neither."""
     lexical = Path(os.path.abspath(dest))
     resolved = dest.resolve()
     if _under(lexical, FORBIDDEN_ROOT) or _under(resolved, FORBIDDEN_ROOT):
