@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -92,6 +92,46 @@ class PendingForward:
         return response
 
 
+class _Watchdog:
+    """One thread per stream that calls `expire(seconds)` when an armed deadline passes.
+    Arming costs a lock, not a thread: a Timer per decoded token cost ~0.4 ms."""
+
+    def __init__(self, expire: Callable[[float], None]) -> None:
+        self._expire = expire
+        self._cond = threading.Condition()
+        self._deadline: float | None = None
+        self._seconds = 0.0
+        self._closed = False
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def arm(self, seconds: float) -> None:
+        with self._cond:
+            self._deadline, self._seconds = time.monotonic() + seconds, seconds
+            self._cond.notify()
+
+    def disarm(self) -> None:
+        with self._cond:
+            self._deadline = None
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+
+    def _run(self) -> None:
+        with self._cond:
+            while not self._closed:
+                if self._deadline is None:
+                    self._cond.wait()
+                    continue
+                left = self._deadline - time.monotonic()
+                if left > 0:
+                    self._cond.wait(left)
+                    continue
+                self._deadline = None
+                self._expire(self._seconds)
+
+
 class ForwardStreamCall:
     """A ForwardStream carrying one request (a decode loop): iterate the responses
     (StageError on failure); `cancel()` stops the loop and releases the session there.
@@ -110,25 +150,26 @@ class ForwardStreamCall:
     def __iter__(self) -> Iterator[pb.ForwardResponse]:
         responses = iter(self._call)
         rows = self._rows
-        while True:
-            seconds = self._steps.seconds(rows)
-            watchdog = threading.Timer(seconds, self._expire, (seconds,))
-            watchdog.daemon = True
-            started = time.monotonic()
-            watchdog.start()
-            try:
-                response = next(responses)
-            except StopIteration:
-                return
-            except grpc.RpcError as exc:
-                if self._expired_after:
-                    raise frozen(self.endpoint, self._expired_after) from None
-                raise stage_error(self.endpoint, exc) from None
-            finally:
-                watchdog.cancel()
-            self._steps.observe(time.monotonic() - started, rows)
-            rows = 1
-            yield response.forward
+        watchdog = _Watchdog(self._expire)
+        try:
+            while True:
+                watchdog.arm(self._steps.seconds(rows))
+                started = time.monotonic()
+                try:
+                    response = next(responses)
+                except StopIteration:
+                    return
+                except grpc.RpcError as exc:
+                    if self._expired_after:
+                        raise frozen(self.endpoint, self._expired_after) from None
+                    raise stage_error(self.endpoint, exc) from None
+                finally:
+                    watchdog.disarm()
+                self._steps.observe(time.monotonic() - started, rows)
+                rows = 1
+                yield response.forward
+        finally:
+            watchdog.close()
 
     def _expire(self, seconds: float) -> None:
         self._expired_after = seconds
