@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import click
 
 from meshnet.api.crd import crd_documents, render
+from meshnet.cli.drift import report_drift
 from meshnet.paths import repo_root
 
 CHART_CRDS = Path("charts/meshnet-shard-operator/files/crds")
@@ -42,13 +42,7 @@ def command(check: bool, root: Path | None) -> None:
     """Generate crds/*.yaml (and the Helm chart's copy) from the pydantic models."""
     root = root or repo_root()
     if check:
-        problems = drift(root)
-        for problem in problems:
-            click.echo(problem, err=True)
-        if problems:
-            click.echo("run `meshnet crds` to regenerate", err=True)
-            sys.exit(1)
-        click.echo("crds are up to date")
+        report_drift(drift(root), "meshnet crds", "crds are up to date")
         return
     for folder in targets(root):
         folder.mkdir(parents=True, exist_ok=True)

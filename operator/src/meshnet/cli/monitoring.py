@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import click
 
+from meshnet.cli.drift import report_drift
 from meshnet.paths import repo_root
 
 
@@ -25,13 +25,7 @@ def dashboards(check: bool, root: Path | None) -> None:
 
     root = root or repo_root()
     if check:
-        problems = drift(root)
-        for problem in problems:
-            click.echo(problem, err=True)
-        if problems:
-            click.echo("run `meshnet monitoring dashboards` to regenerate", err=True)
-            sys.exit(1)
-        click.echo("dashboards are up to date")
+        report_drift(drift(root), "meshnet monitoring dashboards", "dashboards are up to date")
         return
     for path in write(root):
         click.echo(f"wrote {path}")

@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from meshnet.api.tracker import Provider
+from meshnet.cli.drift import report_drift
 from meshnet.paths import repo_root
 from meshnet.tracker import local
 from meshnet.tracker.client import RetryPolicy, TrackerClient
@@ -37,10 +38,8 @@ def schema_cmd(check: bool, root: Path | None) -> None:
     root = root or repo_root()
     if check:
         problem = drift(root)
-        if problem:
-            click.echo(f"{problem}\nrun `meshnet tracker schema` to regenerate", err=True)
-            sys.exit(1)
-        click.echo("the report schema is up to date")
+        report_drift([problem] if problem else [], "meshnet tracker schema",
+                     "the report schema is up to date")
         return
     path = root / SCHEMA_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
