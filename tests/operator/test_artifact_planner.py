@@ -25,7 +25,7 @@ from meshnet.reconcile.artifact_observed import (
     ObservedJob,
     ObservedNode,
     job_phase,
-    latest_summary,
+    latest_attempt,
     observe_attempts,
     observe_job,
     observe_model_artifact,
@@ -56,11 +56,14 @@ def spec_of(body: dict[str, Any]) -> ModelArtifactSpec:
 
 
 def summary(spec: ModelArtifactSpec, result: str = "Verified", message: str = "",
-            facts: ModelFacts | None = None) -> dict[str, Any]:
-    """What `meshnet artifact pull --summary-file /dev/termination-log` leaves there."""
-    state = "downloaded" if result == "Verified" else "failed"
+            facts: ModelFacts | None = None, state: str | None = None,
+            received: int = 0) -> dict[str, Any]:
+    """What `meshnet artifact pull --summary-file /dev/termination-log` leaves there;
+    `state` of every file (default downloaded, or failed), `received` bytes of the first."""
+    state = state or ("downloaded" if result == "Verified" else "failed")
     report = PullSummary("smollm2", spec.manifest_digest(), "/artifact/smollm2",
-                         [FileOutcome(f.name, f.size, state) for f in spec.files],
+                         [FileOutcome(f.name, f.size, state, received if i == 0 else 0)
+                          for i, f in enumerate(spec.files)],
                          result=result, message=message, retryable=result != "Verified",
                          facts=facts)
     parsed: dict[str, Any] = json.loads(compact_json(report.to_json(), TERMINATION_LIMIT))
@@ -115,8 +118,11 @@ class Cluster:
         self.apply(result)
         return result
 
-    def finish(self, name: str, summary: dict[str, Any] | None, phase: str) -> None:
-        self.jobs[name] = dataclasses.replace(self.jobs[name], summary=summary,
+    def finish(self, name: str, summary: dict[str, Any] | None, phase: str,
+               at: datetime | None = None) -> None:
+        """The Job's latest attempt reported `summary` (and ended `at`)."""
+        ended = at.strftime("%Y-%m-%dT%H:%M:%SZ") if at else ""
+        self.jobs[name] = dataclasses.replace(self.jobs[name], summary=summary, finished_at=ended,
                                               phase=phase)  # type: ignore[arg-type]
 
     def condition(self, kind: str) -> dict[str, Any]:
@@ -226,9 +232,12 @@ def test_the_summary_is_the_latest_finished_attempt_also_of_a_restarted_containe
         "exitCode": 137, "finishedAt": "2026-11-29T12:09:00Z", "message": ""}}}]}}
     attempts = [a for p in (pod, later, crashed) for a in observe_attempts(p)]
     assert [a.summary["result"] for a in attempts] == ["HashMismatch", "Verified"]
-    assert latest_summary(attempts) == summary(spec)
-    assert latest_summary([Attempt("2026-11-29T12:00:00Z", first)]) == first
-    assert latest_summary([]) is None
+    latest = latest_attempt(attempts)
+    assert latest is not None and latest.summary == summary(spec)
+    assert latest.finished_at == "2026-11-29T12:05:00Z"
+    assert latest_attempt([Attempt("2026-11-29T12:00:00Z", first)]) == Attempt(
+        "2026-11-29T12:00:00Z", first)
+    assert latest_attempt([]) is None
     assert observe_job({"metadata": {"name": "unrelated"}}) is None
 
 
@@ -478,3 +487,117 @@ def test_a_status_merge_patch_removes_what_the_new_status_lacks() -> None:
     new = {"gguf": {"architecture": "llama"}, "nodes": [], "size": "1KiB", "conditions": []}
     assert merge_patch(old, new) == {"gguf": {"embeddingLength": None}, "nodes": []}
     assert merge_patch(new, new) == {}
+
+
+# --- full re-hashes of verified copies ---------------------------------------------------
+
+WEEK = timedelta(days=7)
+
+
+def created_jobs(result: ArtifactPlan) -> list[dict[str, Any]]:
+    return [s.action.obj for s in result.steps
+            if isinstance(s.action, Create) and s.action.obj["kind"] == "Job"]
+
+
+def test_a_verified_copy_is_re_hashed_in_full_each_interval_and_stays_ready_meanwhile(
+        make_artifact: MakeArtifact, facts: ModelFacts) -> None:
+    cluster = Cluster(make_artifact(ready=False))
+    cluster.step()
+    (pull,) = cluster.jobs
+    spec = spec_of(cluster.body)
+    cluster.finish(pull, summary(spec, facts=facts), "Succeeded", at=NOW)
+    cluster.step(NOW + timedelta(minutes=1))
+    assert cluster.body["status"]["verification"] == {
+        "checkedAt": "2026-11-29T12:00:00Z", "hashedBytes": 2003, "markerBytes": 0,
+        "nextFullHashAt": "2026-12-06T12:00:00Z"}
+    assert cluster.plan(NOW + WEEK - timedelta(seconds=1)).steps == ()
+
+    due = cluster.step(NOW + WEEK)
+    (job,) = created_jobs(due)
+    assert reasons(due) == ["RehashStarted"]
+    assert job["metadata"]["name"] == "smollm2-rehash-" + spec_hash(spec) + "-20261129t120000z"
+    assert job["spec"]["template"]["spec"]["containers"][0]["args"][-1] == "--full"
+    assert due.status is None  # still Ready on the last check while the re-hash runs
+    assert cluster.condition("Ready")["status"] == "True"
+    assert created_jobs(cluster.step(NOW + WEEK * 2)) == []  # one at a time
+
+    rehash = job["metadata"]["name"]
+    later = NOW + WEEK + timedelta(minutes=3)
+    cluster.finish(rehash, summary(spec, facts=facts, state="verified"), "Succeeded", at=later)
+    done = cluster.step(later + timedelta(seconds=5))
+    assert reasons(done) == ["Rehashed"]
+    assert cluster.body["status"]["verification"]["checkedAt"] == "2026-12-06T12:03:00Z"
+    assert cluster.condition("Ready")["status"] == "True"
+    assert cluster.plan(later + timedelta(minutes=1)).events == ()  # announced once
+
+    # The next round replaces the previous re-hash Job; the provisioning Job stays.
+    cluster.step(later + WEEK)
+    (second,) = set(cluster.jobs) - {pull, rehash}
+    cluster.finish(second, summary(spec, facts=facts, state="verified"), "Succeeded",
+                   at=later + WEEK + timedelta(minutes=3))
+    cleanup = cluster.step(later + WEEK + timedelta(minutes=4))
+    assert [s.action.name for s in cleanup.steps if isinstance(s.action, Delete)] == [rehash]
+    assert "ProvisioningSuperseded" not in reasons(cleanup)
+    assert set(cluster.jobs) == {pull, second}
+
+
+def test_a_re_hash_that_refetched_damaged_bytes_is_a_warning_and_the_status_says_so(
+        make_artifact: MakeArtifact, facts: ModelFacts) -> None:
+    cluster = Cluster(make_artifact(ready=False))
+    cluster.step()
+    (pull,) = cluster.jobs
+    spec = spec_of(cluster.body)
+    # A later pull that trusted its markers: nothing hashed, everything by marker.
+    cluster.finish(pull, summary(spec, facts=facts, state="skipped"), "Succeeded", at=NOW)
+    cluster.step(NOW)
+    check = cluster.body["status"]["verification"]
+    assert (check["hashedBytes"], check["markerBytes"]) == (0, 2003)
+    (job,) = created_jobs(cluster.step(NOW + WEEK))
+    cluster.finish(job["metadata"]["name"], summary(spec, facts=facts, received=1003),
+                   "Succeeded", at=NOW + WEEK + timedelta(minutes=1))
+    result = cluster.step(NOW + WEEK + timedelta(minutes=2))
+    (event,) = result.events
+    assert (event.type, event.reason) == ("Warning", "CopyRepaired")
+    assert "fetched 1003B again" in event.message
+    check = cluster.body["status"]["verification"]
+    assert (check["hashedBytes"], check["markerBytes"]) == (2003, 0)
+
+
+def test_a_re_hash_that_fails_unverifies_the_copy_and_is_retried_an_hour_later(
+        make_artifact: MakeArtifact, facts: ModelFacts) -> None:
+    cluster = gpu_cluster(make_artifact)
+    cluster.step()
+    spec = spec_of(cluster.body)
+    key = labels.artifact_node_label(spec.manifest_digest())
+    for name in list(cluster.jobs):
+        cluster.finish(name, summary(spec, facts=facts), "Succeeded", at=NOW)
+    cluster.step(NOW)
+    assert cluster.nodes["gpu-a"][key] == cluster.nodes["gpu-b"][key] == "verified"
+    assert [n["verification"]["nextFullHashAt"] for n in cluster.body["status"]["nodes"]] \
+        == ["2026-12-06T12:00:00Z"] * 2
+    jobs = created_jobs(cluster.step(NOW + WEEK))
+    assert sorted(j["metadata"]["annotations"][labels.NODE_ANNOTATION] for j in jobs) == \
+        ["gpu-a", "gpu-b"]
+    failing = next(j["metadata"]["name"] for j in jobs if j["metadata"]["name"].find("gpu-a") > 0)
+    why = "model-00001-of-00002.gguf: sha256 mismatch: expected 1f, got 2e"
+    failed_at = NOW + WEEK + timedelta(minutes=1)
+    cluster.finish(failing, summary(spec, "HashMismatch", why), "Failed", at=failed_at)
+    result = cluster.step(failed_at)
+    assert key not in cluster.nodes["gpu-a"] and cluster.nodes["gpu-b"][key] == "verified"
+    assert "NodeUnlabeled" in reasons(result) and "ProvisioningFailed" in reasons(result)
+    assert cluster.condition("Ready")["status"] == "True"  # gpu-b still holds one
+    assert created_jobs(cluster.plan(failed_at + timedelta(minutes=59))) == []
+    (retry,) = created_jobs(cluster.plan(failed_at + timedelta(hours=1)))
+    assert retry["metadata"]["annotations"][labels.NODE_ANNOTATION] == "gpu-a"
+
+
+def test_no_re_hash_when_the_interval_is_off(make_artifact: MakeArtifact,
+                                             facts: ModelFacts) -> None:
+    cluster = Cluster(make_artifact(ready=False))
+    cluster.step()
+    (pull,) = cluster.jobs
+    cluster.finish(pull, summary(spec_of(cluster.body), facts=facts), "Succeeded", at=NOW)
+    never = dataclasses.replace(CONFIG, rehash_every=None)
+    result = plan_artifact(cluster.observed(), never, NOW + WEEK * 52)
+    assert created_jobs(result) == []
+    assert result.status is not None and "nextFullHashAt" not in result.status["verification"]

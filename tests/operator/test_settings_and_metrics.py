@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
@@ -25,6 +27,17 @@ def test_settings_are_read_from_meshnet_environment_variables() -> None:
     assert settings.metrics_port == 9300 and settings.resync_seconds == 15.0
     assert settings.max_concurrent_reconciles == 4
     assert settings.worker_config().pin_digest == "a" * 64
+
+
+def test_artifact_copies_are_re_hashed_weekly_unless_the_interval_is_zero() -> None:
+    default = OperatorSettings.from_env({"MESHNET_PIN_DIGEST": "a" * 64})
+    assert default.provisioner_config("img").rehash_every == timedelta(days=7)
+    daily = OperatorSettings.from_env({"MESHNET_PIN_DIGEST": "a" * 64,
+                                       "MESHNET_ARTIFACT_REHASH_SECONDS": "86400"})
+    assert daily.provisioner_config("img").rehash_every == timedelta(days=1)
+    off = OperatorSettings.from_env({"MESHNET_PIN_DIGEST": "a" * 64,
+                                     "MESHNET_ARTIFACT_REHASH_SECONDS": "0"})
+    assert off.provisioner_config("img").rehash_every is None
 
 
 def test_the_pin_digest_defaults_to_the_checkouts_llama_pin() -> None:

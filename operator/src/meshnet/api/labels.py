@@ -24,6 +24,8 @@ ARTIFACT = f"{GROUP}/artifact"
 ARTIFACT_ANNOTATION = f"{GROUP}/artifact"
 NODE_ANNOTATION = f"{GROUP}/node"
 MANIFEST_ANNOTATION = f"{GROUP}/manifest-digest"
+# On a full re-hash Job of a copy: the round (the time of the check it follows).
+REHASH_ANNOTATION = f"{GROUP}/rehash-round"
 # Set by the Job controller on the pods of a Job.
 JOB_NAME = "batch.kubernetes.io/job-name"
 

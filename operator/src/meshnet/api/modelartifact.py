@@ -195,12 +195,29 @@ class GgufFacts(StatusModel):
     )
 
 
+class CopyVerification(StatusModel):
+    """When a copy's bytes were last checked, and how. A file whose verified marker matches
+    is not hashed again: the marker checks only size and mtime, so bytes changed in place
+    with the mtime put back pass until the next full re-hash."""
+
+    checked_at: str = Field(description="When the last pull or re-hash of the copy finished.")
+    hashed_bytes: int = Field(default=0, ge=0, description="Bytes whose sha256 it computed.")
+    marker_bytes: int = Field(
+        default=0, ge=0,
+        description="Bytes it accepted by their verified marker (size and mtime only).")
+    next_full_hash_at: str | None = Field(
+        default=None,
+        description="When the operator re-hashes every byte of the copy (absent: never).")
+
+
 class NodeCopy(StatusModel):
     """One node's copy of a host-path artifact."""
 
     node: str = Field(description="Node name.")
     verified: bool = Field(default=False, description="True when every file matched.")
     message: str = Field(default="", description="Why the copy is not verified yet.")
+    verification: CopyVerification | None = Field(
+        default=None, description="When and how the copy was last checked.")
 
 
 class ModelArtifactStatus(StatusModel):
@@ -213,6 +230,8 @@ class ModelArtifactStatus(StatusModel):
     progress: ArtifactProgress | None = Field(default=None, description="Verification progress.")
     gguf: GgufFacts | None = Field(default=None, description="Facts from the GGUF headers.")
     nodes: list[NodeCopy] = Field(default_factory=list, description="Per-node copies (hostPath).")
+    verification: CopyVerification | None = Field(
+        default=None, description="When and how the PVC's copy was last checked.")
     conditions: list[Condition] = Field(
         default_factory=list, description="Ready, Progressing, Failed."
     )

@@ -116,6 +116,9 @@ class PullSummary:
             "bytesTotal": sum(f.size for f in self.files),
             "bytesVerified": sum(f.size for f in verified),
             "bytesReceived": sum(f.received for f in self.files),
+            # Skipped files were trusted by their marker (size and mtime), not re-hashed.
+            "bytesHashed": sum(f.size for f in verified if f.state != "skipped"),
+            "bytesByMarker": sum(f.size for f in verified if f.state == "skipped"),
             "seconds": round(self.seconds, 3),
             "files": [f.to_json() for f in self.files],
             "gguf": self.facts.to_json() if self.facts else None,

@@ -4,7 +4,6 @@ runs the same level-based reconcile: observe -> `plan_artifact` -> execute."""
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import logging
 import time
@@ -20,11 +19,11 @@ from meshnet.operator.handlers import ARTIFACTS, Context
 from meshnet.reconcile.artifact_observed import (
     ArtifactObserved,
     ObservedJob,
-    latest_summary,
     observe_attempts,
     observe_job,
     observe_model_artifact,
     observe_node,
+    with_attempts,
 )
 from meshnet.reconcile.artifact_planner import plan_artifact
 from meshnet.reconcile.jobspec import ProvisionerConfig
@@ -78,8 +77,8 @@ def observe(body: Mapping[str, Any], indices: Mapping[str, Any]) -> ArtifactObse
     key = (artifact.namespace, artifact.name)
     attempts = indices["artifact_job_attempts"]
     jobs = tuple(
-        dataclasses.replace(job, summary=latest_summary(
-            a for pod in attempts.get((artifact.namespace, job.name), ()) for a in pod))
+        with_attempts(job, (a for pod in attempts.get((artifact.namespace, job.name), ())
+                            for a in pod))
         for job in indices["artifact_jobs"].get(key, ()))
     claims: dict[str, set[str]] = {}
     for other, found in indices["artifact_jobs"].items():
@@ -104,7 +103,7 @@ def register(registry: kopf.OperatorRegistry, ctx: Context) -> None:
         log.warning("MESHNET_PROVISIONER_IMAGE is not set: ModelArtifacts are not provisioned"
                     " by this operator (their status is taken as written)")
         return
-    config = ProvisionerConfig(image=image)
+    config = ctx.settings.provisioner_config(image)
     node_labels: dict[str, Mapping[str, str]] = {}
 
     async def reconcile(namespace: str | None, name: str, indices: Mapping[str, Any]) -> None:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 from meshnet.envnumbers import env_number
 from meshnet.errors import MeshnetError, OperatorError
 from meshnet.paths import repo_root
 from meshnet.pin.manifest import load_manifest
+from meshnet.reconcile.jobspec import ProvisionerConfig
 from meshnet.reconcile.podspec import WorkerConfig
 from meshnet.tracker.settings import TrackerSettings
 
@@ -37,6 +39,9 @@ class OperatorSettings:
     provisioner_image: str | None = None
     # Image of each route's gateway (`meshnet serve`: the operator's own); None: no gateways.
     gateway_image: str | None = None
+    # How often every byte of a verified artifact copy is hashed again (0: never); in
+    # between, files are trusted by their marker, which checks only size and mtime.
+    artifact_rehash_seconds: float = 7 * 86400.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> OperatorSettings:
@@ -62,7 +67,14 @@ class OperatorSettings:
                                                      16, int)),
             provisioner_image=env.get("MESHNET_PROVISIONER_IMAGE") or None,
             gateway_image=env.get("MESHNET_GATEWAY_IMAGE") or None,
+            artifact_rehash_seconds=max(0.0, env_number(env, "MESHNET_ARTIFACT_REHASH_SECONDS",
+                                                        7 * 86400.0, float)),
         )
+
+    def provisioner_config(self, image: str) -> ProvisionerConfig:
+        every = self.artifact_rehash_seconds
+        return ProvisionerConfig(image=image,
+                                 rehash_every=timedelta(seconds=every) if every else None)
 
     def worker_config(self) -> WorkerConfig:
         return WorkerConfig(

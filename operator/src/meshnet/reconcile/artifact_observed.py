@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pydantic import ValidationError
@@ -32,7 +32,8 @@ class ObservedModelArtifact:
 
 @dataclass(frozen=True)
 class ObservedJob:
-    """One provisioning Job, with the pull summary of its latest finished attempt."""
+    """One provisioning Job (or full re-hash Job: `rehash` is its round), with the pull
+    summary of its latest finished attempt and when that attempt ended."""
 
     name: str
     artifact: str
@@ -41,6 +42,8 @@ class ObservedJob:
     node: str | None = None
     phase: JobPhase = "Pending"
     summary: Mapping[str, Any] | None = None
+    finished_at: str = ""
+    rehash: str = ""
 
 
 @dataclass(frozen=True)
@@ -111,6 +114,7 @@ def observe_job(body: Mapping[str, Any]) -> ObservedJob | None:
         manifest_digest=notes.get(labels.MANIFEST_ANNOTATION, ""),
         node=notes.get(labels.NODE_ANNOTATION) or None,
         phase=job_phase(body.get("status") or {}),
+        rehash=notes.get(labels.REHASH_ANNOTATION, ""),
     )
 
 
@@ -136,10 +140,18 @@ def observe_attempts(pod: Mapping[str, Any]) -> tuple[Attempt, ...]:
     return tuple(attempts)
 
 
-def latest_summary(attempts: Iterable[Attempt]) -> Mapping[str, Any] | None:
-    """The summary of the attempt that finished last (RFC 3339 times sort as text)."""
+def latest_attempt(attempts: Iterable[Attempt]) -> Attempt | None:
+    """The attempt that finished last (RFC 3339 times sort as text)."""
     found = sorted(attempts, key=lambda a: a.finished_at)
-    return found[-1].summary if found else None
+    return found[-1] if found else None
+
+
+def with_attempts(job: ObservedJob, attempts: Iterable[Attempt]) -> ObservedJob:
+    """The Job with the summary and end time of its latest finished attempt."""
+    latest = latest_attempt(attempts)
+    if latest is None:
+        return job
+    return replace(job, summary=latest.summary, finished_at=latest.finished_at)
 
 
 def observe_node(body: Mapping[str, Any]) -> ObservedNode:

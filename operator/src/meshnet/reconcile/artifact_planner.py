@@ -39,15 +39,17 @@ from meshnet.reconcile.jobspec import (
     spec_hash,
 )
 from meshnet.reconcile.planner import Action, Create, Delete, Event, Patch
+from meshnet.reconcile.rehash import CopyJobs, copy_jobs, due_round, repaired_bytes, verification
 
 STATUS_KEYS = ("observedGeneration", "manifestDigest", "shortDigest", "size", "progress",
-               "gguf", "nodes", "conditions")
+               "gguf", "nodes", "verification", "conditions")
 OWN_CONDITIONS = (READY, PROGRESSING, FAILED)
 FORBIDDEN_ROOT = "/home"
 # Event reasons (a fixed set): children, node labels, and condition transitions.
 STARTED, SUPERSEDED = "ProvisioningStarted", "ProvisioningSuperseded"
 RETRYING_EVENT, FAILED_EVENT = "ProvisioningRetrying", "ProvisioningFailed"
 VERIFIED_EVENT = "Verified"
+REHASH_STARTED, REHASHED, REPAIRED = "RehashStarted", "Rehashed", "CopyRepaired"
 LABELED, UNLABELED, INVALID = "NodeLabeled", "NodeUnlabeled", "InvalidSpec"
 
 
@@ -84,28 +86,75 @@ def plan_artifact(observed: ArtifactObserved, config: ProvisionerConfig,
     desired = _desired_jobs(ref, spec, observed.nodes, config)
     jobs = {j.name: j for j in observed.jobs}
     steps = _create_children(ref, spec, desired, jobs, observed.config_maps)
+    digest = spec_hash(spec)
+    copies = {node: copy_jobs(observed.jobs, name, digest, node)
+              for name, (node, _) in desired.items()}
+    for node, copy in copies.items():
+        steps += _rehash_steps(ref, spec, config, node, copy, now)
+    checks = {node: verification(copy, config.rehash_every) for node, copy in copies.items()}
     if spec.storage.host_path is None:
-        job = jobs.get(next(iter(desired)))
-        status = artifact_status(spec, job.summary if job else None,
-                                 job.phase if job else "Pending",
+        record = copies[None].record
+        status = artifact_status(spec, record.summary if record else None,
+                                 record.phase if record else "Pending",
                                  generation=artifact.generation, now=now,
                                  previous_conditions=_previous(observed))
+        status = status.model_copy(update={"verification": checks[None]})
         verified: set[str] = set()
     else:
-        copies = [_copy(node, jobs.get(name)) for name, (node, _) in desired.items()
-                  if node is not None]
-        status = copies_status(spec, copies, generation=artifact.generation, now=now,
+        states = [_copy(node, copy.record) for node, copy in copies.items() if node is not None]
+        status = copies_status(spec, states, generation=artifact.generation, now=now,
                                previous_conditions=_previous(observed))
-        verified = {c.node for c in copies
+        status = status.model_copy(update={"nodes": [
+            n.model_copy(update={"verification": checks.get(n.node)}) for n in status.nodes]})
+        verified = {c.node for c in states
                     if node_copy(c.node, spec, c.summary, c.phase).verified}
     steps += _label_steps(observed, spec.manifest_digest(), verified)
-    steps += _delete_stale(observed, desired, config_map_name(ref.name, spec_hash(spec)))
-    return _finish(observed, status, tuple(steps))
+    keep = set(desired) | {j.name for copy in copies.values() for j in copy.rehashes
+                           if j not in copy.superseded()}
+    steps += _delete_stale(observed, keep, config_map_name(ref.name, digest), frozenset(copies))
+    return _finish(observed, status, tuple(steps), _rehash_events(observed, spec, copies))
 
 
 def _copy(node: str | None, job: ObservedJob | None) -> Copy:
     assert node is not None
     return Copy(node, job.summary if job else None, job.phase if job else "Pending")
+
+
+def _rehash_steps(ref: ArtifactRef, spec: ModelArtifactSpec, config: ProvisionerConfig,
+                  node: str | None, copy: CopyJobs, now: datetime) -> list[Step]:
+    round_ = due_round(copy, config.rehash_every, now)
+    if round_ is None:
+        return []
+    body = provisioning_job(ref, spec, config, node, rehash=round_)
+    checked = copy.record.finished_at if copy.record else "never"
+    return [Step(Create(body), Event(
+        "Normal", REHASH_STARTED,
+        f"created Job {body['metadata']['name']}: re-hashing every byte of "
+        f"{_where(spec, node)} (last checked {checked}; in between, files are trusted by "
+        "size and mtime)"))]
+
+
+def _rehash_events(observed: ArtifactObserved, spec: ModelArtifactSpec,
+                   copies: Mapping[str | None, CopyJobs]) -> tuple[Event, ...]:
+    """One event per re-hash that finished since the status was written."""
+    old = observed.artifact.status
+    before: dict[str | None, str | None] = {
+        None: (old.get("verification") or {}).get("checkedAt")}
+    before.update({n.get("node"): (n.get("verification") or {}).get("checkedAt")
+                   for n in old.get("nodes") or [] if isinstance(n, Mapping)})
+    events = []
+    for node, copy in copies.items():
+        repaired = repaired_bytes(copy)
+        record = copy.record
+        if repaired is None or record is None or before.get(node) == record.finished_at:
+            continue
+        where = _where(spec, node)
+        events.append(
+            Event("Warning", REPAIRED, f"a full re-hash of {where} found damaged bytes and "
+                  f"fetched {human_size(repaired)} again; the copy is verified")
+            if repaired else
+            Event("Normal", REHASHED, f"a full re-hash of {where} matched every byte"))
+    return tuple(events)
 
 
 def _under_home(spec: ModelArtifactSpec) -> str | None:
@@ -197,17 +246,23 @@ def _label_steps(observed: ArtifactObserved, digest: str | None,
     return steps
 
 
-def _delete_stale(observed: ArtifactObserved,
-                  desired: Mapping[str, tuple[str | None, dict[str, Any]]],
-                  config_map: str | None) -> list[Step]:
-    """Jobs of an earlier spec or of nodes no longer selected, and earlier specs' ConfigMaps."""
+def _delete_stale(observed: ArtifactObserved, keep: set[str], config_map: str | None,
+                  copies_at: frozenset[str | None] = frozenset()) -> list[Step]:
+    """Jobs of an earlier spec or of nodes no longer selected, re-hash Jobs that a later
+    check of a copy still held (`copies_at`) superseded (quietly), and earlier specs'
+    ConfigMaps."""
     steps = []
+    current = _current_hash(observed)
     for job in observed.jobs:
-        if job.name not in desired:
-            why = (f"node {job.node} is no longer selected" if job.node
-                   and job.spec_hash == _current_hash(observed) else "the spec changed")
-            steps.append(Step(Delete("Job", job.name),
-                              Event("Normal", SUPERSEDED, f"deleted Job {job.name}: {why}")))
+        if job.name in keep:
+            continue
+        if job.rehash and job.spec_hash == current and job.node in copies_at:
+            steps.append(Step(Delete("Job", job.name)))
+            continue
+        why = (f"node {job.node} is no longer selected" if job.node
+               and job.spec_hash == current else "the spec changed")
+        steps.append(Step(Delete("Job", job.name),
+                          Event("Normal", SUPERSEDED, f"deleted Job {job.name}: {why}")))
     steps += [Step(Delete("ConfigMap", name)) for name in observed.config_maps
               if name != config_map]
     return steps
@@ -248,7 +303,7 @@ def _refused(observed: ArtifactObserved, spec: ModelArtifactSpec | None, reason:
     else:
         status = ModelArtifactStatus(observed_generation=artifact.generation,
                                      conditions=conditions)
-    steps = _label_steps(observed, None, set()) + _delete_stale(observed, {}, None)
+    steps = _label_steps(observed, None, set()) + _delete_stale(observed, set(), None)
     result = _finish(observed, status, tuple(steps))
     if reason != ArtifactSpecError.reason:
         return result
@@ -293,7 +348,7 @@ def _transitions(old: Mapping[str, Mapping[str, Any]],
 
 
 def _finish(observed: ArtifactObserved, status: ModelArtifactStatus,
-            steps: tuple[Step, ...]) -> ArtifactPlan:
+            steps: tuple[Step, ...], extra: tuple[Event, ...] = ()) -> ArtifactPlan:
     """The new status (ours, plus other writers' conditions) and whether it changed."""
     old = observed.artifact.status
     new = status.model_dump(by_alias=True, exclude_none=True, mode="json")
@@ -301,7 +356,7 @@ def _finish(observed: ArtifactObserved, status: ModelArtifactStatus,
               if isinstance(c, Mapping) and c.get("type") not in OWN_CONDITIONS]
     new["conditions"] = new.get("conditions", []) + theirs
     changed = any(old.get(k) != new.get(k) for k in STATUS_KEYS)
-    events = _transitions(_old_conditions(observed), status.conditions)
+    events = _transitions(_old_conditions(observed), status.conditions) + extra
     return ArtifactPlan(steps, events, new if changed else None)
 
 

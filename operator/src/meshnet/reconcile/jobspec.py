@@ -5,6 +5,7 @@ per selected node for host-path storage). Nothing here talks to the cluster."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import yaml
@@ -32,6 +33,9 @@ class ProvisionerConfig:
     backoff_limit: int = 6  # retries, with the Job controller's exponential back-off
     requests: tuple[tuple[str, str], ...] = (("cpu", "100m"), ("memory", "128Mi"))
     limits: tuple[tuple[str, str], ...] = (("memory", "512Mi"),)
+    # How long a verified copy goes on markers (size and mtime) before a Job re-hashes
+    # every byte of it; None: never.
+    rehash_every: timedelta | None = timedelta(days=7)
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,16 @@ def config_map_name(artifact: str, digest: str) -> str:
 
 def job_name(artifact: str, digest: str, node: str | None = None) -> str:
     return child_name(artifact, "pull", digest, *([node] if node else []))
+
+
+def rehash_job_name(artifact: str, digest: str, node: str | None, round_: str) -> str:
+    """`round_` is the time of the check it follows: one re-hash per check, never two."""
+    return child_name(artifact, "rehash", digest, *([node] if node else []), round_)
+
+
+def rehash_round(finished_at: str) -> str:
+    """An RFC 3339 time as a name part: 2026-11-29T12:00:00Z -> 20261129t120000z."""
+    return "".join(c for c in finished_at.lower() if c.isalnum())
 
 
 def owner_reference(ref: ArtifactRef) -> dict[str, Any]:
@@ -123,11 +137,13 @@ def _source(spec: ModelArtifactSpec) -> dict[str, Any] | None:
     return None
 
 
-def pull_args(dest: str, source_dir: str | None) -> list[str]:
-    """The container's `meshnet` command line (the single place to change it)."""
+def pull_args(dest: str, source_dir: str | None, full: bool = False) -> list[str]:
+    """The container's `meshnet` command line (the single place to change it). `full`
+    re-hashes files whose marker matches too, and fetches again what no longer matches."""
     args = ["artifact", "pull", "--artifact", f"{SPEC_DIR}/{SPEC_FILE}", "--dest", dest,
             "--summary-file", TERMINATION_LOG]
-    return args + (["--source-dir", source_dir] if source_dir else [])
+    return args + (["--source-dir", source_dir] if source_dir else []) + (
+        ["--full"] if full else [])
 
 
 def _on_node(node: str) -> dict[str, Any]:
@@ -140,10 +156,11 @@ def _on_node(node: str) -> dict[str, Any]:
 
 
 def provisioning_job(ref: ArtifactRef, spec: ModelArtifactSpec, config: ProvisionerConfig,
-                     node: str | None = None) -> dict[str, Any]:
+                     node: str | None = None, rehash: str | None = None) -> dict[str, Any]:
     """The Job that provisions `spec` onto its storage (on `node` for a host path): non-root,
     read-only root filesystem, only the storage mount writable; restarted on failure up to
-    the back-off limit; its summary is the container's termination message."""
+    the back-off limit; its summary is the container's termination message. With `rehash`
+    (a round, see rehash_round) it is the full re-hash of an existing copy instead."""
     digest = spec_hash(spec)
     storage, dest = _storage(spec)
     source = _source(spec)
@@ -158,7 +175,8 @@ def provisioning_job(ref: ArtifactRef, spec: ModelArtifactSpec, config: Provisio
         "name": CONTAINER,
         "image": config.image,
         "command": ["meshnet"],
-        "args": pull_args(dest, SOURCE_DIR if source is not None else None),
+        "args": pull_args(dest, SOURCE_DIR if source is not None else None,
+                          full=rehash is not None),
         "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}],
         "resources": {"requests": dict(config.requests), "limits": dict(config.limits)},
         "terminationMessagePath": TERMINATION_LOG,
@@ -179,10 +197,13 @@ def provisioning_job(ref: ArtifactRef, spec: ModelArtifactSpec, config: Provisio
     }
     annotations = {labels.ARTIFACT_ANNOTATION: ref.name,
                    labels.MANIFEST_ANNOTATION: spec.manifest_digest(),
-                   **({labels.NODE_ANNOTATION: node} if node else {})}
+                   **({labels.NODE_ANNOTATION: node} if node else {}),
+                   **({labels.REHASH_ANNOTATION: rehash} if rehash else {})}
+    name = (job_name(ref.name, digest, node) if rehash is None
+            else rehash_job_name(ref.name, digest, node, rehash))
     return {
         "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": job_name(ref.name, digest, node), "namespace": ref.namespace,
+        "metadata": {"name": name, "namespace": ref.namespace,
                      "labels": _labels(ref, digest), "annotations": annotations,
                      "ownerReferences": [owner_reference(ref)]},
         "spec": {
