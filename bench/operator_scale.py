@@ -18,6 +18,7 @@ import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,8 @@ from meshnet.reconcile.podspec import RouteRef
 NS = "bench"
 GROUP_PATH = f"/apis/meshnet.dev/v1alpha1/namespaces/{NS}"
 LAYERS_PER_STAGE = 8
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)  # any fixed time: plan() is pure
 
 
 def artifact(stages: int) -> dict[str, Any]:
@@ -182,7 +185,7 @@ def plan_median(stages: int, runs: int) -> float:
     for _ in range(3):  # converge: create pods, mark them ready, store the status
         observed = Observed(observe_route(body), tuple(p for p in map(observe_pod, pods) if p),
                             service_hash=service_hash, artifact=observe_artifact(art))
-        result = plan(observed, config, "2026-01-01T00:00:00Z")
+        result = plan(observed, config, NOW)
         for action in result.actions:
             obj = getattr(action, "obj", None)
             if obj and obj["kind"] == "Pod":
@@ -192,11 +195,11 @@ def plan_median(stages: int, runs: int) -> float:
             body["status"] = result.status
     observed = Observed(observe_route(body), tuple(p for p in map(observe_pod, pods) if p),
                         service_hash=service_hash, artifact=observe_artifact(art))
-    assert plan(observed, config, "2026-01-01T00:00:00Z").actions == ()  # steady state
+    assert plan(observed, config, NOW).actions == ()  # steady state
     timings = []
     for _ in range(runs):
         t0 = time.perf_counter()
-        plan(observed, config, "2026-01-01T00:00:00Z")
+        plan(observed, config, NOW)
         timings.append((time.perf_counter() - t0) * 1000)
     return statistics.median(timings)
 

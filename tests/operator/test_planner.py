@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -23,7 +24,8 @@ from meshnet.reconcile import (
 
 CONFIG = WorkerConfig(images={"cpu": "meshnet/worker-cpu:1", "cuda": "w-cuda:1"},
                       pin_digest="p" * 64)
-NOW = "2026-11-29T12:00:00Z"
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+NOW_TEXT = "2026-11-29T12:00:00Z"
 MakeArtifact = MakeRoute = Callable[..., dict[str, Any]]  # fixtures from conftest.py
 
 
@@ -257,7 +259,7 @@ def test_a_deleted_route_deletes_its_pods_and_service(
         make_route: MakeRoute, make_artifact: MakeArtifact) -> None:
     route, artifact, pods = make_route(), make_artifact(), {}
     converge(route, artifact, pods)
-    route["metadata"]["deletionTimestamp"] = NOW
+    route["metadata"]["deletionTimestamp"] = NOW_TEXT
     result = plan(observe(route, artifact, pods), CONFIG, NOW)
     assert sorted((a.kind, a.name) for a in result.actions if isinstance(a, Delete)) == [
         ("Pod", "r1-s0-e1"), ("Pod", "r1-s1-e1"), ("Pod", "r1-s2-e1"), ("Service", "r1-workers")]
@@ -278,7 +280,7 @@ def test_condition_transition_times_move_only_when_the_status_flips(
     route, artifact, pods = make_route(), make_artifact(), {}
     converge(route, artifact, pods)
     before = condition(route, "Ready")["lastTransitionTime"]
-    later = plan(observe(route, artifact, pods), CONFIG, "2026-12-01T00:00:00Z")
+    later = plan(observe(route, artifact, pods), CONFIG, datetime(2026, 12, 1, tzinfo=UTC))
     assert later.status is None and condition(route, "Ready")["lastTransitionTime"] == before
 
 
@@ -294,7 +296,7 @@ def test_conditions_written_by_others_are_kept(
     route, artifact, pods = make_route(), make_artifact(), {}
     converge(route, artifact, pods)
     certified = {"type": "Certified", "status": "True", "reason": "ParityPassed",
-                 "message": "lane cpu certified", "lastTransitionTime": NOW}
+                 "message": "lane cpu certified", "lastTransitionTime": NOW_TEXT}
     route["status"]["conditions"].append(certified)
     route["spec"]["recipe"]["image"] = "other:1"  # something that rewrites the status
     converge(route, artifact, pods)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 from meshnet.api.certification import Certificate, CertifiedLane, ParityResult
@@ -16,6 +15,7 @@ from meshnet.certify.prompts import PROMPTS
 from meshnet.certify.reference import reference_worker
 from meshnet.route.driver import RouteDriver
 from meshnet.route.stage import StageClient, TlsFiles
+from meshnet.timestamps import now_rfc3339
 
 Say = Callable[[str], None]
 
@@ -50,7 +50,7 @@ def certify(endpoints: Sequence[str], lane: CertifiedLane, reference: Reference,
                                        tls)
     pace = verdict.speed(route_tps, ref_tps, gates.speed_fraction, topology)
     say(f"speed: route {route_tps:.1f} tok/s ({topology}), unsplit {ref_tps:.1f} tok/s")
-    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    now = now_rfc3339()
     return verdict.certificate(lane, compared.result, pace, stages=len(route.stages), now=now,
                                route_digest=route_digest or route.route_digest or None,
                                epoch=epoch if epoch is not None else route.epoch,

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import datetime
 import itertools
 import json
 import os
@@ -27,6 +26,7 @@ from meshnet.operator.kube import Connection
 from meshnet.operator.metrics import OperatorMetrics
 from meshnet.operator.run import run
 from meshnet.operator.settings import OperatorSettings
+from meshnet.timestamps import now_rfc3339
 
 ALL_VERBS = ["get", "list", "watch", "create", "update", "patch", "delete"]
 VERBS = {kmock.action.FETCH: "get", kmock.action.LIST: "list", kmock.action.WATCH: "watch",
@@ -108,7 +108,7 @@ class Emulator(kmock.KubernetesEmulator):
         meta.setdefault("generation", 1)
         meta["resourceVersion"] = str(next(self._serial))
         meta.setdefault("creationTimestamp",
-                        datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
+                        now_rfc3339())
 
     # kmock finds an object by scanning every stored object; at benchmark scale (thousands
     # of pods and events) that dominates, so named requests use the dictionary directly.

@@ -6,7 +6,6 @@ becomes the pod's termination message and the Job's status, as a cluster would s
 from __future__ import annotations
 
 import asyncio
-import datetime
 import json
 import os
 import sys
@@ -19,6 +18,7 @@ import kmock
 
 from meshnet.api import labels
 from meshnet.devtools.cluster import Emulator
+from meshnet.timestamps import now_rfc3339
 
 PROVISIONING_RESOURCES: dict[str, dict[str, Any]] = {
     "batch/v1/jobs": {"kind": "Job", "namespaced": True, "subresources": ["status"]},
@@ -42,7 +42,7 @@ async def add_node(emulator: Emulator, name: str, node_labels: Mapping[str, str]
 
 
 def _now() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return now_rfc3339()
 
 
 @dataclass(frozen=True)

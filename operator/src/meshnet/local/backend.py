@@ -11,7 +11,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +34,7 @@ from meshnet.reconcile import (
     plan,
 )
 from meshnet.route.launch import WorkerProcess, WorkerStartError
+from meshnet.timestamps import utc_now
 
 Say = Callable[[str], None]
 
@@ -122,9 +122,8 @@ class LocalBackend:
     def reconcile(self) -> Plan:
         started = time.monotonic()
         self.metrics.reconciles.labels("ShardRoute").inc()
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         observed = self.observe()
-        result = plan(observed, self.config, now)
+        result = plan(observed, self.config, utc_now())
         for event in result.events:
             self.say(f"{event.reason}: {event.message}")
         if result.status is not None:

@@ -4,7 +4,6 @@ delete, a child pod's event, its artifact's event) runs the same level-based rec
 from __future__ import annotations
 
 import asyncio
-import datetime
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +19,7 @@ from meshnet.operator.metrics import OperatorMetrics
 from meshnet.operator.queue import KeyedQueue
 from meshnet.operator.settings import OperatorSettings
 from meshnet.reconcile import Observed, observe_artifact, observe_pod, observe_route, plan
+from meshnet.timestamps import utc_now
 
 ROUTES = (GROUP, VERSION, shardroute.PLURAL)
 ARTIFACTS = (GROUP, VERSION, modelartifact.PLURAL)
@@ -69,8 +69,7 @@ async def _reconcile_once(ctx: Context, namespace: str, name: str,
             ctx.expectations.forget((namespace, name))
             return
         observed = _observe(body, indices, ctx.expectations)
-        now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        result = plan(observed, ctx.settings.worker_config(), now)
+        result = plan(observed, ctx.settings.worker_config(), utc_now())
         await execute(ctx.client, body, result, ctx.expectations)
     except KubeApiError as exc:
         ctx.metrics.errors.labels(shardroute.KIND).inc()

@@ -15,7 +15,6 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 import kopf
@@ -30,6 +29,7 @@ from meshnet.operator.executor import route_path
 from meshnet.operator.handlers import ARTIFACTS, OURS, ROUTE_LABEL, ROUTES, Context
 from meshnet.operator.kube import path
 from meshnet.reconcile.podspec import RouteRef
+from meshnet.timestamps import now_rfc3339
 from meshnet.tracker import kubernetes as kube_inputs
 from meshnet.tracker.client import TrackerClient
 from meshnet.tracker.collect import StageChannels
@@ -296,4 +296,4 @@ async def _ensure_cluster_id(shared: Shared) -> None:
 
 
 def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return now_rfc3339()

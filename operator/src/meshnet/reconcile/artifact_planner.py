@@ -28,7 +28,8 @@ from meshnet.reconcile.artifact_status import (
     artifact_status,
     node_copy,
 )
-from meshnet.reconcile.copies import Copy, Verdict, copies_status, stamp
+from meshnet.reconcile.conditions import Verdict, stamp
+from meshnet.reconcile.copies import Copy, copies_status
 from meshnet.reconcile.jobspec import (
     ArtifactRef,
     ProvisionerConfig,
@@ -293,10 +294,10 @@ def _refused(observed: ArtifactObserved, spec: ModelArtifactSpec | None, reason:
              message: str, now: datetime) -> ArtifactPlan:
     """A spec that cannot be provisioned: no Jobs, Failed with the reason."""
     artifact = observed.artifact
-    verdicts: list[Verdict] = [(READY, False, reason, message),
-                               (PROGRESSING, False, reason, message),
-                               (FAILED, True, reason, message)]
-    conditions = stamp(verdicts, artifact.generation, now, _previous(observed))
+    verdicts: list[Verdict] = [Verdict(READY, False, reason, message),
+                               Verdict(PROGRESSING, False, reason, message),
+                               Verdict(FAILED, True, reason, message)]
+    conditions = stamp(verdicts, _previous(observed), artifact.generation, now)
     if spec is not None:
         status = artifact_status(spec, None, "Pending", generation=artifact.generation,
                                  now=now).model_copy(update={"conditions": conditions})

@@ -10,7 +10,7 @@ while a condition keeps its status).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Literal
 
 from meshnet.api.common import Condition
@@ -30,6 +30,7 @@ from meshnet.errors import (
     IncompleteSplitSet,
     StorageRefused,
 )
+from meshnet.reconcile.conditions import Verdict, stamp
 
 JobPhase = Literal["Pending", "Running", "Succeeded", "Failed"]
 READY, PROGRESSING, FAILED = "Ready", "Progressing", "Failed"
@@ -54,45 +55,17 @@ _FACT_KEYS = (
 )
 
 
-def _timestamp(now: datetime) -> str:
-    return now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _condition(
-    kind: str,
-    status: bool,
-    reason: str,
-    message: str,
-    generation: int,
-    now: datetime,
-    previous: Sequence[Condition],
-) -> Condition:
-    value: Literal["True", "False"] = "True" if status else "False"
-    since = _timestamp(now)
-    for old in previous:
-        if old.type == kind and old.status == value and old.last_transition_time:
-            since = old.last_transition_time
-    return Condition(
-        type=kind,
-        status=value,
-        reason=reason,
-        message=message,
-        observed_generation=generation,
-        last_transition_time=since,
-    )
-
-
-def _conditions(
+def _verdicts(
     summary: Mapping[str, Any] | None, job_phase: JobPhase
-) -> list[tuple[str, bool, str, str]]:
-    """(type, status, reason, message) for Ready, Progressing and Failed."""
+) -> list[Verdict]:
+    """Ready, Progressing and Failed for one Job's latest report."""
     if summary is None:
         if job_phase == "Failed":
             reason, message = DownloadFailed.reason, "the provisioning Job failed without a summary"
             return [
-                (READY, False, reason, message),
-                (PROGRESSING, False, reason, message),
-                (FAILED, True, reason, message),
+                Verdict(READY, False, reason, message),
+                Verdict(PROGRESSING, False, reason, message),
+                Verdict(FAILED, True, reason, message),
             ]
         message = (
             "the provisioning Job finished; waiting for its summary"
@@ -100,30 +73,30 @@ def _conditions(
             else f"the provisioning Job is {job_phase.lower()}"
         )
         return [
-            (READY, False, PROVISIONING, message),
-            (PROGRESSING, True, PROVISIONING, message),
-            (FAILED, False, PROVISIONING, message),
+            Verdict(READY, False, PROVISIONING, message),
+            Verdict(PROGRESSING, True, PROVISIONING, message),
+            Verdict(FAILED, False, PROVISIONING, message),
         ]
     message = str(summary.get("message", ""))
     result = str(summary.get("result", ""))
     if result == VERIFIED:
         return [
-            (READY, True, VERIFIED, message),
-            (PROGRESSING, False, VERIFIED, message),
-            (FAILED, False, VERIFIED, message),
+            Verdict(READY, True, VERIFIED, message),
+            Verdict(PROGRESSING, False, VERIFIED, message),
+            Verdict(FAILED, False, VERIFIED, message),
         ]
     reason = result if result in FAILURE_REASONS else DownloadFailed.reason
     if reason in RETRYABLE_REASONS and job_phase != "Failed":
         retry = f"retrying after {reason}: {message}"
         return [
-            (READY, False, reason, message),
-            (PROGRESSING, True, RETRYING, retry),
-            (FAILED, False, reason, message),
+            Verdict(READY, False, reason, message),
+            Verdict(PROGRESSING, True, RETRYING, retry),
+            Verdict(FAILED, False, reason, message),
         ]
     return [
-        (READY, False, reason, message),
-        (PROGRESSING, False, reason, message),
-        (FAILED, True, reason, message),
+        Verdict(READY, False, reason, message),
+        Verdict(PROGRESSING, False, reason, message),
+        Verdict(FAILED, True, reason, message),
     ]
 
 
@@ -186,10 +159,7 @@ def artifact_status(
         size=human_size(spec.total_bytes()),
         progress=progress,
         gguf=gguf_facts(summary) if summary is not None else None,
-        conditions=[
-            _condition(kind, value, reason, message, generation, now, previous_conditions)
-            for kind, value, reason, message in _conditions(summary, job_phase)
-        ],
+        conditions=stamp(_verdicts(summary, job_phase), previous_conditions, generation, now),
     )
 
 
@@ -198,11 +168,8 @@ def node_copy(
 ) -> NodeCopy:
     """One node's host-path copy (one provisioning Job per node) for `status.nodes`."""
     summary = _current(summary, spec.manifest_digest())
-    conditions = {
-        kind: (value, reason, message)
-        for kind, value, reason, message in _conditions(summary, job_phase)
-    }
-    verified, reason, message = conditions[READY]
+    ready = next(v for v in _verdicts(summary, job_phase) if v.type == READY)
+    verified, reason, message = ready.status, ready.reason, ready.message
     return NodeCopy(
         node=node, verified=verified, message="" if verified else f"{reason}: {message}"
     )

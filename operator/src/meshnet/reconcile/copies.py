@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any, Literal
+from datetime import datetime
+from typing import Any
 
 from meshnet.api.common import Condition
 from meshnet.api.modelartifact import ModelArtifactSpec, ModelArtifactStatus
@@ -26,8 +26,7 @@ from meshnet.reconcile.artifact_status import (
     artifact_status,
     node_copy,
 )
-
-MESSAGE_LIMIT = 2048  # per condition: many nodes must not make a huge status
+from meshnet.reconcile.conditions import Verdict, stamp
 
 
 @dataclass(frozen=True)
@@ -37,26 +36,6 @@ class Copy:
     node: str
     summary: Mapping[str, Any] | None
     phase: JobPhase
-
-
-Verdict = tuple[str, bool, str, str]  # type, status, reason, message
-
-
-def stamp(verdicts: Sequence[Verdict], generation: int, now: datetime,
-          previous: Sequence[Condition]) -> list[Condition]:
-    """Conditions whose lastTransitionTime moves only when their status flips."""
-    out = []
-    for kind, value, reason, message in verdicts:
-        status: Literal["True", "False"] = "True" if value else "False"
-        since = now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        for old in previous:
-            if old.type == kind and old.status == status and old.last_transition_time:
-                since = old.last_transition_time
-        if len(message) > MESSAGE_LIMIT:
-            message = message[: MESSAGE_LIMIT - 3] + "..."
-        out.append(Condition(type=kind, status=status, reason=reason, message=message,
-                             observed_generation=generation, last_transition_time=since))
-    return out
 
 
 def _condition(status: ModelArtifactStatus, kind: str) -> Condition:
@@ -71,11 +50,11 @@ def copies_status(spec: ModelArtifactSpec, copies: Sequence[Copy], *, generation
         selector = spec.storage.host_path.node_selector if spec.storage.host_path else {}
         why = f"no node matches storage.hostPath.nodeSelector {dict(selector)}"
         base = artifact_status(spec, None, "Pending", generation=generation, now=now)
-        verdicts: list[Verdict] = [(READY, False, StorageRefused.reason, why),
-                                   (PROGRESSING, False, StorageRefused.reason, why),
-                                   (FAILED, True, StorageRefused.reason, why)]
+        verdicts: list[Verdict] = [Verdict(READY, False, StorageRefused.reason, why),
+                                   Verdict(PROGRESSING, False, StorageRefused.reason, why),
+                                   Verdict(FAILED, True, StorageRefused.reason, why)]
         return base.model_copy(update={
-            "conditions": stamp(verdicts, generation, now, previous_conditions)})
+            "conditions": stamp(verdicts, previous_conditions, generation, now)})
     ordered = sorted(copies, key=lambda c: c.node)
     each = {c.node: artifact_status(spec, c.summary, c.phase, generation=generation, now=now)
             for c in ordered}
@@ -92,23 +71,23 @@ def copies_status(spec: ModelArtifactSpec, copies: Sequence[Copy], *, generation
     lead = (verified or failing or [max(each, key=lambda n: progress[n])])[0]
     count = f"{len(verified)}/{len(each)} nodes"
     ready: Verdict = (
-        (READY, True, VERIFIED, f"verified on {count} ({', '.join(verified)})")
+        Verdict(READY, True, VERIFIED, f"verified on {count} ({', '.join(verified)})")
         if verified else
-        (READY, False, _condition(each[lead], READY).reason, detail(list(each), READY))
+        Verdict(READY, False, _condition(each[lead], READY).reason, detail(list(each), READY))
     )
     progressing: Verdict = (
-        (PROGRESSING, True, _condition(each[moving[0]], PROGRESSING).reason,
+        Verdict(PROGRESSING, True, _condition(each[moving[0]], PROGRESSING).reason,
          detail(moving, PROGRESSING))
         if moving else
-        (PROGRESSING, False, _condition(each[lead], PROGRESSING).reason,
+        Verdict(PROGRESSING, False, _condition(each[lead], PROGRESSING).reason,
          f"no copy is being provisioned; verified on {count}")
     )
     failed: Verdict = (
-        (FAILED, True, _condition(each[failing[0]], FAILED).reason, detail(failing, FAILED))
+        Verdict(FAILED, True, _condition(each[failing[0]], FAILED).reason, detail(failing, FAILED))
         if failing else
-        (FAILED, False, _condition(each[lead], FAILED).reason, "no copy has failed")
+        Verdict(FAILED, False, _condition(each[lead], FAILED).reason, "no copy has failed")
     )
     return each[lead].model_copy(update={
         "nodes": [node_copy(c.node, spec, c.summary, c.phase) for c in ordered],
-        "conditions": stamp([ready, progressing, failed], generation, now, previous_conditions),
+        "conditions": stamp([ready, progressing, failed], previous_conditions, generation, now),
     })

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from meshnet.api import labels
@@ -64,7 +65,7 @@ class Plan:
     conditions: Mapping[str, str] = field(default_factory=dict)  # type -> status, for metrics
 
 
-def plan(observed: Observed, config: WorkerConfig, now: str) -> Plan:
+def plan(observed: Observed, config: WorkerConfig, now: datetime) -> Plan:
     """One level-based step towards the spec; safe to repeat with the same inputs."""
     route = observed.route
     if route.deleting:
@@ -93,7 +94,7 @@ def _problems(observed: Observed, config: WorkerConfig) -> list[str]:
 
 
 def _invalid(observed: Observed, problems: Sequence[str], config: WorkerConfig,
-             now: str) -> Plan:
+             now: datetime) -> Plan:
     message = "; ".join(problems)
     verdict = derive.invalid(message)
     old = {c.get("type"): c for c in observed.route.status.get("conditions") or []}
@@ -105,7 +106,7 @@ def _invalid(observed: Observed, problems: Sequence[str], config: WorkerConfig,
 
 
 def _rollout(observed: Observed, spec: ShardRouteSpec, manifest: str, config: WorkerConfig,
-             now: str) -> Plan:
+             now: datetime) -> Plan:
     route = observed.route
     recipe = recipe_digest(config.pin_digest, spec.recipe.identity())
     digest = route_digest(manifest, recipe, [(s.layers.begin, s.layers.end) for s in spec.stages])
@@ -234,7 +235,7 @@ def _delete_children(observed: Observed) -> tuple[Action, ...]:
     return (*actions, *_delete_gateway(observed))
 
 
-def _finish(observed: Observed, verdict: derive.Verdict, config: WorkerConfig, now: str,
+def _finish(observed: Observed, verdict: derive.Verdicts, config: WorkerConfig, now: datetime,
             identity: dict[str, Any], current: Mapping[str, ObservedPod] | None = None) -> Plan:
     """The new status (kept epoch/digests unless given) and whether it changed."""
     route, old = observed.route, observed.route.status

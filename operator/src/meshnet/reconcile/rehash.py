@@ -18,6 +18,7 @@ from meshnet.api.modelartifact import CopyVerification
 from meshnet.reconcile.artifact_observed import ObservedJob
 from meshnet.reconcile.artifact_status import VERIFIED
 from meshnet.reconcile.jobspec import rehash_round
+from meshnet.timestamps import parse_rfc3339, rfc3339
 
 # A re-hash that failed for good (e.g. the source was gone while it refetched a damaged
 # file) is tried again this soon, not a whole interval later.
@@ -59,13 +60,6 @@ def _verified(job: ObservedJob | None) -> bool:
     return job is not None and job.summary is not None and job.summary.get("result") == VERIFIED
 
 
-def _when(stamp: str) -> datetime | None:
-    try:
-        return datetime.fromisoformat(stamp)
-    except ValueError:
-        return None
-
-
 def due_round(copy: CopyJobs, every: timedelta | None, now: datetime) -> str | None:
     """The round of the re-hash Job to start now, or None: one at a time, `every` after a
     verified check, RETRY_FAILED_REHASH after a re-hash that failed for good."""
@@ -80,7 +74,7 @@ def due_round(copy: CopyJobs, every: timedelta | None, now: datetime) -> str | N
         wait = min(every, RETRY_FAILED_REHASH)
     else:
         return None  # a provisioning Job that failed waits for a new spec, as before
-    finished = _when(record.finished_at)
+    finished = parse_rfc3339(record.finished_at)
     if finished is None or now < finished + wait:
         return None
     round_ = rehash_round(record.finished_at)
@@ -93,8 +87,8 @@ def verification(copy: CopyJobs, every: timedelta | None) -> CopyVerification | 
     if record is None or not _verified(record) or not record.finished_at:
         return None
     assert record.summary is not None
-    finished = _when(record.finished_at)
-    next_at = (finished + every).strftime("%Y-%m-%dT%H:%M:%SZ") \
+    finished = parse_rfc3339(record.finished_at)
+    next_at = rfc3339(finished + every) \
         if finished is not None and every is not None else None
     return CopyVerification(checked_at=record.finished_at,
                             hashed_bytes=int(record.summary.get("bytesHashed", 0)),

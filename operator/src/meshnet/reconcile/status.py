@@ -4,35 +4,33 @@ epoch bookkeeping and the transition times of conditions that did not change).""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from meshnet.api.shardroute import ShardRouteSpec
+from meshnet.reconcile.conditions import Verdict, as_status, stamp
 from meshnet.reconcile.naming import endpoint
 from meshnet.reconcile.observed import ObservedPod
 
-
-@dataclass(frozen=True)
-class Verdict:
-    """The three conditions as (status, reason, message)."""
-
-    ready: tuple[str, str, str]
-    progressing: tuple[str, str, str]
-    degraded: tuple[str, str, str]
+READY, PROGRESSING, DEGRADED = "Ready", "Progressing", "Degraded"
+OWN_CONDITIONS = (READY, PROGRESSING, DEGRADED)
+Verdicts = tuple[Verdict, Verdict, Verdict]  # Ready, Progressing, Degraded
+NOT_FAILING = Verdict(DEGRADED, False, "AsExpected", "no stage is failing")
 
 
-def invalid(message: str) -> Verdict:
-    return Verdict(("False", "InvalidSpec", message), ("False", "InvalidSpec", message),
-                   ("True", "InvalidSpec", message))
+def invalid(message: str) -> Verdicts:
+    return (Verdict(READY, False, "InvalidSpec", message),
+            Verdict(PROGRESSING, False, "InvalidSpec", message),
+            Verdict(DEGRADED, True, "InvalidSpec", message))
 
 
-def waiting_for_artifact(message: str) -> Verdict:
-    return Verdict(("False", "ArtifactNotReady", message), ("True", "ArtifactNotReady", message),
-                   ("False", "AsExpected", "no stage is failing"))
+def waiting_for_artifact(message: str) -> Verdicts:
+    return (Verdict(READY, False, "ArtifactNotReady", message),
+            Verdict(PROGRESSING, True, "ArtifactNotReady", message), NOT_FAILING)
 
 
 def from_stages(spec: ShardRouteSpec, current: Mapping[str, ObservedPod], rolling: bool,
-                epoch: int) -> Verdict:
+                epoch: int) -> Verdicts:
     """Ready when every stage pod of this epoch is ready; Degraded names failing stages."""
     names = [s.name for s in spec.stages]
     missing = [n for n in names if not (n in current and current[n].ready)]
@@ -40,39 +38,27 @@ def from_stages(spec: ShardRouteSpec, current: Mapping[str, ObservedPod], rollin
                for n in names if (p := current.get(n)) and p.failing_reason]
     crash = any(current[n].failing_reason == "CrashLoopBackOff"
                 for n in names if n in current and current[n].failing_reason)
-    degraded = (("True", "StageCrashLooping" if crash else "StageFailing", "; ".join(failing))
-                if failing else ("False", "AsExpected", "no stage is failing"))
+    degraded = (Verdict(DEGRADED, True, "StageCrashLooping" if crash else "StageFailing",
+                        "; ".join(failing)) if failing else NOT_FAILING)
     count = f"{len(names) - len(missing)}/{len(names)} stages ready at epoch {epoch}"
     if not missing:
-        return Verdict(("True", "AllStagesReady", count),
-                       ("False", "RolloutComplete", f"epoch {epoch} is live"), degraded)
+        return (Verdict(READY, True, "AllStagesReady", count),
+                Verdict(PROGRESSING, False, "RolloutComplete", f"epoch {epoch} is live"),
+                degraded)
     unschedulable = [f"stage {n}: {current[n].unschedulable}" for n in missing
                      if n in current and current[n].unschedulable]
     why = "; ".join(unschedulable) or f"waiting for {', '.join(missing)}"
     reason = ("EpochRollout" if rolling else
               "StageUnschedulable" if unschedulable else "StagesStarting")
-    return Verdict(("False", "StagesNotReady", f"{count}: {why}"), ("True", reason, why), degraded)
+    return (Verdict(READY, False, "StagesNotReady", f"{count}: {why}"),
+            Verdict(PROGRESSING, True, reason, why), degraded)
 
 
-OWN_CONDITIONS = ("Ready", "Progressing", "Degraded")
-
-
-def conditions(verdict: Verdict, previous: Sequence[Mapping[str, Any]], generation: int | None,
-               now: str) -> list[dict[str, Any]]:
-    """Our conditions in a fixed order; lastTransitionTime moves only when status flips."""
-    before = {c.get("type"): c for c in previous}
-    out = []
-    verdicts = (verdict.ready, verdict.progressing, verdict.degraded)
-    for kind, (status, reason, message) in zip(OWN_CONDITIONS, verdicts, strict=True):
-        old = before.get(kind) or {}
-        since = old.get("lastTransitionTime") if old.get("status") == status else None
-        condition: dict[str, Any] = {"type": kind, "status": status, "reason": reason,
-                                     "message": message, "lastTransitionTime": since or now}
-        if generation is not None:
-            condition["observedGeneration"] = generation
-        out.append(condition)
-    # Conditions of other writers (e.g. Certified) are theirs: carried over untouched.
-    return out + [dict(c) for c in previous if c.get("type") not in OWN_CONDITIONS]
+def conditions(verdicts: Verdicts, previous: Sequence[Mapping[str, Any]],
+               generation: int | None, now: datetime) -> list[dict[str, Any]]:
+    """Our conditions in a fixed order, then other writers' (e.g. Certified) untouched."""
+    ours = as_status(stamp(verdicts, previous, generation, now))
+    return ours + [dict(c) for c in previous if c.get("type") not in OWN_CONDITIONS]
 
 
 def stage_entries(spec: ShardRouteSpec, current: Mapping[str, ObservedPod], route: str,

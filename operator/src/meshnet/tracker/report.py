@@ -8,7 +8,6 @@ a passing certificate. Otherwise every reason is listed and nothing is advertise
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
 
 from meshnet.api.tracker import (
     ArtifactFacts,
@@ -27,6 +26,7 @@ from meshnet.api.tracker import (
     Unavailable,
 )
 from meshnet.certify import lane as lanes
+from meshnet.timestamps import unix_rfc3339
 from meshnet.tracker.inputs import PinFacts, RouteView, StageSample, StageView, WorkerInfo
 
 DTYPE_BYTES = {"f32": 4, "f16": 2, "bf16": 2}
@@ -60,7 +60,7 @@ def build_report(route: RouteView, stages: Sequence[StageView],
     architecture = route.architecture or next(
         (s.info.architecture for s in samples.values() if s.info and s.info.architecture), None)
     return CapacityReport(
-        sequence=sequence, generated_at=_rfc3339(now),
+        sequence=sequence, generated_at=unix_rfc3339(now),
         provider=provider,
         route=RouteIdentity(name=route.name, namespace=route.namespace, epoch=route.epoch,
                             route_digest=route.route_digest, endpoint=route.endpoint),
@@ -159,15 +159,11 @@ def _route_capacity(stages: Sequence[StageReport], available: bool) -> RouteCapa
     )
 
 
-def _rfc3339(unix: float) -> str:
-    return datetime.fromtimestamp(unix, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def withdrawn(last: CapacityReport, *, sequence: int, now: float) -> CapacityReport:
     """The route's last report turned into its withdrawal: the route is gone (deleted),
     so nothing may be routed to it whatever was measured before."""
     return last.model_copy(update={
-        "sequence": sequence, "generated_at": _rfc3339(now), "available": False,
+        "sequence": sequence, "generated_at": unix_rfc3339(now), "available": False,
         "unavailable_reasons": [Unavailable(reason="RouteDeleted",
                                             message="the route was deleted")],
         "capacity": last.capacity.model_copy(update={"session_slots_advertised": 0}),
