@@ -2,6 +2,7 @@
 // one contiguous layer range [begin, end) of a GGUF model.
 #pragma once
 
+#include "layer_range.h"
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -66,6 +67,7 @@ struct engine_info {
     size_t          weight_bytes = 0;    // bytes of weights actually allocated
     size_t          kv_bytes     = 0;    // bytes of KV/state actually allocated
 
+    layer_range layers() const { return {layer_begin, layer_end}; }
     bool is_first() const { return layer_begin == 0; }
     bool is_last()  const { return layer_end == n_layer; }
 };

@@ -23,17 +23,23 @@ bool parse_index(const std::string & text, int32_t & out) {
 } // namespace
 
 std::string layer_range::str() const {
-    return std::to_string(begin) + ":" + std::to_string(end);
+    return std::to_string(begin) + ":" + (end == to_n_layer ? std::string() : std::to_string(end));
 }
 
-bool layer_range_parse(const std::string & text, layer_range & out, std::string & error) {
+bool layer_range_parse(const std::string & text, layer_range & out, std::string & error, bool open_end) {
     const size_t colon = text.find(':');
     if (colon == std::string::npos || text.find(':', colon + 1) != std::string::npos) {
         error = "layer range '" + text + "' is not of the form BEGIN:END (e.g. 0:15)";
         return false;
     }
     layer_range range;
-    if (!parse_index(text.substr(0, colon), range.begin) || !parse_index(text.substr(colon + 1), range.end)) {
+    const std::string tail = text.substr(colon + 1);
+    if (open_end && tail.empty() && parse_index(text.substr(0, colon), range.begin)) {
+        range.end = layer_range::to_n_layer;
+        out       = range;
+        return true;
+    }
+    if (!parse_index(text.substr(0, colon), range.begin) || !parse_index(tail, range.end)) {
         error = "layer range '" + text + "' needs two non-negative layer indices, BEGIN:END";
         return false;
     }

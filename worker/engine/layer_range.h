@@ -9,15 +9,19 @@
 namespace meshnet {
 
 struct layer_range {
+    static constexpr int32_t to_n_layer = -1; // an open end: up to the model's last layer
+
     int32_t begin = 0;
     int32_t end   = 0;
 
     int32_t n_layers() const { return end - begin; }
-    std::string str() const; // "begin:end"
+    std::string str() const; // "begin:end" ("begin:" for an open end)
 };
 
-// Parses "begin:end" (decimal, no sign); on failure returns false and sets `error`.
-bool layer_range_parse(const std::string & text, layer_range & out, std::string & error);
+// Parses "begin:end" (decimal, no sign); with `open_end`, also "begin:" (end = to_n_layer).
+// On failure returns false and sets `error`, which quotes the text.
+bool layer_range_parse(const std::string & text, layer_range & out, std::string & error,
+                       bool open_end = false);
 
 // Parses a comma-separated list of ranges, e.g. "0:10,10:20,20:30".
 bool layer_split_parse(const std::string & text, std::vector<layer_range> & out, std::string & error);

@@ -130,10 +130,10 @@ std::optional<shard_error> shard_service::prepare(const pb::ForwardRequest & req
     }
     if (request.has_expected_range() &&
         (request.expected_range().begin() != info_.layer_begin || request.expected_range().end() != info_.layer_end)) {
-        const std::string mine = std::to_string(info_.layer_begin) + ":" + std::to_string(info_.layer_end);
+        const std::string mine = info_.layers().str();
+        const layer_range expected{request.expected_range().begin(), request.expected_range().end()};
         return make_error(error_reason::range_mismatch,
-            "this stage owns layers " + mine + ", the route expects " +
-            std::to_string(request.expected_range().begin()) + ":" + std::to_string(request.expected_range().end()),
+            "this stage owns layers " + mine + ", the route expects " + expected.str(),
             {{"stage_range", mine}});
     }
 
@@ -235,7 +235,7 @@ std::optional<shard_error> shard_service::prepare(const pb::ForwardRequest & req
         if (plan.kind != pb::OUTPUT_KIND_UNSPECIFIED && plan.kind != pb::OUTPUT_KIND_BOUNDARY) {
             return make_error(error_reason::invalid_output_request,
                 std::string(pb::OutputKind_Name(plan.kind)) + " asked of a non-last stage (layers " +
-                std::to_string(info_.layer_begin) + ":" + std::to_string(info_.layer_end) + " of " +
+                info_.layers().str() + " of " +
                 std::to_string(info_.n_layer) + "); it answers only its boundary");
         }
         plan.kind = pb::OUTPUT_KIND_BOUNDARY;

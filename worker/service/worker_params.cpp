@@ -1,6 +1,8 @@
 // worker_params.cpp - flag parsing: `--name value` or `--name=value`, strict numbers.
 #include "worker_params.h"
 
+#include "layer_range.h"
+
 #include <cstdlib>
 #include <functional>
 #include <map>
@@ -128,14 +130,12 @@ bool worker_params_parse(int argc, char ** argv, worker_params & params, std::st
             return true;
         }},
         {"--layers", [&](const std::string & v) {
-            const size_t colon = v.find(':');
-            if (colon == std::string::npos) return false;
-            int64_t begin, end = -1;
-            if (!parse_int64(v.substr(0, colon), begin) || begin < 0) return false;
-            const std::string tail = v.substr(colon + 1);
-            if (!tail.empty() && (!parse_int64(tail, end) || end <= begin)) return false;
-            params.layer_begin = static_cast<int32_t>(begin);
-            params.layer_end   = static_cast<int32_t>(end);
+            layer_range range;
+            std::string why;
+            if (!layer_range_parse(v, range, why, /*open_end=*/true)) return false;
+            if (range.end != layer_range::to_n_layer && range.end <= range.begin) return false;
+            params.layer_begin = range.begin;
+            params.layer_end   = range.end;
             return true;
         }},
     };

@@ -34,6 +34,22 @@ TEST("malformed ranges are refused with the text that was given") {
     }
 }
 
+TEST("an open end is taken only where asked for, and printed as it was given") {
+    layer_range range;
+    std::string error;
+    CHECK(!layer_range_parse("7:", range, error));
+    CHECK(layer_range_parse("7:", range, error, /*open_end=*/true));
+    CHECK_EQ(range.begin, 7);
+    CHECK_EQ(range.end, layer_range::to_n_layer);
+    CHECK_EQ(range.str(), std::string("7:"));
+    CHECK(layer_range_parse("7:22", range, error, /*open_end=*/true));
+    CHECK_EQ(range.str(), std::string("7:22"));
+    for (const char * text : {":", ":22", "a:", "-1:", "7"}) {
+        CHECK(!layer_range_parse(text, range, error, /*open_end=*/true));
+        CHECK(mentions(error, text));
+    }
+}
+
 TEST("a split is a comma-separated list of ranges") {
     const std::vector<layer_range> split = split_of("0:10,10:20,20:30");
     CHECK_EQ(split.size(), size_t(3));

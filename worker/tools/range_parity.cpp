@@ -217,7 +217,7 @@ bool pipeline_step(std::vector<engine_ptr> & stages, const std::vector<int32_t> 
         std::vector<step_result> results = stages[s]->step({request});
         step_result & result = results.at(0);
         if (result.status != engine_status::ok) {
-            error = "stage " + std::to_string(info.layer_begin) + ":" + std::to_string(info.layer_end) +
+            error = "stage " + info.layers().str() +
                     " failed at position " + std::to_string(pos0) + ": " + engine_status_name(result.status) +
                     (result.message.empty() ? "" : " (" + result.message + ")");
             return false;
