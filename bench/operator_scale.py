@@ -100,11 +100,14 @@ class Phase:
             by_verb[call.split()[0]] += n
         verbs = ", ".join(f"{verb} {n}" for verb, n in by_verb.most_common())
         top = ", ".join(f"{call} {n}" for call, n in self.calls.most_common(6))
+        watches = ", ".join(f"{call.split()[1]} {n}" for call, n in sorted(self.calls.items())
+                            if call.startswith("watch ")) or "none"
         return (f"{self.name}: {routes} routes Ready in {self.seconds:.1f} s;"
                 f" {reconciles:.0f} reconciles ({reconciles / routes:.2f} per route);"
                 f" operator CPU {self.metrics.get(CPU, 0.0):.1f} s;"
                 f" status patches {self.calls['patch shardroutes/status']};"
-                f" API requests {sum(self.calls.values())} ({verbs})\n    top: {top}")
+                f" API requests {sum(self.calls.values())} ({verbs})\n    top: {top}"
+                f"\n    watch requests: {watches}")
 
 
 RECONCILES = 'meshnet_reconciles_total{kind="ShardRoute"}'
