@@ -102,20 +102,24 @@ class Phase:
         top = ", ".join(f"{call} {n}" for call, n in self.calls.most_common(6))
         watches = ", ".join(f"{call.split()[1]} {n}" for call, n in sorted(self.calls.items())
                             if call.startswith("watch ")) or "none"
+        triggers = ", ".join(f"{key.split(QUOTE)[1]} {n:.0f}" for key, n in sorted(
+            self.metrics.items(), key=lambda kv: -kv[1]) if key.startswith(TRIGGERS) and n)
         return (f"{self.name}: {routes} routes Ready in {self.seconds:.1f} s;"
                 f" {reconciles:.0f} reconciles ({reconciles / routes:.2f} per route);"
                 f" operator CPU {self.metrics.get(CPU, 0.0):.1f} s;"
                 f" status patches {self.calls['patch shardroutes/status']};"
                 f" API requests {sum(self.calls.values())} ({verbs})\n    top: {top}"
-                f"\n    watch requests: {watches}")
+                f"\n    watch requests: {watches}\n    handler calls: {triggers}")
 
 
 RECONCILES = 'meshnet_reconciles_total{kind="ShardRoute"}'
 CPU = "process_cpu_seconds_total"
+TRIGGERS = "meshnet_reconcile_triggers_total{"
+QUOTE = '"'
 
 
 async def scrape(client: httpx.AsyncClient, url: str) -> dict[str, float]:
-    wanted = (RECONCILES, CPU)
+    wanted = (RECONCILES, CPU, TRIGGERS)
     return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
             for line in (await client.get(url)).text.splitlines() if line.startswith(wanted)}
 
