@@ -116,6 +116,26 @@ async def test_a_ready_route_makes_no_api_writes_over_several_resync_periods(
     assert set(made) == {"get shardroutes"}  # each resync reads the route; nothing else
 
 
+async def test_events_that_show_the_planner_nothing_new_do_not_reconcile(
+        cluster: Emulator, metrics: OperatorMetrics, make_route: MakeRoute,
+        make_artifact: MakeArtifact) -> None:
+    """What a re-opened watch replays, or a change to what no route reads, is skipped: a
+    replay once reconciled every route again (kmock replays every object on a new watch)."""
+    await ready_route(cluster, make_route, make_artifact)
+    skipped = metrics.triggers.labels
+    before = {k: skipped(k)._value.get() for k in ("pod-unchanged", "artifact-unchanged")}
+    runs = metrics.reconciles.labels("ShardRoute")._value.get()
+    for name in pods(cluster):
+        await cluster.patch(f"/api/v1/namespaces/{NS}/pods/{name}",
+                            json={"metadata": {"annotations": {"note": "x"}}})
+    await cluster.patch(f"{ARTIFACTS}/smollm2", json={"metadata": {"labels": {"team": "a"}}})
+    await eventually(lambda: skipped("pod-unchanged")._value.get()
+                     == before["pod-unchanged"] + 3
+                     and skipped("artifact-unchanged")._value.get()
+                     == before["artifact-unchanged"] + 1, what="the four events handled")
+    assert metrics.reconciles.labels("ShardRoute")._value.get() == runs
+
+
 async def until_quiet(cluster: Emulator, seconds: float, timeout: float = 10.0) -> None:
     """Wait for `seconds` in a row without a write to the API (fail after `timeout`)."""
     deadline = asyncio.get_running_loop().time() + timeout
