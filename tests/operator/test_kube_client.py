@@ -3,6 +3,9 @@ field manager, patch content types) and how it reads the answers."""
 
 from __future__ import annotations
 
+import shutil
+import ssl
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -83,3 +86,67 @@ async def test_missing_and_existing_objects_are_answers_and_errors_name_the_requ
     assert failed.value.status == 500
     assert "PATCH /api/v1/namespaces/ns/pods/broken: the server is on fire" in str(failed.value)
     assert all(s["auth"] is None for s in seen)  # no token: no header
+
+
+async def test_a_server_address_with_a_path_prefix_keeps_it(server: Any) -> None:
+    url, seen = server  # e.g. a Rancher-style proxy: https://host/k8s/clusters/c-1
+    client = KubeClient(Connection(server=f"{url}/k8s/clusters/c-1/"))
+    try:
+        await client.get("/api/v1/namespaces/ns/pods/p?resourceVersion=0")
+    finally:
+        await client.close()
+    assert seen[0]["path"] == "/k8s/clusters/c-1/api/v1/namespaces/ns/pods/p"
+    assert seen[0]["query"] == {"resourceVersion": "0"}
+
+
+def _certificates(folder: Path) -> None:
+    """A CA, a server certificate for 127.0.0.1 and a client certificate, both signed by it."""
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=folder, check=True, capture_output=True)
+
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=ca",
+            "-keyout", "ca.key", "-out", "ca.crt")
+    (folder / "san.ext").write_text("subjectAltName=IP:127.0.0.1\n")
+    for who, extra in (("server", ["-extfile", "san.ext"]), ("client", [])):
+        openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={who}",
+                "-keyout", f"{who}.key", "-out", f"{who}.csr")
+        openssl("x509", "-req", "-in", f"{who}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+                "-CAcreateserial", "-days", "1", "-out", f"{who}.crt", *extra)
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
+async def test_tls_verifies_the_server_against_the_ca_and_presents_the_client_certificate(
+        tmp_path: Path) -> None:
+    _certificates(tmp_path)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=tmp_path / "ca.crt")
+    context.load_cert_chain(tmp_path / "server.crt", tmp_path / "server.key")
+    context.verify_mode = ssl.CERT_REQUIRED  # no client certificate, no answer
+
+    async def handle(request: web.Request) -> web.Response:
+        peer = request.transport.get_extra_info("peercert")  # type: ignore[union-attr]
+        return web.json_response({"client": dict(x[0] for x in peer["subject"])["commonName"]})
+
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context)
+    await site.start()
+    url = f"https://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+    client = KubeClient(Connection(server=url, ca_path=str(tmp_path / "ca.crt"),
+                                   cert_path=str(tmp_path / "client.crt"),
+                                   key_path=str(tmp_path / "client.key")))
+    stranger = KubeClient(Connection(server=url))  # the system's CAs: not ours
+    insecure = KubeClient(Connection(server=url, insecure=True,
+                                     cert_path=str(tmp_path / "client.crt"),
+                                     key_path=str(tmp_path / "client.key")))
+    try:
+        assert await client.get("/version") == {"client": "client"}
+        with pytest.raises(Exception, match="certificate verify failed"):
+            await stranger.get("/version")
+        assert await insecure.get("/version") == {"client": "client"}  # not verified
+    finally:
+        await client.close()
+        await stranger.close()
+        await insecure.close()
+        await runner.cleanup()
