@@ -1,7 +1,9 @@
 """Operator scale benchmark: N ShardRoutes of S stages reach steady state against the
 emulated Kubernetes API (kmock over real HTTP, the real kopf operator), then all are
-re-split at once and roll out to a new epoch; and the median time of one pure plan() call.
-Each phase prints its time, reconciles, operator CPU, status patches and API requests.
+re-split at once and roll out to a new epoch, then stay as they are for --idle seconds; and
+the median time of one pure plan() call. Each phase prints its time, reconciles, operator
+CPU, status patches, API requests (by verb, the top ones, the watches) and the handler
+calls by trigger.
 
     python bench/operator_scale.py --routes 500 --stages 4
 """
@@ -40,6 +42,7 @@ from meshnet.reconcile.podspec import RouteRef
 NS = "bench"
 GROUP_PATH = f"/apis/meshnet.dev/v1alpha1/namespaces/{NS}"
 LAYERS_PER_STAGE = 8
+SETTLE_SECONDS = 10.0  # two passes of the per-route daemons (every 5 s)
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)  # any fixed time: plan() is pure
 
@@ -103,19 +106,34 @@ class Phase:
             by_verb[call.split()[0]] += n
         verbs = ", ".join(f"{verb} {n}" for verb, n in by_verb.most_common())
         top = ", ".join(f"{call} {n}" for call, n in self.calls.most_common(6))
+        watches = ", ".join(f"{call.split()[1]} {n}" for call, n in sorted(self.calls.items())
+                            if call.startswith("watch ")) or "none"
+        triggers = ", ".join(f"{key.split(QUOTE)[1]} {n:.0f}" for key, n in sorted(
+            self.metrics.items(), key=lambda kv: -kv[1]) if key.startswith(TRIGGERS) and n)
+        if self.name == "idle":
+            writes = sum(n for call, n in self.calls.items()
+                         if call.split()[0] not in ("get", "list", "watch"))
+            return (f"idle: {routes} Ready routes for {self.seconds:.1f} s from"
+                    f" {SETTLE_SECONDS:.0f} s after the rollout, nothing changing:"
+                    f" {reconciles:.0f} reconciles; operator CPU"
+                    f" {self.metrics.get(CPU, 0.0):.1f} s; API requests"
+                    f" {sum(self.calls.values())} ({verbs or 'none'}), writes {writes}")
         return (f"{self.name}: {routes} routes Ready in {self.seconds:.1f} s;"
                 f" {reconciles:.0f} reconciles ({reconciles / routes:.2f} per route);"
                 f" operator CPU {self.metrics.get(CPU, 0.0):.1f} s;"
                 f" status patches {self.calls['patch shardroutes/status']};"
-                f" API requests {sum(self.calls.values())} ({verbs})\n    top: {top}")
+                f" API requests {sum(self.calls.values())} ({verbs})\n    top: {top}"
+                f"\n    watch requests: {watches}\n    handler calls: {triggers}")
 
 
 RECONCILES = 'meshnet_reconciles_total{kind="ShardRoute"}'
 CPU = "process_cpu_seconds_total"
+TRIGGERS = "meshnet_reconcile_triggers_total{"
+QUOTE = '"'
 
 
 async def scrape(client: httpx.AsyncClient, url: str) -> dict[str, float]:
-    wanted = (RECONCILES, CPU)
+    wanted = (RECONCILES, CPU, TRIGGERS)
     return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
             for line in (await client.get(url)).text.splitlines() if line.startswith(wanted)}
 
@@ -131,9 +149,10 @@ async def until_ready(emulator: Emulator, routes: int, epoch: int, timeout: floa
     return time.monotonic() - started
 
 
-async def phases(routes: int, stages: int, timeout: float) -> list[Phase]:
+async def phases(routes: int, stages: int, timeout: float, idle: float) -> list[Phase]:
     """Steady state (every route created at once, until all are Ready), then a rollout
-    (every route re-split at once, until all are Ready at epoch 2). The operator runs as
+    (every route re-split at once, until all are Ready at epoch 2), then `idle` seconds in
+    which nothing changes (what the per-route daemons cost). The operator runs as
     `meshnet operator run` in its own process."""
     env = {"MESHNET_WORKER_IMAGE_CPU": "worker:bench", "MESHNET_PIN_DIGEST": "p" * 64,
            "MESHNET_RESYNC_SECONDS": "3600"}
@@ -149,7 +168,8 @@ async def phases(routes: int, stages: int, timeout: float) -> list[Phase]:
                     before, calls = await scrape(client, metrics_url), Counter(emulator.calls)
                     started = time.monotonic()
                     await start()
-                    await until_ready(emulator, routes, epoch, timeout)
+                    if epoch:
+                        await until_ready(emulator, routes, epoch, timeout)
                     seconds = time.monotonic() - started
                     after = await scrape(client, metrics_url)
                     done.append(Phase(name, seconds, {k: v - before.get(k, 0.0)
@@ -168,6 +188,8 @@ async def phases(routes: int, stages: int, timeout: float) -> list[Phase]:
 
                 await phase("steady state", 1, create)
                 await phase("re-split rollout", 2, split)
+                await asyncio.sleep(SETTLE_SECONDS)  # the daemons' pass that sees the epoch
+                await phase("idle", 0, lambda: asyncio.sleep(idle))
         pods = list(emulator.live("v1/pods", NS))
         assert len(pods) == routes * stages, f"{len(pods)} pods for {routes} x {stages} stages"
         assert {p["metadata"]["labels"]["meshnet.dev/epoch"] for p in pods} == {"2"}
@@ -210,12 +232,14 @@ def main() -> None:
     parser.add_argument("--stages", type=int, default=4)
     parser.add_argument("--plan-runs", type=int, default=2000)
     parser.add_argument("--timeout", type=float, default=900.0)
+    parser.add_argument("--idle", type=float, default=20.0,
+                        help="seconds of nothing changing after the rollout")
     args = parser.parse_args()
     median = plan_median(args.stages, args.plan_runs)
     print(f"plan() median: {median:.3f} ms for one {args.stages}-stage route"
           f" ({args.plan_runs} runs)")
     print(f"{args.routes} ShardRoutes x {args.stages} stages ({args.routes * args.stages} pods)")
-    for result in asyncio.run(phases(args.routes, args.stages, args.timeout)):
+    for result in asyncio.run(phases(args.routes, args.stages, args.timeout, args.idle)):
         print(result.report(args.routes))
     sys.exit(0 if median < 5.0 else 1)
 

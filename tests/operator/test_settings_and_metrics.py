@@ -151,6 +151,22 @@ async def test_triggers_during_a_reconcile_collapse_into_one_rerun() -> None:
     assert runs == [0, 1]  # the first run, then a single rerun for all five triggers
 
 
+async def test_triggers_while_a_delayed_run_waits_are_served_by_that_run() -> None:
+    import asyncio
+    queue, runs = KeyedQueue(), []
+
+    async def work() -> None:
+        runs.append(len(runs))
+
+    first = asyncio.create_task(queue.run("r1", work, delay=0.05))
+    await asyncio.sleep(0)
+    followers = [asyncio.create_task(queue.run("r1", work, delay=0.05)) for _ in range(3)]
+    await asyncio.gather(first, *followers)
+    assert runs == [0]  # all four triggers came before the run started: one run
+    await queue.run("r1", work)
+    assert runs == [0, 1]  # a later trigger: a run of its own
+
+
 def test_expectations_hide_the_lag_between_our_writes_and_the_watch() -> None:
     from meshnet.operator.expectations import TTL_SECONDS, Expectations
     from meshnet.reconcile import ObservedPod
@@ -170,19 +186,24 @@ def test_expectations_hide_the_lag_between_our_writes_and_the_watch() -> None:
     assert expect.apply("r", ()) == ()  # never confirmed: forgotten after the TTL
 
 
-def test_the_watch_echo_of_a_pod_we_created_is_known_and_a_changed_pod_is_not() -> None:
+def test_a_pod_event_is_news_only_when_the_planner_would_see_the_pod_differently() -> None:
     from meshnet.operator.expectations import Expectations
 
     expect = Expectations()
     labels = {"meshnet.dev/stage": "s0", "meshnet.dev/epoch": "1"}
     created = {"metadata": {"name": "r-s0-e1", "uid": "u1", "labels": labels}}
     expect.created("r", created)
-    assert expect.echo("r", created)
-    assert not expect.echo("other-route", created)
+    assert expect.unchanged("r", created)  # the echo of our own create
+    assert not expect.unchanged("other-route", created)
     ready = {**created, "status": {"phase": "Running",
                                    "conditions": [{"type": "Ready", "status": "True"}]}}
-    assert not expect.echo("r", ready)  # the kubelet moved it: the planner must see that
-    assert not expect.echo("r", {"metadata": {"name": "stranger", "labels": labels}})
+    assert not expect.unchanged("r", ready)  # the kubelet moved it: the planner must see that
+    annotated = {**ready, "metadata": {**ready["metadata"], "annotations": {"a": "b"}}}
+    assert expect.unchanged("r", annotated)  # nothing the planner reads changed
+    assert expect.unchanged("r", ready)  # a re-opened watch replays it as ADDED
+    assert not expect.unchanged("r", {"metadata": {"name": "stranger", "labels": labels}})
+    assert not expect.gone("r", "r-s0-e1")  # deleted by someone else: news
+    assert not expect.unchanged("r", ready)  # created again under the same name: news
 
 
 def test_only_the_last_of_the_pods_we_deleted_going_is_news() -> None:

@@ -35,9 +35,16 @@ async def execute(client: KubeClient, route: Mapping[str, Any], result: Plan,
             await client.patch(path(*RESOURCES[action.kind], namespace, action.name),
                                action.body)
         elif isinstance(action, Delete):
-            await client.delete(path(*RESOURCES[action.kind], namespace, action.name))
+            # Expected before the call: the watch may report it gone before it returns,
+            # and the first of several pods gone is news only once the others are too.
             if action.kind == "Pod":
                 expectations.deleted(key, action.name)
+            try:
+                await client.delete(path(*RESOURCES[action.kind], namespace, action.name))
+            except Exception:
+                if action.kind == "Pod":
+                    expectations.undeleted(key, action.name)
+                raise
     owner = kopf.Body(cast(kopf.RawBody, dict(route)))
     for event in result.events:
         kopf.event(owner, type=event.type, reason=event.reason, message=event.message)

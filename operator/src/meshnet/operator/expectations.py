@@ -1,8 +1,9 @@
 """Children the operator created or deleted whose watch events have not reached the
 indices yet (controller-runtime's "expectations"): the planner sees them as done, so
 a reconcile that races its own writes neither creates twice nor reports twice; and the
-watch's echoes that show the planner nothing new (a pod we created, as created; one of
-several pods we deleted, while others are still going) are known as such."""
+watch's events that show the planner nothing new (a pod we created, as created; a pod as
+it was last seen, which a re-opened watch or a re-list replays; one of several pods we
+deleted, while others are still going) are known as such."""
 
 from __future__ import annotations
 
@@ -21,24 +22,36 @@ class Expectations:
         self._clock = clock
         self._created: dict[Hashable, dict[str, tuple[float, ObservedPod]]] = {}
         self._deleted: dict[Hashable, dict[str, float]] = {}
+        self._seen: dict[Hashable, dict[str, ObservedPod]] = {}  # as each pod was last seen
 
     def created(self, key: Hashable, pod: Mapping[str, Any]) -> None:
         observed = observe_pod(pod)
         if observed is not None:
             self._created.setdefault(key, {})[observed.name] = (self._clock(), observed)
 
-    def echo(self, key: Hashable, pod: Mapping[str, Any]) -> bool:
-        """True when `pod` is one we created, still as the API server returned it to us."""
+    def unchanged(self, key: Hashable, pod: Mapping[str, Any]) -> bool:
+        """True when `pod` shows the planner nothing new: one we created, still as the API
+        server returned it to us, or as this was last asked about it. Remembers it."""
         observed = observe_pod(pod)
-        expected = self._created.get(key, {}).get(observed.name) if observed else None
-        return expected is not None and expected[1] == observed
+        if observed is None:
+            return False
+        seen = self._seen.setdefault(key, {})
+        expected = self._created.get(key, {}).get(observed.name)
+        same = seen.get(observed.name, expected[1] if expected else None) == observed
+        seen[observed.name] = observed
+        return same
 
     def deleted(self, key: Hashable, name: str) -> None:
         self._deleted.setdefault(key, {})[name] = self._clock()
 
+    def undeleted(self, key: Hashable, name: str) -> None:
+        """The delete of `name` failed: it is not going after all."""
+        self._deleted.get(key, {}).pop(name, None)
+
     def gone(self, key: Hashable, name: str) -> bool:
         """Record that pod `name` is gone; True when we deleted it and others we deleted
         are still going (a new epoch starts only once the last one is gone)."""
+        self._seen.get(key, {}).pop(name, None)
         going = self._deleted.get(key, {})
         if going.pop(name, None) is None:
             return False
@@ -60,3 +73,4 @@ class Expectations:
     def forget(self, key: Hashable) -> None:
         self._created.pop(key, None)
         self._deleted.pop(key, None)
+        self._seen.pop(key, None)

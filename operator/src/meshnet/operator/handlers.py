@@ -31,6 +31,8 @@ GATEWAYS: dict[str, Any] = {
 ROUTE_LABEL = labels.ROUTE
 GATEWAY_LABEL = labels.GATEWAY
 TEMPLATE_LABEL = labels.TEMPLATE
+# A route's pods turn ready (or go) within moments of each other: one reconcile for all.
+POD_EVENT_DELAY_SECONDS = 0.5
 
 
 @dataclass
@@ -48,13 +50,15 @@ class Context:
         self.slots = asyncio.Semaphore(self.settings.max_concurrent_reconciles)
 
 
-async def reconcile(ctx: Context, namespace: str, name: str, indices: dict[str, Any]) -> None:
-    """observe -> plan -> execute for one route, serialised per route."""
+async def reconcile(ctx: Context, namespace: str, name: str, indices: dict[str, Any],
+                    delay: float = 0.0) -> None:
+    """observe -> plan -> execute for one route, serialised per route; `delay` lets the
+    triggers of the next moment join in."""
     async def once() -> None:
         async with ctx.slots:
             await _reconcile_once(ctx, namespace, name, indices)
 
-    await ctx.queue.run((namespace, name), once)
+    await ctx.queue.run((namespace, name), once, delay)
 
 
 async def _reconcile_once(ctx: Context, namespace: str, name: str,
@@ -137,20 +141,33 @@ def register(registry: kopf.OperatorRegistry, ctx: Context) -> None:
     @kopf.on.timer(*ROUTES, interval=ctx.settings.resync_seconds,
                    initial_delay=ctx.settings.resync_seconds, registry=registry)
     async def route_changed(namespace: str | None, name: str, **kwargs: Any) -> None:
+        ctx.metrics.triggers.labels(str(kwargs.get("reason") or "timer")).inc()
         await reconcile(ctx, namespace or "", name, kwargs)
 
     @kopf.on.event("pods", labels=OURS, registry=registry)
     async def pod_changed(namespace: str | None, labels: kopf.Labels, type: str | None,
                           body: kopf.Body, **kwargs: Any) -> None:
         key = (namespace or "", labels[ROUTE_LABEL])
-        if type == "ADDED" and ctx.expectations.echo(key, body):
-            return  # our own create, seen by the watch: the planner already counts it
+        if type != "DELETED" and ctx.expectations.unchanged(key, body):
+            ctx.metrics.triggers.labels("pod-unchanged").inc()
+            return  # our own create, or a replay: the planner has seen this pod as it is
         if type == "DELETED" and ctx.expectations.gone(key, body["metadata"]["name"]):
+            ctx.metrics.triggers.labels("pod-deleted-early").inc()
             return  # one of the old epoch's pods: the planner waits for the last one
-        await reconcile(ctx, *key, kwargs)
+        ctx.metrics.triggers.labels("pod").inc()
+        await reconcile(ctx, *key, kwargs, delay=POD_EVENT_DELAY_SECONDS)
+
+    seen_artifacts: dict[tuple[str | None, str], Any] = {}
 
     @kopf.on.event(*ARTIFACTS, registry=registry)
-    async def artifact_changed(namespace: str | None, name: str, **kwargs: Any) -> None:
+    async def artifact_changed(namespace: str | None, name: str, type: str | None,
+                               body: kopf.Body, **kwargs: Any) -> None:
+        observed = None if type == "DELETED" else observe_artifact(body)
+        if seen_artifacts.get((namespace, name), False) == observed:
+            ctx.metrics.triggers.labels("artifact-unchanged").inc()
+            return  # a replay, or a change no route sees (e.g. a provisioning progress)
+        seen_artifacts[(namespace, name)] = observed
+        ctx.metrics.triggers.labels("artifact").inc()
         for route in set(kwargs["routes_by_artifact"].get((namespace, name), ())):
             await reconcile(ctx, namespace or "", route, kwargs)
 

@@ -19,6 +19,11 @@ class OperatorMetrics:
         ProcessCollector(registry=self.registry)
         self.reconciles = Counter("meshnet_reconciles_total", "Reconciles run.", ["kind"],
                                   registry=self.registry)
+        self.triggers = Counter("meshnet_reconcile_triggers_total",
+                                "ShardRoute handler calls by trigger (create, update, resume,"
+                                " delete, timer, pod, artifact) and those skipped as showing"
+                                " nothing new (pod-unchanged, pod-deleted-early,"
+                                " artifact-unchanged).", ["trigger"], registry=self.registry)
         self.errors = Counter("meshnet_reconcile_errors_total", "Reconciles that failed.",
                               ["kind"], registry=self.registry)
         self.duration = Histogram("meshnet_reconcile_duration_seconds", "Reconcile time.",

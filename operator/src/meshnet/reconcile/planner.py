@@ -148,25 +148,34 @@ def next_epoch(status: Mapping[str, Any], pods: Sequence[ObservedPod],
 
 def _pod_actions(pods: Sequence[ObservedPod], desired: Mapping[str, dict[str, Any]],
                  epoch: int) -> tuple[list[Action], list[Event]]:
-    """Old-epoch pods go first; new ones are created only once no other epoch is left."""
+    """Old-epoch pods go first; new ones are created only once no other epoch is left.
+    One event for the pods deleted and one for those created (each API write counts at
+    scale, and one line per reconcile reads better than one per pod)."""
     actions: list[Action] = []
     events: list[Event] = []
+    replaced: dict[str, list[str]] = {}  # why -> pod names
     for pod in pods:
         why = _replace_reason(pod, desired, epoch)
         if why and not pod.terminating:
             actions.append(Delete("Pod", pod.name))
-            events.append(Event("Normal", "StagePodReplaced", f"deleted pod {pod.name}: {why}"))
+            replaced.setdefault(why, []).append(pod.name)
+    if replaced:
+        events.append(Event("Normal", "StagePodReplaced", "; ".join(
+            f"deleted pod{'s' * (len(names) > 1)} {', '.join(names)}: {why}"
+            for why, names in replaced.items())))
     if any(p.epoch != epoch for p in pods):
         return actions, events  # never mix epochs: wait until the old ones are gone
     present = {p.stage for p in pods}
+    created: list[str] = []
     for stage, body in desired.items():
         if stage not in present:
             actions.append(Create(body))
             args = body["spec"]["containers"][0]["args"]
-            layers = args[args.index("--layers") + 1]
-            events.append(Event("Normal", "StagePodCreated", f"created pod"
-                                f" {body['metadata']['name']} for stage {stage}"
-                                f" (layers {layers}, epoch {epoch})"))
+            created.append(f"{body['metadata']['name']} for stage {stage}"
+                           f" (layers {args[args.index('--layers') + 1]})")
+    if created:
+        events.append(Event("Normal", "StagePodCreated", f"created pod{'s' * (len(created) > 1)}"
+                            f" {', '.join(created)}, epoch {epoch}"))
     return actions, events
 
 
