@@ -658,6 +658,7 @@ private:
             next.add_positions(static_cast<int32_t>(n_past));
             next.clear_tokens();
             next.add_tokens(sampled);
+            next.clear_discard_from(); // the first step dropped what there was to drop
             next.mutable_output()->clear_rows();
             next.set_continue_tokens(plan.continue_tokens - 1);
             // The next step first, then the answer: the engine starts while the token
