@@ -5,6 +5,9 @@ restarts mid-generation is recovered from with the same tokens."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -180,3 +183,20 @@ def test_a_stage_restarted_mid_generation_is_recovered_with_the_same_tokens(
     finally:
         for worker in workers:
             worker.stop()
+
+
+@pytest.mark.parametrize("flag", [["--speculate"], ["--speculate", "6"]])
+def test_meshnet_generate_speculates_with_the_acceptance_in_its_json(
+    one_stage: list[WorkerProcess], reference: Reference, flag: list[str],
+) -> None:
+    meshnet = Path(sys.executable).parent / "meshnet"
+    result = subprocess.run(
+        [str(meshnet), "generate", "--stage", one_stage[0].endpoint, "--prompt", CODE,
+         "--max-tokens", "32", "--ignore-eos", "--json", *flag],
+        capture_output=True, text=True, check=True, timeout=120)
+    data = json.loads(result.stdout)
+    assert data["speculate"] == (4 if len(flag) == 1 else 6)
+    assert data["tokens"] == reference(data["prompt_tokens"], 32)
+    assert 0 < data["accepted_draft_tokens"] <= data["draft_tokens"]
+    assert data["acceptance_rate"] == round(
+        data["accepted_draft_tokens"] / data["draft_tokens"], 4)

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from meshnet.route.drafts import MAX_DRAFT, DraftLength, PromptLookup
 from meshnet.route.errors import (
     PromptTooLong,
     RecoveryFailed,
@@ -36,7 +37,6 @@ from meshnet.route.errors import (
 )
 from meshnet.route.handshake import RouteInfo, check_route
 from meshnet.route.proto import pb
-from meshnet.route.drafts import MAX_DRAFT, DraftLength, PromptLookup
 from meshnet.route.sampling import Sampling, sample
 from meshnet.route.speculation import speculated
 from meshnet.route.stage import StageClient, TlsFiles
