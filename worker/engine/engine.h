@@ -66,6 +66,7 @@ struct engine_info {
     int32_t         n_slots      = 0;
     size_t          weight_bytes = 0;    // bytes of weights actually allocated
     size_t          kv_bytes     = 0;    // bytes of KV/state actually allocated
+    bool            can_discard  = false; // slot_discard can drop a suffix of a slot's positions
 
     layer_range layers() const { return {layer_begin, layer_end}; }
     bool is_first() const { return layer_begin == 0; }
@@ -108,6 +109,10 @@ struct engine_i {
 
     // forget everything the slot holds
     virtual void slot_clear(int32_t slot) = 0;
+
+    // drop the slot's positions >= `from` (speculative decoding's rejected drafts); false,
+    // with the slot untouched, when the memory cannot drop a suffix (info().can_discard)
+    virtual bool slot_discard(int32_t /*slot*/, int32_t /*from*/) { return false; }
 
     // KV cells in use / total, summed over slots
     virtual int64_t kv_used() const = 0;

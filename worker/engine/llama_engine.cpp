@@ -92,6 +92,14 @@ public:
         }
     }
 
+    bool slot_discard(int32_t slot, int32_t from) override {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (!info_.can_discard || slot < 0 || slot >= info_.n_slots) {
+            return false;
+        }
+        return llama_memory_seq_rm(memory(), slot, from, -1);
+    }
+
     int64_t kv_used() const override {
         std::lock_guard<std::mutex> lock(mutex_);
         int64_t used = 0;
@@ -486,6 +494,10 @@ engine_ptr llama_engine_init(const engine_params & params, std::string & error) 
     info.n_slots      = static_cast<int32_t>(llama_n_seq_max(ctx.get()));
     info.weight_bytes = llama_model_buffer_size(model.get());
     info.kv_bytes     = llama_memory_buffer_size(llama_get_memory(ctx.get()));
+    // An attention KV cache drops any suffix of a sequence; recurrent state cannot go back,
+    // and deepseek4's compressed caches go back only a few positions, once.
+    info.can_discard  = !llama_model_is_recurrent(model.get()) && !llama_model_is_hybrid(model.get()) &&
+                        info.arch != "deepseek4";
 
     const int32_t n_batch = static_cast<int32_t>(llama_n_batch(ctx.get()));
     return std::make_unique<llama_engine>(std::move(info), std::move(model), std::move(ctx), n_batch);

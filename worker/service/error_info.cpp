@@ -34,6 +34,7 @@ const char * error_reason_name(error_reason reason) {
         case error_reason::relay_unavailable:        return "RELAY_UNAVAILABLE";
         case error_reason::duplicate_session:        return "DUPLICATE_SESSION";
         case error_reason::malformed_request:        return "MALFORMED_REQUEST";
+        case error_reason::discard_unsupported:      return "DISCARD_UNSUPPORTED";
     }
     return "UNSPECIFIED";
 }
@@ -46,6 +47,7 @@ grpc::StatusCode error_reason_code(error_reason reason) {
         case error_reason::route_mismatch:
         case error_reason::no_vocabulary:
         case error_reason::relay_unavailable:
+        case error_reason::discard_unsupported:
             return grpc::StatusCode::FAILED_PRECONDITION;
         case error_reason::boundary_schema_mismatch:
         case error_reason::invalid_boundary:

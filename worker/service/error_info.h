@@ -33,6 +33,7 @@ enum class error_reason {
     relay_unavailable,
     duplicate_session,
     malformed_request,
+    discard_unsupported,
 };
 
 extern const char * const error_domain; // "shard.meshnet.dev"

@@ -2,6 +2,8 @@
 // capacity rules so the service's checks are exercised for real.
 #include "fake_engine.h"
 
+#include <algorithm>
+
 namespace meshnet {
 
 fake_engine::fake_engine(int32_t n_layer, int32_t layer_begin, int32_t layer_end, int32_t n_slots, int32_t n_ctx)
@@ -17,6 +19,7 @@ fake_engine::fake_engine(int32_t n_layer, int32_t layer_begin, int32_t layer_end
     info_.boundary_row = fake_n_embd;
     info_.n_ctx        = n_ctx;
     info_.n_slots      = n_slots;
+    info_.can_discard  = true;
 }
 
 int32_t fake_engine::expected_token(int32_t token, int32_t position, int32_t n_layer) {
@@ -96,6 +99,16 @@ int32_t fake_engine::slot_n_past(int32_t slot) const {
 void fake_engine::slot_clear(int32_t slot) {
     std::lock_guard<std::mutex> lock(mutex_);
     slot_n_past_.at(static_cast<size_t>(slot)) = 0;
+}
+
+bool fake_engine::slot_discard(int32_t slot, int32_t from) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!info_.can_discard) {
+        return false;
+    }
+    int32_t & held = slot_n_past_.at(static_cast<size_t>(slot));
+    held = std::min(held, from);
+    return true;
 }
 
 int64_t fake_engine::kv_used() const {

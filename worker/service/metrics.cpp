@@ -130,6 +130,10 @@ std::string metrics_registry::render(const gauges & now) const {
         << "# TYPE meshnet_shard_relay_batches_total counter\n"
         << "meshnet_shard_relay_batches_total{transport=\"grpc\"} " << relay_batches_grpc_.load() << '\n'
         << "meshnet_shard_relay_batches_total{transport=\"local\"} " << relay_batches_local_.load() << '\n';
+    out << "# HELP meshnet_shard_draft_tokens_total Speculative draft tokens verified at this last stage, and those accepted.\n"
+        << "# TYPE meshnet_shard_draft_tokens_total counter\n"
+        << "meshnet_shard_draft_tokens_total{outcome=\"verified\"} " << drafts_verified_.load() << '\n'
+        << "meshnet_shard_draft_tokens_total{outcome=\"accepted\"} " << drafts_accepted_.load() << '\n';
     return out.str();
 }
 

@@ -46,6 +46,8 @@ public:
     void add_boundary_bytes_out(int64_t bytes) { boundary_bytes_out_ += bytes; }
     // A batch of relayed steps came from the previous stage (over the local relay, or gRPC).
     void count_relay_batch(bool local) { (local ? relay_batches_local_ : relay_batches_grpc_)++; }
+    // A speculative step verified at this (last) stage: its drafts, and how many held.
+    void count_drafts(int64_t verified, int64_t accepted) { drafts_verified_ += verified; drafts_accepted_ += accepted; }
 
     // Gauges and counters owned elsewhere, read at scrape time.
     struct gauges {
@@ -73,6 +75,8 @@ private:
     std::atomic<int64_t>                                boundary_bytes_out_{0};
     std::atomic<int64_t>                                relay_batches_grpc_{0};
     std::atomic<int64_t>                                relay_batches_local_{0};
+    std::atomic<int64_t>                                drafts_verified_{0};
+    std::atomic<int64_t>                                drafts_accepted_{0};
 };
 
 // Serves `render()` on GET /metrics (404 elsewhere), one connection at a time.

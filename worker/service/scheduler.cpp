@@ -3,6 +3,7 @@
 #include "scheduler.h"
 
 #include "batch_picker.h"
+#include "draft_verify.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -254,6 +255,10 @@ void scheduler::run_batch(std::vector<step_job> & batch) {
             }
             slot = acquired.slot;
             engine_.slot_clear(slot); // a reused slot starts empty
+        }
+        if (auto error = discard_suffix(engine_, slot, job.discard_from)) {
+            outcome.error = std::move(*error);
+            continue;
         }
         const int64_t held = engine_.slot_n_past(slot);
         if (held != job.n_past) {

@@ -35,6 +35,7 @@ struct step_job {
     std::vector<int32_t> tokens;
     std::vector<float>   boundary;
     std::vector<int32_t> output_rows;
+    int64_t              discard_from = -1; // >= 0: drop positions from here first
     std::function<bool()>               cancelled; // polled before and after the step
     std::function<void(step_outcome &)> done;      // called once, on the engine thread
 };

@@ -1,6 +1,7 @@
 // shard_service.cpp - every RPC of meshnet.shard.v1; checks happen here, before a step
 // reaches the engine, so a bad request never touches a session's state.
 #include "shard_service.h"
+#include "draft_verify.h"
 #include "relay_stream.h"
 #include "utf8_text.h"
 #include "write_queue.h"
@@ -157,6 +158,9 @@ std::optional<shard_error> shard_service::prepare(const pb::ForwardRequest & req
                 std::to_string(request.positions(static_cast<int>(i))) + ", expected " + std::to_string(n_past + i));
         }
     }
+    if (auto error = check_discard(request, info_)) {
+        return error;
+    }
     if (n_past + n > info_.n_ctx) {
         return make_error(error_reason::context_overflow,
             "positions up to " + std::to_string(n_past + n) + " exceed the context of " + std::to_string(info_.n_ctx),
@@ -230,6 +234,9 @@ std::optional<shard_error> shard_service::prepare(const pb::ForwardRequest & req
         *next.mutable_tokens()    = request.tokens();
         *next.mutable_output()    = request.output();
         next.set_relay(true);
+        if (request.has_discard_from()) {
+            next.set_discard_from(request.discard_from());
+        }
         plan.kind = pb::OUTPUT_KIND_BOUNDARY;
     } else if (!plan.last) {
         if (plan.kind != pb::OUTPUT_KIND_UNSPECIFIED && plan.kind != pb::OUTPUT_KIND_BOUNDARY) {
@@ -260,6 +267,14 @@ std::optional<shard_error> shard_service::prepare(const pb::ForwardRequest & req
             }
             plan.rows.push_back(row);
         }
+        if (plan.kind == pb::OUTPUT_KIND_VERIFIED) {
+            if (!plan.rows.empty() || request.tokens_size() != n) {
+                return make_error(error_reason::invalid_output_request,
+                    "VERIFIED checks every row against the step's tokens: no rows, and the tokens given");
+            }
+            plan.step_tokens.assign(request.tokens().begin(), request.tokens().end());
+            for (int32_t row = 0; row < n; ++row) plan.rows.push_back(row);
+        }
         if (plan.rows.empty()) {
             plan.rows.push_back(static_cast<int32_t>(n - 1));
         }
@@ -272,7 +287,7 @@ std::optional<shard_error> shard_service::prepare(const pb::ForwardRequest & req
                 return make_error(error_reason::invalid_output_request, "top_k must be within [1, n_vocab]");
             }
         }
-        if (plan.kind == pb::OUTPUT_KIND_SAMPLED) {
+        if (plan.kind == pb::OUTPUT_KIND_SAMPLED || plan.kind == pb::OUTPUT_KIND_VERIFIED) {
             const pb::SamplingParams & sampling = request.output().sampling();
             if (!(sampling.temperature() >= 0.0f) || sampling.top_k() < 0 ||
                 !(sampling.top_p() >= 0.0f && sampling.top_p() <= 1.0f)) {
@@ -307,6 +322,7 @@ std::optional<shard_error> shard_service::prepare(const pb::ForwardRequest & req
     if (plan.last) {
         job.output_rows = plan.rows;
     }
+    job.discard_from = request.has_discard_from() ? request.discard_from() : -1;
     return std::nullopt;
 }
 
@@ -395,6 +411,14 @@ void shard_service::answer(const output_plan & plan, step_outcome & outcome, pb:
         return;
     }
     const int32_t n_vocab = info_.n_vocab;
+    if (plan.kind == pb::OUTPUT_KIND_VERIFIED) {
+        const auto tokens = verify_drafts(outcome.logits.data(), n_vocab, plan.sampling, plan.row_positions,
+                                          plan.step_tokens);
+        response.mutable_sampled_tokens()->Add(tokens.begin(), tokens.end());
+        metrics_.count_drafts(static_cast<int64_t>(plan.step_tokens.size()) - 1,
+                              static_cast<int64_t>(tokens.size()) - 1);
+        return;
+    }
     for (size_t i = 0; i < plan.rows.size(); ++i) {
         const float * logits = outcome.logits.data() + i * static_cast<size_t>(n_vocab);
         switch (plan.kind) {
@@ -451,6 +475,7 @@ grpc::ServerUnaryReactor * shard_service::GetInfo(grpc::CallbackServerContext * 
     response->set_next_stage(identity_.next_stage);
     response->set_local_relay_port(static_cast<uint32_t>(identity_.local_relay_port));
     response->set_local_relay_token(identity_.local_relay_token);
+    response->set_can_discard(info_.can_discard);
     pb::ComputePlacement * placement = response->mutable_placement();
     placement->set_host_id(identity_.placement.host_id);
     placement->mutable_cpus()->Add(identity_.placement.cpus.begin(), identity_.placement.cpus.end());
@@ -633,6 +658,7 @@ private:
             next.add_positions(static_cast<int32_t>(n_past));
             next.clear_tokens();
             next.add_tokens(sampled);
+            next.clear_discard_from(); // the first step dropped what there was to drop
             next.mutable_output()->clear_rows();
             next.set_continue_tokens(plan.continue_tokens - 1);
             // The next step first, then the answer: the engine starts while the token

@@ -59,6 +59,7 @@ struct output_plan {
     bool                 relay = false;  // pass the output on to the next stage
     pb::ForwardRequest   relay_request;  // its request, less the boundary
     uint32_t             continue_tokens = 0; // stream decode loop: tokens still to go
+    std::vector<int32_t> step_tokens;   // VERIFIED: the step's tokens (the drafts after the first)
 };
 
 class shard_service final : public pb::ShardService::CallbackService {

@@ -11,6 +11,7 @@ from meshnet.cli.tls import tls_client_options
 from meshnet.gateway.chat import render_chat
 from meshnet.local.registry import lookup
 from meshnet.route import RouteDriver, Sampling, TlsFiles
+from meshnet.route.drafts import MAX_DRAFT
 
 
 @click.command("generate")
@@ -38,19 +39,24 @@ from meshnet.route import RouteDriver, Sampling, TlsFiles
               show_default=True,
               help="chain: stages relay to their --next-stage; hub: call each stage; "
                    "auto: chain when every stage has a next stage.")
+@click.option("--speculate", type=click.IntRange(0, MAX_DRAFT), default=0, is_flag=False,
+              flag_value=4, show_default=True, metavar="[K]",
+              help="Speculative decoding: draft up to K tokens per step from the context "
+                   "(prompt lookup; --speculate alone: 4), verified exactly by the route. "
+                   "Tokens are unchanged; used only where every stage can discard.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print one JSON object: text, token ids, timings, recoveries.")
 @tls_client_options
 def command(stages: tuple[str, ...], route_name: str | None, prompt: str, chat: bool,
             max_tokens: int,
             temperature: float, top_k: int, top_p: float, seed: int, ignore_eos: bool,
-            chunk: int | None, sample_locally: bool, topology: str, as_json: bool,
-            tls: TlsFiles | None) -> None:
+            chunk: int | None, sample_locally: bool, topology: str, speculate: int,
+            as_json: bool, tls: TlsFiles | None) -> None:
     """Generate text through a route's stages (streams the text as it comes)."""
     stages = _endpoints(stages, route_name)
     sampling = Sampling(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
     with RouteDriver(list(stages), tls=tls, chunk_tokens=chunk, sample_locally=sample_locally,
-                     topology=topology) as driver:
+                     topology=topology, speculate=speculate) as driver:
         route = driver.connect(wait=10.0)
         if chat:
             prompt = render_chat(route.chat_template, [{"role": "user", "content": prompt}])
@@ -66,7 +72,9 @@ def command(stages: tuple[str, ...], route_name: str | None, prompt: str, chat: 
                 f"{generation.prefill_tokens_per_second:.1f} tok/s, {len(generation.tokens)} "
                 f"generated at {generation.decode_tokens_per_second:.1f} tok/s, "
                 f"{generation.recoveries} recoveries, {generation.topology}, "
-                f"stop: {generation.stop_reason}]",
+                + (f"{generation.accepted_draft_tokens}/{generation.draft_tokens} drafts "
+                   f"accepted, " if generation.speculate else "")
+                + f"stop: {generation.stop_reason}]",
                 err=True,
             )
             return

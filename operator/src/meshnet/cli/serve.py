@@ -14,6 +14,7 @@ from meshnet.cli.tls import tls_client_options
 from meshnet.gateway.routes import RouteHandle, fixed_stages, local_route
 from meshnet.gateway.server import Gateway, GatewayConfig, build_app
 from meshnet.route import TlsFiles
+from meshnet.route.drafts import MAX_DRAFT
 
 
 def split_listen(listen: str, option: str = "--listen") -> tuple[str, int]:
@@ -38,10 +39,15 @@ def split_listen(listen: str, option: str = "--listen") -> tuple[str, int]:
               help="Seconds a generation waits for a lost stage to come back before 503.")
 @click.option("--exit-with-parent", type=click.IntRange(2), default=None, metavar="PID",
               help="Stop once PID, this process's parent, is gone (`meshnet up` sets it).")
+@click.option("--speculate", type=click.IntRange(0, MAX_DRAFT), default=0, is_flag=False,
+              flag_value=4, show_default=True, metavar="[K]",
+              help="Speculative decoding for every request: draft up to K tokens per step "
+                   "(--speculate alone: 4); the text is unchanged. Counted in usage "
+                   "(completion_tokens_details) and /metrics (spec_decode).")
 @tls_client_options
 def command(route_name: str | None, stages: tuple[str, ...], model: str | None, listen: str,
             max_waiting: int, recovery_wait: float, exit_with_parent: int | None,
-            tls: TlsFiles | None) -> None:
+            speculate: int, tls: TlsFiles | None) -> None:
     """Serve one route over an OpenAI-compatible HTTP API until interrupted.
 
     POST /v1/chat/completions and /v1/completions (streaming or not), GET /v1/models
@@ -54,7 +60,7 @@ def command(route_name: str | None, stages: tuple[str, ...], model: str | None, 
     resolve = local_route(route_name) if route_name else fixed_stages(stages)
     name = model or route_name or "meshnet"
     host, port = split_listen(listen)
-    gateway = Gateway(GatewayConfig(model=name, max_waiting=max_waiting),
+    gateway = Gateway(GatewayConfig(model=name, max_waiting=max_waiting, speculate=speculate),
                       RouteHandle(resolve, tls, recovery_wait))
     app = build_app(gateway)
     if exit_with_parent is not None:

@@ -40,6 +40,14 @@ class GatewayMetrics:
         self.generation_tokens = Counter(
             "meshnet_generation_tokens", "Tokens generated.", labels,
             registry=self.registry).labels(route)
+        # speculative decoding, as vLLM names it (spec_decode_num_*_tokens)
+        self.draft_tokens = Counter(
+            "meshnet_spec_decode_num_draft_tokens", "Speculative draft tokens verified.",
+            labels, registry=self.registry).labels(route)
+        self.accepted_tokens = Counter(
+            "meshnet_spec_decode_num_accepted_tokens",
+            "Speculative draft tokens accepted (each one a decode step saved).",
+            labels, registry=self.registry).labels(route)
         self.running = Gauge(
             "meshnet_num_requests_running", "Requests holding a session slot.", labels,
             registry=self.registry).labels(route)

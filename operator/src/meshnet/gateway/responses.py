@@ -6,9 +6,18 @@ import json
 from typing import Any
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
+def usage(prompt_tokens: int, completion_tokens: int,
+          drafts: tuple[int, int] | None = None) -> dict[str, Any]:
+    """`drafts`: (drafted, accepted) tokens of speculative decoding, reported as OpenAI
+    reports predicted outputs (completion_tokens_details)."""
+    used: dict[str, Any] = {"prompt_tokens": prompt_tokens,
+                            "completion_tokens": completion_tokens,
+                            "total_tokens": prompt_tokens + completion_tokens}
+    if drafts is not None:
+        drafted, accepted = drafts
+        used["completion_tokens_details"] = {"accepted_prediction_tokens": accepted,
+                                             "rejected_prediction_tokens": drafted - accepted}
+    return used
 
 
 def completion(kind: str, request_id: str, model: str, created: int, text: str,

@@ -45,6 +45,7 @@ class GatewayConfig:
     model: str  # the route's name: the model id clients ask for
     max_waiting: int = 16  # queued requests beyond the route's slots before 429
     probe_seconds: float = 2.0  # how often the route's stages are checked
+    speculate: int = 0  # speculative decoding: longest draft per step (0: off)
 
 
 @dataclass
@@ -52,6 +53,13 @@ class _Outcome:
     text: str = ""
     completion_tokens: int = 0
     finish_reason: str = "length"
+    draft_tokens: int = 0  # speculative decoding: drafts verified, and accepted
+    accepted_draft_tokens: int = 0
+
+    def usage(self, prompt_tokens: int) -> dict[str, Any]:
+        return responses.usage(prompt_tokens, self.completion_tokens,
+                               (self.draft_tokens, self.accepted_draft_tokens)
+                               if self.draft_tokens else None)
 
 
 class Gateway:
@@ -190,7 +198,7 @@ class Gateway:
         self._account(run, outcome)
         return web.json_response(responses.completion(
             job.kind, run.request_id, job.model, run.created, outcome.text,
-            outcome.finish_reason, responses.usage(len(prompt), outcome.completion_tokens)))
+            outcome.finish_reason, outcome.usage(len(prompt))))
 
     def _prompt_ids(self, driver: RouteDriver, job: Job) -> list[int]:
         if job.kind == "chat":
@@ -225,7 +233,7 @@ class Gateway:
         if job.include_usage:
             await response.write(responses.sse(responses.usage_chunk(
                 job.kind, run.request_id, job.model, run.created,
-                responses.usage(len(run.prompt), outcome.completion_tokens))))
+                outcome.usage(len(run.prompt)))))
         await response.write(responses.sse("[DONE]"))
         self._account(run, outcome)
         return response
@@ -234,6 +242,8 @@ class Gateway:
         self.metrics.outcomes["ok"].inc()
         self.metrics.prompt_tokens.inc(len(run.prompt))
         self.metrics.generation_tokens.inc(outcome.completion_tokens)
+        self.metrics.draft_tokens.inc(outcome.draft_tokens)
+        self.metrics.accepted_tokens.inc(outcome.accepted_draft_tokens)
         self.metrics.e2e.observe(time.monotonic() - run.arrived)
 
 
@@ -278,7 +288,8 @@ class _Generation:
             return self.driver.generate(self.prompt, max_tokens=self.job.max_tokens,
                                         sampling=self.job.sampling,
                                         stop_at_eos=not self.job.ignore_eos,
-                                        on_token=self._on_token)
+                                        on_token=self._on_token,
+                                        speculate=self.gateway.config.speculate)
         finally:
             self.loop.call_soon_threadsafe(self.tokens.put_nowait, None)
 
@@ -324,7 +335,11 @@ class _Generation:
         else:
             finish = "stop" if result is not None and result.stop_reason == "eos" else "length"
         completion_tokens = len([t for t in generated if t not in eos])
-        return _Outcome(stream.shown, completion_tokens, finish)
+        outcome = _Outcome(stream.shown, completion_tokens, finish)
+        if result is not None:
+            outcome.draft_tokens = result.draft_tokens
+            outcome.accepted_draft_tokens = result.accepted_draft_tokens
+        return outcome
 
     async def _text(self, tokens: list[int]) -> str | None:
         try:

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from meshnet.route.drafts import MAX_DRAFT, DraftLength, PromptLookup
 from meshnet.route.errors import (
     PromptTooLong,
     RecoveryFailed,
@@ -37,6 +38,7 @@ from meshnet.route.errors import (
 from meshnet.route.handshake import RouteInfo, check_route
 from meshnet.route.proto import pb
 from meshnet.route.sampling import Sampling, sample
+from meshnet.route.speculation import speculated
 from meshnet.route.stage import StageClient, TlsFiles
 
 # Reasons after which the session's state on some stage is gone or stale.
@@ -68,6 +70,16 @@ class Generation:
     # the hand-offs between threads and the driver.
     decode_engine_seconds: float = 0.0
     boundary_bytes: int = 0
+    # Speculative decoding (meshnet.route.speculation): the longest draft (0: off), the
+    # draft tokens verified, those accepted, and the steps that carried a draft.
+    speculate: int = 0
+    draft_tokens: int = 0
+    accepted_draft_tokens: int = 0
+    speculative_steps: int = 0
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted_draft_tokens / self.draft_tokens if self.draft_tokens else 0.0
 
     @property
     def prefill_tokens_per_second(self) -> float:
@@ -83,6 +95,7 @@ class Generation:
         data = asdict(self)
         data["prefill_tokens_per_second"] = round(self.prefill_tokens_per_second, 2)
         data["decode_tokens_per_second"] = round(self.decode_tokens_per_second, 2)
+        data["acceptance_rate"] = round(self.acceptance_rate, 4)
         return data
 
 
@@ -100,6 +113,7 @@ class RouteDriver:
         sample_locally: bool = False,
         topology: str = "auto",
         decode_loop: bool = True,
+        speculate: int = 0,
     ) -> None:
         if topology not in ("auto", "chain", "hub"):
             raise RouteError(f"topology must be auto, chain or hub, not {topology!r}")
@@ -112,6 +126,7 @@ class RouteDriver:
         self.sample_locally = sample_locally
         self.topology = topology
         self.decode_loop = decode_loop
+        self.speculate = _draft_cap(speculate)
         self._lock = threading.Lock()
         self._route: RouteInfo | None = None
 
@@ -190,8 +205,11 @@ class RouteDriver:
         sampling: Sampling | None = None,
         stop_at_eos: bool = True,
         on_token: Callable[[int], None] | None = None,
+        speculate: int | None = None,
     ) -> Generation:
-        """Prefills `prompt` (text or token ids) and decodes up to `max_tokens`."""
+        """Prefills `prompt` (text or token ids) and decodes up to `max_tokens`.
+        `speculate`: draft up to that many tokens per step (prompt lookup, verified
+        exactly; None: the driver's default, 0: off); only where every stage can discard."""
         sampling = sampling or Sampling()
         route = self.route
         prompt_ids = self.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
@@ -202,6 +220,8 @@ class RouteDriver:
                 f"the prompt has {len(prompt_ids)} tokens, the route's context holds {route.n_ctx}"
             )
         run = _Run(self, prompt_ids, sampling)
+        cap = self.speculate if speculate is None else _draft_cap(speculate)
+        run.result.speculate = cap if route.can_discard else 0
         try:
             return self._generate(run, route, max_tokens, stop_at_eos, on_token)
         finally:
@@ -227,7 +247,10 @@ class RouteDriver:
         if token in stop_ids:
             run.result.stop_reason = "eos"
         elif further > 0:
-            for next_token in run.decoded(token, further, stop_ids):
+            tokens = (run.decoded(token, further, stop_ids) if not run.result.speculate else
+                      speculated(run, token, further, stop_ids, *drafter(
+                          [*prompt_ids, token], run.result.speculate)))
+            for next_token in tokens:
                 run.result.tokens.append(next_token)
                 if on_token is not None:
                     on_token(next_token)
@@ -240,6 +263,19 @@ class RouteDriver:
         run.result.decode_engine_seconds = run.engine_seconds - engine_before
         run.result.text = self.detokenize(run.result.tokens)
         return run.result
+
+
+def _draft_cap(speculate: int) -> int:
+    if not 0 <= speculate <= MAX_DRAFT:
+        raise RouteError(f"speculate drafts 0..{MAX_DRAFT} tokens per step, not {speculate}")
+    return speculate
+
+
+def drafter(context: list[int], cap: int) -> tuple[PromptLookup, DraftLength]:
+    """Prompt lookup over `context` and a draft length that starts at `cap` and adapts."""
+    lookup = PromptLookup()
+    lookup.extend(context)
+    return lookup, DraftLength(start=cap, most=cap)
 
 
 class _Run:
@@ -331,12 +367,15 @@ class _Run:
                     return
 
     def loop(self, token: int, count: int, stop_ids: set[int], pending: list[int],
-             ) -> Iterator[int]:
+             discard: bool = False) -> Iterator[int]:
         """The first stage decodes `count` tokens by itself; `pending` holds the token
-        the route was last fed and has not answered yet."""
+        the route was last fed and has not answered yet. `discard`: the stages first drop
+        what they hold past the history (a speculative step's rejected drafts)."""
         route = self.driver.route
         request = self.stage_request(route, 0, [token], len(self.history), None,
                                      wants_token=True)
+        if discard:
+            request.discard_from = len(self.history)
         request.relay = len(route.stages) > 1
         request.ClearField("output")
         self.ask_output(request.output, 1)

@@ -51,6 +51,7 @@ class RouteInfo:
     stages: tuple[StageInfo, ...]
     n_slots: int = 0  # sessions at once: the smallest stage's
     chat_template: str = ""  # the model's (GGUF tokenizer.chat_template), "" when none
+    can_discard: bool = False  # every stage can drop rejected drafts (speculation)
 
     @property
     def chained(self) -> bool:
@@ -155,6 +156,7 @@ def check_route(answers: Sequence[tuple[str, pb.GetInfoResponse]]) -> RouteInfo:
         eos_token_ids=tuple(first.eos_token_ids),
         n_slots=min(info.n_slots for _, info in answers),
         chat_template=next((i.chat_template for _, i in answers if i.chat_template), ""),
+        can_discard=all(info.can_discard for _, info in answers),
         boundary_schema=first.boundary.schema,
         boundary_dtype=first.boundary.dtype,
         boundary_row_shape=tuple(first.boundary.row_shape),

@@ -75,3 +75,24 @@ def sample(logits: npt.NDArray[np.float32], sampling: Sampling, position: int) -
     target = uniform(sampling.seed, position) * float(cumulative[-1])
     index = int(np.searchsorted(cumulative, target, side="right"))
     return int(candidates[min(index, kept - 1)])
+
+
+def verify_drafts(rows: npt.NDArray[np.float32], tokens: list[int], sampling: Sampling,
+                  positions: list[int]) -> list[int]:
+    """Speculative verification, the last stage's OUTPUT_KIND_VERIFIED
+    (worker/service/draft_verify.cpp): `rows[i]` are the logits after `tokens[i]` (at
+    `positions[i]`); each row is sampled as `sample` would, and the samples are kept up
+    to and including the first that is not the next draft `tokens[i + 1]`.
+
+    For a draft d this accepts with probability p(d) (the sample is d exactly that
+    often) and on rejection yields a token drawn from p with d removed, renormalised: the
+    standard accept/reject rule for a deterministic draft, so speculation leaves the
+    distribution - with positional draws, the very tokens - of plain decoding unchanged.
+    """
+    out: list[int] = []
+    for i, position in enumerate(positions):
+        token = sample(rows[i], sampling, position)
+        out.append(token)
+        if i + 1 >= len(tokens) or token != tokens[i + 1]:
+            break
+    return out

@@ -1,0 +1,156 @@
+"""Exact speculative decoding through the route, driven by the route driver.
+
+Each step carries [last token, d1 .. dk] (drafts from prompt lookup, meshnet.route.drafts)
+through every stage at once - the hub calls each stage in turn, the chain only the first -
+and the last stage verifies it (OUTPUT_KIND_VERIFIED): it samples every row as a plain
+decode step would and answers the accepted drafts plus one more token. The stages then
+hold the rejected drafts' positions too; the next step carries `discard_from` so that
+every stage drops them before it runs. The tokens are those of plain decoding: greedy
+argmax per row, and sampled rows drawn with the same positional draw (the standard
+accept/reject rule for a deterministic draft, docs/architecture.md); exact as long as a
+row computes in a step of k + 1 rows what it computes alone (the CPU lane's batch
+invariant widths, drafts.MAX_DRAFT).
+
+While drafting pauses (the drafts kept failing), a route that can let its first stage
+decode by itself (RouteDriver.uses_loop) does so for the paused tokens, so free text
+costs what it costs without speculation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from meshnet.route.drafts import DraftLength, PromptLookup
+from meshnet.route.errors import StageError
+from meshnet.route.proto import pb
+from meshnet.route.sampling import verify_drafts
+
+if TYPE_CHECKING:
+    from meshnet.route.driver import _Run
+
+
+def verify(run: _Run, tokens: list[int], discard: bool) -> list[int]:
+    """One verification step of `tokens` after the history through every stage; the
+    accepted drafts and the token after them. `discard`: the stages first drop what they
+    hold past the history."""
+    driver, route = run.driver, run.driver.route
+    n_past = len(run.history)
+    last = len(route.stages) - 1
+    if driver.uses_chain(route):
+        request = run.stage_request(route, 0, tokens, n_past, None, wants_token=True)
+        request.relay = True
+        _ask_verified(run, request, tokens, discard)
+        response = run.answered(driver.clients[0].forward(request))
+        run.result.boundary_bytes += route.seam_bytes_per_token * len(tokens) * last
+        run.check_chain(route, response)
+    else:
+        boundary = None
+        for index, client in enumerate(driver.clients):
+            request = run.stage_request(route, index, tokens, n_past, boundary, wants_token=True)
+            if index == last:
+                _ask_verified(run, request, tokens, discard)
+            elif discard:
+                request.discard_from = n_past
+            response = run.answered(client.forward(request))
+            boundary = response.boundary
+    if response.sampled_tokens:
+        return [int(t) for t in response.sampled_tokens]
+    rows = np.asarray([row.logits for row in response.rows], dtype=np.float32)
+    return verify_drafts(rows, tokens, run.sampling, list(range(n_past, n_past + len(tokens))))
+
+
+def _ask_verified(run: _Run, request: pb.ForwardRequest, tokens: list[int],
+                  discard: bool) -> None:
+    """The last stage's output of a verification step: VERIFIED, or with
+    --sample-locally every row's logits (verified here, the same way)."""
+    request.ClearField("output")
+    if discard:
+        request.discard_from = request.n_past
+    if not request.tokens:
+        request.tokens.extend(tokens)  # the drafts to check
+    if run.driver.sample_locally and not run.sampling.greedy:
+        request.output.kind = pb.OUTPUT_KIND_LOGITS
+        request.output.rows.extend(range(len(tokens)))
+        return
+    request.output.kind = pb.OUTPUT_KIND_VERIFIED
+    sampling = request.output.sampling
+    sampling.temperature = run.sampling.temperature
+    sampling.top_k = run.sampling.top_k
+    sampling.top_p = run.sampling.top_p
+    sampling.seed = run.sampling.seed
+
+
+def speculated(run: _Run, token: int, count: int, stop_ids: set[int],
+               lookup: PromptLookup, length: DraftLength) -> Iterator[int]:
+    """Up to `count` tokens after `token` (stopping after a stop id), in verification
+    steps; `lookup` holds the context (prompt and tokens so far, `token` included)."""
+    from meshnet.route.driver import RECOVERABLE_REASONS, TRANSIENT_CODES
+
+    stats = run.result
+    produced = 0
+    held, session = len(run.history), run.session_id  # positions the stages hold
+    while produced < count:
+        route = run.driver.route
+        if run.session_id != session:  # recovered: a new session holds the history only
+            held, session = len(run.history), run.session_id
+        n_past = len(run.history)
+        if length.wanted() == 0 and run.driver.uses_loop(route):
+            plain = min(length.paused_for, count - produced)
+            for sampled in _looped(run, token, plain, stop_ids, discard=held > n_past):
+                produced += 1
+                length.decoded_plainly(1)
+                lookup.extend([sampled])
+                token = sampled
+                yield sampled
+                if sampled in stop_ids:
+                    return
+            held, session = len(run.history), run.session_id
+            continue
+        room = min(count - produced - 1, route.n_ctx - n_past - 1, length.wanted())
+        draft = lookup.draft(room)
+        step = [token, *draft]
+        try:
+            out = verify(run, step, discard=held > n_past)
+        except StageError as exc:
+            if exc.reason not in RECOVERABLE_REASONS and exc.code not in TRANSIENT_CODES:
+                raise
+            run.recover(exc)
+            out = [run.steps_with_recovery([*run.forget_history(), [token]])]
+            draft = []
+            held, session = len(run.history), run.session_id
+        else:
+            accepted = len(out) - 1
+            run.remember(step[:accepted + 1])
+            held = n_past + len(step)
+            stats.draft_tokens += len(draft)
+            stats.accepted_draft_tokens += accepted
+            stats.speculative_steps += 1 if draft else 0
+            length.verified(len(draft), accepted)
+        if not draft:
+            length.decoded_plainly(len(out))
+        for sampled in out[:count - produced]:
+            produced += 1
+            lookup.extend([sampled])
+            token = sampled
+            yield sampled
+            if sampled in stop_ids:
+                return
+
+
+def _looped(run: _Run, token: int, count: int, stop_ids: set[int],
+            discard: bool) -> Iterator[int]:
+    """`count` tokens from the first stage's own decode loop (as RouteDriver decodes
+    without speculation), recovering as it does."""
+    from meshnet.route.driver import RECOVERABLE_REASONS, TRANSIENT_CODES
+
+    pending = [token]
+    try:
+        yield from run.loop(token, count, stop_ids, pending, discard=discard)
+    except StageError as exc:
+        if exc.reason not in RECOVERABLE_REASONS and exc.code not in TRANSIENT_CODES:
+            raise
+        run.recover(exc)
+        yield run.steps_with_recovery([*run.forget_history(), pending])

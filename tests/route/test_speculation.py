@@ -1,0 +1,202 @@
+"""Speculative decoding through real SmolLM2 routes (1, 2 and 3 stages, hub and chain):
+the tokens are exactly plain decoding's - greedy and sampled - drafts on a repetitive
+prompt are accepted, every stage drops the rejected drafts' positions, and a stage that
+restarts mid-generation is recovered from with the same tokens."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from meshnet.route import RouteDriver, Sampling, StageClient, StageError
+from meshnet.route.launch import WorkerProcess, WorkerSpec, start_route
+from meshnet.route.proto import pb
+
+pytestmark = pytest.mark.slow
+
+# Code that the model goes on repeating (edits of the same lines): prompt lookup drafts hold.
+CODE = (
+    "# Original:\ndef sum_list(values):\n    total = 0\n    for value in values:\n"
+    "        total = total + value\n    return total\n\ndef mean(values):\n"
+    "    total = sum_list(values)\n    return total / len(values)\n\n"
+    "# The same code with type hints added:\ndef sum_list(values: list[float]) -> float:\n"
+)
+FREE = "Once upon a time, in a small village by the sea,"
+TOKENS = 48
+Reference = Callable[..., list[int]]
+
+
+def start(binary: Path, model: Path, split: list[tuple[int, int]], logs: Path,
+          ) -> list[WorkerProcess]:
+    specs = [WorkerSpec(model=model, layers=span, route_id="test/spec", threads=1, ctx=512)
+             for span in split]
+    return start_route(binary, specs, logs, chain=True)
+
+
+@pytest.fixture(scope="module")
+def one_stage(shard_worker: Path, smollm2: Path, tmp_path_factory: pytest.TempPathFactory,
+              ) -> Iterator[list[WorkerProcess]]:
+    workers = start(shard_worker, smollm2, [(0, 30)], tmp_path_factory.mktemp("spec1"))
+    yield workers
+    for worker in workers:
+        worker.stop()
+
+
+@pytest.fixture(scope="module")
+def two_stages(shard_worker: Path, smollm2: Path, tmp_path_factory: pytest.TempPathFactory,
+               ) -> Iterator[list[WorkerProcess]]:
+    workers = start(shard_worker, smollm2, [(0, 15), (15, 30)], tmp_path_factory.mktemp("spec2"))
+    yield workers
+    for worker in workers:
+        worker.stop()
+
+
+@pytest.fixture(scope="module")
+def three_stages(shard_worker: Path, smollm2: Path, tmp_path_factory: pytest.TempPathFactory,
+                 ) -> Iterator[list[WorkerProcess]]:
+    workers = start(shard_worker, smollm2, [(0, 10), (10, 20), (20, 30)],
+                    tmp_path_factory.mktemp("spec3"))
+    yield workers
+    for worker in workers:
+        worker.stop()
+
+
+@pytest.fixture
+def routes(one_stage: list[WorkerProcess], two_stages: list[WorkerProcess],
+           three_stages: list[WorkerProcess]) -> dict[int, list[WorkerProcess]]:
+    return {1: one_stage, 2: two_stages, 3: three_stages}
+
+
+def endpoints(workers: list[WorkerProcess]) -> list[str]:
+    return [w.endpoint for w in workers]
+
+
+@pytest.mark.parametrize(("stages", "topology"),
+                         [(1, "auto"), (2, "hub"), (2, "chain"), (3, "hub"), (3, "chain")])
+def test_greedy_tokens_are_plain_greedys_with_speculation(
+    routes: dict[int, list[WorkerProcess]], reference: Reference, stages: int, topology: str,
+) -> None:
+    with RouteDriver(endpoints(routes[stages]), topology=topology) as driver:
+        for prompt in (CODE, FREE):
+            plain = driver.generate(prompt, max_tokens=TOKENS, stop_at_eos=False)
+            speculated = driver.generate(prompt, max_tokens=TOKENS, stop_at_eos=False,
+                                         speculate=4)
+            assert speculated.speculate == 4
+            assert speculated.tokens == plain.tokens == reference(plain.prompt_tokens, TOKENS)
+            assert speculated.recoveries == 0
+            assert speculated.topology == ("chain" if topology == "chain" else "hub")
+            if prompt is CODE:
+                # the repetitive prompt: most drafted tokens hold, fewer steps than tokens
+                assert speculated.acceptance_rate > 0.5, speculated.to_json()
+                assert speculated.speculative_steps < TOKENS / 2
+
+
+@pytest.mark.parametrize("local", [False, True])
+def test_sampled_tokens_are_plain_samplings_with_speculation(
+    routes: dict[int, list[WorkerProcess]], local: bool,
+) -> None:
+    """Positional draws make the accept/reject rule yield the very tokens plain sampling
+    draws; the driver's own verification (--sample-locally) agrees with the worker's."""
+    sampling = Sampling(temperature=0.7, top_k=40, top_p=0.95, seed=11)
+    with RouteDriver(endpoints(routes[2]), topology="chain", sample_locally=local) as driver:
+        plain = driver.generate(CODE, max_tokens=TOKENS, stop_at_eos=False, sampling=sampling)
+        speculated = driver.generate(CODE, max_tokens=TOKENS, stop_at_eos=False,
+                                     sampling=sampling, speculate=5)
+    assert speculated.tokens == plain.tokens
+    assert speculated.accepted_draft_tokens > 0
+
+
+def hub_step(workers: list[WorkerProcess], session: str, tokens: list[int], n_past: int,
+             output: pb.OutputRequest, discard: bool = False) -> list[pb.ForwardResponse]:
+    """One step through every stage (the driver's hub), each stage's answer."""
+    answers: list[pb.ForwardResponse] = []
+    boundary = None
+    clients = [StageClient(w.endpoint) for w in workers]
+    for index, client in enumerate(clients):
+        request = pb.ForwardRequest(
+            key=pb.RouteKey(route_id="test/spec", epoch=1, session_id=session),
+            n_past=n_past, positions=range(n_past, n_past + len(tokens)))
+        if index == 0 or index == len(clients) - 1:
+            request.tokens.extend(tokens)
+        if boundary is not None:
+            request.boundary.CopyFrom(boundary)
+        if index == len(clients) - 1:
+            request.output.CopyFrom(output)
+        if discard:
+            request.discard_from = n_past
+        answers.append(client.forward(request))
+        boundary = answers[-1].boundary
+        client.close()
+    return answers
+
+
+def test_every_stage_drops_the_rejected_drafts_and_goes_on_as_plain_decoding(
+    three_stages: list[WorkerProcess], reference: Reference,
+) -> None:
+    with RouteDriver(endpoints(three_stages)) as driver:
+        prompt = driver.tokenize(FREE)
+    expected = reference(prompt, 3)
+    n = len(prompt)
+    verified = pb.OutputRequest(kind=pb.OUTPUT_KIND_VERIFIED)
+    sampled = pb.OutputRequest(kind=pb.OUTPUT_KIND_SAMPLED)
+    first = hub_step(three_stages, "discard", prompt, 0, sampled)[-1].sampled_tokens[0]
+    assert first == expected[0]
+    right, wrong = expected[1], (expected[2] + 1) % 49152
+    answers = hub_step(three_stages, "discard", [first, right, wrong, wrong], n, verified)
+    assert [a.n_past for a in answers] == [n + 4] * 3  # every row ran everywhere
+    assert list(answers[-1].sampled_tokens) == [right, expected[2]]  # one held, a correction
+    # The accepted tokens end at n + 2; positions n + 2 and n + 3 (the rejected) go.
+    answers = hub_step(three_stages, "discard", [expected[2]], n + 2, verified, discard=True)
+    assert [a.n_past for a in answers] == [n + 3] * 3
+    assert list(answers[-1].sampled_tokens) == reference(prompt, 4)[3:]
+    with pytest.raises(StageError) as refused:  # the stage holds what the step builds on only
+        hub_step(three_stages, "discard", [1], n + 4, verified, discard=True)
+    assert refused.value.reason == "CACHE_MISS"
+
+
+def test_a_stage_restarted_mid_generation_is_recovered_with_the_same_tokens(
+    shard_worker: Path, smollm2: Path, tmp_path: Path,
+) -> None:
+    workers = start(shard_worker, smollm2, [(0, 15), (15, 30)], tmp_path)
+    try:
+        with RouteDriver(endpoints(workers), topology="chain") as driver:
+            expected = driver.generate(CODE, max_tokens=TOKENS, stop_at_eos=False)
+            seen = [0]
+
+            def restart_the_last_stage(_: int) -> None:
+                seen[0] += 1
+                if seen[0] == 12:
+                    workers[1].kill()
+                    threading.Timer(0.3, workers[1].start).start()
+
+            speculated = driver.generate(CODE, max_tokens=TOKENS, stop_at_eos=False,
+                                         speculate=4, on_token=restart_the_last_stage)
+        assert speculated.recoveries >= 1
+        assert speculated.tokens == expected.tokens
+        assert speculated.accepted_draft_tokens > 0
+    finally:
+        for worker in workers:
+            worker.stop()
+
+
+@pytest.mark.parametrize("flag", [["--speculate"], ["--speculate", "6"]])
+def test_meshnet_generate_speculates_with_the_acceptance_in_its_json(
+    one_stage: list[WorkerProcess], reference: Reference, flag: list[str],
+) -> None:
+    meshnet = Path(sys.executable).parent / "meshnet"
+    result = subprocess.run(
+        [str(meshnet), "generate", "--stage", one_stage[0].endpoint, "--prompt", CODE,
+         "--max-tokens", "32", "--ignore-eos", "--json", *flag],
+        capture_output=True, text=True, check=True, timeout=120)
+    data = json.loads(result.stdout)
+    assert data["speculate"] == (4 if len(flag) == 1 else 6)
+    assert data["tokens"] == reference(data["prompt_tokens"], 32)
+    assert 0 < data["accepted_draft_tokens"] <= data["draft_tokens"]
+    assert data["acceptance_rate"] == round(
+        data["accepted_draft_tokens"] / data["draft_tokens"], 4)

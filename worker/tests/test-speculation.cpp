@@ -1,0 +1,200 @@
+// test-speculation.cpp - the worker's part of speculative decoding over real gRPC on
+// 127.0.0.1 with fake engines: OUTPUT_KIND_VERIFIED answers the accepted drafts and one
+// more token, `discard_from` drops the rejected drafts' positions (down a chain too), and
+// a stage that cannot discard refuses with DISCARD_UNSUPPORTED, leaving the session as it was.
+#include "draft_verify.h"
+#include "error_info.h"
+#include "fake_engine.h"
+#include "service_test.h"
+#include "worker_server.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <cstdlib>
+
+using namespace meshnet;
+namespace pb = ::meshnet::shard::v1;
+
+namespace {
+
+constexpr int32_t n_layer = 8;
+
+struct stage {
+    fake_engine                             engine;
+    worker_server                           server;
+    std::unique_ptr<pb::ShardService::Stub> stub;
+
+    stage(int32_t begin, int32_t end, bool can_discard = true, const std::string & next_stage = "")
+        : engine(n_layer, begin, end, 4, 64) {
+        engine.set_can_discard(can_discard);
+        worker_params params;
+        params.n_slots        = 4;
+        params.n_ctx          = 64;
+        params.model_path     = "fake.gguf";
+        params.route_id       = "test/route";
+        params.epoch          = 3;
+        params.listen         = "127.0.0.1:0";
+        params.metrics_listen = "127.0.0.1:0";
+        params.next_stage     = next_stage;
+        std::string error;
+        if (!server.start(params, engine, error)) {
+            std::printf("  cannot start stage: %s\n", error.c_str());
+            std::abort();
+        }
+        stub = pb::ShardService::NewStub(grpc::CreateChannel(
+            "127.0.0.1:" + std::to_string(server.port()), grpc::InsecureChannelCredentials()));
+    }
+    std::string endpoint() const { return "127.0.0.1:" + std::to_string(server.port()); }
+};
+
+pb::ForwardRequest step(int64_t n_past, const std::vector<int32_t> & tokens, bool verified = false) {
+    pb::ForwardRequest request;
+    request.mutable_key()->set_route_id("test/route");
+    request.mutable_key()->set_epoch(3);
+    request.mutable_key()->set_session_id("s");
+    request.set_n_past(n_past);
+    for (size_t i = 0; i < tokens.size(); ++i) {
+        request.add_positions(static_cast<int32_t>(n_past + static_cast<int64_t>(i)));
+        request.add_tokens(tokens[i]);
+    }
+    request.mutable_output()->set_kind(verified ? pb::OUTPUT_KIND_VERIFIED : pb::OUTPUT_KIND_SAMPLED);
+    return request;
+}
+
+grpc::Status forward(stage & s, const pb::ForwardRequest & request, pb::ForwardResponse & response) {
+    grpc::ClientContext context;
+    return s.stub->Forward(&context, request, &response);
+}
+
+std::string reason(const grpc::Status & status) {
+    std::string r;
+    std::map<std::string, std::string> metadata;
+    error_info_decode(status, r, metadata);
+    return r;
+}
+
+int32_t next_of(int32_t token, int32_t position) {
+    return fake_engine::expected_token(token, position, n_layer);
+}
+
+std::vector<int32_t> sampled(const pb::ForwardResponse & response) {
+    return {response.sampled_tokens().begin(), response.sampled_tokens().end()};
+}
+
+} // namespace
+
+TEST("verify_drafts keeps the samples up to the first that is not the next draft") {
+    constexpr int32_t n_vocab = 5;
+    // rows predict 2, 3, 1, 4 (greedy)
+    const std::vector<float> logits = {0, 0, 9, 0, 0,  0, 0, 0, 9, 0,  0, 9, 0, 0, 0,  0, 0, 0, 0, 9};
+    const std::vector<int32_t> positions = {10, 11, 12, 13};
+    const sampling_params greedy;
+    CHECK_EQ(verify_drafts(logits.data(), n_vocab, greedy, positions, {7, 2, 3, 1}),
+             (std::vector<int32_t>{2, 3, 1, 4}));  // every draft holds: all rows' samples
+    CHECK_EQ(verify_drafts(logits.data(), n_vocab, greedy, positions, {7, 2, 0, 1}),
+             (std::vector<int32_t>{2, 3}));        // the second draft fails: its correction
+    CHECK_EQ(verify_drafts(logits.data(), n_vocab, greedy, positions, {7, 4, 3, 1}),
+             (std::vector<int32_t>{2}));           // none holds: what plain decoding samples
+    // Sampled: row by row exactly what SAMPLED draws at each position.
+    const sampling_params warm{0.8f, 0, 0.0f, 42};
+    std::vector<int32_t> plain;
+    for (size_t i = 0; i < positions.size(); ++i) {
+        plain.push_back(sample_token(logits.data() + i * n_vocab, n_vocab, warm, positions[i]));
+    }
+    const auto all = verify_drafts(logits.data(), n_vocab, warm, positions, {7, plain[0], plain[1], plain[2]});
+    CHECK_EQ(all, plain);
+}
+
+TEST("a verified step answers the accepted drafts and one more token; discard_from drops the rest") {
+    stage only(0, n_layer);
+    pb::ForwardResponse response;
+    CHECK(forward(only, step(0, {5, 6, 7}), response).ok());
+    const int32_t t = response.sampled_tokens(0);           // after position 2
+    const int32_t d1 = next_of(t, 3);                       // a right draft
+    const int32_t d2 = (next_of(d1, 4) + 1) % fake_engine::fake_n_vocab; // a wrong one
+    CHECK(forward(only, step(3, {t, d1, d2, 0}, true), response).ok());
+    CHECK_EQ(sampled(response), (std::vector<int32_t>{d1, next_of(d1, 4)}));
+    CHECK_EQ(response.n_past(), 7);                          // every row ran
+    // Accepted: t and d1 (positions 3, 4). The next step drops positions 5 and 6.
+    pb::ForwardRequest next = step(5, {next_of(d1, 4)});
+    next.set_discard_from(5);
+    CHECK(forward(only, next, response).ok());
+    CHECK_EQ(response.n_past(), 6);
+    CHECK_EQ(sampled(response), (std::vector<int32_t>{next_of(next_of(d1, 4), 5)}));
+    CHECK_EQ(only.engine.slot_n_past(0), 6);
+}
+
+TEST("discard_from must equal n_past, and a stage holding less answers CACHE_MISS") {
+    stage only(0, n_layer);
+    pb::ForwardResponse response;
+    CHECK(forward(only, step(0, {5, 6, 7, 8}), response).ok());
+    pb::ForwardRequest bad = step(2, {1});
+    bad.set_discard_from(3);
+    const grpc::Status status = forward(only, bad, response);
+    CHECK_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK_EQ(reason(status), std::string("INVALID_POSITIONS"));
+    pb::ForwardRequest ahead = step(6, {1});
+    ahead.set_discard_from(6);
+    const grpc::Status miss = forward(only, ahead, response);
+    CHECK_EQ(reason(miss), std::string("CACHE_MISS"));
+    CHECK_EQ(only.engine.slot_n_past(0), 4);                 // untouched
+}
+
+TEST("a chained step carries discard_from to every stage and the last stage verifies") {
+    stage last(4, n_layer);
+    stage first(0, 4, true, last.endpoint());
+    pb::ForwardResponse response;
+    pb::ForwardRequest prefill = step(0, {5, 6, 7});
+    prefill.set_relay(true);
+    CHECK(forward(first, prefill, response).ok());
+    const int32_t t = response.sampled_tokens(0);
+    pb::ForwardRequest verify = step(3, {t, 0, 0}, true);    // two wrong drafts
+    verify.set_relay(true);
+    CHECK(forward(first, verify, response).ok());
+    CHECK_EQ(sampled(response), (std::vector<int32_t>{next_of(t, 3)}));
+    CHECK_EQ(first.engine.slot_n_past(0), 6);
+    CHECK_EQ(last.engine.slot_n_past(0), 6);
+    pb::ForwardRequest next = step(4, {next_of(t, 3)});
+    next.set_relay(true);
+    next.set_discard_from(4);
+    CHECK(forward(first, next, response).ok());
+    CHECK_EQ(first.engine.slot_n_past(0), 5);
+    CHECK_EQ(last.engine.slot_n_past(0), 5);
+    CHECK_EQ(sampled(response), (std::vector<int32_t>{next_of(next_of(t, 3), 4)}));
+}
+
+TEST("a stage that cannot discard says so in GetInfo and refuses with DISCARD_UNSUPPORTED") {
+    stage only(0, n_layer, /*can_discard =*/ false);
+    pb::GetInfoResponse info;
+    {
+        grpc::ClientContext context;
+        CHECK(only.stub->GetInfo(&context, pb::GetInfoRequest{}, &info).ok());
+    }
+    CHECK(!info.can_discard());
+    pb::ForwardResponse response;
+    CHECK(forward(only, step(0, {5, 6, 7}), response).ok());
+    pb::ForwardRequest next = step(2, {1});
+    next.set_discard_from(2);
+    const grpc::Status status = forward(only, next, response);
+    CHECK_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    CHECK_EQ(reason(status), std::string("DISCARD_UNSUPPORTED"));
+    CHECK_EQ(only.engine.slot_n_past(0), 3);
+    stage able(0, n_layer);
+    grpc::ClientContext context;
+    CHECK(able.stub->GetInfo(&context, pb::GetInfoRequest{}, &info).ok());
+    CHECK(info.can_discard());
+}
+
+TEST("VERIFIED needs the step's tokens and no rows") {
+    stage last(4, n_layer);
+    stage first(0, 4, true, last.endpoint());
+    pb::ForwardRequest request = step(0, {5, 6, 7}, true);
+    request.set_relay(true);
+    request.mutable_output()->add_rows(1);
+    pb::ForwardResponse response;
+    const grpc::Status status = forward(first, request, response);
+    CHECK_EQ(reason(status), std::string("INVALID_OUTPUT_REQUEST"));
+    CHECK_EQ(last.engine.slot_n_past(0), 0);
+}
+
+TEST_MAIN()
