@@ -20,17 +20,19 @@ from meshnet.route.launch import WorkerProcess, WorkerSpec, start_route
 PROMPT = "The quick brown fox jumps over the lazy dog. Then the fox"
 
 
-@pytest.fixture(params=["hub", "chain", "chain-grpc"])
+@pytest.fixture(params=["hub", "chain", "chain-grpc", "ring"])
 def workers(
     request: pytest.FixtureRequest, shard_worker: Path, smollm2: Path, tmp_path: Path,
     make_route_specs: Callable[[Path], list[WorkerSpec]],
 ) -> Iterator[list[WorkerProcess]]:
     """The 3-stage route, its workers started plain (hub) or with --next-stage (chain:
-    over the local relay, or over gRPC with --local-relay off)."""
+    over the local relay, or over gRPC with --local-relay off; ring: a chain whose first
+    stage also takes the last stage's tokens straight)."""
     specs = make_route_specs(smollm2)
     if request.param == "chain-grpc":
         specs = [replace(spec, local_relay=False) for spec in specs]
-    started = start_route(shard_worker, specs, tmp_path, chain=request.param != "hub")
+    started = start_route(shard_worker, specs, tmp_path, chain=request.param != "hub",
+                          ring=request.param == "ring")
     yield started
     for worker in started:
         worker.stop()

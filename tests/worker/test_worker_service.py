@@ -268,11 +268,13 @@ def test_tls_and_mtls_serve_only_clients_that_trust_and_are_trusted(
         plaintext.close()
 
 
+@pytest.mark.parametrize("topology", ["chain", "ring"])
 @pytest.mark.parametrize("mode", ["server-only", "mutual"])
 def test_a_tls_chain_relays_with_server_only_tls_and_with_mtls(
     shard_worker: Path, smollm2: Path, certificates: dict[str, Path], tmp_path: Path,
-    reference: Callable[..., list[int]], mode: str,
+    reference: Callable[..., list[int]], mode: str, topology: str,
 ) -> None:
+    """Also the ring, whose back edge is a link like --next-stage's, with its security."""
     certs = certificates
     mutual = mode == "mutual"
     stage = WorkerSpec(model=smollm2, layers=(0, 15), threads=1, tls_cert=certs["server.pem"],
@@ -281,15 +283,17 @@ def test_a_tls_chain_relays_with_server_only_tls_and_with_mtls(
     # Server-only: the link trusts the next stage's CA, which asks no client certificate.
     specs = [replace(stage, next_stage_ca=None if mutual else certs["ca.pem"]),
              replace(stage, layers=(15, 30))]
-    workers = start_route(shard_worker, specs, tmp_path, chain=True)
+    workers = start_route(shard_worker, specs, tmp_path, chain=True, ring=topology == "ring")
     client_files = TlsFiles(ca=certs["ca.pem"], cert=certs["client.pem"] if mutual else None,
                             key=certs["client.key"] if mutual else None)
     try:
-        with RouteDriver([w.endpoint for w in workers], topology="chain",
+        with RouteDriver([w.endpoint for w in workers], topology=topology,
                          tls=client_files) as driver:
+            driver.connect(wait=30.0)
             prompt = driver.tokenize("The capital of France is")
             generation = driver.generate(prompt, max_tokens=8, stop_at_eos=False)
         assert generation.tokens == reference(prompt, 8)
+        assert generation.topology == topology
     finally:
         for worker in workers:
             worker.stop()

@@ -35,6 +35,7 @@ const char * error_reason_name(error_reason reason) {
         case error_reason::duplicate_session:        return "DUPLICATE_SESSION";
         case error_reason::malformed_request:        return "MALFORMED_REQUEST";
         case error_reason::discard_unsupported:      return "DISCARD_UNSUPPORTED";
+        case error_reason::ring_unavailable:         return "RING_UNAVAILABLE";
     }
     return "UNSPECIFIED";
 }
@@ -48,6 +49,7 @@ grpc::StatusCode error_reason_code(error_reason reason) {
         case error_reason::no_vocabulary:
         case error_reason::relay_unavailable:
         case error_reason::discard_unsupported:
+        case error_reason::ring_unavailable:
             return grpc::StatusCode::FAILED_PRECONDITION;
         case error_reason::boundary_schema_mismatch:
         case error_reason::invalid_boundary:

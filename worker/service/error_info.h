@@ -34,6 +34,7 @@ enum class error_reason {
     duplicate_session,
     malformed_request,
     discard_unsupported,
+    ring_unavailable,
 };
 
 extern const char * const error_domain; // "shard.meshnet.dev"

@@ -6,6 +6,7 @@
 #include "utf8_text.h"
 #include "write_queue.h"
 
+#include <map>
 #include <algorithm>
 #include <chrono>
 #include <deque>
@@ -68,14 +69,32 @@ static constexpr std::chrono::milliseconds relay_deadline{30'000};
 
 shard_service::shard_service(service_identity identity, engine_i & engine, session_store & sessions,
                              scheduler & steps, metrics_registry & metrics,
-                             std::shared_ptr<grpc::Channel> next_stage, bool next_stage_local)
+                             std::shared_ptr<grpc::Channel> next_stage, bool next_stage_local,
+                             std::shared_ptr<grpc::Channel> ring_last)
     : identity_(std::move(identity)), engine_(engine), info_(engine.info()), sessions_(sessions),
-      steps_(steps), metrics_(metrics),
+      steps_(steps), metrics_(metrics), ring_hub_(identity_.incarnation),
       next_(next_stage ? std::make_unique<relay_link>(std::move(next_stage), relay_deadline, next_stage_local)
                        : nullptr) {
     if (next_) {
         steps_.set_after_batch([this] { flush_relays(); });
     }
+    if (ring_last && info_.is_first() && !info_.is_last()) {
+        pb::RouteKey mine;
+        mine.set_route_id(identity_.route_id);
+        mine.set_epoch(identity_.epoch);
+        ring_link_ = std::make_unique<ring_link>(std::move(ring_last), mine, [this](const pb::RingToken & token) {
+            if (token.key().route_id() != identity_.route_id || token.key().epoch() != identity_.epoch) {
+                return; // never another route's or epoch's token (the last stage checks too)
+            }
+            ring_waiters_.deliver(session_key{token.key().route_id(), token.key().epoch(), token.key().session_id()},
+                                  token.position(), token.token());
+        });
+    }
+}
+
+shard_service::~shard_service() {
+    ring_hub_.stop();
+    ring_link_.reset();
 }
 
 metrics_registry::gauges shard_service::gauges() const {
@@ -312,6 +331,13 @@ std::optional<shard_error> shard_service::prepare(const pb::ForwardRequest & req
         }
         plan.continue_tokens = request.continue_tokens();
     }
+    plan.key  = request.key();
+    plan.ring = request.ring();
+    if (plan.relay) {
+        // A decode loop's steps ride the ring while it is up; others go on as they came.
+        plan.relay_request.set_ring(request.ring() ||
+            (plan.continue_tokens > 0 && ring_link_ && !ring_link_->incarnation().empty()));
+    }
 
     job.key         = session_key{request.key().route_id(), request.key().epoch(), request.key().session_id()};
     job.n_past      = n_past;
@@ -330,6 +356,10 @@ void shard_service::complete(output_plan & plan, step_outcome & outcome, pb::For
                              std::function<void(const grpc::Status &)> then) {
     if (!plan.relay) {
         answer(plan, outcome, response);
+        if (plan.ring && plan.last && plan.kind == pb::OUTPUT_KIND_SAMPLED && response.sampled_tokens_size() == 1) {
+            // Straight to the first stage, before the answer starts back along the chain.
+            ring_hub_.publish(plan.key, response.n_past(), response.sampled_tokens(0));
+        }
         then(grpc::Status::OK);
         return;
     }
@@ -476,6 +506,8 @@ grpc::ServerUnaryReactor * shard_service::GetInfo(grpc::CallbackServerContext * 
     response->set_local_relay_port(static_cast<uint32_t>(identity_.local_relay_port));
     response->set_local_relay_token(identity_.local_relay_token);
     response->set_can_discard(info_.can_discard);
+    response->set_ring_last(identity_.ring_last);
+    response->set_ring_last_incarnation(ring_link_ ? ring_link_->incarnation() : std::string());
     pb::ComputePlacement * placement = response->mutable_placement();
     placement->set_host_id(identity_.placement.host_id);
     placement->mutable_cpus()->Add(identity_.placement.cpus.begin(), identity_.placement.cpus.end());
@@ -550,7 +582,7 @@ public:
             return;
         }
         pending_.push_back(request_.forward());
-        if (!busy_) {
+        if (in_flight_ == 0) {
             start_next(lock);
         }
         read_more();
@@ -581,7 +613,7 @@ public:
     }
 
 private:
-    // Runs the next queued request (the caller holds the lock and busy_ is false).
+    // Runs the next queued request (the caller holds the lock and no step is in flight).
     void start_next(std::unique_lock<std::recursive_mutex> & lock) {
         if (pending_.empty() || finishing_) {
             return;
@@ -603,6 +635,16 @@ private:
         StartRead(&request_);
     }
 
+    // One step of the stream: whether its loop went on already (by the ring's token or its
+    // answer, whichever came first), and where its answer goes in the stream's order.
+    struct step_state {
+        uint64_t seq      = 0;
+        bool     advanced = false;
+        bool     ring     = false;   // waits for the ring's token too
+        session_key key;
+        int64_t  position = 0;       // where the sampled token goes
+    };
+
     void submit(std::unique_lock<std::recursive_mutex> & lock, pb::ForwardRequest request) {
         step_job job;
         auto plan = std::make_shared<output_plan>();
@@ -610,22 +652,38 @@ private:
             fail(lock, error_status(*error));
             return;
         }
-        busy_ = true;
+        ++in_flight_;
         keys_.insert(job.key);
         const auto arrived = std::chrono::steady_clock::now();
+        auto step = std::make_shared<step_state>();
+        step->seq      = next_seq_++;
+        step->key      = job.key;
+        step->position = request.n_past() + plan->n_tokens;
+        step->ring     = plan->relay && plan->relay_request.ring() && plan->continue_tokens > 0;
         auto template_request = std::make_shared<pb::ForwardRequest>(std::move(request));
+        if (step->ring) {
+            ++ring_waiting_;
+            service_.ring().expect(step->key, step->position, [this, plan, template_request, step](int32_t token) {
+                std::unique_lock<std::recursive_mutex> inner(mutex_);
+                --ring_waiting_;
+                if (advance(inner, *plan, *template_request, *step, step->position, token)) {
+                    service_.metrics().count_request("Ring", "OK");
+                }
+                maybe_finish(inner);
+            });
+        }
         job.cancelled = [this] { return cancelled_.load(); };
-        job.done = [this, plan, arrived, template_request](step_outcome & outcome) {
+        job.done = [this, plan, arrived, template_request, step](step_outcome & outcome) {
             if (!outcome.ok) {
                 std::unique_lock<std::recursive_mutex> inner(mutex_);
-                busy_ = false;
+                settle(*step);
                 fail(inner, error_status(outcome.error));
                 return;
             }
             auto response = std::make_shared<pb::ForwardStreamResponse>();
             service_.complete(*plan, outcome, *response->mutable_forward(),
-                [this, plan, arrived, template_request, response](const grpc::Status & status) {
-                    on_step_answered(status, *plan, arrived, *template_request, *response);
+                [this, plan, arrived, template_request, response, step](const grpc::Status & status) {
+                    on_step_answered(status, *plan, arrived, *template_request, *response, *step);
                 });
         };
         lock.unlock();
@@ -633,11 +691,47 @@ private:
         lock.lock();
     }
 
+    // A step's answer (or failure) is in: it no longer waits for the ring's token (the
+    // caller holds the lock).
+    void settle(const step_state & step) {
+        --in_flight_;
+        if (step.ring && service_.ring().forget(step.key, step.position)) {
+            --ring_waiting_;
+        }
+    }
+
+    // The loop's next step after `step`, fed `token` at `n_past`, unless the loop is done
+    // or another path went on already; true when it went on.
+    bool advance(std::unique_lock<std::recursive_mutex> & lock, const output_plan & plan,
+                 const pb::ForwardRequest & previous, step_state & step, int64_t n_past, int32_t token) {
+        if (step.advanced) {
+            return false;
+        }
+        step.advanced = true;
+        const bool stop = token < 0 ||
+            std::find(previous.stop_token_ids().begin(), previous.stop_token_ids().end(), token) !=
+                previous.stop_token_ids().end();
+        if (plan.continue_tokens == 0 || stop || cancelled_ || finishing_) {
+            return false;
+        }
+        pb::ForwardRequest next = previous;
+        next.set_n_past(n_past);
+        next.clear_positions();
+        next.add_positions(static_cast<int32_t>(n_past));
+        next.clear_tokens();
+        next.add_tokens(token);
+        next.clear_discard_from(); // the first step dropped what there was to drop
+        next.mutable_output()->clear_rows();
+        next.set_continue_tokens(plan.continue_tokens - 1);
+        submit(lock, std::move(next));
+        return true;
+    }
+
     void on_step_answered(const grpc::Status & status, const output_plan & plan,
                           std::chrono::steady_clock::time_point arrived, const pb::ForwardRequest & previous,
-                          pb::ForwardStreamResponse & response) {
+                          pb::ForwardStreamResponse & response, step_state & step) {
         std::unique_lock<std::recursive_mutex> lock(mutex_);
-        busy_ = false;
+        settle(step);
         if (!status.ok()) {
             fail(lock, status);
             return;
@@ -646,29 +740,20 @@ private:
         service_.metrics().count_request("ForwardStream", "OK");
         const int64_t n_past  = response.forward().n_past();
         const int32_t sampled = response.forward().sampled_tokens_size() == 1 ? response.forward().sampled_tokens(0) : -1;
-        writes_.push(std::move(response));
-
-        const bool stop = sampled < 0 ||
-            std::find(previous.stop_token_ids().begin(), previous.stop_token_ids().end(), sampled) !=
-                previous.stop_token_ids().end();
-        if (plan.continue_tokens > 0 && !stop && !cancelled_ && !finishing_) {
-            pb::ForwardRequest next = previous;
-            next.set_n_past(n_past);
-            next.clear_positions();
-            next.add_positions(static_cast<int32_t>(n_past));
-            next.clear_tokens();
-            next.add_tokens(sampled);
-            next.clear_discard_from(); // the first step dropped what there was to drop
-            next.mutable_output()->clear_rows();
-            next.set_continue_tokens(plan.continue_tokens - 1);
-            // The next step first, then the answer: the engine starts while the token
-            // is written to the caller, not after.
-            submit(lock, std::move(next));
-            write_next(lock, /*more_coming =*/ true);
-            return;
+        // The next step first, then the answer: the engine starts while the token is
+        // written to the caller, not after.
+        advance(lock, plan, previous, step, n_past, sampled);
+        held_.emplace(step.seq, std::move(response));
+        while (!held_.empty() && held_.begin()->first == next_write_seq_) { // answers in the steps' order
+            writes_.push(std::move(held_.begin()->second));
+            held_.erase(held_.begin());
+            ++next_write_seq_;
         }
-        write_next(lock);
-        start_next(lock);
+        const bool more_coming = in_flight_ > 0;
+        write_next(lock, more_coming);
+        if (!more_coming) {
+            start_next(lock);
+        }
         maybe_finish(lock);
     }
 
@@ -718,7 +803,7 @@ private:
     }
 
     void maybe_finish(std::unique_lock<std::recursive_mutex> &) {
-        if (finished_ || busy_ || !writes_.idle()) {
+        if (finished_ || in_flight_ > 0 || ring_waiting_ > 0 || !writes_.idle()) {
             return;
         }
         if (finishing_ || (reads_done_ && pending_.empty())) {
@@ -740,7 +825,11 @@ private:
     std::set<session_key>                 keys_;
     std::chrono::steady_clock::time_point last_send_;                // when a send last began
     size_t                                due_        = 0;     // queued answers to send now
-    bool                                  busy_       = false; // a step (or its relay) in flight
+    int                                   in_flight_    = 0; // steps (or their relays) not answered yet
+    int                                   ring_waiting_ = 0; // of those, still waiting for the ring's token
+    uint64_t                              next_seq_       = 0; // steps in the order they were submitted
+    uint64_t                              next_write_seq_ = 0; // the step whose answer goes next
+    std::map<uint64_t, pb::ForwardStreamResponse> held_;      // answers that came before an earlier one
     bool                                  reads_done_ = false;
     bool                                  finishing_  = false;
     bool                                  finished_   = false;
@@ -756,6 +845,34 @@ shard_service::ForwardStream(grpc::CallbackServerContext *) {
 
 grpc::ServerBidiReactor<pb::RelayRequest, pb::RelayResponse> * shard_service::Relay(grpc::CallbackServerContext *) {
     return relay_stream_open(*this);
+}
+
+namespace {
+
+// A Ring subscription refused at once with a typed reason.
+class ring_refusal final : public grpc::ServerWriteReactor<pb::RingToken> {
+public:
+    explicit ring_refusal(const grpc::Status & status) { Finish(status); }
+    void OnDone() override { delete this; }
+};
+
+} // namespace
+
+grpc::ServerWriteReactor<pb::RingToken> * shard_service::Ring(grpc::CallbackServerContext *,
+                                                              const pb::RingRequest * request) {
+    pb::RouteKey key = request->key();
+    key.set_session_id("ring"); // the subscription names no session; check_key wants one
+    std::optional<shard_error> error = check_key(key);
+    if (!error && !info_.is_last()) {
+        error = make_error(error_reason::ring_unavailable,
+            "this stage (layers " + info_.layers().str() + " of " + std::to_string(info_.n_layer) +
+            ") is not the route's last stage; subscribe at the last stage");
+    }
+    if (error) {
+        metrics_.count_answer("Ring", error_status(*error));
+        return new ring_refusal(error_status(*error));
+    }
+    return ring_hub_.subscribe(request->key());
 }
 
 grpc::ServerUnaryReactor * shard_service::ReleaseSession(grpc::CallbackServerContext * ctx,

@@ -8,6 +8,7 @@
 #include "host_facts.h"
 #include "metrics.h"
 #include "relay_link.h"
+#include "ring.h"
 #include "sampling.h"
 #include "scheduler.h"
 #include "session_store.h"
@@ -41,6 +42,7 @@ struct service_identity {
     std::vector<int32_t> eos_token_ids; // from the GGUF vocabulary (engine_info has none)
     std::string chat_template;          // the GGUF's tokenizer.chat_template ("" when none)
     std::string next_stage;             // chain successor ("" when none)
+    std::string ring_last;              // the ring's last stage, as given ("" when none)
     std::chrono::milliseconds stream_flush{100}; // decode loop answers are sent at least this often
     compute_placement         placement;         // where the engine computes
     int32_t                   local_relay_port = 0; // GetInfo: the local relay (0: none)
@@ -59,6 +61,8 @@ struct output_plan {
     bool                 relay = false;  // pass the output on to the next stage
     pb::ForwardRequest   relay_request;  // its request, less the boundary
     uint32_t             continue_tokens = 0; // stream decode loop: tokens still to go
+    bool                 ring = false;   // last stage: also send the sampled token over Ring
+    pb::RouteKey         key;            // the step's session
     std::vector<int32_t> step_tokens;   // VERIFIED: the step's tokens (the drafts after the first)
 };
 
@@ -66,7 +70,9 @@ class shard_service final : public pb::ShardService::CallbackService {
 public:
     shard_service(service_identity identity, engine_i & engine, session_store & sessions,
                   scheduler & steps, metrics_registry & metrics,
-                  std::shared_ptr<grpc::Channel> next_stage = nullptr, bool next_stage_local = false);
+                  std::shared_ptr<grpc::Channel> next_stage = nullptr, bool next_stage_local = false,
+                  std::shared_ptr<grpc::Channel> ring_last = nullptr);
+    ~shard_service() override;
 
     grpc::ServerUnaryReactor * GetInfo(grpc::CallbackServerContext * ctx, const pb::GetInfoRequest * request,
                                        pb::GetInfoResponse * response) override;
@@ -77,6 +83,8 @@ public:
     grpc::ServerBidiReactor<pb::ForwardStreamRequest, pb::ForwardStreamResponse> *
         ForwardStream(grpc::CallbackServerContext * ctx) override;
     grpc::ServerBidiReactor<pb::RelayRequest, pb::RelayResponse> * Relay(grpc::CallbackServerContext * ctx) override;
+    grpc::ServerWriteReactor<pb::RingToken> * Ring(grpc::CallbackServerContext * ctx,
+                                                   const pb::RingRequest * request) override;
     grpc::ServerUnaryReactor * ReleaseSession(grpc::CallbackServerContext * ctx, const pb::ReleaseSessionRequest * request,
                                               pb::ReleaseSessionResponse * response) override;
     grpc::ServerUnaryReactor * Tokenize(grpc::CallbackServerContext * ctx, const pb::TokenizeRequest * request,
@@ -106,6 +114,9 @@ public:
     void finish(grpc::ServerUnaryReactor * reactor, const char * rpc, const grpc::Status & status);
 
     scheduler &        steps() { return steps_; }
+    ring_waiters &     ring() { return ring_waiters_; }
+    // Ends the Ring subscribers' streams (the worker stops: they would hold it up).
+    void stop_ring() { ring_hub_.stop(); }
     std::chrono::milliseconds stream_flush() const { return identity_.stream_flush; }
     metrics_registry & metrics() { return metrics_; }
     metrics_registry::gauges gauges() const;
@@ -130,6 +141,9 @@ private:
     metrics_registry & metrics_;
     std::mutex               outbox_mutex_;
     std::vector<relay_entry> outbox_;
+    ring_waiters             ring_waiters_;
+    ring_hub                 ring_hub_;   // last stage: the first stages subscribed to its tokens
+    std::unique_ptr<ring_link>  ring_link_; // first stage: its subscription at the last stage
     std::unique_ptr<relay_link> next_; // declared last: it goes first, while the rest still stands
 };
 

@@ -51,6 +51,11 @@ const char * worker_params_usage() {
         "                            --tls-cert, trusting --next-stage-ca or --tls-client-ca)\n"
         "  --next-stage-ca F         the CA that signed the next stage's certificate: the link\n"
         "                            to it is TLS (default: --tls-client-ca, where given)\n"
+        "  --ring-last ADDR          ring, on the first stage of a chain: subscribe to the sampled\n"
+        "                            tokens of the route's last stage, so a decode loop goes on\n"
+        "                            without waiting for the answer to come back along the chain\n"
+        "                            (S network legs per token instead of 2(S-1)); same TLS as\n"
+        "                            --next-stage\n"
         "  --local-relay on|off      without TLS: take relayed steps from a previous stage on this\n"
         "                            host over a plain socket on 127.0.0.1 (GetInfo says its port),\n"
         "                            and send them so to a --next-stage on 127.0.0.1 that offers\n"
@@ -95,6 +100,7 @@ bool worker_params_parse(int argc, char ** argv, worker_params & params, std::st
         {"--tls-client-ca",   string_into(params.tls_client_ca)},
         {"--next-stage-ca",   string_into(params.next_stage_ca)},
         {"--next-stage",      string_into(params.next_stage)},
+        {"--ring-last",       string_into(params.ring_last)},
         {"--slots",           int32_into(params.n_slots, 1)},
         {"--ctx",             int32_into(params.n_ctx, 1)},
         {"--batch",           int32_into(params.n_batch, 1)},
@@ -188,6 +194,10 @@ bool worker_params_parse(int argc, char ** argv, worker_params & params, std::st
     }
     if (!params.next_stage_ca.empty() && params.next_stage.empty()) {
         error = "--next-stage-ca needs --next-stage";
+        return false;
+    }
+    if (!params.ring_last.empty() && params.next_stage.empty()) {
+        error = "--ring-last closes a chain: it needs --next-stage (the first stage's successor)";
         return false;
     }
     return true;

@@ -41,6 +41,7 @@ struct worker_params {
     std::string tls_client_ca;                  // set: clients must present a cert (mTLS)
     std::string next_stage_ca;                  // verifies --next-stage (default: tls_client_ca)
     std::string next_stage;                     // chain: relay steps here (HOST:PORT)
+    std::string ring_last;                      // ring: the route's last stage (HOST:PORT)
     bool        local_relay     = true;         // offer / use the local relay (no TLS only)
     int64_t     exit_with_parent = 0;           // stop when this process (our parent) exits
 };

@@ -66,6 +66,33 @@ static size_t exact_batch_rows(const worker_params & params) {
     return params.n_gpu_layers > 0 ? 0 : static_cast<size_t>(cpu_exact_batch_rows);
 }
 
+// A channel to another stage of the route (the next one, or the ring's last): TLS when
+// a CA to trust it by is given, presenting our certificate if we have one (the other
+// stage may require it: mTLS). Null with `error` set when the files cannot be read.
+static std::shared_ptr<grpc::Channel> stage_channel(const std::string & address, const worker_params & params,
+                                                    std::string & error) {
+    std::shared_ptr<grpc::ChannelCredentials> channel_credentials = grpc::InsecureChannelCredentials();
+    const std::string & roots = params.next_stage_ca.empty() ? params.tls_client_ca : params.next_stage_ca;
+    if (!roots.empty()) {
+        grpc::SslCredentialsOptions ssl;
+        if (!read_file(roots, ssl.pem_root_certs, error) ||
+            (!params.tls_cert.empty() && (!read_file(params.tls_key, ssl.pem_private_key, error) ||
+                                          !read_file(params.tls_cert, ssl.pem_cert_chain, error)))) {
+            return nullptr;
+        }
+        channel_credentials = grpc::SslCredentials(ssl);
+    }
+    grpc::ChannelArguments arguments;
+    arguments.SetMaxReceiveMessageSize(-1);
+    arguments.SetMaxSendMessageSize(-1);
+    // A restarted stage must be reachable again within a second, not after gRPC's default
+    // backoff of up to two minutes.
+    arguments.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+    arguments.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+    arguments.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+    return grpc::CreateCustomChannel(address, channel_credentials, arguments);
+}
+
 worker_server::~worker_server() {
     stop(0);
 }
@@ -87,6 +114,7 @@ bool worker_server::start(const worker_params & params, engine_i & engine, std::
     identity_.eos_token_ids     = std::move(vocab.eos_token_ids);
     identity_.chat_template     = std::move(vocab.chat_template);
     identity_.next_stage        = params.next_stage;
+    identity_.ring_last         = params.ring_last;
     identity_.placement         = std::move(placement);
 
     std::shared_ptr<grpc::ServerCredentials> credentials;
@@ -113,30 +141,12 @@ bool worker_server::start(const worker_params & params, engine_i & engine, std::
         }
     }
 
-    std::shared_ptr<grpc::Channel> next_stage;
-    if (!params.next_stage.empty()) {
-        std::shared_ptr<grpc::ChannelCredentials> channel_credentials = grpc::InsecureChannelCredentials();
-        // TLS to the next stage: trusting its CA, presenting our certificate if we have one
-        // (the next stage may require it: mTLS).
-        const std::string & roots = params.next_stage_ca.empty() ? params.tls_client_ca : params.next_stage_ca;
-        if (!roots.empty()) {
-            grpc::SslCredentialsOptions ssl;
-            if (!read_file(roots, ssl.pem_root_certs, error) ||
-                (!params.tls_cert.empty() && (!read_file(params.tls_key, ssl.pem_private_key, error) ||
-                                              !read_file(params.tls_cert, ssl.pem_cert_chain, error)))) {
-                return false;
-            }
-            channel_credentials = grpc::SslCredentials(ssl);
-        }
-        grpc::ChannelArguments arguments;
-        arguments.SetMaxReceiveMessageSize(-1);
-        arguments.SetMaxSendMessageSize(-1);
-        // A restarted next stage must be reachable again within a second, not after
-        // gRPC's default backoff of up to two minutes.
-        arguments.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-        arguments.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
-        arguments.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-        next_stage = grpc::CreateCustomChannel(params.next_stage, channel_credentials, arguments);
+    std::shared_ptr<grpc::Channel> next_stage, ring_last;
+    if (!params.next_stage.empty() && !(next_stage = stage_channel(params.next_stage, params, error))) {
+        return false;
+    }
+    if (!params.ring_last.empty() && !(ring_last = stage_channel(params.ring_last, params, error))) {
+        return false;
     }
 
     // The local relay: only without TLS, and not beside a Unix socket (whose file
@@ -163,7 +173,7 @@ bool worker_server::start(const worker_params & params, engine_i & engine, std::
                                              pipeline_depth(params, info), exact_batch_rows(params));
     registry_  = std::make_unique<metrics_registry>();
     service_   = std::make_unique<shard_service>(identity_, engine, *sessions_, *scheduler_, *registry_, next_stage,
-                                                 next_stage_local);
+                                                 next_stage_local, ring_last);
     scheduler_->start();
 
     grpc::EnableDefaultHealthCheckService(true);
@@ -208,6 +218,9 @@ bool worker_server::start(const worker_params & params, engine_i & engine, std::
 }
 
 void worker_server::stop(int grace_ms) {
+    if (service_) {
+        service_->stop_ring();
+    }
     if (server_) {
         auto * health = server_->GetHealthCheckService();
         if (health) {

@@ -35,10 +35,11 @@ from meshnet.route.drafts import MAX_DRAFT
               help="Prefill chunk in tokens (default: the route's step limit).")
 @click.option("--sample-locally", is_flag=True,
               help="Fetch logits and sample here instead of on the last stage (same result).")
-@click.option("--topology", type=click.Choice(["auto", "chain", "hub"]), default="auto",
+@click.option("--topology", type=click.Choice(["auto", "chain", "hub", "ring"]), default="auto",
               show_default=True,
-              help="chain: stages relay to their --next-stage; hub: call each stage; "
-                   "auto: chain when every stage has a next stage.")
+              help="chain: stages relay to their --next-stage; ring: a chain whose first "
+                   "stage gets the last stage's tokens straight (--ring-last); hub: call "
+                   "each stage; auto: ring, else chain, else hub, as the stages allow.")
 @click.option("--speculate", type=click.IntRange(0, MAX_DRAFT), default=0, is_flag=False,
               flag_value=4, show_default=True, metavar="[K]",
               help="Speculative decoding: draft up to K tokens per step from the context "

@@ -87,6 +87,9 @@ def bundle_cmd(lane: str, out: Path) -> None:
               help="Require client certificates signed by this CA (mTLS).")
 @click.option("--next-stage", default="", metavar="HOST:PORT",
               help="Chain topology: relay steps to this stage (the next range).")
+@click.option("--ring-last", default="", metavar="HOST:PORT",
+              help="Ring topology, on the first stage: take the route's last stage's sampled "
+                   "tokens straight (S network legs per decoded token instead of 2(S-1)).")
 @click.option("--next-stage-ca", type=click.Path(exists=True, dir_okay=False), default=None,
               help="The CA that signed the next stage's certificate: the link to it is TLS "
                    "(default: --tls-client-ca). Needed with --tls-cert and --next-stage.")
@@ -105,8 +108,8 @@ def run_cmd(model: Path, layers: str, route_id: str, epoch: int, listen: str, me
             slots: int, ctx: int, batch: int, threads: int, boundary_dtype: str,
             manifest_digest: str | None, recipe_digest: str | None, route_digest: str,
             evict_idle_ms: int | None, tls_cert: str | None, tls_key: str | None,
-            tls_client_ca: str | None, next_stage: str, next_stage_ca: str | None,
-            local_relay: bool, pipeline_depth: int, cpus: str,
+            tls_client_ca: str | None, next_stage: str, ring_last: str,
+            next_stage_ca: str | None, local_relay: bool, pipeline_depth: int, cpus: str,
             dev: bool, lane: str) -> None:
     """Start a built meshnet-shard-worker serving LAYERS of MODEL (replaces this process)."""
     begin_text, _, end_text = layers.partition(":")
@@ -138,7 +141,8 @@ def run_cmd(model: Path, layers: str, route_id: str, epoch: int, listen: str, me
         tls_cert=Path(tls_cert) if tls_cert else None,
         tls_key=Path(tls_key) if tls_key else None,
         tls_client_ca=Path(tls_client_ca) if tls_client_ca else None,
-        next_stage=next_stage, next_stage_ca=Path(next_stage_ca) if next_stage_ca else None,
+        next_stage=next_stage, ring_last=ring_last,
+        next_stage_ca=Path(next_stage_ca) if next_stage_ca else None,
         local_relay=local_relay, pipeline_depth=pipeline_depth, cpus=cpu_list,
     )
     binary = worker_binary(dev=dev)

@@ -49,6 +49,8 @@ TRANSIENT_CODES = {"UNAVAILABLE", "DEADLINE_EXCEEDED", "CANCELLED"}
 RELEASE_TIMEOUT_SECONDS = 5.0
 
 
+TOPOLOGIES = ("auto", "chain", "hub", "ring")  # auto: ring, else chain, else hub
+
 @dataclass
 class Generation:
     """What one `generate` call produced, with its timings."""
@@ -58,7 +60,7 @@ class Generation:
     tokens: list[int] = field(default_factory=list)
     text: str = ""
     stop_reason: str = "max_tokens"  # max_tokens | eos | context
-    topology: str = "hub"  # hub | chain
+    topology: str = "hub"  # hub | chain | ring
     decode_loop: bool = False  # the first stage drove the decode (ForwardStream)
     prefill_wavefront: bool = False  # a prefill's chunks were pipelined through the stages
     recoveries: int = 0
@@ -115,8 +117,8 @@ class RouteDriver:
         decode_loop: bool = True,
         speculate: int = 0,
     ) -> None:
-        if topology not in ("auto", "chain", "hub"):
-            raise RouteError(f"topology must be auto, chain or hub, not {topology!r}")
+        if topology not in TOPOLOGIES:
+            raise RouteError(f"topology must be one of {', '.join(TOPOLOGIES)}, not {topology!r}")
         if not endpoints:
             raise RouteError("a route needs at least one --stage")
         self.clients = [StageClient(endpoint, tls) for endpoint in endpoints]
@@ -163,15 +165,25 @@ class RouteDriver:
             try:
                 answers = [(c.endpoint, c.info(timeout=5.0)) for c in self.clients]
                 route = check_route(answers)
-                if self.topology == "chain" and not route.chained:
-                    raise RouteRefused(["topology chain needs every stage but the last started "
-                                        "with --next-stage"])
+                if self.topology in ("chain", "ring") and not route.chained:
+                    raise RouteRefused([f"topology {self.topology} needs every stage but the "
+                                        "last started with --next-stage"])
+                if self.topology == "ring" and not route.ringed:
+                    raise RouteRefused(["topology ring needs the first stage subscribed at the "
+                                        "route's last stage (--ring-last)"])
                 return route
             except (StageError, RouteError):
                 if time.monotonic() + delay > deadline:
                     raise
             time.sleep(delay)
             delay = min(delay * 2, 1.0)
+
+    def topology_of(self, route: RouteInfo) -> str:
+        """How a generation goes through `route`: ring (a decode loop the last stage feeds
+        straight back to the first), chain or hub."""
+        if self.uses_chain(route):
+            return "ring" if route.ringed and self.uses_loop(route) else "chain"
+        return "hub"
 
     def uses_chain(self, route: RouteInfo) -> bool:
         return self.topology != "hub" and len(route.stages) > 1 and route.chained
@@ -232,7 +244,7 @@ class RouteDriver:
     def _generate(self, run: _Run, route: RouteInfo, max_tokens: int, stop_at_eos: bool,
                   on_token: Callable[[int], None] | None) -> Generation:
         prompt_ids = run.result.prompt_tokens
-        run.result.topology = "chain" if self.uses_chain(route) else "hub"
+        run.result.topology = self.topology_of(route)
         run.result.decode_loop = self.uses_loop(route)
         started = time.perf_counter()
         token = run.step_with_recovery(prompt_ids)

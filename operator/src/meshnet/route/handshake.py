@@ -25,6 +25,9 @@ class StageInfo:
     has_vocab: bool
     needs_token_sideband: bool
     next_stage: str = ""
+    # A first stage's back edge (--ring-last): the last stage's incarnation while it is
+    # subscribed there ("" when it is not, or has none).
+    ring_last_incarnation: str = ""
     # Where it computes (GetInfo's placement): host boot id, CPUs, threads, GPU layers.
     host_id: str = ""
     cpus: tuple[int, ...] = ()
@@ -57,6 +60,13 @@ class RouteInfo:
     def chained(self) -> bool:
         """Every stage but the last relays to a next stage (chain topology possible)."""
         return all(stage.next_stage for stage in self.stages[:-1])
+
+    @property
+    def ringed(self) -> bool:
+        """A chain whose first stage receives the last stage's tokens straight (Ring): the
+        back edge's incarnation is the route's own last stage's, not any other worker's."""
+        return (len(self.stages) > 1 and self.chained
+                and self.stages[0].ring_last_incarnation == self.stages[-1].incarnation)
 
     @property
     def stages_take_turns(self) -> bool:
@@ -169,6 +179,7 @@ def check_route(answers: Sequence[tuple[str, pb.GetInfoResponse]]) -> RouteInfo:
                 has_vocab=info.has_vocab,
                 needs_token_sideband=info.boundary.needs_token_sideband,
                 next_stage=info.next_stage,
+                ring_last_incarnation=info.ring_last_incarnation,
                 host_id=info.placement.host_id,
                 cpus=tuple(info.placement.cpus),
                 threads=info.placement.threads,

@@ -61,6 +61,7 @@ class WorkerSpec:
     tls_client_ca: Path | None = None
     next_stage_ca: Path | None = None  # verifies next_stage over TLS (default: tls_client_ca)
     next_stage: str = ""
+    ring_last: str = ""  # ring, on the first stage: the route's last stage
     local_relay: bool = True  # off: the chain's Relay to and from this stage stays on gRPC
     exit_with_parent: bool = False  # the worker stops when the process starting it exits
     pipeline_depth: int = 0  # stages in the route; 0: the worker derives it from its range
@@ -101,6 +102,7 @@ class WorkerSpec:
             "--tls-client-ca": self.tls_client_ca,
             "--next-stage-ca": self.next_stage_ca,
             "--next-stage": self.next_stage or None,
+            "--ring-last": self.ring_last or None,
             "--local-relay": None if self.local_relay else "off",
             "--gpu-layers": self.gpu_layers or None,
             "--pipeline-depth": self.pipeline_depth or None,
@@ -229,11 +231,14 @@ class WorkerProcess:
 
 
 def start_route(binary: Path, specs: Sequence[WorkerSpec], log_dir: Path | None = None,
-                timeout: float = 120.0, chain: bool = False) -> list[WorkerProcess]:
+                timeout: float = 120.0, chain: bool = False,
+                ring: bool = False) -> list[WorkerProcess]:
     """Starts one worker per spec (one at a time: model loading is CPU heavy); with
-    `chain`, each stage's --next-stage is its successor. Every worker binds a port the
-    kernel picks and keeps it; a chain starts from its last stage so each stage names a
-    successor that already listens (a port reserved ahead could be taken meanwhile)."""
+    `chain`, each stage's --next-stage is its successor, and with `ring` (a chain too) the
+    first stage's --ring-last is the last stage. Every worker binds a port the kernel
+    picks and keeps it; a chain starts from its last stage so each stage names stages that
+    already listen (a port reserved ahead could be taken meanwhile)."""
+    chain = chain or ring
     specs = [replace(spec, pipeline_depth=spec.pipeline_depth or len(specs)) for spec in specs]
     workers: dict[int, WorkerProcess] = {}
     order = range(len(specs) - 1, -1, -1) if chain else range(len(specs))
@@ -242,6 +247,8 @@ def start_route(binary: Path, specs: Sequence[WorkerSpec], log_dir: Path | None 
             spec = specs[index]
             if chain and index + 1 < len(specs):
                 spec = replace(spec, next_stage=workers[index + 1].endpoint)
+            if ring and index == 0 and len(specs) > 1:
+                spec = replace(spec, ring_last=workers[len(specs) - 1].endpoint)
             log = log_dir / f"worker-{index}.log" if log_dir else None
             workers[index] = WorkerProcess(binary, spec, log).start(timeout)
     except BaseException:

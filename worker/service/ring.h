@@ -1,0 +1,106 @@
+// ring.h - the ring's back edge (the Ring RPC): the last stage sends each sampled token
+// of a decode loop straight to the first stage, so a token costs S network legs instead
+// of the chain's 2(S-1). ring_hub is the last stage's side (its subscribers), ring_link
+// the first stage's subscription, ring_waiters the first stage's loops waiting for a
+// token. The ring only speeds the loop up: the chain's answer still comes, and whichever
+// arrives first continues the loop.
+#pragma once
+
+#include "session_store.h"
+
+#include "meshnet/shard/v1/shard_service.grpc.pb.h"
+
+#include <grpcpp/channel.h>
+#include <grpcpp/client_context.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+
+namespace meshnet {
+
+namespace pb = ::meshnet::shard::v1;
+
+class ring_subscriber;
+
+// The last stage's subscribers: one stream per first stage that subscribed.
+class ring_hub {
+public:
+    explicit ring_hub(std::string incarnation) : incarnation_(std::move(incarnation)) {}
+    ~ring_hub();
+
+    // The Ring RPC's stream for a subscriber whose key was checked.
+    grpc::ServerWriteReactor<pb::RingToken> * subscribe(const pb::RouteKey & key);
+    // Sends the token to every subscriber of the key's route and epoch.
+    void publish(const pb::RouteKey & key, int64_t position, int32_t token);
+    // Ends every stream (the worker stops) and waits until they are gone.
+    void stop();
+
+    size_t subscribers() const;
+
+private:
+    friend class ring_subscriber;
+    void gone(ring_subscriber * subscriber);
+
+    const std::string               incarnation_;
+    mutable std::mutex              mutex_;
+    std::condition_variable         changed_;
+    std::set<ring_subscriber *>     subscribers_;
+    bool                            stopping_ = false;
+};
+
+// The first stage's subscription at the last stage, kept up by a thread of its own:
+// a broken or refused stream is subscribed again after a short pause.
+class ring_link {
+public:
+    using deliver_fn = std::function<void(const pb::RingToken &)>;
+
+    // `key`: this stage's route_id and epoch; `deliver` is called on the link's thread.
+    ring_link(std::shared_ptr<grpc::Channel> channel, pb::RouteKey key, deliver_fn deliver);
+    ~ring_link();
+
+    ring_link(const ring_link &) = delete;
+    ring_link & operator=(const ring_link &) = delete;
+
+    // The last stage's incarnation while subscribed, else "".
+    std::string incarnation() const;
+
+private:
+    void run();
+
+    std::unique_ptr<pb::ShardService::Stub> stub_;
+    const pb::RouteKey                      key_;
+    const deliver_fn                        deliver_;
+    mutable std::mutex                      mutex_;
+    std::condition_variable                 wake_;
+    std::string                             incarnation_;
+    grpc::ClientContext *                   call_ = nullptr; // the stream being read
+    bool                                    stopping_ = false;
+    std::thread                             thread_;
+};
+
+// The first stage's decode loops waiting for the ring's token of (session, position).
+class ring_waiters {
+public:
+    using then_fn = std::function<void(int32_t token)>;
+
+    void expect(const session_key & key, int64_t position, then_fn then);
+    // True when it was still waiting (then is never called); false when the token came
+    // first (then is running or ran).
+    bool forget(const session_key & key, int64_t position);
+    // Calls the waiting loop's `then`, if any, outside the lock.
+    void deliver(const session_key & key, int64_t position, int32_t token);
+
+private:
+    std::mutex                                             mutex_;
+    std::map<std::pair<session_key, int64_t>, then_fn>     waiting_;
+};
+
+} // namespace meshnet
