@@ -68,7 +68,7 @@ def test_every_error_reason_is_documented_in_the_service_contract() -> None:
 def test_every_rpc_documents_failures_and_retries() -> None:
     text = SERVICE.read_text()
     blocks = re.findall(r"((?:  //.*\n)+)  rpc (\w+)", text)
-    assert len(blocks) == 8
+    assert len(blocks) == 9
     for comment, rpc in blocks:
         assert "Failures" in comment, rpc
         assert "Retry" in comment, rpc

@@ -22,11 +22,11 @@ bool same_route(const pb::RouteKey & a, const pb::RouteKey & b) {
 
 // One subscriber's stream. gRPC runs its reactions (and OnDone) on its own threads, never
 // inside StartWrite or Finish, so calling those under the hub's lock is safe.
-class ring_subscriber final : public grpc::ServerWriteReactor<pb::RingToken> {
+class ring_subscriber final : public grpc::ServerWriteReactor<pb::RingResponse> {
 public:
     ring_subscriber(ring_hub & hub, pb::RouteKey key, const std::string & incarnation)
         : hub_(hub), key_(std::move(key)) {
-        pb::RingToken hello;
+        pb::RingResponse hello;
         hello.set_incarnation(incarnation);
         std::lock_guard<std::recursive_mutex> lock(mutex_);
         queue_.push_back(std::move(hello));
@@ -35,7 +35,7 @@ public:
 
     bool serves(const pb::RouteKey & key) const { return same_route(key, key_); }
 
-    void push(pb::RingToken token) {
+    void push(pb::RingResponse token) {
         std::lock_guard<std::recursive_mutex> lock(mutex_);
         if (finishing_ || queue_.size() >= max_queued_tokens) {
             return;
@@ -93,7 +93,7 @@ private:
     ring_hub &                hub_;
     const pb::RouteKey        key_;
     std::recursive_mutex      mutex_;
-    std::deque<pb::RingToken> queue_;
+    std::deque<pb::RingResponse> queue_;
     bool                      writing_   = false;
     bool                      finishing_ = false;
     bool                      finished_  = false;
@@ -104,7 +104,7 @@ ring_hub::~ring_hub() {
     stop();
 }
 
-grpc::ServerWriteReactor<pb::RingToken> * ring_hub::subscribe(const pb::RouteKey & key) {
+grpc::ServerWriteReactor<pb::RingResponse> * ring_hub::subscribe(const pb::RouteKey & key) {
     auto * subscriber = new ring_subscriber(*this, key, incarnation_);
     std::lock_guard<std::mutex> lock(mutex_);
     subscribers_.insert(subscriber);
@@ -118,7 +118,7 @@ void ring_hub::publish(const pb::RouteKey & key, int64_t position, int32_t token
     std::lock_guard<std::mutex> lock(mutex_);
     for (ring_subscriber * subscriber : subscribers_) {
         if (subscriber->serves(key)) {
-            pb::RingToken message;
+            pb::RingResponse message;
             *message.mutable_key() = key;
             message.set_position(position);
             message.set_token(token);
@@ -183,7 +183,7 @@ void ring_link::run() {
         pb::RingRequest request;
         *request.mutable_key() = key_;
         auto reader = stub_->Ring(&context, request);
-        pb::RingToken message;
+        pb::RingResponse message;
         bool hello = true;
         while (reader->Read(&message)) {
             if (hello) {

@@ -37,7 +37,7 @@ public:
     ~ring_hub();
 
     // The Ring RPC's stream for a subscriber whose key was checked.
-    grpc::ServerWriteReactor<pb::RingToken> * subscribe(const pb::RouteKey & key);
+    grpc::ServerWriteReactor<pb::RingResponse> * subscribe(const pb::RouteKey & key);
     // Sends the token to every subscriber of the key's route and epoch.
     void publish(const pb::RouteKey & key, int64_t position, int32_t token);
     // Ends every stream (the worker stops) and waits until they are gone.
@@ -60,7 +60,7 @@ private:
 // a broken or refused stream is subscribed again after a short pause.
 class ring_link {
 public:
-    using deliver_fn = std::function<void(const pb::RingToken &)>;
+    using deliver_fn = std::function<void(const pb::RingResponse &)>;
 
     // `key`: this stage's route_id and epoch; `deliver` is called on the link's thread.
     ring_link(std::shared_ptr<grpc::Channel> channel, pb::RouteKey key, deliver_fn deliver);

@@ -82,7 +82,7 @@ shard_service::shard_service(service_identity identity, engine_i & engine, sessi
         pb::RouteKey mine;
         mine.set_route_id(identity_.route_id);
         mine.set_epoch(identity_.epoch);
-        ring_link_ = std::make_unique<ring_link>(std::move(ring_last), mine, [this](const pb::RingToken & token) {
+        ring_link_ = std::make_unique<ring_link>(std::move(ring_last), mine, [this](const pb::RingResponse & token) {
             if (token.key().route_id() != identity_.route_id || token.key().epoch() != identity_.epoch) {
                 return; // never another route's or epoch's token (the last stage checks too)
             }
@@ -850,7 +850,7 @@ grpc::ServerBidiReactor<pb::RelayRequest, pb::RelayResponse> * shard_service::Re
 namespace {
 
 // A Ring subscription refused at once with a typed reason.
-class ring_refusal final : public grpc::ServerWriteReactor<pb::RingToken> {
+class ring_refusal final : public grpc::ServerWriteReactor<pb::RingResponse> {
 public:
     explicit ring_refusal(const grpc::Status & status) { Finish(status); }
     void OnDone() override { delete this; }
@@ -858,7 +858,7 @@ public:
 
 } // namespace
 
-grpc::ServerWriteReactor<pb::RingToken> * shard_service::Ring(grpc::CallbackServerContext *,
+grpc::ServerWriteReactor<pb::RingResponse> * shard_service::Ring(grpc::CallbackServerContext *,
                                                               const pb::RingRequest * request) {
     pb::RouteKey key = request->key();
     key.set_session_id("ring"); // the subscription names no session; check_key wants one

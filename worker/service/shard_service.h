@@ -83,7 +83,7 @@ public:
     grpc::ServerBidiReactor<pb::ForwardStreamRequest, pb::ForwardStreamResponse> *
         ForwardStream(grpc::CallbackServerContext * ctx) override;
     grpc::ServerBidiReactor<pb::RelayRequest, pb::RelayResponse> * Relay(grpc::CallbackServerContext * ctx) override;
-    grpc::ServerWriteReactor<pb::RingToken> * Ring(grpc::CallbackServerContext * ctx,
+    grpc::ServerWriteReactor<pb::RingResponse> * Ring(grpc::CallbackServerContext * ctx,
                                                    const pb::RingRequest * request) override;
     grpc::ServerUnaryReactor * ReleaseSession(grpc::CallbackServerContext * ctx, const pb::ReleaseSessionRequest * request,
                                               pb::ReleaseSessionResponse * response) override;
