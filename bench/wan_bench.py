@@ -1,0 +1,230 @@
+"""The data plane over a WAN: decode tokens/s of SmolLM2 routes of S stages when every
+leg (driver to stage, stage to stage, the ring's back edge) goes through a user-space
+proxy adding a one-way delay, side by side with llama.cpp's RPC backend through the same
+proxies, against the physical limit compute + S x one-way.
+
+    .venv/bin/python bench/wan_bench.py [--stages 2,3,4] [--delays 0,5,10,25] [--tokens 32]
+
+Rows per (S, delay), all in one run (the proxies change their delay in place):
+  hub                 the driver calls each stage in turn            2S legs per token
+  chain               the first stage relays, stepped by the driver  2S
+  chain loop          the first stage decodes by itself              2(S-1)
+  ring                the last stage hands each token to the first   S
+  ring + speculation  drafts from prompt lookup, verified in one pass through every
+                      stage by the driver, the ring's loop while drafting pauses;
+                      on a repetitive (code) workload and on free text
+  llama.cpp RPC       ggml-rpc-server per stage, llama-bench -ngl 99
+"Legs" is what the timings say: (ms per token - compute) / one-way delay, where compute
+is the unsplit model's ms per token on one worker. Every worker runs 1 thread with the
+local relay off, so no leg bypasses its proxy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from meshnet.bundled import smollm2_gguf
+from meshnet.devtools.delay_proxy import DelayProxy
+from meshnet.paths import workspace
+from meshnet.route import RouteDriver
+from meshnet.route.launch import WorkerProcess, WorkerSpec, free_port, start_route, worker_binary
+
+CODE = ("def total_price(items):\n    total = 0\n    for item in items:\n"
+        "        total += item.price * item.quantity\n    return total\n")
+REPETITIVE = f"# version 1\n{CODE}\n# version 2\n{CODE}\n# version 3\n"
+FREE_TEXT = "The history of printing begins"
+SPECULATE = 6  # drafts per verification step, at most
+
+
+@dataclass
+class Row:
+    stages: int
+    delay_ms: float
+    label: str
+    rate: float  # decode tokens/s
+    acceptance: float | None = None
+
+
+def spans(stages: int, layers: int = 30) -> list[tuple[int, int]]:
+    cuts = [round(i * layers / stages) for i in range(stages + 1)]
+    return list(zip(cuts, cuts[1:], strict=False))
+
+
+@dataclass
+class DelayedRoute:
+    workers: list[WorkerProcess]
+    proxies: list[DelayProxy]  # every leg's
+    endpoints: list[str]  # what the driver calls: the driver-facing proxies
+
+    def set_delay(self, seconds: float) -> None:
+        for proxy in self.proxies:
+            proxy.delay = seconds
+
+
+@contextmanager
+def delayed_route(binary: Path, model: Path, stages: int, ring: bool,
+                  log_dir: Path) -> Iterator[DelayedRoute]:
+    """S chained stages on fixed ports, each leg through its own proxy."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    ports = [free_port() for _ in range(stages)]
+    front = [DelayProxy(port) for port in ports]
+    links = [DelayProxy(port) for port in ports[1:]]
+    back = [DelayProxy(ports[-1])] if ring and stages > 1 else []
+    specs = [WorkerSpec(model=model, layers=span, threads=1, listen=f"127.0.0.1:{port}",
+                        local_relay=False, pipeline_depth=stages)
+             for span, port in zip(spans(stages), ports, strict=True)]
+    for index in range(stages - 1):
+        specs[index] = replace(specs[index], next_stage=links[index].endpoint)
+    if back:
+        specs[0] = replace(specs[0], ring_last=back[0].endpoint)
+    workers = start_route(binary, specs, log_dir)
+    try:
+        yield DelayedRoute(workers, [*front, *links, *back], [p.endpoint for p in front])
+    finally:
+        for worker in workers:
+            worker.stop()
+        for proxy in [*front, *links, *back]:
+            proxy.stop()
+
+
+def decode(endpoints: list[str], prompt: str, tokens: int, topology: str, loop: bool = True,
+           speculate: int = 0) -> tuple[float, float | None]:
+    with RouteDriver(endpoints, topology=topology, decode_loop=loop,
+                     speculate=speculate) as driver:
+        driver.connect(wait=30)
+        driver.generate([1, 2, 3], max_tokens=2, stop_at_eos=False)  # warm the channels
+        generation = driver.generate(prompt, max_tokens=tokens, stop_at_eos=False)
+    return generation.decode_tokens_per_second, (generation.acceptance_rate if speculate
+                                                 else None)
+
+
+def llama_tool(name: str) -> Path:
+    return workspace() / "llama-build" / "install" / "bin" / name
+
+
+@contextmanager
+def rpc_servers(stages: int) -> Iterator[tuple[list[DelayProxy], str]]:
+    """One ggml-rpc-server (1 thread) per stage, each behind a proxy."""
+    ports = [free_port() for _ in range(stages)]
+    servers = [subprocess.Popen([str(llama_tool("ggml-rpc-server")), "-H", "127.0.0.1",
+                                 "-p", str(port), "-t", "1"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+               for port in ports]
+    proxies = [DelayProxy(port) for port in ports]
+    time.sleep(1.0)
+    try:
+        yield proxies, ",".join(p.endpoint for p in proxies)
+    finally:
+        for proxy in proxies:
+            proxy.stop()
+        for server in servers:
+            server.terminate()
+            server.wait(10)
+
+
+def rpc_decode(model: Path, endpoints: str, tokens: int) -> float:
+    done = subprocess.run(
+        [str(llama_tool("llama-bench")), "-m", str(model), "--rpc", endpoints, "-ngl", "99",
+         "-t", "1", "-p", "0", "-n", str(tokens), "-r", "1", "-o", "json"],
+        capture_output=True, text=True, timeout=1800, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"llama-bench failed ({done.returncode}): {done.stderr[-600:]}")
+    return float(json.loads(done.stdout)[0]["avg_ts"])
+
+
+def unsplit_ms(binary: Path, model: Path, tokens: int, log_dir: Path) -> float:
+    """The compute of one token: the whole model on one worker, no network."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    (worker,) = start_route(binary, [WorkerSpec(model=model, layers=(0, 30), threads=1)],
+                            log_dir)
+    try:
+        rate, _ = decode([worker.endpoint], FREE_TEXT, tokens, "hub")
+    finally:
+        worker.stop()
+    return 1000.0 / rate
+
+
+def measure(binary: Path, model: Path, stages: int, delays: list[float], tokens: int,
+            rpc: bool, log_dir: Path) -> list[Row]:
+    rows: list[Row] = []
+
+    def add(delay: float, label: str, result: tuple[float, float | None]) -> None:
+        rows.append(Row(stages, delay, label, *result))
+        print(f"  S={stages} {delay:>4g} ms  {label:<30} {result[0]:7.1f} tok/s", flush=True)
+
+    with delayed_route(binary, model, stages, ring=False, log_dir=log_dir / f"chain{stages}") as route:
+        for delay in delays:
+            route.set_delay(delay / 1000)
+            add(delay, "hub", decode(route.endpoints, FREE_TEXT, tokens, "hub", loop=False))
+            add(delay, "chain", decode(route.endpoints, FREE_TEXT, tokens, "chain", loop=False))
+            add(delay, "chain loop", decode(route.endpoints, FREE_TEXT, tokens, "chain"))
+    with delayed_route(binary, model, stages, ring=True, log_dir=log_dir / f"ring{stages}") as route:
+        for delay in delays:
+            route.set_delay(delay / 1000)
+            add(delay, "ring", decode(route.endpoints, FREE_TEXT, tokens, "ring"))
+            add(delay, "ring + speculation, code", decode(
+                route.endpoints, REPETITIVE, tokens, "ring", speculate=SPECULATE))
+            add(delay, "ring + speculation, free text", decode(
+                route.endpoints, FREE_TEXT, tokens, "ring", speculate=SPECULATE))
+    if rpc:
+        with rpc_servers(stages) as (proxies, endpoints):
+            for delay in delays:
+                for proxy in proxies:
+                    proxy.delay = delay / 1000
+                add(delay, "llama.cpp RPC", (rpc_decode(model, endpoints, tokens), None))
+    return rows
+
+
+def report(rows: list[Row], compute_ms: float) -> None:
+    print(f"\ncompute (unsplit, 1 thread): {compute_ms:.1f} ms/token; limit = compute + "
+          "S x one-way")
+    print(f"{'S':>2} {'one-way':>8} {'row':<30} {'tok/s':>7} {'ms/tok':>7} {'legs':>5} "
+          f"{'limit':>7} {'of limit':>9} {'accept':>7}")
+    for row in rows:
+        ms = 1000.0 / row.rate
+        legs = f"{(ms - compute_ms) / row.delay_ms:5.1f}" if row.delay_ms else "    -"
+        limit = 1000.0 / (compute_ms + row.stages * row.delay_ms)
+        accept = f"{row.acceptance:7.2f}" if row.acceptance is not None else "       "
+        print(f"{row.stages:>2} {row.delay_ms:>6g}ms {row.label:<30} {row.rate:7.1f} {ms:7.1f} "
+              f"{legs} {limit:7.1f} {100 * row.rate / limit:8.1f}% {accept}")
+    by = {(r.stages, r.delay_ms, r.label): r.rate for r in rows}
+    print()
+    for (stages, delay, label), rate in by.items():
+        rpc = by.get((stages, delay, "llama.cpp RPC"))
+        if label == "ring" and rpc:
+            print(f"S={stages} {delay:g} ms: ring x{rate / rpc:.2f} llama.cpp RPC")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--stages", default="2,3,4", help="Stage counts, comma separated.")
+    parser.add_argument("--delays", default="0,5,10,25", help="One-way ms per leg.")
+    parser.add_argument("--tokens", type=int, default=32, help="Decoded tokens per row.")
+    parser.add_argument("--no-rpc", action="store_true", help="Leave llama.cpp RPC out.")
+    parser.add_argument("--bin-dir", type=Path, default=None)
+    options = parser.parse_args()
+    binary = options.bin_dir / "meshnet-shard-worker" if options.bin_dir else worker_binary()
+    model = smollm2_gguf()
+    delays = [float(d) for d in options.delays.split(",")]
+    log_dir = Path(tempfile.mkdtemp(prefix="meshnet-wan-"))
+    print(f"SmolLM2-135M Q4_1, {options.tokens} tokens per row, load average "
+          f"{os.getloadavg()[0]:.2f}, logs in {log_dir}")
+    compute_ms = unsplit_ms(binary, model, options.tokens, log_dir / "unsplit")
+    rows: list[Row] = []
+    for stages in (int(s) for s in options.stages.split(",")):
+        rows += measure(binary, model, stages, delays, options.tokens, not options.no_rpc,
+                        log_dir)
+    report(rows, compute_ms)
+
+
+if __name__ == "__main__":
+    main()
