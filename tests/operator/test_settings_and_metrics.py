@@ -215,3 +215,23 @@ def test_only_the_last_of_the_pods_we_deleted_going_is_news() -> None:
     assert expect.gone("r", "r-s0-e1")  # r-s1-e1 still going: nothing to plan yet
     assert not expect.gone("r", "r-s1-e1")  # the last one: the new epoch can start
     assert not expect.gone("r", "someone-elses")  # not ours: always news
+
+
+def test_a_daemon_copies_the_route_and_its_pods_again_only_when_they_changed() -> None:
+    from meshnet.operator.tracker_daemon import _Snapshot
+
+    snapshot = _Snapshot()
+    live = {"metadata": {"name": "r", "resourceVersion": "7"}, "status": {"epoch": 1}}
+    first = snapshot.body(live)
+    assert first == live and first is not live
+    live["status"]["epoch"] = 2  # what a pass holds does not move under it
+    assert first["status"]["epoch"] == 1
+    assert snapshot.body(live) is first  # same resourceVersion: the same copy
+    live = {**live, "metadata": {"name": "r", "resourceVersion": "8"}}
+    assert snapshot.body(live)["status"]["epoch"] == 2
+    pod, other = {"name": "r-s0-e1"}, {"name": "r-s1-e1"}
+    pods = snapshot.pods([pod, other])
+    assert pods == [pod, other] and pods[0] is not pod
+    assert snapshot.pods([pod, other]) is pods  # the index holds the same objects
+    assert snapshot.pods([pod, {"name": "r-s1-e2"}])[1] == {"name": "r-s1-e2"}
+    assert snapshot.pods([pod]) == [pod]
