@@ -22,6 +22,7 @@ local relay off, so no leg bypasses its proxy.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import subprocess
@@ -56,7 +57,7 @@ class Row:
 
 def spans(stages: int, layers: int = 30) -> list[tuple[int, int]]:
     cuts = [round(i * layers / stages) for i in range(stages + 1)]
-    return list(zip(cuts, cuts[1:], strict=False))
+    return list(itertools.pairwise(cuts))
 
 
 @dataclass
@@ -154,27 +155,27 @@ def unsplit_ms(binary: Path, model: Path, tokens: int, log_dir: Path) -> float:
 
 
 def measure(binary: Path, model: Path, stages: int, delays: list[float], tokens: int,
-            rpc: bool, log_dir: Path) -> list[Row]:
+            spec_tokens: int, rpc: bool, log_dir: Path) -> list[Row]:
     rows: list[Row] = []
 
     def add(delay: float, label: str, result: tuple[float, float | None]) -> None:
         rows.append(Row(stages, delay, label, *result))
         print(f"  S={stages} {delay:>4g} ms  {label:<30} {result[0]:7.1f} tok/s", flush=True)
 
-    with delayed_route(binary, model, stages, ring=False, log_dir=log_dir / f"chain{stages}") as route:
+    with delayed_route(binary, model, stages, False, log_dir / f"chain{stages}") as route:
         for delay in delays:
             route.set_delay(delay / 1000)
             add(delay, "hub", decode(route.endpoints, FREE_TEXT, tokens, "hub", loop=False))
             add(delay, "chain", decode(route.endpoints, FREE_TEXT, tokens, "chain", loop=False))
             add(delay, "chain loop", decode(route.endpoints, FREE_TEXT, tokens, "chain"))
-    with delayed_route(binary, model, stages, ring=True, log_dir=log_dir / f"ring{stages}") as route:
+    with delayed_route(binary, model, stages, True, log_dir / f"ring{stages}") as route:
         for delay in delays:
             route.set_delay(delay / 1000)
             add(delay, "ring", decode(route.endpoints, FREE_TEXT, tokens, "ring"))
             add(delay, "ring + speculation, code", decode(
-                route.endpoints, REPETITIVE, tokens, "ring", speculate=SPECULATE))
+                route.endpoints, REPETITIVE, spec_tokens, "ring", speculate=SPECULATE))
             add(delay, "ring + speculation, free text", decode(
-                route.endpoints, FREE_TEXT, tokens, "ring", speculate=SPECULATE))
+                route.endpoints, FREE_TEXT, spec_tokens, "ring", speculate=SPECULATE))
     if rpc:
         with rpc_servers(stages) as (proxies, endpoints):
             for delay in delays:
@@ -209,6 +210,9 @@ def main() -> None:
     parser.add_argument("--stages", default="2,3,4", help="Stage counts, comma separated.")
     parser.add_argument("--delays", default="0,5,10,25", help="One-way ms per leg.")
     parser.add_argument("--tokens", type=int, default=32, help="Decoded tokens per row.")
+    parser.add_argument("--spec-tokens", type=int, default=96,
+                        help="Decoded tokens of the speculation rows (drafting adapts as it "
+                             "goes: short runs show mostly its start).")
     parser.add_argument("--no-rpc", action="store_true", help="Leave llama.cpp RPC out.")
     parser.add_argument("--bin-dir", type=Path, default=None)
     options = parser.parse_args()
@@ -216,13 +220,14 @@ def main() -> None:
     model = smollm2_gguf()
     delays = [float(d) for d in options.delays.split(",")]
     log_dir = Path(tempfile.mkdtemp(prefix="meshnet-wan-"))
-    print(f"SmolLM2-135M Q4_1, {options.tokens} tokens per row, load average "
+    print(f"SmolLM2-135M Q4_1, {options.tokens} tokens per row ({options.spec_tokens} with "
+          f"speculation), load average "
           f"{os.getloadavg()[0]:.2f}, logs in {log_dir}")
     compute_ms = unsplit_ms(binary, model, options.tokens, log_dir / "unsplit")
     rows: list[Row] = []
     for stages in (int(s) for s in options.stages.split(",")):
-        rows += measure(binary, model, stages, delays, options.tokens, not options.no_rpc,
-                        log_dir)
+        rows += measure(binary, model, stages, delays, options.tokens, options.spec_tokens,
+                        not options.no_rpc, log_dir)
     report(rows, compute_ms)
 
 

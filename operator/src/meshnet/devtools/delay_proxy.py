@@ -36,6 +36,12 @@ class DelayProxy:
         self._ready.set()
         self._loop.run_forever()
         self._server.close()
+        # Connections still open end here, quietly, before the loop closes.
+        pending = asyncio.all_tasks(self._loop)
+        for task in pending:
+            task.cancel()
+        self._loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        self._loop.close()
 
     async def _serve(self, client_r: asyncio.StreamReader,
                      client_w: asyncio.StreamWriter) -> None:
