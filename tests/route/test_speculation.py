@@ -195,7 +195,7 @@ def test_meshnet_generate_speculates_with_the_acceptance_in_its_json(
          "--max-tokens", "32", "--ignore-eos", "--json", *flag],
         capture_output=True, text=True, check=True, timeout=120)
     data = json.loads(result.stdout)
-    assert data["speculate"] == (4 if len(flag) == 1 else 6)
+    assert data["speculate"] == (7 if len(flag) == 1 else 6)
     assert data["tokens"] == reference(data["prompt_tokens"], 32)
     assert 0 < data["accepted_draft_tokens"] <= data["draft_tokens"]
     assert data["acceptance_rate"] == round(
