@@ -8,8 +8,9 @@ hold; free text rarely repeats, and then no draft is offered at all.
 The draft length adapts (`DraftLength`): it doubles after a step whose drafts all held
 (a copied stretch goes on for a while), falls to what held after a rejection, and after
 `patience` steps in a row with no draft accepted, drafting pauses for `pause` tokens
-(doubling up to `max_pause` while probes keep failing) before it probes again. Every decision is a function of the tokens
-alone, so a re-run (or a recovery) drafts the same way.
+(doubling up to `max_pause` while probes keep failing) before it probes again. Every
+decision is a function of the tokens alone, so a re-run (or a recovery) drafts the same
+way.
 """
 
 from __future__ import annotations
