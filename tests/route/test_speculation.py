@@ -200,3 +200,34 @@ def test_meshnet_generate_speculates_with_the_acceptance_in_its_json(
     assert 0 < data["accepted_draft_tokens"] <= data["draft_tokens"]
     assert data["acceptance_rate"] == round(
         data["accepted_draft_tokens"] / data["draft_tokens"], 4)
+
+
+@pytest.mark.parametrize("rows", [2, 5, 8])
+def test_a_verification_steps_rows_are_bit_identical_to_one_token_steps(
+    one_stage: list[WorkerProcess], rows: int,
+) -> None:
+    """Why speculation is exact on the CPU lane: each row of a step of up to MAX_DRAFT + 1
+    rows has the logits a one-token decode step computes, to the bit."""
+    client = StageClient(one_stage[0].endpoint)
+    prompt = client.tokenize(CODE)
+    following = client.tokenize(" return total\n\ndef mean(values):\n", add_special=False)[:rows]
+    assert len(following) == rows
+
+    def logits(session: str, n_past: int, tokens: list[int]) -> list[list[float]]:
+        request = pb.ForwardRequest(
+            key=pb.RouteKey(route_id="test/spec", epoch=1, session_id=session),
+            n_past=n_past, positions=range(n_past, n_past + len(tokens)), tokens=tokens,
+            output=pb.OutputRequest(kind=pb.OUTPUT_KIND_LOGITS, rows=range(len(tokens))))
+        return [list(row.logits) for row in client.forward(request).rows]
+
+    try:
+        n = len(prompt)
+        logits(f"one-{rows}", 0, prompt)
+        logits(f"all-{rows}", 0, prompt)
+        alone = [logits(f"one-{rows}", n + i, [t])[0] for i, t in enumerate(following)]
+        together = logits(f"all-{rows}", n, following)
+        assert together == alone
+    finally:
+        for session in (f"one-{rows}", f"all-{rows}"):
+            client.release(pb.RouteKey(route_id="test/spec", epoch=1, session_id=session))
+        client.close()
