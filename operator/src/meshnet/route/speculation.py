@@ -34,8 +34,10 @@ if TYPE_CHECKING:
 
 # Tokens the first stage's loop decodes when the context offers no draft (a new stretch
 # of text): fewer legs per token than steps stepped by the driver, and short enough that
-# a repetition starting meanwhile is soon drafted from.
+# a repetition starting meanwhile is soon drafted from. It doubles (up to the most) while
+# the context keeps offering none: each loop costs the driver two legs to start.
 UNMATCHED_STRETCH = 4
+MOST_UNMATCHED_STRETCH = 32
 
 
 def verify(run: _Run, tokens: list[int], discard: bool) -> list[int]:
@@ -98,6 +100,7 @@ def speculated(run: _Run, token: int, count: int, stop_ids: set[int],
     stats = run.result
     produced = 0
     held, session = len(run.history), run.session_id  # positions the stages hold
+    stretch = UNMATCHED_STRETCH
     while produced < count:
         route = run.driver.route
         if run.session_id != session:  # recovered: a new session holds the history only
@@ -107,7 +110,9 @@ def speculated(run: _Run, token: int, count: int, stop_ids: set[int],
         draft = lookup.draft(room)
         if not draft and run.driver.uses_loop(route) and count - produced > 1:
             # nothing to verify: the first stage's loop costs fewer legs per token
-            plain = min(length.paused_for or UNMATCHED_STRETCH, count - produced)
+            plain = min(length.paused_for or stretch, count - produced)
+            if not length.paused_for:
+                stretch = min(MOST_UNMATCHED_STRETCH, stretch * 2)
             for sampled in _looped(run, token, plain, stop_ids, discard=held > n_past):
                 produced += 1
                 length.decoded_plainly(1)
@@ -118,6 +123,7 @@ def speculated(run: _Run, token: int, count: int, stop_ids: set[int],
                     return
             held, session = len(run.history), run.session_id
             continue
+        stretch = UNMATCHED_STRETCH
         step = [token, *draft]
         try:
             out = verify(run, step, discard=held > n_past)
