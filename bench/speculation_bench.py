@@ -9,10 +9,11 @@ workload (code that is edited line by line) and on free text.
 Rows: the chain with the first stage's decode loop (the fastest path without
 speculation: 2(S-1) legs per token plus the driver's 2 per generation), speculation on
 the chain stepped by the driver (2S legs per verification step: the answer comes back
-along the chain), and the hub (2S legs per step) without and with speculation. Each row's tokens are checked against plain greedy decoding
-of the same route (the loop row) and the bench fails if any differs. The ring limit is
-the best a ring without speculation can do: the stages' engine time per token (measured
-on the loop row) plus S legs. Rounds are interleaved; the table gives medians.
+along the chain), and the hub (2S legs per step) without and with speculation. Each
+row's tokens are checked against plain greedy decoding of the same route (the loop row)
+and the bench fails if any differs. The ring limit is the best a ring without
+speculation can do: the stages' engine time per token (measured on the loop row) plus S
+legs. Rounds are interleaved; the table gives medians.
 """
 
 from __future__ import annotations
