@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 import threading
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -95,6 +96,30 @@ def test_greedy_tokens_are_plain_greedys_with_speculation(
                 # the repetitive prompt: most drafted tokens hold, fewer steps than tokens
                 assert speculated.acceptance_rate > 0.5, speculated.to_json()
                 assert speculated.speculative_steps < TOKENS / 2
+
+
+def draft_counts(worker: WorkerProcess) -> dict[str, float]:
+    """The last stage's meshnet_shard_draft_tokens_total by outcome."""
+    text = urllib.request.urlopen(
+        f"http://127.0.0.1:{worker.metrics_port}/metrics", timeout=5).read().decode()
+    counts = {}
+    for line in text.splitlines():
+        if line.startswith("meshnet_shard_draft_tokens_total{"):
+            outcome = line.split('outcome="', 1)[1].split('"', 1)[0]
+            counts[outcome] = float(line.rsplit(" ", 1)[1])
+    return counts
+
+
+def test_the_last_stage_counts_the_drafts_it_verified_and_accepted(
+    two_stages: list[WorkerProcess],
+) -> None:
+    before = draft_counts(two_stages[-1])
+    with RouteDriver(endpoints(two_stages), topology="chain") as driver:
+        speculated = driver.generate(CODE, max_tokens=TOKENS, stop_at_eos=False, speculate=4)
+    after = draft_counts(two_stages[-1])
+    assert speculated.accepted_draft_tokens > 0
+    assert after["verified"] - before["verified"] == speculated.draft_tokens
+    assert after["accepted"] - before["accepted"] == speculated.accepted_draft_tokens
 
 
 @pytest.mark.parametrize("local", [False, True])
