@@ -185,12 +185,13 @@ def test_every_stage_drops_the_rejected_drafts_and_goes_on_as_plain_decoding(
     assert refused.value.reason == "CACHE_MISS"
 
 
+@pytest.mark.parametrize("topology", ["hub", "chain"])
 def test_a_stage_restarted_mid_generation_is_recovered_with_the_same_tokens(
-    shard_worker: Path, smollm2: Path, tmp_path: Path,
+    shard_worker: Path, smollm2: Path, tmp_path: Path, topology: str,
 ) -> None:
     workers = start(shard_worker, smollm2, [(0, 15), (15, 30)], tmp_path)
     try:
-        with RouteDriver(endpoints(workers), topology="chain") as driver:
+        with RouteDriver(endpoints(workers), topology=topology) as driver:
             expected = driver.generate(CODE, max_tokens=TOKENS, stop_at_eos=False)
             seen = [0]
 
