@@ -59,7 +59,7 @@ def two_stages(shard_worker: Path, smollm2: Path, tmp_path_factory: pytest.TempP
 
 
 @pytest.fixture(scope="module")
-def three_stages(shard_worker: Path, smollm2: Path, tmp_path_factory: pytest.TempPathFactory,
+def three_chained(shard_worker: Path, smollm2: Path, tmp_path_factory: pytest.TempPathFactory,
                  ) -> Iterator[list[WorkerProcess]]:
     workers = start(shard_worker, smollm2, [(0, 10), (10, 20), (20, 30)],
                     tmp_path_factory.mktemp("spec3"))
@@ -70,8 +70,8 @@ def three_stages(shard_worker: Path, smollm2: Path, tmp_path_factory: pytest.Tem
 
 @pytest.fixture
 def routes(one_stage: list[WorkerProcess], two_stages: list[WorkerProcess],
-           three_stages: list[WorkerProcess]) -> dict[int, list[WorkerProcess]]:
-    return {1: one_stage, 2: two_stages, 3: three_stages}
+           three_chained: list[WorkerProcess]) -> dict[int, list[WorkerProcess]]:
+    return {1: one_stage, 2: two_stages, 3: three_chained}
 
 
 def endpoints(workers: list[WorkerProcess]) -> list[str]:
@@ -162,26 +162,26 @@ def hub_step(workers: list[WorkerProcess], session: str, tokens: list[int], n_pa
 
 
 def test_every_stage_drops_the_rejected_drafts_and_goes_on_as_plain_decoding(
-    three_stages: list[WorkerProcess], reference: Reference,
+    three_chained: list[WorkerProcess], reference: Reference,
 ) -> None:
-    with RouteDriver(endpoints(three_stages)) as driver:
+    with RouteDriver(endpoints(three_chained)) as driver:
         prompt = driver.tokenize(FREE)
     expected = reference(prompt, 3)
     n = len(prompt)
     verified = pb.OutputRequest(kind=pb.OUTPUT_KIND_VERIFIED)
     sampled = pb.OutputRequest(kind=pb.OUTPUT_KIND_SAMPLED)
-    first = hub_step(three_stages, "discard", prompt, 0, sampled)[-1].sampled_tokens[0]
+    first = hub_step(three_chained, "discard", prompt, 0, sampled)[-1].sampled_tokens[0]
     assert first == expected[0]
     right, wrong = expected[1], (expected[2] + 1) % 49152
-    answers = hub_step(three_stages, "discard", [first, right, wrong, wrong], n, verified)
+    answers = hub_step(three_chained, "discard", [first, right, wrong, wrong], n, verified)
     assert [a.n_past for a in answers] == [n + 4] * 3  # every row ran everywhere
     assert list(answers[-1].sampled_tokens) == [right, expected[2]]  # one held, a correction
     # The accepted tokens end at n + 2; positions n + 2 and n + 3 (the rejected) go.
-    answers = hub_step(three_stages, "discard", [expected[2]], n + 2, verified, discard=True)
+    answers = hub_step(three_chained, "discard", [expected[2]], n + 2, verified, discard=True)
     assert [a.n_past for a in answers] == [n + 3] * 3
     assert list(answers[-1].sampled_tokens) == reference(prompt, 4)[3:]
     with pytest.raises(StageError) as refused:  # the stage holds what the step builds on only
-        hub_step(three_stages, "discard", [1], n + 4, verified, discard=True)
+        hub_step(three_chained, "discard", [1], n + 4, verified, discard=True)
     assert refused.value.reason == "CACHE_MISS"
 
 
