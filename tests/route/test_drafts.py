@@ -42,12 +42,13 @@ def test_the_index_grows_with_the_tokens() -> None:
     assert index.draft(2) == []
 
 
-def test_the_length_grows_on_full_acceptance_and_falls_to_what_held() -> None:
-    length = DraftLength(start=3, most=5)
-    length.verified(drafted=3, accepted=3)
+def test_the_length_doubles_on_full_acceptance_and_falls_to_what_held() -> None:
+    length = DraftLength(start=1, most=5)
+    length.verified(drafted=1, accepted=1)
+    assert length.wanted() == 2
+    length.verified(drafted=2, accepted=2)
     assert length.wanted() == 4
     length.verified(drafted=4, accepted=4)
-    length.verified(drafted=5, accepted=5)
     assert length.wanted() == 5  # capped
     length.verified(drafted=5, accepted=2)
     assert length.wanted() == 2

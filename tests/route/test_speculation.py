@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 import threading
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -58,7 +59,7 @@ def two_stages(shard_worker: Path, smollm2: Path, tmp_path_factory: pytest.TempP
 
 
 @pytest.fixture(scope="module")
-def three_stages(shard_worker: Path, smollm2: Path, tmp_path_factory: pytest.TempPathFactory,
+def three_chained(shard_worker: Path, smollm2: Path, tmp_path_factory: pytest.TempPathFactory,
                  ) -> Iterator[list[WorkerProcess]]:
     workers = start(shard_worker, smollm2, [(0, 10), (10, 20), (20, 30)],
                     tmp_path_factory.mktemp("spec3"))
@@ -69,8 +70,8 @@ def three_stages(shard_worker: Path, smollm2: Path, tmp_path_factory: pytest.Tem
 
 @pytest.fixture
 def routes(one_stage: list[WorkerProcess], two_stages: list[WorkerProcess],
-           three_stages: list[WorkerProcess]) -> dict[int, list[WorkerProcess]]:
-    return {1: one_stage, 2: two_stages, 3: three_stages}
+           three_chained: list[WorkerProcess]) -> dict[int, list[WorkerProcess]]:
+    return {1: one_stage, 2: two_stages, 3: three_chained}
 
 
 def endpoints(workers: list[WorkerProcess]) -> list[str]:
@@ -95,6 +96,30 @@ def test_greedy_tokens_are_plain_greedys_with_speculation(
                 # the repetitive prompt: most drafted tokens hold, fewer steps than tokens
                 assert speculated.acceptance_rate > 0.5, speculated.to_json()
                 assert speculated.speculative_steps < TOKENS / 2
+
+
+def draft_counts(worker: WorkerProcess) -> dict[str, float]:
+    """The last stage's meshnet_shard_draft_tokens_total by outcome."""
+    text = urllib.request.urlopen(
+        f"http://127.0.0.1:{worker.metrics_port}/metrics", timeout=5).read().decode()
+    counts = {}
+    for line in text.splitlines():
+        if line.startswith("meshnet_shard_draft_tokens_total{"):
+            outcome = line.split('outcome="', 1)[1].split('"', 1)[0]
+            counts[outcome] = float(line.rsplit(" ", 1)[1])
+    return counts
+
+
+def test_the_last_stage_counts_the_drafts_it_verified_and_accepted(
+    two_stages: list[WorkerProcess],
+) -> None:
+    before = draft_counts(two_stages[-1])
+    with RouteDriver(endpoints(two_stages), topology="chain") as driver:
+        speculated = driver.generate(CODE, max_tokens=TOKENS, stop_at_eos=False, speculate=4)
+    after = draft_counts(two_stages[-1])
+    assert speculated.accepted_draft_tokens > 0
+    assert after["verified"] - before["verified"] == speculated.draft_tokens
+    assert after["accepted"] - before["accepted"] == speculated.accepted_draft_tokens
 
 
 @pytest.mark.parametrize("local", [False, True])
@@ -137,35 +162,36 @@ def hub_step(workers: list[WorkerProcess], session: str, tokens: list[int], n_pa
 
 
 def test_every_stage_drops_the_rejected_drafts_and_goes_on_as_plain_decoding(
-    three_stages: list[WorkerProcess], reference: Reference,
+    three_chained: list[WorkerProcess], reference: Reference,
 ) -> None:
-    with RouteDriver(endpoints(three_stages)) as driver:
+    with RouteDriver(endpoints(three_chained)) as driver:
         prompt = driver.tokenize(FREE)
     expected = reference(prompt, 3)
     n = len(prompt)
     verified = pb.OutputRequest(kind=pb.OUTPUT_KIND_VERIFIED)
     sampled = pb.OutputRequest(kind=pb.OUTPUT_KIND_SAMPLED)
-    first = hub_step(three_stages, "discard", prompt, 0, sampled)[-1].sampled_tokens[0]
+    first = hub_step(three_chained, "discard", prompt, 0, sampled)[-1].sampled_tokens[0]
     assert first == expected[0]
     right, wrong = expected[1], (expected[2] + 1) % 49152
-    answers = hub_step(three_stages, "discard", [first, right, wrong, wrong], n, verified)
+    answers = hub_step(three_chained, "discard", [first, right, wrong, wrong], n, verified)
     assert [a.n_past for a in answers] == [n + 4] * 3  # every row ran everywhere
     assert list(answers[-1].sampled_tokens) == [right, expected[2]]  # one held, a correction
     # The accepted tokens end at n + 2; positions n + 2 and n + 3 (the rejected) go.
-    answers = hub_step(three_stages, "discard", [expected[2]], n + 2, verified, discard=True)
+    answers = hub_step(three_chained, "discard", [expected[2]], n + 2, verified, discard=True)
     assert [a.n_past for a in answers] == [n + 3] * 3
     assert list(answers[-1].sampled_tokens) == reference(prompt, 4)[3:]
     with pytest.raises(StageError) as refused:  # the stage holds what the step builds on only
-        hub_step(three_stages, "discard", [1], n + 4, verified, discard=True)
+        hub_step(three_chained, "discard", [1], n + 4, verified, discard=True)
     assert refused.value.reason == "CACHE_MISS"
 
 
+@pytest.mark.parametrize("topology", ["hub", "chain"])
 def test_a_stage_restarted_mid_generation_is_recovered_with_the_same_tokens(
-    shard_worker: Path, smollm2: Path, tmp_path: Path,
+    shard_worker: Path, smollm2: Path, tmp_path: Path, topology: str,
 ) -> None:
     workers = start(shard_worker, smollm2, [(0, 15), (15, 30)], tmp_path)
     try:
-        with RouteDriver(endpoints(workers), topology="chain") as driver:
+        with RouteDriver(endpoints(workers), topology=topology) as driver:
             expected = driver.generate(CODE, max_tokens=TOKENS, stop_at_eos=False)
             seen = [0]
 
@@ -195,8 +221,39 @@ def test_meshnet_generate_speculates_with_the_acceptance_in_its_json(
          "--max-tokens", "32", "--ignore-eos", "--json", *flag],
         capture_output=True, text=True, check=True, timeout=120)
     data = json.loads(result.stdout)
-    assert data["speculate"] == (4 if len(flag) == 1 else 6)
+    assert data["speculate"] == (7 if len(flag) == 1 else 6)
     assert data["tokens"] == reference(data["prompt_tokens"], 32)
     assert 0 < data["accepted_draft_tokens"] <= data["draft_tokens"]
     assert data["acceptance_rate"] == round(
         data["accepted_draft_tokens"] / data["draft_tokens"], 4)
+
+
+@pytest.mark.parametrize("rows", [2, 5, 8])
+def test_a_verification_steps_rows_are_bit_identical_to_one_token_steps(
+    one_stage: list[WorkerProcess], rows: int,
+) -> None:
+    """Why speculation is exact on the CPU lane: each row of a step of up to MAX_DRAFT + 1
+    rows has the logits a one-token decode step computes, to the bit."""
+    client = StageClient(one_stage[0].endpoint)
+    prompt = client.tokenize(CODE)
+    following = client.tokenize(" return total\n\ndef mean(values):\n", add_special=False)[:rows]
+    assert len(following) == rows
+
+    def logits(session: str, n_past: int, tokens: list[int]) -> list[list[float]]:
+        request = pb.ForwardRequest(
+            key=pb.RouteKey(route_id="test/spec", epoch=1, session_id=session),
+            n_past=n_past, positions=range(n_past, n_past + len(tokens)), tokens=tokens,
+            output=pb.OutputRequest(kind=pb.OUTPUT_KIND_LOGITS, rows=range(len(tokens))))
+        return [list(row.logits) for row in client.forward(request).rows]
+
+    try:
+        n = len(prompt)
+        logits(f"one-{rows}", 0, prompt)
+        logits(f"all-{rows}", 0, prompt)
+        alone = [logits(f"one-{rows}", n + i, [t])[0] for i, t in enumerate(following)]
+        together = logits(f"all-{rows}", n, following)
+        assert together == alone
+    finally:
+        for session in (f"one-{rows}", f"all-{rows}"):
+            client.release(pb.RouteKey(route_id="test/spec", epoch=1, session_id=session))
+        client.close()

@@ -241,6 +241,25 @@ TEST("a slot continues where it stopped and forgets everything when cleared") {
     CHECK(full->step({tokens_request(1, tokens, 0, true)}).at(0).status == engine_status::ok);
 }
 
+TEST("a slot drops its last positions and goes on exactly as if it had never held them") {
+    engine_ptr full = load(0, -1, 2);
+    if (!full) { CHECK(false); return; }
+    CHECK(full->info().can_discard);
+    const std::vector<int32_t> tokens = prompt(*full, "One two three four five six");
+    const int32_t n = static_cast<int32_t>(tokens.size());
+    // slot 0: the prompt and three rejected drafts, which it then drops; slot 1: the prompt
+    CHECK(full->step({tokens_request(0, tokens, 0, false)}).at(0).status == engine_status::ok);
+    CHECK(full->step({tokens_request(0, {7, 8, 9}, n, false)}).at(0).status == engine_status::ok);
+    CHECK_EQ(full->slot_n_past(0), n + 3);
+    CHECK(full->slot_discard(0, n));
+    CHECK_EQ(full->slot_n_past(0), n);
+    CHECK(full->step({tokens_request(1, tokens, 0, false)}).at(0).status == engine_status::ok);
+    const step_result after_discard = full->step({tokens_request(0, {42}, n, true)}).at(0);
+    const step_result never_held    = full->step({tokens_request(1, {42}, n, true)}).at(0);
+    CHECK(after_discard.status == engine_status::ok && never_held.status == engine_status::ok);
+    CHECK(!after_discard.logits.empty() && after_discard.logits == never_held.logits);
+}
+
 TEST("a slot never grows past its context") {
     engine_ptr full = load(0, -1, 1);
     if (!full) { CHECK(false); return; }

@@ -41,10 +41,10 @@ from meshnet.route.drafts import MAX_DRAFT
                    "stage gets the last stage's tokens straight (--ring-last); hub: call "
                    "each stage; auto: ring, else chain, else hub, as the stages allow.")
 @click.option("--speculate", type=click.IntRange(0, MAX_DRAFT), default=0, is_flag=False,
-              flag_value=4, show_default=True, metavar="[K]",
+              flag_value=MAX_DRAFT, show_default=True, metavar="[K]",
               help="Speculative decoding: draft up to K tokens per step from the context "
-                   "(prompt lookup; --speculate alone: 4), verified exactly by the route. "
-                   "Tokens are unchanged; used only where every stage can discard.")
+                   "(prompt lookup; --speculate alone: 7, the most), verified exactly by the "
+                   "route. Tokens are unchanged; used only where every stage can discard.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print one JSON object: text, token ids, timings, recoveries.")
 @tls_client_options

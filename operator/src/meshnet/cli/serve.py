@@ -40,9 +40,9 @@ def split_listen(listen: str, option: str = "--listen") -> tuple[str, int]:
 @click.option("--exit-with-parent", type=click.IntRange(2), default=None, metavar="PID",
               help="Stop once PID, this process's parent, is gone (`meshnet up` sets it).")
 @click.option("--speculate", type=click.IntRange(0, MAX_DRAFT), default=0, is_flag=False,
-              flag_value=4, show_default=True, metavar="[K]",
+              flag_value=MAX_DRAFT, show_default=True, metavar="[K]",
               help="Speculative decoding for every request: draft up to K tokens per step "
-                   "(--speculate alone: 4); the text is unchanged. Counted in usage "
+                   "(--speculate alone: 7, the most); the text is unchanged. Counted in usage "
                    "(completion_tokens_details) and /metrics (spec_decode).")
 @tls_client_options
 def command(route_name: str | None, stages: tuple[str, ...], model: str | None, listen: str,

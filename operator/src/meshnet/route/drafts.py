@@ -5,11 +5,12 @@ Prompt lookup: the longest suffix of the context (up to `max_ngram` tokens, at l
 occurrence. Code editing, quoting and lists repeat their context, so such drafts often
 hold; free text rarely repeats, and then no draft is offered at all.
 
-The draft length adapts (`DraftLength`): it grows by one after a step whose drafts all
-held, falls to what held after a rejection, and after `patience` steps in a row with no
-draft accepted, drafting pauses for `pause` tokens (doubling up to `max_pause` while
-probes keep failing) before it probes again. Every decision is a function of the tokens
-alone, so a re-run (or a recovery) drafts the same way.
+The draft length adapts (`DraftLength`): it doubles after a step whose drafts all held
+(a copied stretch goes on for a while), falls to what held after a rejection, and after
+`patience` steps in a row with no draft accepted, drafting pauses for `pause` tokens
+(doubling up to `max_pause` while probes keep failing) before it probes again. Every
+decision is a function of the tokens alone, so a re-run (or a recovery) drafts the same
+way.
 """
 
 from __future__ import annotations
@@ -88,7 +89,7 @@ class DraftLength:
         if drafted <= 0:
             return
         if accepted == drafted:
-            self.length = min(self.most, self.length + 1)
+            self.length = min(self.most, self.length * 2)
         else:
             self.length = max(1, accepted)
         if accepted > 0:

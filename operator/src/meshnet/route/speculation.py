@@ -11,9 +11,10 @@ accept/reject rule for a deterministic draft, docs/architecture.md); exact as lo
 row computes in a step of k + 1 rows what it computes alone (the CPU lane's batch
 invariant widths, drafts.MAX_DRAFT).
 
-While drafting pauses (the drafts kept failing), a route that can let its first stage
-decode by itself (RouteDriver.uses_loop) does so for the paused tokens, so free text
-costs what it costs without speculation.
+While drafting pauses (the drafts kept failing), and for a few tokens whenever the
+context offers no draft, a route that can let its first stage decode by itself
+(RouteDriver.uses_loop) does so, so that free text costs about what it costs without
+speculation.
 """
 
 from __future__ import annotations
@@ -30,6 +31,13 @@ from meshnet.route.sampling import verify_drafts
 
 if TYPE_CHECKING:
     from meshnet.route.driver import _Run
+
+# Tokens the first stage's loop decodes when the context offers no draft (a new stretch
+# of text): fewer legs per token than steps stepped by the driver, and short enough that
+# a repetition starting meanwhile is soon drafted from. It doubles (up to the most) while
+# the context keeps offering none: each loop costs the driver two legs to start.
+UNMATCHED_STRETCH = 4
+MOST_UNMATCHED_STRETCH = 32
 
 
 def verify(run: _Run, tokens: list[int], discard: bool) -> list[int]:
@@ -92,13 +100,19 @@ def speculated(run: _Run, token: int, count: int, stop_ids: set[int],
     stats = run.result
     produced = 0
     held, session = len(run.history), run.session_id  # positions the stages hold
+    stretch = UNMATCHED_STRETCH
     while produced < count:
         route = run.driver.route
         if run.session_id != session:  # recovered: a new session holds the history only
             held, session = len(run.history), run.session_id
         n_past = len(run.history)
-        if length.wanted() == 0 and run.driver.uses_loop(route):
-            plain = min(length.paused_for, count - produced)
+        room = min(count - produced - 1, route.n_ctx - n_past - 1, length.wanted())
+        draft = lookup.draft(room)
+        if not draft and run.driver.uses_loop(route) and count - produced > 1:
+            # nothing to verify: the first stage's loop costs fewer legs per token
+            plain = min(length.paused_for or stretch, count - produced)
+            if not length.paused_for:
+                stretch = min(MOST_UNMATCHED_STRETCH, stretch * 2)
             for sampled in _looped(run, token, plain, stop_ids, discard=held > n_past):
                 produced += 1
                 length.decoded_plainly(1)
@@ -109,8 +123,7 @@ def speculated(run: _Run, token: int, count: int, stop_ids: set[int],
                     return
             held, session = len(run.history), run.session_id
             continue
-        room = min(count - produced - 1, route.n_ctx - n_past - 1, length.wanted())
-        draft = lookup.draft(room)
+        stretch = UNMATCHED_STRETCH
         step = [token, *draft]
         try:
             out = verify(run, step, discard=held > n_past)
