@@ -23,7 +23,7 @@ class DelayProxy:
         self._thread.start()
         if not self._ready.wait(10) or self._server is None:
             raise RuntimeError("the delay proxy did not start")
-        self.port = int(self._server.sockets[0].getsockname()[1])
+        self.port: int = int(self._server.sockets[0].getsockname()[1])
 
     @property
     def endpoint(self) -> str:
