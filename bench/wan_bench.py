@@ -30,7 +30,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from meshnet.bundled import smollm2_gguf
@@ -74,24 +74,31 @@ class DelayedRoute:
 @contextmanager
 def delayed_route(binary: Path, model: Path, stages: int, ring: bool,
                   log_dir: Path) -> Iterator[DelayedRoute]:
-    """S chained stages on fixed ports, each leg through its own proxy."""
+    """S chained stages, each leg through its own proxy. The proxies listen first and the
+    workers bind ports the kernel picks, last stage first, each proxy aimed at its worker
+    once that listens (no port is reserved ahead, so none can be taken meanwhile)."""
     log_dir.mkdir(parents=True, exist_ok=True)
-    ports = [free_port() for _ in range(stages)]
-    front = [DelayProxy(port) for port in ports]
-    links = [DelayProxy(port) for port in ports[1:]]
-    back = [DelayProxy(ports[-1])] if ring and stages > 1 else []
-    specs = [WorkerSpec(model=model, layers=span, threads=1, listen=f"127.0.0.1:{port}",
-                        local_relay=False, pipeline_depth=stages)
-             for span, port in zip(spans(stages), ports, strict=True)]
-    for index in range(stages - 1):
-        specs[index] = replace(specs[index], next_stage=links[index].endpoint)
-    if back:
-        specs[0] = replace(specs[0], ring_last=back[0].endpoint)
-    workers = start_route(binary, specs, log_dir)
+    front = [DelayProxy() for _ in range(stages)]
+    links = [DelayProxy() for _ in range(stages - 1)]  # stage i -> stage i + 1
+    back = [DelayProxy()] if ring and stages > 1 else []
+    workers: dict[int, WorkerProcess] = {}
     try:
-        yield DelayedRoute(workers, [*front, *links, *back], [p.endpoint for p in front])
+        for index, span in reversed(list(enumerate(spans(stages)))):
+            spec = WorkerSpec(model=model, layers=span, threads=1, local_relay=False,
+                              pipeline_depth=stages,
+                              next_stage=links[index].endpoint if index < stages - 1 else "",
+                              ring_last=back[0].endpoint if back and index == 0 else "")
+            worker = WorkerProcess(binary, spec, log_dir / f"worker-{index}.log").start()
+            workers[index] = worker
+            front[index].target_port = worker.port
+            if index > 0:
+                links[index - 1].target_port = worker.port
+            if back and index == stages - 1:
+                back[0].target_port = worker.port
+        yield DelayedRoute([workers[i] for i in range(stages)], [*front, *links, *back],
+                           [p.endpoint for p in front])
     finally:
-        for worker in workers:
+        for worker in workers.values():
             worker.stop()
         for proxy in [*front, *links, *back]:
             proxy.stop()
@@ -115,12 +122,14 @@ def llama_tool(name: str) -> Path:
 @contextmanager
 def rpc_servers(stages: int) -> Iterator[tuple[list[DelayProxy], str]]:
     """One ggml-rpc-server (1 thread) per stage, each behind a proxy."""
+    proxies = [DelayProxy() for _ in range(stages)]  # listening first: free_port skips them
     ports = [free_port() for _ in range(stages)]
     servers = [subprocess.Popen([str(llama_tool("ggml-rpc-server")), "-H", "127.0.0.1",
                                  "-p", str(port), "-t", "1"],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                for port in ports]
-    proxies = [DelayProxy(port) for port in ports]
+    for proxy, port in zip(proxies, ports, strict=True):
+        proxy.target_port = port
     time.sleep(1.0)
     try:
         yield proxies, ",".join(p.endpoint for p in proxies)

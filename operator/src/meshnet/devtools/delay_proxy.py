@@ -11,9 +11,11 @@ import time
 
 
 class DelayProxy:
-    """Forwards 127.0.0.1:`port` to 127.0.0.1:`target_port`, `delay` seconds one way."""
+    """Forwards 127.0.0.1:`port` to 127.0.0.1:`target_port`, `delay` seconds one way. The
+    target may be set later (a proxy's own port is known first, so a process can be
+    started pointing at it); until then connections are closed."""
 
-    def __init__(self, target_port: int, delay: float = 0.0) -> None:
+    def __init__(self, target_port: int | None = None, delay: float = 0.0) -> None:
         self.target_port = target_port
         self.delay = delay
         self._loop = asyncio.new_event_loop()
@@ -45,6 +47,9 @@ class DelayProxy:
 
     async def _serve(self, client_r: asyncio.StreamReader,
                      client_w: asyncio.StreamWriter) -> None:
+        if self.target_port is None:
+            client_w.close()
+            return
         try:
             target_r, target_w = await asyncio.open_connection("127.0.0.1", self.target_port)
         except OSError:
