@@ -27,9 +27,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from latency_bench import DelayProxy
-
 from meshnet.bundled import smollm2_gguf
+from meshnet.devtools.delay_proxy import DelayProxy
 from meshnet.route import Generation, RouteDriver
 from meshnet.route.launch import WorkerSpec, free_port, start_route, worker_binary
 
