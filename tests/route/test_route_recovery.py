@@ -33,6 +33,9 @@ def workers(
         specs = [replace(spec, local_relay=False) for spec in specs]
     started = start_route(shard_worker, specs, tmp_path, chain=request.param != "hub",
                           ring=request.param == "ring")
+    if request.param == "ring":
+        with RouteDriver([w.endpoint for w in started]) as driver:
+            assert driver.connect().ringed  # the cases below run on the ring
     yield started
     for worker in started:
         worker.stop()

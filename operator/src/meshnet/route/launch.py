@@ -29,6 +29,7 @@ WORKER_ENV_DEFAULTS = {"GOMP_SPINCOUNT": "3000"}
 
 _LISTENING = re.compile(r"listening on port (\d+)")
 _METRICS = re.compile(r"metrics on port (\d+)")
+RING_SUBSCRIBED = "ring: subscribed at the last stage"  # the first stage's log line
 
 
 class WorkerStartError(MeshnetError):
@@ -202,6 +203,15 @@ class WorkerProcess:
         if sink:
             sink.close()
 
+    def wait_for_line(self, text: str, timeout: float) -> None:
+        """Until the worker's log has a line with `text`; WorkerStartError after `timeout`."""
+        deadline = time.monotonic() + timeout
+        while not any(text in line for line in self.lines):
+            if not self.running() or time.monotonic() > deadline:
+                tail = "\n".join(self.lines[-20:])
+                raise WorkerStartError(f"worker {self.spec.layers} never logged {text!r}:\n{tail}")
+            time.sleep(0.02)
+
     def stop(self, timeout: float = 10.0) -> int | None:
         """SIGTERM, then SIGKILL after `timeout`; the exit code."""
         if self._proc is None or self._proc.poll() is not None:
@@ -251,6 +261,8 @@ def start_route(binary: Path, specs: Sequence[WorkerSpec], log_dir: Path | None 
                 spec = replace(spec, ring_last=workers[len(specs) - 1].endpoint)
             log = log_dir / f"worker-{index}.log" if log_dir else None
             workers[index] = WorkerProcess(binary, spec, log).start(timeout)
+        if ring and len(specs) > 1:
+            workers[0].wait_for_line(RING_SUBSCRIBED, timeout)  # a driver may ask for it at once
     except BaseException:
         for worker in workers.values():
             worker.kill()
