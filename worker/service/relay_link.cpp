@@ -20,6 +20,9 @@ namespace {
 
 using link_clock = std::chrono::steady_clock;
 
+// How long a release of an orphaned session may take at the next stage.
+constexpr std::chrono::seconds release_deadline{5};
+
 // A next stage that stops reading fails the write after this long (the stream breaks).
 constexpr int local_send_timeout_ms = 10000;
 // How often the link asks a next stage that did not answer about its local relay, and
@@ -376,6 +379,22 @@ void relay_link::send(std::vector<pb::ForwardRequest> steps, relay_batch_done do
             : grpc::Status(grpc::StatusCode::UNAVAILABLE, "the relay stream to the next stage broke twice"));
         done(answers);
     }
+}
+
+void relay_link::release(const pb::RouteKey & key) {
+    struct call {
+        grpc::ClientContext        context;
+        pb::ReleaseSessionRequest  request;
+        pb::ReleaseSessionResponse response;
+    };
+    auto * pending = new call;
+    pending->context.set_deadline(std::chrono::system_clock::now() + release_deadline);
+    pending->context.set_wait_for_ready(true); // a next stage that is restarting gets it too
+    *pending->request.mutable_key() = key;
+    // Best effort: a next stage that is gone holds nothing, and one that stays silent
+    // evicts the idle session itself.
+    stub_->async()->ReleaseSession(&pending->context, &pending->request, &pending->response,
+                                   [pending](const grpc::Status &) { delete pending; });
 }
 
 void relay_link::forget_local_relay() {

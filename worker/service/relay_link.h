@@ -48,6 +48,10 @@ public:
 
     void send(std::vector<pb::ForwardRequest> steps, relay_batch_done done);
 
+    // Frees the session at the next stage (ReleaseSession, not waited for; it goes on
+    // down the chain from there).
+    void release(const pb::RouteKey & key);
+
 private:
     class stream;
     class grpc_stream;

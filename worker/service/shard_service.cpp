@@ -62,6 +62,10 @@ static std::vector<int64_t> row_shape(const engine_info & info) {
     return {info.boundary_row};
 }
 
+static session_key key_of(const pb::RouteKey & key) {
+    return session_key{key.route_id(), key.epoch(), key.session_id()};
+}
+
 // A relayed step the next stage has not answered by then fails with DEADLINE_EXCEEDED:
 // long enough to wait out a next stage that restarts and loads its layers.
 static constexpr std::chrono::milliseconds relay_deadline{30'000};
@@ -86,7 +90,7 @@ shard_service::shard_service(service_identity identity, engine_i & engine, sessi
             if (token.key().route_id() != identity_.route_id || token.key().epoch() != identity_.epoch) {
                 return; // never another route's or epoch's token (the last stage checks too)
             }
-            ring_waiters_.deliver(session_key{token.key().route_id(), token.key().epoch(), token.key().session_id()},
+            ring_waiters_.deliver(key_of(token.key()),
                                   token.position(), token.token());
         });
     }
@@ -339,7 +343,7 @@ std::optional<shard_error> shard_service::prepare(const pb::ForwardRequest & req
             (plan.continue_tokens > 0 && ring_link_ && !ring_link_->incarnation().empty()));
     }
 
-    job.key         = session_key{request.key().route_id(), request.key().epoch(), request.key().session_id()};
+    job.key         = key_of(request.key());
     job.n_past      = n_past;
     job.positions.assign(request.positions().begin(), request.positions().end());
     if (wants_tokens) {
@@ -365,12 +369,24 @@ void shard_service::complete(output_plan & plan, step_outcome & outcome, pb::For
     }
     relay_entry entry;
     entry.request  = std::move(plan.relay_request);
+    entry.key      = plan.key;
     write_boundary(plan.n_tokens, outcome.boundary, *entry.request.mutable_boundary());
     write_trace(outcome.engine_micros, entry.own);
     entry.response = &response;
     entry.then     = std::move(then);
     std::lock_guard<std::mutex> lock(outbox_mutex_);
     outbox_.push_back(std::move(entry));
+}
+
+void shard_service::release(const session_key & key) {
+    steps_.release(key, nullptr);
+    if (next_) {
+        pb::RouteKey route_key;
+        route_key.set_route_id(key.route_id);
+        route_key.set_epoch(key.epoch);
+        route_key.set_session_id(key.session_id);
+        next_->release(route_key);
+    }
 }
 
 void shard_service::flush_relays() {
@@ -403,6 +419,12 @@ void shard_service::flush_relays() {
                 auto * chain = entry.response->mutable_chain();
                 *chain->Add() = entry.own;
                 std::rotate(chain->begin(), chain->end() - 1, chain->end()); // ours first
+            }
+            if (sessions_.find(key_of(entry.key)) < 0) {
+                // Released here (or evicted) while the step was downstream: the release
+                // sent on meanwhile may have come before the step made the session
+                // there, or found the next stage restarting.
+                next_->release(entry.key);
             }
             entry.then(answers[i].status);
         }
@@ -603,7 +625,7 @@ public:
         cancelled_ = true;
         std::lock_guard<std::recursive_mutex> lock(mutex_);
         for (const auto & key : keys_) {
-            service_.steps().release(key, nullptr);
+            service_.release(key);
         }
         keys_.clear();
     }
@@ -883,7 +905,10 @@ grpc::ServerUnaryReactor * shard_service::ReleaseSession(grpc::CallbackServerCon
         finish(reactor, "ReleaseSession", error_status(*error));
         return reactor;
     }
-    const session_key key{request->key().route_id(), request->key().epoch(), request->key().session_id()};
+    const session_key key = key_of(request->key());
+    if (next_) {
+        next_->release(request->key()); // a chain's client need only call its first stage
+    }
     steps_.release(key, [this, reactor, response](bool released) {
         response->set_released(released);
         finish(reactor, "ReleaseSession", grpc::Status::OK);

@@ -114,6 +114,8 @@ public:
     void finish(grpc::ServerUnaryReactor * reactor, const char * rpc, const grpc::Status & status);
 
     scheduler &        steps() { return steps_; }
+    // Frees the session here and down the chain (a stream that carried it was cancelled).
+    void release(const session_key & key);
     ring_waiters &     ring() { return ring_waiters_; }
     // Ends the Ring subscribers' streams (the worker stops: they would hold it up).
     void stop_ring() { ring_hub_.stop(); }
@@ -125,6 +127,7 @@ private:
     // A step waiting to be relayed with the others of its engine step.
     struct relay_entry {
         pb::ForwardRequest                        request;
+        pb::RouteKey                              key;      // kept: `request` goes to the link
         pb::StageTrace                            own;      // this stage's hop
         pb::ForwardResponse *                     response = nullptr;
         std::function<void(const grpc::Status &)> then;
