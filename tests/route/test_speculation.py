@@ -1,4 +1,5 @@
-"""Speculative decoding through real SmolLM2 routes (1, 2 and 3 stages, hub and chain):
+"""Speculative decoding through real SmolLM2 routes (1, 2 and 3 stages, hub, chain and
+ring; on a route whose first stage loops, inside its loop):
 the tokens are exactly plain decoding's - greedy and sampled - drafts on a repetitive
 prompt are accepted, every stage drops the rejected drafts' positions, and a stage that
 restarts mid-generation is recovered from with the same tokens."""
@@ -34,10 +35,10 @@ Reference = Callable[..., list[int]]
 
 
 def start(binary: Path, model: Path, split: list[tuple[int, int]], logs: Path,
-          ) -> list[WorkerProcess]:
+          ring: bool = False) -> list[WorkerProcess]:
     specs = [WorkerSpec(model=model, layers=span, route_id="test/spec", threads=1, ctx=512)
              for span in split]
-    return start_route(binary, specs, logs, chain=True)
+    return start_route(binary, specs, logs, chain=True, ring=ring)
 
 
 @pytest.fixture(scope="module")
@@ -68,30 +69,59 @@ def three_chained(shard_worker: Path, smollm2: Path, tmp_path_factory: pytest.Te
         worker.stop()
 
 
+@pytest.fixture(scope="module")
+def three_ringed(shard_worker: Path, smollm2: Path, tmp_path_factory: pytest.TempPathFactory,
+                 ) -> Iterator[list[WorkerProcess]]:
+    workers = start(shard_worker, smollm2, [(0, 10), (10, 20), (20, 30)],
+                    tmp_path_factory.mktemp("spec3ring"), ring=True)
+    yield workers
+    for worker in workers:
+        worker.stop()
+
+
 @pytest.fixture
 def routes(one_stage: list[WorkerProcess], two_stages: list[WorkerProcess],
-           three_chained: list[WorkerProcess]) -> dict[int, list[WorkerProcess]]:
-    return {1: one_stage, 2: two_stages, 3: three_chained}
+           three_chained: list[WorkerProcess], three_ringed: list[WorkerProcess],
+           ) -> dict[str, list[WorkerProcess]]:
+    return {"1": one_stage, "2": two_stages, "3": three_chained, "3 ringed": three_ringed}
 
 
 def endpoints(workers: list[WorkerProcess]) -> list[str]:
     return [w.endpoint for w in workers]
 
 
-@pytest.mark.parametrize(("stages", "topology"),
-                         [(1, "auto"), (2, "hub"), (2, "chain"), (3, "hub"), (3, "chain")])
+def forward_calls(worker: WorkerProcess) -> float:
+    """Forward calls the stage answered (a driver-verified step is one at the first)."""
+    text = urllib.request.urlopen(
+        f"http://127.0.0.1:{worker.metrics_port}/metrics", timeout=5).read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith('meshnet_shard_requests_total{rpc="Forward",code="OK"'))
+
+
+@pytest.mark.parametrize(("route", "topology"),
+                         [("1", "auto"), ("2", "hub"), ("2", "chain"), ("3", "hub"),
+                          ("3", "chain"), ("3 ringed", "ring")])
 def test_greedy_tokens_are_plain_greedys_with_speculation(
-    routes: dict[int, list[WorkerProcess]], reference: Reference, stages: int, topology: str,
+    routes: dict[str, list[WorkerProcess]], reference: Reference, route: str, topology: str,
 ) -> None:
-    with RouteDriver(endpoints(routes[stages]), topology=topology) as driver:
+    """Where the first stage decodes by itself (one stage, chain, ring) it drafts and the
+    last stage verifies inside its loop: the driver adds no step of its own."""
+    workers = routes[route]
+    with RouteDriver(endpoints(workers), topology=topology) as driver:
         for prompt in (CODE, FREE):
+            before = forward_calls(workers[0])
             plain = driver.generate(prompt, max_tokens=TOKENS, stop_at_eos=False)
+            between = forward_calls(workers[0])
             speculated = driver.generate(prompt, max_tokens=TOKENS, stop_at_eos=False,
                                          speculate=4)
+            after = forward_calls(workers[0])
             assert speculated.speculate == 4
             assert speculated.tokens == plain.tokens == reference(plain.prompt_tokens, TOKENS)
             assert speculated.recoveries == 0
-            assert speculated.topology == ("chain" if topology == "chain" else "hub")
+            assert speculated.topology == {"chain": "chain", "ring": "ring"}.get(topology, "hub")
+            assert speculated.decode_loop == (topology != "hub")
+            if speculated.decode_loop:
+                assert after - between == between - before  # the prefill's calls only
             if prompt is CODE:
                 # the repetitive prompt: most drafted tokens hold, fewer steps than tokens
                 assert speculated.acceptance_rate > 0.5, speculated.to_json()
@@ -124,12 +154,12 @@ def test_the_last_stage_counts_the_drafts_it_verified_and_accepted(
 
 @pytest.mark.parametrize("local", [False, True])
 def test_sampled_tokens_are_plain_samplings_with_speculation(
-    routes: dict[int, list[WorkerProcess]], local: bool,
+    routes: dict[str, list[WorkerProcess]], local: bool,
 ) -> None:
     """Positional draws make the accept/reject rule yield the very tokens plain sampling
     draws; the driver's own verification (--sample-locally) agrees with the worker's."""
     sampling = Sampling(temperature=0.7, top_k=40, top_p=0.95, seed=11)
-    with RouteDriver(endpoints(routes[2]), topology="chain", sample_locally=local) as driver:
+    with RouteDriver(endpoints(routes["2"]), topology="chain", sample_locally=local) as driver:
         plain = driver.generate(CODE, max_tokens=TOKENS, stop_at_eos=False, sampling=sampling)
         speculated = driver.generate(CODE, max_tokens=TOKENS, stop_at_eos=False,
                                      sampling=sampling, speculate=5)
@@ -185,11 +215,12 @@ def test_every_stage_drops_the_rejected_drafts_and_goes_on_as_plain_decoding(
     assert refused.value.reason == "CACHE_MISS"
 
 
-@pytest.mark.parametrize("topology", ["hub", "chain"])
+@pytest.mark.parametrize("topology", ["hub", "chain", "ring"])
 def test_a_stage_restarted_mid_generation_is_recovered_with_the_same_tokens(
     shard_worker: Path, smollm2: Path, tmp_path: Path, topology: str,
 ) -> None:
-    workers = start(shard_worker, smollm2, [(0, 15), (15, 30)], tmp_path)
+    workers = start(shard_worker, smollm2, [(0, 15), (15, 30)], tmp_path,
+                    ring=topology == "ring")
     try:
         with RouteDriver(endpoints(workers), topology=topology) as driver:
             expected = driver.generate(CODE, max_tokens=TOKENS, stop_at_eos=False)

@@ -114,14 +114,18 @@ grpc::ServerWriteReactor<pb::RingResponse> * ring_hub::subscribe(const pb::Route
     return subscriber;
 }
 
-void ring_hub::publish(const pb::RouteKey & key, int64_t position, int32_t token) {
+void ring_hub::publish(const pb::RouteKey & key, int64_t position, const std::vector<int32_t> & tokens) {
+    if (tokens.empty()) {
+        return;
+    }
     std::lock_guard<std::mutex> lock(mutex_);
     for (ring_subscriber * subscriber : subscribers_) {
         if (subscriber->serves(key)) {
             pb::RingResponse message;
             *message.mutable_key() = key;
             message.set_position(position);
-            message.set_token(token);
+            message.set_token(tokens.front());
+            message.mutable_tokens()->Add(tokens.begin(), tokens.end());
             subscriber->push(std::move(message));
         }
     }
@@ -219,7 +223,7 @@ bool ring_waiters::forget(const session_key & key, int64_t position) {
     return waiting_.erase({key, position}) > 0;
 }
 
-void ring_waiters::deliver(const session_key & key, int64_t position, int32_t token) {
+void ring_waiters::deliver(const session_key & key, int64_t position, std::vector<int32_t> tokens) {
     then_fn then;
     {
         std::lock_guard<std::mutex> lock(mutex_);
@@ -230,7 +234,7 @@ void ring_waiters::deliver(const session_key & key, int64_t position, int32_t to
         then = std::move(found->second);
         waiting_.erase(found);
     }
-    then(token);
+    then(std::move(tokens));
 }
 
 } // namespace meshnet

@@ -23,6 +23,7 @@
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 namespace meshnet {
 
@@ -39,7 +40,7 @@ public:
     // The Ring RPC's stream for a subscriber whose key was checked.
     grpc::ServerWriteReactor<pb::RingResponse> * subscribe(const pb::RouteKey & key);
     // Sends the token to every subscriber of the key's route and epoch.
-    void publish(const pb::RouteKey & key, int64_t position, int32_t token);
+    void publish(const pb::RouteKey & key, int64_t position, const std::vector<int32_t> & tokens);
     // Ends every stream (the worker stops) and waits until they are gone.
     void stop();
 
@@ -89,14 +90,14 @@ private:
 // The first stage's decode loops waiting for the ring's token of (session, position).
 class ring_waiters {
 public:
-    using then_fn = std::function<void(int32_t token)>;
+    using then_fn = std::function<void(std::vector<int32_t> tokens)>;
 
     void expect(const session_key & key, int64_t position, then_fn then);
     // True when it was still waiting (then is never called); false when the token came
     // first (then is running or ran).
     bool forget(const session_key & key, int64_t position);
     // Calls the waiting loop's `then`, if any, outside the lock.
-    void deliver(const session_key & key, int64_t position, int32_t token);
+    void deliver(const session_key & key, int64_t position, std::vector<int32_t> tokens);
 
 private:
     std::mutex                                             mutex_;

@@ -2,6 +2,7 @@
 // reaches the engine, so a bad request never touches a session's state.
 #include "shard_service.h"
 #include "draft_verify.h"
+#include "loop_drafts.h"
 #include "relay_stream.h"
 #include "utf8_text.h"
 #include "write_queue.h"
@@ -90,8 +91,11 @@ shard_service::shard_service(service_identity identity, engine_i & engine, sessi
             if (token.key().route_id() != identity_.route_id || token.key().epoch() != identity_.epoch) {
                 return; // never another route's or epoch's token (the last stage checks too)
             }
-            ring_waiters_.deliver(key_of(token.key()),
-                                  token.position(), token.token());
+            std::vector<int32_t> tokens(token.tokens().begin(), token.tokens().end());
+            if (tokens.empty()) {
+                tokens.push_back(token.token()); // a last stage that sends `token` only
+            }
+            ring_waiters_.deliver(key_of(token.key()), token.position(), std::move(tokens));
         });
     }
 }
@@ -134,6 +138,32 @@ std::optional<shard_error> shard_service::check_key(const pb::RouteKey & key) co
             "this worker serves epoch " + std::to_string(identity_.epoch) + ", the request carries " +
             std::to_string(key.epoch()),
             {{"stage_epoch", std::to_string(identity_.epoch)}});
+    }
+    return std::nullopt;
+}
+
+std::optional<shard_error> shard_service::check_loop_drafts(const pb::ForwardRequest & request,
+                                                            bool streaming) const {
+    if (request.loop_drafts() == 0) {
+        return request.draft_context_size() == 0 ? std::nullopt : std::optional<shard_error>(make_error(
+            error_reason::invalid_output_request, "draft_context is for a speculative loop (loop_drafts)"));
+    }
+    const char * problem =
+        !streaming || !info_.is_first() ? "loop_drafts is for a decode loop on the first stage (ForwardStream)" :
+        request.loop_drafts() > max_loop_drafts ? "loop_drafts is at most 7 (the widest exact verification step)" :
+        nullptr;
+    if (problem) {
+        return make_error(error_reason::invalid_output_request, problem);
+    }
+    if (!info_.can_discard) {
+        return make_error(error_reason::discard_unsupported,
+            "this stage cannot drop a suffix of a session's positions; a speculative loop needs it");
+    }
+    for (int32_t token : request.draft_context()) {
+        if (token < 0 || token >= info_.n_vocab) {
+            return make_error(error_reason::invalid_tokens,
+                "draft_context token id " + std::to_string(token) + " is outside the vocabulary");
+        }
     }
     return std::nullopt;
 }
@@ -321,13 +351,17 @@ std::optional<shard_error> shard_service::prepare(const pb::ForwardRequest & req
         }
     }
 
+    if (auto error = check_loop_drafts(request, streaming)) {
+        return error;
+    }
     if (request.continue_tokens() > 0) {
         const bool last_row_only = request.output().rows().empty() ||
             (request.output().rows_size() == 1 && request.output().rows(0) == n - 1);
+        const bool verified_loop = request.output().kind() == pb::OUTPUT_KIND_VERIFIED && request.loop_drafts() > 0;
         const char * problem =
             !streaming ? "continue_tokens works on ForwardStream only" :
             !info_.is_first() ? "continue_tokens needs the first stage (it embeds the sampled tokens)" :
-            request.output().kind() != pb::OUTPUT_KIND_SAMPLED ? "continue_tokens needs OUTPUT_KIND_SAMPLED" :
+            request.output().kind() != pb::OUTPUT_KIND_SAMPLED && !verified_loop ? "continue_tokens needs OUTPUT_KIND_SAMPLED" :
             !last_row_only ? "continue_tokens samples the last row only" :
             (!info_.is_last() && !plan.relay) ? "continue_tokens needs relay on a non-last stage" : nullptr;
         if (problem) {
@@ -360,9 +394,11 @@ void shard_service::complete(output_plan & plan, step_outcome & outcome, pb::For
                              std::function<void(const grpc::Status &)> then) {
     if (!plan.relay) {
         answer(plan, outcome, response);
-        if (plan.ring && plan.last && plan.kind == pb::OUTPUT_KIND_SAMPLED && response.sampled_tokens_size() == 1) {
+        const bool sampled = plan.kind == pb::OUTPUT_KIND_SAMPLED && response.sampled_tokens_size() == 1;
+        if (plan.ring && plan.last && (sampled || plan.kind == pb::OUTPUT_KIND_VERIFIED)) {
             // Straight to the first stage, before the answer starts back along the chain.
-            ring_hub_.publish(plan.key, response.n_past(), response.sampled_tokens(0));
+            ring_hub_.publish(plan.key, response.n_past() - plan.n_tokens,
+                              {response.sampled_tokens().begin(), response.sampled_tokens().end()});
         }
         then(grpc::Status::OK);
         return;
@@ -467,6 +503,7 @@ void shard_service::answer(const output_plan & plan, step_outcome & outcome, pb:
         const auto tokens = verify_drafts(outcome.logits.data(), n_vocab, plan.sampling, plan.row_positions,
                                           plan.step_tokens);
         response.mutable_sampled_tokens()->Add(tokens.begin(), tokens.end());
+        response.set_drafted_tokens(static_cast<uint32_t>(plan.step_tokens.size() - 1));
         metrics_.count_drafts(static_cast<int64_t>(plan.step_tokens.size()) - 1,
                               static_cast<int64_t>(tokens.size()) - 1);
         return;
@@ -664,15 +701,25 @@ private:
         bool     advanced = false;
         bool     ring     = false;   // waits for the ring's token too
         session_key key;
-        int64_t  position = 0;       // where the sampled token goes
+        int64_t  position = 0;       // the step's n_past: the ring's key (a loop's steps
+                                     // start ever later; after rejected drafts they can
+                                     // end at the same place)
+        std::shared_ptr<loop_drafter> drafter; // a speculative loop's drafts (else null)
     };
 
-    void submit(std::unique_lock<std::recursive_mutex> & lock, pb::ForwardRequest request) {
+    void submit(std::unique_lock<std::recursive_mutex> & lock, pb::ForwardRequest request,
+                std::shared_ptr<loop_drafter> drafter = nullptr) {
         step_job job;
         auto plan = std::make_shared<output_plan>();
         if (auto error = service_.prepare(request, job, *plan, /*streaming =*/ true)) {
             fail(lock, error_status(*error));
             return;
+        }
+        if (!drafter && request.loop_drafts() > 0 && plan->continue_tokens > 0) {
+            std::vector<int32_t> context(request.draft_context().begin(), request.draft_context().end());
+            context.insert(context.end(), request.tokens().begin(), request.tokens().end());
+            drafter = std::make_shared<loop_drafter>(static_cast<int>(request.loop_drafts()), context);
+            request.clear_draft_context(); // in the drafter now; the loop's steps copy the request
         }
         ++in_flight_;
         keys_.insert(job.key);
@@ -680,15 +727,17 @@ private:
         auto step = std::make_shared<step_state>();
         step->seq      = next_seq_++;
         step->key      = job.key;
-        step->position = request.n_past() + plan->n_tokens;
+        step->position = request.n_past();
         step->ring     = plan->relay && plan->relay_request.ring() && plan->continue_tokens > 0;
+        step->drafter  = std::move(drafter);
         auto template_request = std::make_shared<pb::ForwardRequest>(std::move(request));
         if (step->ring) {
             ++ring_waiting_;
-            service_.ring().expect(step->key, step->position, [this, plan, template_request, step](int32_t token) {
+            service_.ring().expect(step->key, step->position, [this, plan, template_request, step](
+                                       std::vector<int32_t> tokens) {
                 std::unique_lock<std::recursive_mutex> inner(mutex_);
                 --ring_waiting_;
-                if (advance(inner, *plan, *template_request, *step, step->position, token)) {
+                if (advance(inner, *plan, *template_request, *step, std::move(tokens))) {
                     service_.metrics().count_request("Ring", "OK");
                 }
                 maybe_finish(inner);
@@ -722,30 +771,52 @@ private:
         }
     }
 
-    // The loop's next step after `step`, fed `token` at `n_past`, unless the loop is done
-    // or another path went on already; true when it went on.
+    // The loop's next step after `step` (fed `previous`), which answered `tokens` (one,
+    // or a speculative step's accepted drafts and one more), unless the loop is done or
+    // another path went on already; true when it went on.
     bool advance(std::unique_lock<std::recursive_mutex> & lock, const output_plan & plan,
-                 const pb::ForwardRequest & previous, step_state & step, int64_t n_past, int32_t token) {
+                 const pb::ForwardRequest & previous, step_state & step, std::vector<int32_t> tokens) {
         if (step.advanced) {
             return false;
         }
         step.advanced = true;
-        const bool stop = token < 0 ||
-            std::find(previous.stop_token_ids().begin(), previous.stop_token_ids().end(), token) !=
-                previous.stop_token_ids().end();
-        if (plan.continue_tokens == 0 || stop || cancelled_ || finishing_) {
+        const auto & stops = previous.stop_token_ids();
+        const auto stop = std::find_first_of(tokens.begin(), tokens.end(), stops.begin(), stops.end());
+        // The step may answer at most what was left (its drafts were cut to fit).
+        const int64_t left = static_cast<int64_t>(plan.continue_tokens) + 1 - static_cast<int64_t>(tokens.size());
+        if (tokens.empty() || stop != tokens.end() || left <= 0 || cancelled_ || finishing_) {
             return false;
+        }
+        // What the stages keep of the step: all it was fed, or after a verification its
+        // first token and the drafts that held; they drop the rest (the rejected drafts)
+        // before the next step.
+        const bool    verified = previous.output().kind() == pb::OUTPUT_KIND_VERIFIED;
+        const int64_t held     = previous.n_past() + previous.tokens_size();
+        const int64_t n_past   = verified ? previous.n_past() + static_cast<int64_t>(tokens.size()) : held;
+        std::vector<int32_t> drafts;
+        if (step.drafter) {
+            step.drafter->answered({previous.tokens().begin(), previous.tokens().end()}, tokens);
+            const int64_t room = std::min<int64_t>(left - 1, service_.n_ctx() - n_past - 1);
+            drafts = step.drafter->next(static_cast<int>(std::max<int64_t>(room, 0)));
         }
         pb::ForwardRequest next = previous;
         next.set_n_past(n_past);
         next.clear_positions();
-        next.add_positions(static_cast<int32_t>(n_past));
         next.clear_tokens();
-        next.add_tokens(token);
-        next.clear_discard_from(); // the first step dropped what there was to drop
+        next.add_tokens(tokens.back());
+        next.mutable_tokens()->Add(drafts.begin(), drafts.end());
+        for (int64_t i = 0; i < next.tokens_size(); ++i) {
+            next.add_positions(static_cast<int32_t>(n_past + i));
+        }
+        if (held > n_past) {
+            next.set_discard_from(n_past);
+        } else {
+            next.clear_discard_from(); // the first step dropped what there was to drop
+        }
         next.mutable_output()->clear_rows();
-        next.set_continue_tokens(plan.continue_tokens - 1);
-        submit(lock, std::move(next));
+        next.mutable_output()->set_kind(drafts.empty() ? pb::OUTPUT_KIND_SAMPLED : pb::OUTPUT_KIND_VERIFIED);
+        next.set_continue_tokens(static_cast<uint32_t>(left - 1));
+        submit(lock, std::move(next), step.drafter);
         return true;
     }
 
@@ -760,11 +831,10 @@ private:
         }
         service_.record_served(*response.mutable_forward(), arrived);
         service_.metrics().count_request("ForwardStream", "OK");
-        const int64_t n_past  = response.forward().n_past();
-        const int32_t sampled = response.forward().sampled_tokens_size() == 1 ? response.forward().sampled_tokens(0) : -1;
+        const auto & sampled = response.forward().sampled_tokens();
         // The next step first, then the answer: the engine starts while the token is
         // written to the caller, not after.
-        advance(lock, plan, previous, step, n_past, sampled);
+        advance(lock, plan, previous, step, {sampled.begin(), sampled.end()});
         held_.emplace(step.seq, std::move(response));
         while (!held_.empty() && held_.begin()->first == next_write_seq_) { // answers in the steps' order
             writes_.push(std::move(held_.begin()->second));

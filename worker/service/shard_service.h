@@ -114,6 +114,7 @@ public:
     void finish(grpc::ServerUnaryReactor * reactor, const char * rpc, const grpc::Status & status);
 
     scheduler &        steps() { return steps_; }
+    int64_t            n_ctx() const { return info_.n_ctx; }
     // Frees the session here and down the chain (a stream that carried it was cancelled).
     void release(const session_key & key);
     ring_waiters &     ring() { return ring_waiters_; }
@@ -133,6 +134,8 @@ private:
         std::function<void(const grpc::Status &)> then;
     };
 
+    // A speculative loop's request (ForwardRequest.loop_drafts) this stage can run.
+    std::optional<shard_error> check_loop_drafts(const pb::ForwardRequest & request, bool streaming) const;
     // Sends the outbox as one batch (after every engine step, on the engine thread).
     void flush_relays();
 

@@ -3,6 +3,7 @@
 // more token, `discard_from` drops the rejected drafts' positions (down a chain too), and
 // a stage that cannot discard refuses with DISCARD_UNSUPPORTED, leaving the session as it was.
 #include "draft_verify.h"
+#include "loop_drafts.h"
 #include "error_info.h"
 #include "fake_engine.h"
 #include "service_test.h"
@@ -10,6 +11,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 using namespace meshnet;
@@ -79,6 +81,41 @@ int32_t next_of(int32_t token, int32_t position) {
 
 std::vector<int32_t> sampled(const pb::ForwardResponse & response) {
     return {response.sampled_tokens().begin(), response.sampled_tokens().end()};
+}
+
+
+// The tokens of a decode loop from `first` (stopping at `stop`, if given), and the drafts
+// its steps carried.
+struct loop_run {
+    std::vector<int32_t> tokens;
+    uint32_t             drafted = 0;
+    grpc::Status         status;
+};
+
+loop_run decode_loop(stage & first, const std::string & session, uint32_t drafts, uint32_t count,
+                     int32_t stop = -1) {
+    grpc::ClientContext context;
+    auto stream = first.stub->ForwardStream(&context);
+    pb::ForwardStreamRequest request;
+    std::vector<int32_t> prompt(24); // tokens 0..23: most later tokens occur in it, so get drafts
+    for (int32_t i = 0; i < 24; ++i) prompt[static_cast<size_t>(i)] = i;
+    *request.mutable_forward() = step(0, prompt);
+    request.mutable_forward()->mutable_key()->set_session_id(session);
+    request.mutable_forward()->set_relay(true);
+    request.mutable_forward()->set_continue_tokens(count - 1);
+    request.mutable_forward()->set_loop_drafts(drafts);
+    if (stop >= 0) request.mutable_forward()->add_stop_token_ids(stop);
+    stream->Write(request);
+    stream->WritesDone();
+    loop_run run;
+    pb::ForwardStreamResponse response;
+    while (stream->Read(&response)) {
+        run.tokens.insert(run.tokens.end(), response.forward().sampled_tokens().begin(),
+                          response.forward().sampled_tokens().end());
+        run.drafted += response.forward().drafted_tokens();
+    }
+    run.status = stream->Finish();
+    return run;
 }
 
 } // namespace
@@ -195,6 +232,55 @@ TEST("VERIFIED needs the step's tokens and no rows") {
     const grpc::Status status = forward(first, request, response);
     CHECK_EQ(reason(status), std::string("INVALID_OUTPUT_REQUEST"));
     CHECK_EQ(last.engine.slot_n_past(0), 0);
+}
+
+TEST("a speculative decode loop gives the plain loop's tokens, its stages dropping the rejected drafts") {
+    stage last(4, n_layer);
+    stage first(0, 4, true, last.endpoint());
+    const loop_run plain = decode_loop(first, "plain", 0, 30);
+    const loop_run drafted = decode_loop(first, "drafted", 4, 30);
+    CHECK(plain.status.ok() && drafted.status.ok());
+    CHECK_EQ(plain.tokens.size(), static_cast<size_t>(30));
+    CHECK_EQ(drafted.tokens, plain.tokens);
+    CHECK_EQ(plain.drafted, 0u);
+    CHECK(drafted.drafted > 0); // (with these fake logits few drafts hold: most are discarded)
+    // Both sessions hold the prompt and the tokens fed after it, nothing of a rejected draft.
+    CHECK_EQ(last.engine.slot_n_past(1), first.engine.slot_n_past(1));
+    CHECK_EQ(first.engine.slot_n_past(1), first.engine.slot_n_past(0));
+}
+
+TEST("a speculative decode loop stops at a stop token, even one inside an accepted run") {
+    stage last(4, n_layer);
+    stage first(0, 4, true, last.endpoint());
+    const loop_run plain = decode_loop(first, "plain", 0, 30);
+    for (size_t at : {size_t{3}, size_t{12}, size_t{25}}) {
+        const int32_t stop = plain.tokens[at];
+        const size_t  first_stop = static_cast<size_t>(
+            std::find(plain.tokens.begin(), plain.tokens.end(), stop) - plain.tokens.begin());
+        const loop_run drafted = decode_loop(first, "stop-" + std::to_string(at), 4, 30, stop);
+        CHECK(drafted.status.ok());
+        // Its answers end with the step that sampled the stop token (that step's answer
+        // may hold accepted drafts after it, which the caller drops).
+        const auto found = std::find(drafted.tokens.begin(), drafted.tokens.end(), stop);
+        CHECK(found != drafted.tokens.end());
+        CHECK_EQ(static_cast<size_t>(found - drafted.tokens.begin()), first_stop);
+        CHECK(drafted.tokens.size() <= first_stop + 1 + max_loop_drafts);
+        CHECK(std::equal(drafted.tokens.begin(), drafted.tokens.end(), plain.tokens.begin()));
+    }
+}
+
+TEST("loop_drafts is for a first stage's decode loop, at most 7, and needs a stage that can discard") {
+    stage only(0, n_layer);
+    pb::ForwardResponse response;
+    pb::ForwardRequest unary = step(0, {1, 2});
+    unary.set_loop_drafts(4);
+    CHECK_EQ(reason(forward(only, unary, response)), std::string("INVALID_OUTPUT_REQUEST"));
+    CHECK_EQ(decode_loop(only, "wide", max_loop_drafts + 1, 8).status.error_code(),
+             grpc::StatusCode::INVALID_ARGUMENT);
+    stage stiff(0, n_layer, false);
+    const loop_run refused = decode_loop(stiff, "stiff", 4, 8);
+    CHECK_EQ(reason(refused.status), std::string("DISCARD_UNSUPPORTED"));
+    CHECK(refused.tokens.empty());
 }
 
 TEST_MAIN()

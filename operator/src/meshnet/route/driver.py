@@ -259,9 +259,12 @@ class RouteDriver:
         if token in stop_ids:
             run.result.stop_reason = "eos"
         elif further > 0:
-            tokens = (run.decoded(token, further, stop_ids) if not run.result.speculate else
-                      speculated(run, token, further, stop_ids, *drafter(
-                          [*prompt_ids, token], run.result.speculate)))
+            # A route whose first stage loops speculates inside the loop (no driver
+            # round trip per step); else the driver verifies the drafts itself.
+            tokens = (speculated(run, token, further, stop_ids, *drafter(
+                          [*prompt_ids, token], run.result.speculate))
+                      if run.result.speculate and not self.uses_loop(route) else
+                      run.decoded(token, further, stop_ids, drafts=run.result.speculate))
             for next_token in tokens:
                 run.result.tokens.append(next_token)
                 if on_token is not None:
@@ -349,9 +352,10 @@ class _Run:
             start += size
         return steps
 
-    def decoded(self, token: int, count: int, stop_ids: set[int]) -> Iterator[int]:
+    def decoded(self, token: int, count: int, stop_ids: set[int],
+                drafts: int = 0) -> Iterator[int]:
         """Up to `count` tokens after `token` (stops after a stop id), recovering as
-        the steps do."""
+        the steps do; a decode loop drafts up to `drafts` tokens per step."""
         produced = 0
         while produced < count:
             if not self.driver.uses_loop(self.driver.route):
@@ -363,7 +367,8 @@ class _Run:
                 continue
             pending = [token]  # fed to the route, not yet acknowledged
             try:
-                for sampled in self.loop(token, count - produced, stop_ids, pending):
+                for sampled in self.loop(token, count - produced, stop_ids, pending,
+                                         drafts=drafts):
                     produced += 1
                     token = sampled
                     yield sampled
@@ -379,10 +384,13 @@ class _Run:
                     return
 
     def loop(self, token: int, count: int, stop_ids: set[int], pending: list[int],
-             discard: bool = False) -> Iterator[int]:
+             discard: bool = False, drafts: int = 0) -> Iterator[int]:
         """The first stage decodes `count` tokens by itself; `pending` holds the token
         the route was last fed and has not answered yet. `discard`: the stages first drop
-        what they hold past the history (a speculative step's rejected drafts)."""
+        what they hold past the history (a speculative step's rejected drafts). `drafts`:
+        the loop speculates, drafting up to that many tokens per step from the history
+        (ForwardRequest.loop_drafts); a step then answers the drafts that held and one
+        more token."""
         route = self.driver.route
         request = self.stage_request(route, 0, [token], len(self.history), None,
                                      wants_token=True)
@@ -393,19 +401,35 @@ class _Run:
         self.ask_output(request.output, 1)
         request.continue_tokens = count - 1
         request.stop_token_ids.extend(sorted(stop_ids))
+        if drafts:
+            request.loop_drafts = drafts
+            request.draft_context.extend(self.history)
         stream = self.driver.clients[0].forward_stream(request)
+        produced = 0
         try:
             for response in stream:
                 self.answered(response)
                 self.check_chain(route, response)
-                self.remember(pending[:1])
-                sampled = self.take_output(response, response.n_past - 1)
-                pending[0] = sampled
+                sampled = ([int(t) for t in response.sampled_tokens]
+                           or [self.take_output(response, response.n_past - 1)])
+                self.remember([pending[0], *sampled[:-1]])  # the fed token, the drafts that held
+                pending[0] = sampled[-1]
+                self.count_drafts(response.drafted_tokens, len(sampled) - 1)
                 self.result.boundary_bytes += route.seam_bytes_per_token * (
-                    len(route.stages) - 1)
-                yield sampled
+                    len(route.stages) - 1) * (1 + response.drafted_tokens)
+                for token_out in sampled:
+                    produced += 1
+                    yield token_out
+                    if token_out in stop_ids or produced == count:
+                        return
         finally:
             stream.cancel()
+
+    def count_drafts(self, drafted: int, accepted: int) -> None:
+        if drafted:
+            self.result.draft_tokens += drafted
+            self.result.accepted_draft_tokens += accepted
+            self.result.speculative_steps += 1
 
     def check_chain(self, route: RouteInfo, response: pb.ForwardResponse) -> None:
         hops = [(h.layers.begin, h.layers.end, h.incarnation) for h in response.chain]

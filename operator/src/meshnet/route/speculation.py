@@ -1,4 +1,7 @@
-"""Exact speculative decoding through the route, driven by the route driver.
+"""Exact speculative decoding through the route, driven by the route driver, for routes
+whose first stage cannot decode by itself (the hub). A route that can loops instead, and
+its first stage drafts and verifies in the loop (ForwardRequest.loop_drafts, the same
+rules as here), with no round trip to the driver per step.
 
 Each step carries [last token, d1 .. dk] (drafts from prompt lookup, meshnet.route.drafts)
 through every stage at once - the hub calls each stage in turn, the chain only the first -
@@ -10,11 +13,6 @@ argmax per row, and sampled rows drawn with the same positional draw (the standa
 accept/reject rule for a deterministic draft, docs/architecture.md); exact as long as a
 row computes in a step of k + 1 rows what it computes alone (the CPU lane's batch
 invariant widths, drafts.MAX_DRAFT).
-
-While drafting pauses (the drafts kept failing), and for a few tokens whenever the
-context offers no draft, a route that can let its first stage decode by itself
-(RouteDriver.uses_loop) does so, so that free text costs about what it costs without
-speculation.
 """
 
 from __future__ import annotations
@@ -31,13 +29,6 @@ from meshnet.route.sampling import verify_drafts
 
 if TYPE_CHECKING:
     from meshnet.route.driver import _Run
-
-# Tokens the first stage's loop decodes when the context offers no draft (a new stretch
-# of text): fewer legs per token than steps stepped by the driver, and short enough that
-# a repetition starting meanwhile is soon drafted from. It doubles (up to the most) while
-# the context keeps offering none: each loop costs the driver two legs to start.
-UNMATCHED_STRETCH = 4
-MOST_UNMATCHED_STRETCH = 32
 
 
 def verify(run: _Run, tokens: list[int], discard: bool) -> list[int]:
@@ -97,10 +88,8 @@ def speculated(run: _Run, token: int, count: int, stop_ids: set[int],
     steps; `lookup` holds the context (prompt and tokens so far, `token` included)."""
     from meshnet.route.driver import RECOVERABLE_REASONS, TRANSIENT_CODES
 
-    stats = run.result
     produced = 0
     held, session = len(run.history), run.session_id  # positions the stages hold
-    stretch = UNMATCHED_STRETCH
     while produced < count:
         route = run.driver.route
         if run.session_id != session:  # recovered: a new session holds the history only
@@ -108,22 +97,6 @@ def speculated(run: _Run, token: int, count: int, stop_ids: set[int],
         n_past = len(run.history)
         room = min(count - produced - 1, route.n_ctx - n_past - 1, length.wanted())
         draft = lookup.draft(room)
-        if not draft and run.driver.uses_loop(route) and count - produced > 1:
-            # nothing to verify: the first stage's loop costs fewer legs per token
-            plain = min(length.paused_for or stretch, count - produced)
-            if not length.paused_for:
-                stretch = min(MOST_UNMATCHED_STRETCH, stretch * 2)
-            for sampled in _looped(run, token, plain, stop_ids, discard=held > n_past):
-                produced += 1
-                length.decoded_plainly(1)
-                lookup.extend([sampled])
-                token = sampled
-                yield sampled
-                if sampled in stop_ids:
-                    return
-            held, session = len(run.history), run.session_id
-            continue
-        stretch = UNMATCHED_STRETCH
         step = [token, *draft]
         try:
             out = verify(run, step, discard=held > n_past)
@@ -138,9 +111,7 @@ def speculated(run: _Run, token: int, count: int, stop_ids: set[int],
             accepted = len(out) - 1
             run.remember(step[:accepted + 1])
             held = n_past + len(step)
-            stats.draft_tokens += len(draft)
-            stats.accepted_draft_tokens += accepted
-            stats.speculative_steps += 1 if draft else 0
+            run.count_drafts(len(draft), accepted)
             length.verified(len(draft), accepted)
         if not draft:
             length.decoded_plainly(len(out))
@@ -152,18 +123,3 @@ def speculated(run: _Run, token: int, count: int, stop_ids: set[int],
             if sampled in stop_ids:
                 return
 
-
-def _looped(run: _Run, token: int, count: int, stop_ids: set[int],
-            discard: bool) -> Iterator[int]:
-    """`count` tokens from the first stage's own decode loop (as RouteDriver decodes
-    without speculation), recovering as it does."""
-    from meshnet.route.driver import RECOVERABLE_REASONS, TRANSIENT_CODES
-
-    pending = [token]
-    try:
-        yield from run.loop(token, count, stop_ids, pending, discard=discard)
-    except StageError as exc:
-        if exc.reason not in RECOVERABLE_REASONS and exc.code not in TRANSIENT_CODES:
-            raise
-        run.recover(exc)
-        yield run.steps_with_recovery([*run.forget_history(), pending])

@@ -1,0 +1,70 @@
+// loop_drafts.cpp - prompt lookup and the adaptive draft length of a speculative loop.
+#include "loop_drafts.h"
+
+#include <algorithm>
+
+namespace meshnet {
+
+void prompt_lookup::extend(const std::vector<int32_t> & tokens) {
+    for (int32_t token : tokens) {
+        // The n-grams ending just before this token now have a continuation: it.
+        const size_t end = tokens_.size();
+        for (size_t n = 1; n <= std::min<size_t>(max_ngram, end); ++n) {
+            index_[std::vector<int32_t>(tokens_.end() - static_cast<std::ptrdiff_t>(n), tokens_.end())] = end;
+        }
+        tokens_.push_back(token);
+    }
+}
+
+std::vector<int32_t> prompt_lookup::draft(int length) const {
+    if (length <= 0) {
+        return {};
+    }
+    const size_t end = tokens_.size();
+    for (size_t n = std::min<size_t>(max_ngram, end); n >= 1; --n) {
+        const auto found = index_.find(std::vector<int32_t>(tokens_.end() - static_cast<std::ptrdiff_t>(n), tokens_.end()));
+        if (found != index_.end()) {
+            const size_t stop = std::min(end, found->second + static_cast<size_t>(length));
+            return std::vector<int32_t>(tokens_.begin() + static_cast<std::ptrdiff_t>(found->second),
+                                        tokens_.begin() + static_cast<std::ptrdiff_t>(stop));
+        }
+    }
+    return {};
+}
+
+void draft_length::decoded_plainly(int tokens) {
+    paused_for_ = std::max(0, paused_for_ - tokens);
+}
+
+void draft_length::verified(int drafted, int accepted) {
+    if (drafted <= 0) {
+        return;
+    }
+    length_ = accepted == drafted ? std::min(most_, length_ * 2) : std::max(1, accepted);
+    if (accepted > 0) {
+        failures_   = 0;
+        next_pause_ = pause;
+        return;
+    }
+    if (++failures_ >= patience) {
+        paused_for_ = next_pause_;
+        next_pause_ = std::min(max_pause, next_pause_ * 2);
+        failures_   = patience - 1; // a failing probe pauses again at once
+    }
+}
+
+void loop_drafter::answered(const std::vector<int32_t> & fed, const std::vector<int32_t> & produced) {
+    const int drafted = static_cast<int>(fed.size()) - 1;
+    if (drafted > 0) {
+        length_.verified(drafted, static_cast<int>(produced.size()) - 1);
+    } else {
+        length_.decoded_plainly(static_cast<int>(produced.size()));
+    }
+    lookup_.extend(produced);
+}
+
+std::vector<int32_t> loop_drafter::next(int room) const {
+    return lookup_.draft(std::min(room, length_.wanted()));
+}
+
+} // namespace meshnet
