@@ -26,6 +26,7 @@ PLURAL = "shardroutes"
 
 Lane = Literal["cpu", "cuda", "rocm", "vulkan"]
 BoundaryDtype = Literal["f32", "f16", "bf16"]
+Topology = Literal["hub", "chain", "ring"]
 
 # The extended resource a stage's GPUs are requested as, by lane; on other lanes a stage
 # with GPUs names its resource (resources.gpuResourceName).
@@ -74,9 +75,18 @@ class Recipe(
         default=None, max_length=1024,
         description="Worker image override; defaults to the operator's image for the lane.",
     )
+    topology: Topology = Field(
+        default="hub",
+        description="How a step goes through the stages: hub (the gateway calls each stage in"
+                    " turn, 2S network legs per token for S stages), chain (each stage relays"
+                    " to the next, S+1) or ring (a chain whose first stage also takes the last"
+                    " stage's sampled tokens straight, S: the one to choose over a WAN).",
+    )
 
     def identity(self) -> dict[str, Any]:
-        """The recipe fields that enter recipeDigest (the image is placement, not numerics)."""
+        """The recipe fields that enter recipeDigest. The image is placement and the
+        topology the path a step takes, neither numerics: every topology gives the same
+        tokens, so changing either replaces the stage pods at the same epoch."""
         return {
             "lane": self.lane,
             "boundaryDtype": self.boundary_dtype,
