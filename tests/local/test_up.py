@@ -12,7 +12,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
+import pytest
 
+from meshnet.gateway.routes import RouteHandle, local_route
 from meshnet.local.registry import process_alive as pid_alive
 from meshnet.route import StageClient
 
@@ -36,6 +38,29 @@ def test_up_serves_the_three_stage_route_and_generate_finds_it_by_name(
     assert answer["tokens"] == reference(answer["prompt_tokens"], len(answer["tokens"]))
     assert answer["route"]["epoch"] == 1
     assert up.stop() == 0
+
+
+def test_a_ring_route_is_ready_once_subscribed_and_decodes_on_the_ring_with_the_reference_tokens(
+    make_up: Callable[..., UpSession], reference: Callable[..., list[int]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    up = make_up(topology="ring")
+    route = up.wait_for(lambda r: r["epoch"] == 1 and len(r["stages"]) == 3)
+    head, middle, tail = (StageClient(s["endpoint"]).info() for s in route["stages"])
+    endpoints = [s["endpoint"] for s in route["stages"]]
+    assert [head.next_stage, middle.next_stage, tail.next_stage] == [*endpoints[1:], ""]
+    assert (head.ring_last, head.ring_last_incarnation) == (endpoints[2], tail.incarnation)
+
+    answer = up.generate(PROMPT)
+
+    assert answer["topology"] == "ring"
+    assert answer["tokens"] == reference(answer["prompt_tokens"], len(answer["tokens"]))
+    monkeypatch.setenv("MESHNET_CACHE", str(up.cache))  # the gateway's view of the route
+    gateway = RouteHandle(local_route("smollm2"))
+    try:
+        assert gateway.driver().topology_of(gateway.check()) == "ring"
+    finally:
+        gateway.close()
 
 
 def test_a_changed_layout_starts_epoch_two_with_identical_text(
