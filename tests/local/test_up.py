@@ -63,6 +63,24 @@ def test_a_ring_route_is_ready_once_subscribed_and_decodes_on_the_ring_with_the_
         gateway.close()
 
 
+def test_a_topology_edit_relinks_the_stages_at_the_same_epoch_with_identical_text(
+    make_up: Callable[..., UpSession], reference: Callable[..., list[int]],
+) -> None:
+    up = make_up(topology="ring")
+    ring = up.wait_for(lambda r: r["epoch"] == 1 and len(r["stages"]) == 3)
+    up.set_topology("hub")
+
+    hub = up.wait_for(lambda r: r["stages"][0]["pid"] != ring["stages"][0]["pid"])
+
+    assert hub["epoch"] == 1
+    assert [s["pid"] == old["pid"] for s, old in zip(hub["stages"], ring["stages"], strict=True)] \
+        == [False, False, True]  # the tail links to nothing: it keeps running
+    assert StageClient(hub["stages"][0]["endpoint"]).info().next_stage == ""
+    answer = up.generate(PROMPT)
+    assert answer["topology"] == "hub"
+    assert answer["tokens"] == reference(answer["prompt_tokens"], len(answer["tokens"]))
+
+
 def test_a_changed_layout_starts_epoch_two_with_identical_text(
     up: UpSession, reference: Callable[..., list[int]]
 ) -> None:

@@ -250,8 +250,11 @@ class LocalBackend:
         return self.route_file.route_name
 
     def ready(self) -> bool:
+        """Ready as planned, and no worker of the route stopped since: the plan that
+        replaces pods at the same epoch (a topology edit) saw them ready before."""
         conditions = {c["type"]: c["status"] for c in self.status.get("conditions") or []}
-        return conditions.get("Ready") == "True"
+        stages = self.route_file.route["spec"]["stages"] if self.route_file else []
+        return conditions.get("Ready") == "True" and len(self.current_stages()) == len(stages)
 
     def current_stages(self) -> list[LocalStage]:
         """This epoch's workers in pipeline order."""
