@@ -16,6 +16,7 @@ from meshnet.api.common import (
     LocalObjectReference,
     Quantity,
     StatusModel,
+    Topology,
     rule,
     validations,
 )
@@ -26,7 +27,6 @@ PLURAL = "shardroutes"
 
 Lane = Literal["cpu", "cuda", "rocm", "vulkan"]
 BoundaryDtype = Literal["f32", "f16", "bf16"]
-Topology = Literal["hub", "chain", "ring"]
 
 # The extended resource a stage's GPUs are requested as, by lane; on other lanes a stage
 # with GPUs names its resource (resources.gpuResourceName).

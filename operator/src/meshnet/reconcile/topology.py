@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from meshnet.api.shardroute import Topology
+from meshnet.api.common import Topology
 
 
 @dataclass(frozen=True)
