@@ -63,6 +63,25 @@ def test_a_ring_route_is_ready_once_subscribed_and_decodes_on_the_ring_with_the_
         gateway.close()
 
 
+def test_a_resplit_ring_is_a_ring_of_the_new_epochs_workers(
+    make_up: Callable[..., UpSession], reference: Callable[..., list[int]],
+) -> None:
+    up = make_up(topology="ring")
+    first = up.wait_for(lambda r: r["epoch"] == 1 and len(r["stages"]) == 3)
+    up.set_stages([("head", 0, 12), ("middle", 12, 20), ("tail", 20, 30)])  # the same names
+
+    second = up.wait_for(lambda r: r["epoch"] == 2)
+
+    endpoints = [s["endpoint"] for s in second["stages"]]
+    assert not set(endpoints) & {s["endpoint"] for s in first["stages"]}
+    head, middle, tail = (StageClient(e).info() for e in endpoints)
+    assert [head.next_stage, middle.next_stage, head.ring_last] == [*endpoints[1:], endpoints[2]]
+    assert head.ring_last_incarnation == tail.incarnation and tail.epoch == 2
+    answer = up.generate(PROMPT)
+    assert (answer["topology"], answer["route"]["epoch"]) == ("ring", 2)
+    assert answer["tokens"] == reference(answer["prompt_tokens"], len(answer["tokens"]))
+
+
 def test_a_topology_edit_relinks_the_stages_at_the_same_epoch_with_identical_text(
     make_up: Callable[..., UpSession], reference: Callable[..., list[int]],
 ) -> None:
