@@ -159,6 +159,7 @@ async def test_an_artifact_and_a_route_become_stage_pods_and_a_headless_service(
     assert args[args.index("--layers") + 1] == "10:20"
     assert args[args.index("--epoch") + 1] == "1"
     assert args[args.index("--model") + 1] == "/models/model-00001-of-00002.gguf"
+    assert not any(links(pod) for pod in found.values())  # hub, the default: no stage relays
     assert found["r1-s1-e1"]["metadata"]["ownerReferences"][0]["name"] == "r1"
     services = {s["metadata"]["name"]: s for s in cluster.live("v1/services", NS)}
     assert sorted(services) == ["r1-gateway", "r1-workers"]
