@@ -78,9 +78,9 @@ class Recipe(
     topology: Topology = Field(
         default="hub",
         description="How a step goes through the stages: hub (the gateway calls each stage in"
-                    " turn, 2S network legs per token for S stages), chain (each stage relays"
-                    " to the next, S+1) or ring (a chain whose first stage also takes the last"
-                    " stage's sampled tokens straight, S: the one to choose over a WAN).",
+                    " turn, 2S network legs per decoded token for S stages), chain (each stage"
+                    " relays to the next, 2(S-1)) or ring (a chain whose first stage also takes"
+                    " the last stage's sampled tokens straight, S: the one for a WAN).",
     )
 
     def identity(self) -> dict[str, Any]:
