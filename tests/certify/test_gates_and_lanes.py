@@ -41,6 +41,7 @@ def test_the_speed_gate_compares_route_to_reference_decode_speed() -> None:
     pace = verdict.speed(30.0, 40.0, 0.8, "chain")
 
     assert (pace.fraction, pace.topology) == (0.75, "chain")
+    assert verdict.speed(30.0, 40.0, 0.8, "ring").topology == "ring"  # a ring route's figure
     assert verdict.failures(ParityResult(prompts=1, decode_steps=0, max_abs_delta_logit=0.0,
                                          tolerance=0.0, greedy_match=True), pace) == [
         "speed: 30.0 tok/s is 0.75 of the unsplit 40.0 tok/s; 0.8 is required"]

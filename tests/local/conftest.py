@@ -62,6 +62,11 @@ class UpSession:
         ]
         self.route_file.write_text(yaml.safe_dump_all(docs, sort_keys=False))
 
+    def set_topology(self, topology: str) -> None:
+        docs = list(yaml.safe_load_all(self.route_file.read_text()))
+        docs[1]["spec"]["recipe"]["topology"] = topology
+        self.route_file.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+
     def generate_command(self, prompt: str, max_tokens: int = 24) -> list[str]:
         return [sys.executable, "-m", "meshnet.cli", "generate", "--route", "smollm2",
                 "--prompt", prompt, "--max-tokens", str(max_tokens), "--ignore-eos", "--json"]
@@ -78,10 +83,13 @@ class UpSession:
         return self.process.wait(timeout=60)
 
 
-def start_up(tmp_path: Path, *extra: str) -> UpSession:
-    """`meshnet up` on a copy of the example route file, with `extra` flags."""
+def start_up(tmp_path: Path, *extra: str, topology: str | None = None) -> UpSession:
+    """`meshnet up` on a copy of the example route file, with `extra` flags (and the
+    recipe's `topology`, where given)."""
     docs = list(yaml.safe_load_all(EXAMPLE.read_text()))
     docs[0]["spec"]["storage"]["hostPath"]["path"] = str(tmp_path / "models")
+    if topology is not None:
+        docs[1]["spec"]["recipe"]["topology"] = topology
     route_file = tmp_path / "route.yaml"
     route_file.write_text(yaml.safe_dump_all(docs, sort_keys=False))
     log = tmp_path / "up.log"
@@ -103,8 +111,8 @@ def start_up(tmp_path: Path, *extra: str) -> UpSession:
 def make_up(tmp_path: Path) -> Iterator[Callable[..., UpSession]]:
     started: list[UpSession] = []
 
-    def make(*extra: str) -> UpSession:
-        started.append(start_up(tmp_path, *extra))
+    def make(*extra: str, topology: str | None = None) -> UpSession:
+        started.append(start_up(tmp_path, *extra, topology=topology))
         return started[-1]
 
     yield make

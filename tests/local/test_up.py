@@ -12,7 +12,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
+import pytest
 
+from meshnet.gateway.routes import RouteHandle, local_route
 from meshnet.local.registry import process_alive as pid_alive
 from meshnet.route import StageClient
 
@@ -36,6 +38,66 @@ def test_up_serves_the_three_stage_route_and_generate_finds_it_by_name(
     assert answer["tokens"] == reference(answer["prompt_tokens"], len(answer["tokens"]))
     assert answer["route"]["epoch"] == 1
     assert up.stop() == 0
+
+
+def test_a_ring_route_is_ready_once_subscribed_and_decodes_on_the_ring_with_the_reference_tokens(
+    make_up: Callable[..., UpSession], reference: Callable[..., list[int]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    up = make_up(topology="ring")
+    route = up.wait_for(lambda r: r["epoch"] == 1 and len(r["stages"]) == 3)
+    head, middle, tail = (StageClient(s["endpoint"]).info() for s in route["stages"])
+    endpoints = [s["endpoint"] for s in route["stages"]]
+    assert [head.next_stage, middle.next_stage, tail.next_stage] == [*endpoints[1:], ""]
+    assert (head.ring_last, head.ring_last_incarnation) == (endpoints[2], tail.incarnation)
+
+    answer = up.generate(PROMPT)
+
+    assert answer["topology"] == "ring"
+    assert answer["tokens"] == reference(answer["prompt_tokens"], len(answer["tokens"]))
+    monkeypatch.setenv("MESHNET_CACHE", str(up.cache))  # the gateway's view of the route
+    gateway = RouteHandle(local_route("smollm2"))
+    try:
+        assert gateway.driver().topology_of(gateway.check()) == "ring"
+    finally:
+        gateway.close()
+
+
+def test_a_resplit_ring_is_a_ring_of_the_new_epochs_workers(
+    make_up: Callable[..., UpSession], reference: Callable[..., list[int]],
+) -> None:
+    up = make_up(topology="ring")
+    first = up.wait_for(lambda r: r["epoch"] == 1 and len(r["stages"]) == 3)
+    up.set_stages([("head", 0, 12), ("middle", 12, 20), ("tail", 20, 30)])  # the same names
+
+    second = up.wait_for(lambda r: r["epoch"] == 2)
+
+    endpoints = [s["endpoint"] for s in second["stages"]]
+    assert not set(endpoints) & {s["endpoint"] for s in first["stages"]}
+    head, middle, tail = (StageClient(e).info() for e in endpoints)
+    assert [head.next_stage, middle.next_stage, head.ring_last] == [*endpoints[1:], endpoints[2]]
+    assert head.ring_last_incarnation == tail.incarnation and tail.epoch == 2
+    answer = up.generate(PROMPT)
+    assert (answer["topology"], answer["route"]["epoch"]) == ("ring", 2)
+    assert answer["tokens"] == reference(answer["prompt_tokens"], len(answer["tokens"]))
+
+
+def test_a_topology_edit_relinks_the_stages_at_the_same_epoch_with_identical_text(
+    make_up: Callable[..., UpSession], reference: Callable[..., list[int]],
+) -> None:
+    up = make_up(topology="ring")
+    ring = up.wait_for(lambda r: r["epoch"] == 1 and len(r["stages"]) == 3)
+    up.set_topology("hub")
+
+    hub = up.wait_for(lambda r: r["stages"][0]["pid"] != ring["stages"][0]["pid"])
+
+    assert hub["epoch"] == 1
+    assert [s["pid"] == old["pid"] for s, old in zip(hub["stages"], ring["stages"], strict=True)] \
+        == [False, False, True]  # the tail links to nothing: it keeps running
+    assert StageClient(hub["stages"][0]["endpoint"]).info().next_stage == ""
+    answer = up.generate(PROMPT)
+    assert answer["topology"] == "hub"
+    assert answer["tokens"] == reference(answer["prompt_tokens"], len(answer["tokens"]))
 
 
 def test_a_changed_layout_starts_epoch_two_with_identical_text(

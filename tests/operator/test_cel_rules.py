@@ -73,6 +73,18 @@ def test_mtp_must_stay_disabled(make_route: MakeRoute) -> None:
                                " multi-token prediction is not certified"]
 
 
+@pytest.mark.parametrize("topology", ["hub", "chain", "ring"])
+def test_a_route_runs_its_stages_as_a_hub_a_chain_or_a_ring(
+        make_route: MakeRoute, topology: str) -> None:
+    assert problems(make_route(recipe={"lane": "cpu", "topology": topology})) == []
+
+
+def test_any_other_topology_is_refused_naming_the_three(make_route: MakeRoute) -> None:
+    route = make_route(recipe={"lane": "cpu", "topology": "mesh"})
+    assert problems(route) == ["spec.recipe.topology: 'mesh' is not one of"
+                               " ['hub', 'chain', 'ring']"]
+
+
 @pytest.mark.parametrize("path", ["/home/models", "/home", "/var/../home/x", "relative/dir",
                                   "/data//models"])
 def test_host_paths_must_be_absolute_normalised_and_outside_home(

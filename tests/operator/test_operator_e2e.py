@@ -159,6 +159,7 @@ async def test_an_artifact_and_a_route_become_stage_pods_and_a_headless_service(
     assert args[args.index("--layers") + 1] == "10:20"
     assert args[args.index("--epoch") + 1] == "1"
     assert args[args.index("--model") + 1] == "/models/model-00001-of-00002.gguf"
+    assert not any(links(pod) for pod in found.values())  # hub, the default: no stage relays
     assert found["r1-s1-e1"]["metadata"]["ownerReferences"][0]["name"] == "r1"
     services = {s["metadata"]["name"]: s for s in cluster.live("v1/services", NS)}
     assert sorted(services) == ["r1-gateway", "r1-workers"]
@@ -254,6 +255,41 @@ async def test_a_route_gets_a_gateway_that_follows_its_spec(
         "status", {}), what="the gateway to be removed")
     assert [s["metadata"]["name"] for s in cluster.live("v1/services", NS)] == ["r1-workers"]
     assert sorted(pods(cluster)) == ["r1-s0-e1", "r1-s1-e1", "r1-s2-e1"]
+
+
+LINKS = ("--next-stage", "--next-stage-ca", "--ring-last")
+
+
+def links(pod: dict[str, Any]) -> dict[str, str]:
+    args = pod["spec"]["containers"][0]["args"]
+    return {flag: args[args.index(flag) + 1] for flag in LINKS if flag in args}
+
+
+async def test_a_ring_route_links_its_stage_pods_over_tls_and_a_topology_change_relinks_them(
+        cluster: Emulator, metrics: OperatorMetrics, make_route: MakeRoute,
+        make_artifact: MakeArtifact) -> None:
+    await ready_route(cluster, make_route, make_artifact, tls={"secretName": "r1-tls"},
+                      recipe={"lane": "cpu", "topology": "ring"})
+    stage = [f"s{n}.r1-workers.{NS}.svc:50051" for n in range(3)]
+    ca = "/etc/meshnet/tls/ca.crt"
+    assert {name: links(pod) for name, pod in pods(cluster).items()} == {
+        "r1-s0-e1": {"--next-stage": stage[1], "--next-stage-ca": ca, "--ring-last": stage[2]},
+        "r1-s1-e1": {"--next-stage": stage[2], "--next-stage-ca": ca},
+        "r1-s2-e1": {}}
+    args = gateway(cluster)["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert [args[i + 1] for i, a in enumerate(args) if a == "--stage"] == stage  # the same names
+    assert "--topology" not in args  # auto: it drives the ring once the first stage is subscribed
+
+    await cluster.patch(f"{ROUTES}/r1", json={"spec": {"recipe": {"topology": "chain"}}})
+    await eventually(lambda: {name: links(pod) for name, pod in pods(cluster).items()} == {
+        "r1-s0-e1": {"--next-stage": stage[1], "--next-stage-ca": ca},
+        "r1-s1-e1": {"--next-stage": stage[2], "--next-stage-ca": ca},
+        "r1-s2-e1": {}}, what="the head pod started again without --ring-last")
+    await mark_pods(cluster, NS)
+    await eventually(lambda: condition(route(cluster), "Ready").get("status") == "True",
+                     what="the relinked route to be Ready")
+    assert route(cluster)["status"]["epoch"] == 1  # same tokens, same identity
+    assert event_reasons(cluster).count("StagePodReplaced") == 1
 
 
 @pytest.mark.parametrize(("ranges", "message"), [

@@ -169,6 +169,59 @@ def test_a_recipe_change_advances_the_epoch_but_an_image_override_only_replaces_
     assert route["status"]["epoch"] == 2
 
 
+def links(result: Plan) -> dict[str, dict[str, str]]:
+    """Per created stage pod: its --next-stage and --ring-last, where it has them."""
+    found = {}
+    for action in result.actions:
+        if isinstance(action, Create) and action.obj["kind"] == "Pod":
+            args = action.obj["spec"]["containers"][0]["args"]
+            flags = dict(zip(args[::2], args[1::2], strict=True))
+            found[action.obj["metadata"]["labels"]["meshnet.dev/stage"]] = {
+                k: v for k, v in flags.items() if k in ("--next-stage", "--ring-last")}
+    return found
+
+
+S1, S2 = "s1.r1-workers.default.svc:50051", "s2.r1-workers.default.svc:50051"
+
+
+@pytest.mark.parametrize(("topology", "expected"), [
+    ("hub", {"s0": {}, "s1": {}, "s2": {}}),
+    ("chain", {"s0": {"--next-stage": S1}, "s1": {"--next-stage": S2}, "s2": {}}),
+    ("ring", {"s0": {"--next-stage": S1, "--ring-last": S2}, "s1": {"--next-stage": S2},
+              "s2": {}}),
+])
+def test_chain_and_ring_stages_name_their_neighbours_by_the_stable_stage_addresses(
+        make_route: MakeRoute, make_artifact: MakeArtifact, topology: str,
+        expected: dict[str, dict[str, str]]) -> None:
+    route = make_route(recipe={"lane": "cpu", "topology": topology})
+    first = plan(observe(route, make_artifact(), {}), CONFIG, NOW)
+    assert links(first) == expected
+
+
+def test_a_ring_of_one_stage_is_a_plain_stage(
+        make_route: MakeRoute, make_artifact: MakeArtifact) -> None:
+    route = make_route(ranges=[(0, 30)], recipe={"lane": "cpu", "topology": "ring"})
+    assert links(plan(observe(route, make_artifact(), {}), CONFIG, NOW)) == {"s0": {}}
+
+
+def test_a_topology_change_replaces_the_pods_it_relinks_at_the_same_epoch(
+        make_route: MakeRoute, make_artifact: MakeArtifact) -> None:
+    """Every topology gives the same tokens: no new routeDigest, but new pods for the
+    stages whose links change (the last stage links to nothing and keeps its KV)."""
+    route, artifact, pods = make_route(), make_artifact(), {}
+    converge(route, artifact, pods)
+    digest, last = route["status"]["routeDigest"], pods["r1-s2-e1"]
+    route["spec"]["recipe"]["topology"] = "ring"
+    plans = converge(route, artifact, pods)
+    assert [e.message for p in plans for e in p.events if e.reason == "StagePodReplaced"] == [
+        "deleted pods r1-s0-e1, r1-s1-e1: its pod template changed"]
+    assert (route["status"]["epoch"], route["status"]["routeDigest"]) == (1, digest)
+    assert pods["r1-s2-e1"] is last  # never deleted nor created again
+    head = pods["r1-s0-e1"]["spec"]["containers"][0]["args"]
+    assert head[head.index("--ring-last") + 1] == route["status"]["stages"][2]["endpoint"]
+    assert condition(route, "Ready")["status"] == "True"
+
+
 def test_a_route_waits_for_its_artifact_to_be_ready(
         make_route: MakeRoute, make_artifact: MakeArtifact) -> None:
     route = make_route()

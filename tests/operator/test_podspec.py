@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from meshnet.api.modelartifact import ArtifactStorage
 from meshnet.api.shardroute import Recipe, RouteTls, Stage
 from meshnet.reconcile.podspec import (
@@ -14,18 +16,20 @@ from meshnet.reconcile.podspec import (
     stage_pod,
     worker_args,
 )
+from meshnet.reconcile.topology import UNLINKED, StageLinks
 
 CONFIG = WorkerConfig(images={"cuda": "worker-cuda:1", "cpu": "worker-cpu:1"}, pin_digest="p")
 DIGEST = "d" * 64
 
 
 def pod(stage: dict[str, Any], recipe: dict[str, Any] | None = None,
-        storage: dict[str, Any] | None = None, tls: RouteTls | None = None) -> dict[str, Any]:
+        storage: dict[str, Any] | None = None, tls: RouteTls | None = None,
+        links: StageLinks = UNLINKED) -> dict[str, Any]:
     inputs = StageInputs(
         RouteRef("r1", "ml", "uid-1"), Stage.model_validate(stage),
         Recipe.model_validate(recipe or {}), tls, 3, "f" * 64, "m-00001-of-00002.gguf",
         ArtifactStorage.model_validate(storage or {"pvc": {"claimName": "models"}}), DIGEST, 3,
-        "e" * 64)
+        "e" * 64, links)
     return stage_pod(inputs, CONFIG)
 
 
@@ -69,6 +73,34 @@ def test_tls_adds_certificate_flags_and_a_read_only_secret_mount() -> None:
                                       "--tls-client-ca", "/etc/meshnet/tls/ca.crt"]
     assert {"name": "tls", "mountPath": "/etc/meshnet/tls", "readOnly": True} in \
         container["volumeMounts"]
+
+
+NEXT = "s2.r1-workers.ml.svc:50051"
+LAST = "s3.r1-workers.ml.svc:50051"
+CA = ["--next-stage-ca", "/etc/meshnet/tls/ca.crt"]
+
+
+def args_of(body: dict[str, Any]) -> list[str]:
+    return list(body["spec"]["containers"][0]["args"])
+
+
+def test_a_chained_stage_relays_to_its_next_stage_and_a_ring_head_also_subscribes_at_the_last(
+) -> None:
+    chained = args_of(pod(STAGE, links=StageLinks(next_stage=NEXT)))
+    ringed = args_of(pod(STAGE, links=StageLinks(next_stage=NEXT, ring_last=LAST)))
+    hub = args_of(pod(STAGE))
+    assert chained == [*hub, "--next-stage", NEXT]
+    assert ringed == [*hub, "--next-stage", NEXT, "--ring-last", LAST]
+
+
+@pytest.mark.parametrize("mtls", [False, True])
+def test_with_tls_a_chained_stage_trusts_its_next_stage_with_the_route_ca(mtls: bool) -> None:
+    tls = RouteTls(secret_name="stage-tls", require_client_cert=mtls)
+    hub = args_of(pod(STAGE, tls=tls))
+    ringed = args_of(pod(STAGE, tls=tls, links=StageLinks(next_stage=NEXT, ring_last=LAST)))
+    assert ringed == [*hub, "--next-stage", NEXT, *CA, "--ring-last", LAST]
+    # the worker refuses --next-stage-ca without --next-stage: a hub stage has neither
+    assert "--next-stage-ca" not in hub and "--next-stage" not in hub
 
 
 def test_stage_pods_run_non_root_read_only_without_privilege_escalation() -> None:

@@ -17,7 +17,8 @@
     │   ├── PromptTooLong       the prompt does not fit the route's context
     │   ├── StageError          a stage answered with an ErrorInfo reason
     │   └── RecoveryFailed      re-prefilling after CACHE_MISS/EPOCH_MISMATCH did not help
-    └── the local backend (meshnet.local): RouteFileError, ProvisionError, RouteNotFound
+    └── the local backend (meshnet.local): RouteFileError, ProvisionError, RouteNotFound,
+        NotListening (a chained stage waits for the stage it relays to)
 """
 
 

@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from meshnet.api.common import ApiModel
+from meshnet.api.common import ApiModel, Topology
 from meshnet.identity import canonical_digest
 
 Backend = Literal["cpu", "cuda", "rocm", "vulkan"]
@@ -71,7 +71,7 @@ class SpeedResult(ApiModel):
         ge=0, description="The unsplit reference's decode tokens/s.")
     fraction: float = Field(ge=0, description="Route / reference.")
     required_fraction: float = Field(ge=0, description="The fraction the gate requires.")
-    topology: Literal["hub", "chain"] = Field(description="How the route was driven.")
+    topology: Topology = Field(description="How the route was driven.")
 
 
 class Certificate(ApiModel):

@@ -18,6 +18,10 @@ MAX_PATH = 4096
 MAX_STAGES = 64
 MAX_FILES = 256
 
+# How a route's steps go through its stages (meshnet.route.driver): each in turn from the
+# driver, relayed stage to stage, or relayed with the last stage's tokens sent to the first.
+Topology = Literal["hub", "chain", "ring"]
+
 # A Kubernetes quantity ("2", "8Gi", 1): the API server accepts integers or strings.
 Quantity = int | Annotated[str, Field(max_length=64)]
 

@@ -16,6 +16,7 @@ from meshnet.api.common import (
     LocalObjectReference,
     Quantity,
     StatusModel,
+    Topology,
     rule,
     validations,
 )
@@ -74,9 +75,18 @@ class Recipe(
         default=None, max_length=1024,
         description="Worker image override; defaults to the operator's image for the lane.",
     )
+    topology: Topology = Field(
+        default="hub",
+        description="How a step goes through the stages: hub (the gateway calls each stage in"
+                    " turn, 2S network legs per decoded token for S stages), chain (each stage"
+                    " relays to the next, 2(S-1)) or ring (a chain whose first stage also takes"
+                    " the last stage's sampled tokens straight, S: the one for a WAN).",
+    )
 
     def identity(self) -> dict[str, Any]:
-        """The recipe fields that enter recipeDigest (the image is placement, not numerics)."""
+        """The recipe fields that enter recipeDigest. The image is placement and the
+        topology the path a step takes, neither numerics: every topology gives the same
+        tokens, so changing either replaces the stage pods at the same epoch."""
         return {
             "lane": self.lane,
             "boundaryDtype": self.boundary_dtype,

@@ -15,6 +15,7 @@ from meshnet.api.certification import (
     ParityResult,
     SpeedResult,
 )
+from meshnet.api.common import Topology
 
 
 @dataclass(frozen=True)
@@ -50,10 +51,11 @@ def parity(prompts: Sequence[PromptLogits], tolerance: float) -> ParityResult:
 def speed(route_tps: float, reference_tps: float, required: float,
           topology: str) -> SpeedResult:
     fraction = route_tps / reference_tps if reference_tps > 0 else 0.0
+    driven: Topology = "ring" if topology == "ring" else "chain" if topology == "chain" else "hub"
     return SpeedResult(decode_tokens_per_second=round(route_tps, 3),
                        reference_decode_tokens_per_second=round(reference_tps, 3),
                        fraction=round(fraction, 4), required_fraction=required,
-                       topology="chain" if topology == "chain" else "hub")
+                       topology=driven)
 
 
 def failures(result: ParityResult, pace: SpeedResult) -> list[str]:

@@ -4,6 +4,8 @@ The planner is the one the Kubernetes backend uses. Two differences, both becaus
 machine is not a cluster: a pod is a process on a loopback port, and an epoch change is
 make-before-break — old-epoch workers are hidden from the planner (so it starts the new
 epoch at once) but keep serving until the new epoch is Ready, then they are stopped.
+So a chained stage relays to the loopback endpoint of its own epoch's next stage
+(`meshnet.local.links`), never to the old epoch's worker of that stage.
 """
 
 from __future__ import annotations
@@ -12,10 +14,11 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from meshnet.api import labels
 from meshnet.errors import MeshnetError
+from meshnet.local.links import NotListening, loopback_links, pod_address, start_order
 from meshnet.local.manifests import RouteFile
 from meshnet.local.provision import LocalArtifact, provision
 from meshnet.local.registry import publish, withdraw
@@ -128,8 +131,12 @@ class LocalBackend:
             self.say(f"{event.reason}: {event.message}")
         if result.status is not None:
             self.status = result.status
+        new_pods = [a.obj for a in result.actions if _creates_pod(a)]
         for action in result.actions:
-            self._apply(action)
+            if not _creates_pod(action):
+                self._apply(action)
+        for pod in start_order(new_pods, self.config.grpc_port):  # a chain from its end
+            self._start(pod)
         self._finish_rollout()
         key = (observed.route.namespace, observed.route.name)
         self.metrics.duration.labels("ShardRoute").observe(time.monotonic() - started)
@@ -141,9 +148,7 @@ class LocalBackend:
         return result
 
     def _apply(self, action: Create | Patch | Delete) -> None:
-        if isinstance(action, Create) and action.obj["kind"] == "Pod":
-            self._start(action.obj)
-        elif isinstance(action, Delete) and action.kind == "Pod":
+        if isinstance(action, Delete) and action.kind == "Pod":
             self._stop_or_retire(action.name)
         elif action_kind(action) == "Service":  # no Services here; remember what was applied
             self.service_hash = None if isinstance(action, Delete) else _service_hash(action)
@@ -154,8 +159,14 @@ class LocalBackend:
         if not self.crashes.may_start(stage, time.monotonic()):
             return  # backing off; the next reconcile asks again
         name = pod["metadata"]["name"]
+        try:
+            epoch = int(pod["metadata"]["labels"][labels.EPOCH])
+            links = loopback_links(pod, self._listening(epoch))
+        except NotListening as exc:  # its next stage did not start: the next reconcile asks
+            self.say(f"stage {stage}: not started, {exc}")
+            return
         self.crashed.pop(name, None)
-        spec = worker_spec(pod, self.artifact.model_path, self.threads)
+        spec = worker_spec(pod, self.artifact.model_path, self.threads, links)
         if name in self.ports:
             spec = replace(spec, listen=f"127.0.0.1:{self.ports[name]}")
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -174,6 +185,12 @@ class LocalBackend:
             f"stage {stage}: layers {spec.layers[0]}:{spec.layers[1]} epoch {spec.epoch} "
             f"on {process.endpoint} (pid {process.pid})"
         )
+
+    def _listening(self, epoch: int) -> dict[str, str]:
+        """Cluster address -> loopback endpoint of each running worker of `epoch` (never
+        another epoch's: a new epoch's chain starts beside the old one, see the module)."""
+        return {pod_address(s.pod, self.config.grpc_port): s.process.endpoint
+                for s in self.stages.values() if s.epoch == epoch and not s.retiring and s.alive()}
 
     def _stop_or_retire(self, name: str) -> None:
         entry = self.stages.get(name)
@@ -233,8 +250,11 @@ class LocalBackend:
         return self.route_file.route_name
 
     def ready(self) -> bool:
+        """Ready as planned, and no worker of the route stopped since: the plan that
+        replaces pods at the same epoch (a topology edit) saw them ready before."""
         conditions = {c["type"]: c["status"] for c in self.status.get("conditions") or []}
-        return conditions.get("Ready") == "True"
+        stages = self.route_file.route["spec"]["stages"] if self.route_file else []
+        return conditions.get("Ready") == "True" and len(self.current_stages()) == len(stages)
 
     def current_stages(self) -> list[LocalStage]:
         """This epoch's workers in pipeline order."""
@@ -282,6 +302,10 @@ class LocalBackend:
             count += 1
         self.stages.clear()
         return count
+
+
+def _creates_pod(action: Create | Patch | Delete) -> TypeGuard[Create]:
+    return isinstance(action, Create) and action.obj["kind"] == "Pod"
 
 
 def action_kind(action: Create | Patch | Delete) -> str:

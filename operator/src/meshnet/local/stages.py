@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from meshnet.api import labels
 from meshnet.reconcile import ObservedPod
-from meshnet.route.launch import WorkerProcess, WorkerSpec
+from meshnet.route.launch import RING_SUBSCRIBED, WorkerProcess, WorkerSpec
 
 # Pod args the local backend rewrites: files live on this machine, ports on loopback.
 _LOCAL_FLAGS = {
@@ -27,16 +28,24 @@ _LOCAL_FLAGS = {
     "--manifest-digest",
     "--recipe-digest",
     "--route-digest",
+    "--next-stage",
+    "--ring-last",
 }
 
 
-def worker_spec(pod: dict[str, Any], model_path: Path, threads: int) -> WorkerSpec:
-    """The pod's worker arguments, with the model path and addresses of this machine."""
+def worker_spec(pod: dict[str, Any], model_path: Path, threads: int,
+                links: Mapping[str, str] | None = None) -> WorkerSpec:
+    """The pod's worker arguments, with the model path and addresses of this machine;
+    `links` gives the loopback endpoints of its --next-stage and --ring-last."""
     args: list[str] = pod["spec"]["containers"][0]["args"]
     flags = dict(zip(args[::2], args[1::2], strict=True))
     unknown = sorted(set(flags) - _LOCAL_FLAGS)
     if unknown:  # e.g. TLS material mounted from a Secret: there is no Secret here
         raise ValueError(f"the local backend cannot run pods with {', '.join(unknown)}")
+    links = links or {}
+    unresolved = sorted((set(flags) & {"--next-stage", "--ring-last"}) - set(links))
+    if unresolved:  # a chain that silently became a hub would only be slower
+        raise ValueError(f"no loopback endpoint given for {', '.join(unresolved)}")
     begin, end = flags["--layers"].split(":")
     return WorkerSpec(
         model=model_path,
@@ -51,6 +60,8 @@ def worker_spec(pod: dict[str, Any], model_path: Path, threads: int) -> WorkerSp
         manifest_digest=flags.get("--manifest-digest", ""),
         recipe_digest=flags.get("--recipe-digest", ""),
         route_digest=flags.get("--route-digest", ""),
+        next_stage=links.get("--next-stage", ""),
+        ring_last=links.get("--ring-last", ""),
         threads=threads,
         exit_with_parent=True,  # a `meshnet up` that is killed leaves no worker behind
     )
@@ -86,6 +97,14 @@ class LocalStage:
     def alive(self) -> bool:
         return self.process.running()
 
+    def ready(self) -> bool:
+        """Running, and a ring's head subscribed at the last stage (its readiness probe):
+        until then a route would serve as a chain, a leg slower per token."""
+        if not self.alive():
+            return False
+        return not self.process.spec.ring_last or any(
+            RING_SUBSCRIBED in line for line in self.process.lines)
+
     def observed(self) -> ObservedPod:
         running = self.alive()
         return ObservedPod(
@@ -95,7 +114,7 @@ class LocalStage:
             template_hash=self.labels.get(labels.TEMPLATE, ""),
             digest=self.labels.get(labels.DIGEST, ""),
             phase="Running" if running else "Failed",
-            ready=running,
+            ready=self.ready(),
             restarts=self.restarts,
             failing_reason=None if running else "CrashLoopBackOff",
             failing_message="" if running else f"worker exited with {self.process.exit_code()}",

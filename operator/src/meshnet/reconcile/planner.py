@@ -14,7 +14,7 @@ from meshnet.api.shardroute import ShardRouteSpec
 from meshnet.identity import recipe_digest, route_digest
 from meshnet.reconcile import status as derive
 from meshnet.reconcile.gatewayspec import gateway_deployment, gateway_service, gateway_url
-from meshnet.reconcile.naming import gateway_name, service_name
+from meshnet.reconcile.naming import endpoint, gateway_name, service_name
 from meshnet.reconcile.observed import Observed, ObservedPod
 from meshnet.reconcile.podspec import (
     RouteRef,
@@ -23,6 +23,7 @@ from meshnet.reconcile.podspec import (
     headless_service,
     stage_pod,
 )
+from meshnet.reconcile.topology import stage_links
 
 STATUS_KEYS = ("observedGeneration", "epoch", "routeDigest", "recipeDigest", "manifestDigest",
                "stages", "stagesReady", "coverage", "capacity", "endpoint", "conditions")
@@ -113,10 +114,18 @@ def _rollout(observed: Observed, spec: ShardRouteSpec, manifest: str, config: Wo
     epoch, advanced = next_epoch(route.status, observed.pods, digest)
     ref = RouteRef(route.name, route.namespace, route.uid)
     assert observed.artifact is not None and observed.artifact.storage is not None
+    names = [s.name for s in spec.stages]
+
+    def address(stage: str) -> str:
+        # the stable DNS name the gateway uses too: pods of two epochs never run together
+        # (see _pod_actions), so it names this epoch's pod of that stage
+        return endpoint(stage, route.name, route.namespace, config.grpc_port)
+
     desired = {s.name: stage_pod(StageInputs(
         ref, s, spec.recipe, spec.tls, epoch, digest, observed.artifact.model_file,
-        observed.artifact.storage, manifest, len(spec.stages), recipe), config)
-        for s in spec.stages}
+        observed.artifact.storage, manifest, len(spec.stages), recipe,
+        stage_links(spec.recipe.topology, names, i, address)), config)
+        for i, s in enumerate(spec.stages)}
     actions, events = _pod_actions(observed.pods, desired, epoch)
     actions += _service_actions(observed, ref, config)
     actions += _gateway_actions(observed, ref, spec, config)

@@ -14,6 +14,7 @@ from meshnet.api.common import API_VERSION
 from meshnet.api.modelartifact import ArtifactStorage
 from meshnet.api.shardroute import DEFAULT_GPU_RESOURCES, KIND, Recipe, RouteTls, Stage
 from meshnet.reconcile.naming import pod_name, service_name
+from meshnet.reconcile.topology import UNLINKED, StageLinks
 
 MODEL_DIR = "/models"
 TLS_DIR = "/etc/meshnet/tls"
@@ -65,6 +66,7 @@ class Identities:
 def worker_args(
     *, model_path: str, stage: Stage, route_id: str, epoch: int, recipe: Recipe,
     config: WorkerConfig, tls: RouteTls | None, route_stages: int, identities: Identities,
+    links: StageLinks = UNLINKED,
 ) -> list[str]:
     """The `meshnet-shard-worker` command line for one stage (the single place to change it)."""
     args = [
@@ -88,6 +90,12 @@ def worker_args(
         args += ["--tls-cert", f"{TLS_DIR}/tls.crt", "--tls-key", f"{TLS_DIR}/tls.key"]
         if tls.require_client_cert:
             args += ["--tls-client-ca", f"{TLS_DIR}/ca.crt"]
+    if links.next_stage:
+        args += ["--next-stage", links.next_stage]
+        if tls is not None:  # the next stage's certificate is the route's too
+            args += ["--next-stage-ca", f"{TLS_DIR}/ca.crt"]
+    if links.ring_last:
+        args += ["--ring-last", links.ring_last]
     return args
 
 
@@ -170,6 +178,7 @@ class StageInputs:
     manifest_digest: str
     route_stages: int  # stages in the route (the pipeline's depth)
     recipe_digest: str
+    links: StageLinks = UNLINKED  # where it relays, by the recipe's topology
 
 
 def stage_pod(inputs: StageInputs, config: WorkerConfig) -> dict[str, Any]:
@@ -180,6 +189,7 @@ def stage_pod(inputs: StageInputs, config: WorkerConfig) -> dict[str, Any]:
         route_id=f"{route.namespace}/{route.name}", epoch=inputs.epoch, recipe=inputs.recipe,
         config=config, tls=inputs.tls, route_stages=inputs.route_stages,
         identities=Identities(inputs.manifest_digest, inputs.recipe_digest, inputs.route_digest),
+        links=inputs.links,
     )
     mounts: list[dict[str, Any]] = [{"name": "model", "mountPath": MODEL_DIR, "readOnly": True},
               {"name": "tmp", "mountPath": "/tmp"}]
