@@ -47,6 +47,9 @@ RECOVERABLE_REASONS = {"CACHE_MISS", "EPOCH_MISMATCH", "ENGINE_FAILURE",
 # Transport answers meaning the worker is (re)starting or unreachable for now.
 TRANSIENT_CODES = {"UNAVAILABLE", "DEADLINE_EXCEEDED", "CANCELLED"}
 RELEASE_TIMEOUT_SECONDS = 5.0
+# The widest step whose rows compute exactly as one-token steps (a verification step of
+# MAX_DRAFT drafts; the CPU lane's batch-invariant kernels).
+EXACT_ROWS = MAX_DRAFT + 1
 
 
 TOPOLOGIES = ("auto", "chain", "hub", "ring")  # auto: ring, else chain, else hub
@@ -337,19 +340,26 @@ class _Run:
         self.step_sizes.append(len(step))
 
     def forget_history(self) -> list[list[int]]:
-        """The history as steps to feed a new session: one prefill, or where a model's
-        numerics depend on step boundaries (RouteInfo.step_sensitive) the steps it was
-        first fed in, so the re-prefilled state is the state the session had."""
+        """The history as steps to feed a new session, so that the re-prefilled state is
+        bit for bit the state the session had: the steps as they were fed, except that
+        steps of up to EXACT_ROWS tokens go together up to that width (each row of such a
+        step computes as alone on the CPU lane's batch-invariant kernels). One prefill of
+        it all would compute the decoded tokens' KV in a wide step, which differs in the
+        last bits and can flip a later greedy token (SmolLM2, 3 stages: the 48th token
+        after a restart at the 47th, tests/route/test_route_recovery.py). A model whose numerics depend on step boundaries
+        (RouteInfo.step_sensitive) gets its steps exactly as fed."""
         history, sizes = self.history, self.step_sizes
         self.history, self.step_sizes = [], []
-        if not history:
-            return []
-        if not self.driver.route.step_sensitive:
-            return [history]
-        steps, start = [], 0
+        joinable = 1 if self.driver.route.step_sensitive else EXACT_ROWS
+        steps: list[list[int]] = []
+        start = 0
         for size in sizes:
-            steps.append(history[start:start + size])
+            step = history[start:start + size]
             start += size
+            if steps and len(steps[-1]) + size <= joinable:
+                steps[-1].extend(step)
+            else:
+                steps.append(step)
         return steps
 
     def decoded(self, token: int, count: int, stop_ids: set[int],
