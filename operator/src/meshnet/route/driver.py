@@ -346,8 +346,9 @@ class _Run:
         step computes as alone on the CPU lane's batch-invariant kernels). One prefill of
         it all would compute the decoded tokens' KV in a wide step, which differs in the
         last bits and can flip a later greedy token (SmolLM2, 3 stages: the 48th token
-        after a restart at the 47th, tests/route/test_route_recovery.py). A model whose numerics depend on step boundaries
-        (RouteInfo.step_sensitive) gets its steps exactly as fed."""
+        after a restart at the 47th, tests/route/test_route_recovery.py). A model whose
+        numerics depend on step boundaries (RouteInfo.step_sensitive) gets its steps
+        exactly as fed."""
         history, sizes = self.history, self.step_sizes
         self.history, self.step_sizes = [], []
         joinable = 1 if self.driver.route.step_sensitive else EXACT_ROWS
