@@ -41,11 +41,6 @@ from meshnet.route.sampling import Sampling, sample
 from meshnet.route.speculation import speculated
 from meshnet.route.stage import StageClient, TlsFiles
 
-# Reasons after which the session's state on some stage is gone or stale.
-RECOVERABLE_REASONS = {"CACHE_MISS", "EPOCH_MISMATCH", "ENGINE_FAILURE",
-                       "CHAIN_MISMATCH"}  # a stage of the chain restarted: refresh
-# Transport answers meaning the worker is (re)starting or unreachable for now.
-TRANSIENT_CODES = {"UNAVAILABLE", "DEADLINE_EXCEEDED", "CANCELLED"}
 RELEASE_TIMEOUT_SECONDS = 5.0
 # The widest step whose rows compute exactly as one-token steps (a verification step of
 # MAX_DRAFT drafts; the CPU lane's batch-invariant kernels).
@@ -330,7 +325,7 @@ class _Run:
                     self.remember(steps.pop(0))
                 return token
             except StageError as exc:
-                if exc.reason not in RECOVERABLE_REASONS and exc.code not in TRANSIENT_CODES:
+                if not exc.recoverable:
                     raise
                 self.recover(exc)
                 steps = self.forget_history() + steps
@@ -385,7 +380,7 @@ class _Run:
                     yield sampled
                 return
             except StageError as exc:
-                if exc.reason not in RECOVERABLE_REASONS and exc.code not in TRANSIENT_CODES:
+                if not exc.recoverable:
                     raise
                 self.recover(exc)
                 token = self.steps_with_recovery([*self.forget_history(), pending])

@@ -31,6 +31,13 @@ class PromptTooLong(RouteError):
     """The prompt alone is longer than the per-session context."""
 
 
+# Reasons after which the session's state on some stage is gone or stale.
+RECOVERABLE_REASONS = frozenset({"CACHE_MISS", "EPOCH_MISMATCH", "ENGINE_FAILURE",
+                                 "CHAIN_MISMATCH"})  # a stage of the chain restarted: refresh
+# Transport answers meaning the worker is (re)starting or unreachable for now.
+TRANSIENT_CODES = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED", "CANCELLED"})
+
+
 class StageError(RouteError):
     """A stage answered a gRPC error; `reason` is its ErrorInfo reason ("" if none)."""
 
@@ -45,6 +52,12 @@ class StageError(RouteError):
         self.reason = reason
         self.detail = message
         self.metadata = dict(metadata or {})
+
+    @property
+    def recoverable(self) -> bool:
+        """A re-prefill under a new session can go on: the stage lost or outdated the
+        session's state, or is (re)starting."""
+        return self.reason in RECOVERABLE_REASONS or self.code in TRANSIENT_CODES
 
 
 class RecoveryFailed(RouteError):

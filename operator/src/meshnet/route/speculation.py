@@ -86,8 +86,6 @@ def speculated(run: _Run, token: int, count: int, stop_ids: set[int],
                lookup: PromptLookup, length: DraftLength) -> Iterator[int]:
     """Up to `count` tokens after `token` (stopping after a stop id), in verification
     steps; `lookup` holds the context (prompt and tokens so far, `token` included)."""
-    from meshnet.route.driver import RECOVERABLE_REASONS, TRANSIENT_CODES
-
     produced = 0
     held, session = len(run.history), run.session_id  # positions the stages hold
     while produced < count:
@@ -101,7 +99,7 @@ def speculated(run: _Run, token: int, count: int, stop_ids: set[int],
         try:
             out = verify(run, step, discard=held > n_past)
         except StageError as exc:
-            if exc.reason not in RECOVERABLE_REASONS and exc.code not in TRANSIENT_CODES:
+            if not exc.recoverable:
                 raise
             run.recover(exc)
             out = [run.steps_with_recovery([*run.forget_history(), [token]])]
