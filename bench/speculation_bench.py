@@ -7,9 +7,10 @@ workload (code that is edited line by line) and on free text.
         [--tokens 64] [--speculate 7] [--repeats 3]
 
 Rows: the chain with the first stage's decode loop (the fastest path without
-speculation: 2(S-1) legs per token plus the driver's 2 per generation), speculation on
-the chain stepped by the driver (2S legs per verification step: the answer comes back
-along the chain), and the hub (2S legs per step) without and with speculation. Each
+speculation: 2(S-1) legs per token plus the driver's 2 per generation), speculation in
+that loop (the first stage drafts, the last verifies: 2(S-1) legs per verification step),
+and the hub (2S legs per step) without and with speculation, the hub's verified by the
+driver. Each
 row's tokens are checked against plain greedy decoding of the same route (the loop row)
 and the bench fails if any differs. The ring limit is the best a ring without
 speculation can do: the stages' engine time per token (measured on the loop row) plus S
@@ -87,7 +88,7 @@ def main() -> None:
     binary = options.bin_dir / "meshnet-shard-worker" if options.bin_dir else worker_binary()
     delay = options.delay_ms / 1000.0
     setups = [("chain + decode loop, no speculation", "chain", 0),
-              (f"chain stepped, speculate {options.speculate}", "chain", options.speculate),
+              (f"chain loop, speculate {options.speculate}", "chain", options.speculate),
               ("hub, no speculation", "hub", 0),
               (f"hub, speculate {options.speculate}", "hub", options.speculate)]
     results: dict[tuple[str, str], list[Generation]] = {}

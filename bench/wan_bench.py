@@ -10,8 +10,8 @@ Rows per (S, delay), all in one run (the proxies change their delay in place):
   chain               the first stage relays, stepped by the driver  2S
   chain loop          the first stage decodes by itself              2(S-1)
   ring                the last stage hands each token to the first   S
-  ring + speculation  drafts from prompt lookup, verified in one pass through every
-                      stage by the driver, the ring's loop while drafting pauses;
+  ring + speculation  the ring's loop drafting from prompt lookup at the first stage,
+                      each draft verified by the last stage in the same pass;
                       on a repetitive (code) workload and on free text
   llama.cpp RPC       ggml-rpc-server per stage, llama-bench -ngl 99
 "Legs" is what the timings say: (ms per token - compute) / one-way delay, where compute

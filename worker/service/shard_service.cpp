@@ -142,8 +142,11 @@ std::optional<shard_error> shard_service::check_key(const pb::RouteKey & key) co
 std::optional<shard_error> shard_service::check_loop_drafts(const pb::ForwardRequest & request,
                                                             bool streaming) const {
     if (request.loop_drafts() == 0) {
-        return request.draft_context_size() == 0 ? std::nullopt : std::optional<shard_error>(make_error(
-            error_reason::invalid_output_request, "draft_context is for a speculative loop (loop_drafts)"));
+        if (request.draft_context_size() > 0) {
+            return make_error(error_reason::invalid_output_request,
+                              "draft_context is for a speculative loop (loop_drafts)");
+        }
+        return std::nullopt;
     }
     const char * problem =
         !streaming || !info_.is_first() ? "loop_drafts is for a decode loop on the first stage (ForwardStream)" :
@@ -411,8 +414,8 @@ void shard_service::complete(output_plan & plan, step_outcome & outcome, pb::For
     outbox_.push_back(std::move(entry));
 }
 
-void shard_service::release(const session_key & key) {
-    steps_.release(key, nullptr);
+void shard_service::release(const session_key & key, std::function<void(bool)> done) {
+    steps_.release(key, std::move(done));
     if (next_) {
         pb::RouteKey route_key;
         route_key.set_route_id(key.route_id);
@@ -662,11 +665,8 @@ grpc::ServerUnaryReactor * shard_service::ReleaseSession(grpc::CallbackServerCon
         finish(reactor, "ReleaseSession", error_status(*error));
         return reactor;
     }
-    const session_key key = key_of(request->key());
-    if (next_) {
-        next_->release(request->key()); // a chain's client need only call its first stage
-    }
-    steps_.release(key, [this, reactor, response](bool released) {
+    // down the chain too: a chain's client need only call its first stage
+    release(key_of(request->key()), [this, reactor, response](bool released) {
         response->set_released(released);
         finish(reactor, "ReleaseSession", grpc::Status::OK);
     });

@@ -115,8 +115,8 @@ public:
 
     scheduler &        steps() { return steps_; }
     int64_t            n_ctx() const { return info_.n_ctx; }
-    // Frees the session here and down the chain (a stream that carried it was cancelled).
-    void release(const session_key & key);
+    // Frees the session here (`done` gets whether it held it) and down the chain.
+    void release(const session_key & key, std::function<void(bool)> done = nullptr);
     ring_waiters &     ring() { return ring_waiters_; }
     // Ends the Ring subscribers' streams (the worker stops: they would hold it up).
     void stop_ring() { ring_hub_.stop(); }
