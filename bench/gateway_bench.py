@@ -31,8 +31,9 @@ from typing import Any
 import httpx
 
 from meshnet.bundled import smollm2_gguf
+from meshnet.layers import LayerRange
+from meshnet.local.process import LaunchSpec, free_port, start_route, worker_binary
 from meshnet.route import RouteDriver
-from meshnet.route.launch import WorkerSpec, free_port, start_route, worker_binary
 
 PROMPT = ("The history of the printing press begins in the fifteenth century, when movable "
           "type changed how books were made, sold and read across Europe and beyond.")
@@ -116,7 +117,7 @@ def main() -> int:
     args = parser.parse_args()
     binary = args.bin_dir / "meshnet-shard-worker" if args.bin_dir else worker_binary()
     work = Path(tempfile.mkdtemp(prefix="gateway-bench-"))
-    specs = [WorkerSpec(model=smollm2_gguf(), layers=span, route_id="bench/gateway",
+    specs = [LaunchSpec(model=smollm2_gguf(), layers=LayerRange(*span), route_id="bench/gateway",
                         threads=args.threads) for span in [(0, 15), (15, 30)]]
     workers = start_route(binary, specs, work, chain=True)
     gateway, url = start_gateway([w.endpoint for w in workers], work / "serve.log")

@@ -24,11 +24,11 @@ The 8-vs-1 line also says how busy each stage's engine was while all 8 sessions
 decoded (/metrics: meshnet_shard_engine_busy_seconds_total) and what each token cost
 it: the slower stage's cost per token bounds what any pipeline of these two stages can
 reach on this machine.
---pin binds every process measured to CPUs (meshnet.route.launch.cpu_binding_env): each
+--pin binds every process measured to CPUs (meshnet.local.process.cpu_binding_env): each
 one running --threads threads to the first --threads CPUs, a stage or rpc-server of
 --threads / 2 threads to CPUs of its own, so both sides of the comparison are bound alike.
 Run it without GOMP_SPINCOUNT: the workers then get the launcher's default
-(meshnet.route.launch.WORKER_ENV_DEFAULTS) and llama.cpp's own processes (the reference,
+(meshnet.local.process.WORKER_ENV_DEFAULTS) and llama.cpp's own processes (the reference,
 the rpc servers) libgomp's, as a user runs them; set, it applies to every process
 measured. --omp-passive sleeps finished OpenMP threads at once (slower: ggml
 synchronises once per graph node).
@@ -55,17 +55,18 @@ from typing import Any
 from hop_floor import grpc_hop_floor_ms, hop_floor_ms
 
 from meshnet.bundled import smollm2_gguf
-from meshnet.paths import workspace
-from meshnet.route import RouteDriver
-from meshnet.route.launch import (
+from meshnet.layers import LayerRange
+from meshnet.local.process import (
     WORKER_ENV_DEFAULTS,
+    LaunchSpec,
     WorkerProcess,
-    WorkerSpec,
     cpu_binding_env,
     free_port,
     start_route,
     worker_binary,
 )
+from meshnet.paths import workspace
+from meshnet.route import RouteDriver
 
 PROMPT_TOKENS = 128
 DECODE_TOKENS = 64
@@ -262,8 +263,9 @@ def run(bin_dir: Path | None, threads: int, repeats: int, model: Path | None = N
         return tuple(available[(index * n_threads + i) % len(available)] for i in range(n_threads))
 
     def spec(span: tuple[int, int], n_threads: int, index: int = 0,
-             extra: tuple[str, ...] = ()) -> WorkerSpec:
-        return WorkerSpec(model=model, layers=span, threads=n_threads, slots=8, ctx=1024,
+             extra: tuple[str, ...] = ()) -> LaunchSpec:
+        return LaunchSpec(model=model, layers=LayerRange(*span), threads=n_threads, slots=8,
+                          ctx=1024,
                           gpu_layers=gpu_layers, cpus=cpus(n_threads, index), extra=extra)
 
     first, second = (0, split), (split, 30)

@@ -30,8 +30,9 @@ from pathlib import Path
 
 from meshnet.bundled import smollm2_gguf
 from meshnet.devtools.delay_proxy import DelayProxy
+from meshnet.layers import LayerRange
+from meshnet.local.process import LaunchSpec, free_port, start_route, worker_binary
 from meshnet.route import Generation, RouteDriver
-from meshnet.route.launch import WorkerSpec, free_port, start_route, worker_binary
 
 SPLIT = [(0, 10), (10, 20), (20, 30)]
 WORKLOADS = {
@@ -54,7 +55,8 @@ def delayed_chain(binary: Path, model: Path, delay: float) -> Iterator[list[str]
     links = [DelayProxy(port, delay) for port in ports[1:]]
     # local_relay off: the stages relay over gRPC, through the proxies (the local relay
     # would connect around them)
-    specs = [WorkerSpec(model=model, layers=span, threads=1, listen=f"127.0.0.1:{ports[i]}",
+    specs = [LaunchSpec(model=model, layers=LayerRange(*span), threads=1,
+                        listen=f"127.0.0.1:{ports[i]}",
                         local_relay=False,
                         next_stage=f"127.0.0.1:{links[i].port}" if i < len(links) else "")
              for i, span in enumerate(SPLIT)]

@@ -35,9 +35,10 @@ from pathlib import Path
 
 from meshnet.bundled import smollm2_gguf
 from meshnet.devtools.delay_proxy import DelayProxy
+from meshnet.layers import LayerRange
+from meshnet.local.process import LaunchSpec, WorkerProcess, free_port, start_route, worker_binary
 from meshnet.paths import workspace
 from meshnet.route import RouteDriver
-from meshnet.route.launch import WorkerProcess, WorkerSpec, free_port, start_route, worker_binary
 
 CODE = ("def total_price(items):\n    total = 0\n    for item in items:\n"
         "        total += item.price * item.quantity\n    return total\n")
@@ -84,7 +85,7 @@ def delayed_route(binary: Path, model: Path, stages: int, ring: bool,
     workers: dict[int, WorkerProcess] = {}
     try:
         for index, span in reversed(list(enumerate(spans(stages)))):
-            spec = WorkerSpec(model=model, layers=span, threads=1, local_relay=False,
+            spec = LaunchSpec(model=model, layers=LayerRange(*span), threads=1, local_relay=False,
                               pipeline_depth=stages,
                               next_stage=links[index].endpoint if index < stages - 1 else "",
                               ring_last=back[0].endpoint if back and index == 0 else "")
@@ -154,7 +155,7 @@ def rpc_decode(model: Path, endpoints: str, tokens: int) -> float:
 def unsplit_ms(binary: Path, model: Path, tokens: int, log_dir: Path) -> float:
     """The compute of one token: the whole model on one worker, no network."""
     log_dir.mkdir(parents=True, exist_ok=True)
-    (worker,) = start_route(binary, [WorkerSpec(model=model, layers=(0, 30), threads=1)],
+    (worker,) = start_route(binary, [LaunchSpec(model=model, layers=LayerRange(0, 30), threads=1)],
                             log_dir)
     try:
         rate, _ = decode([worker.endpoint], FREE_TEXT, tokens, "hub")

@@ -21,7 +21,7 @@ COPY lib/ /usr/local/lib/
 COPY BUNDLE.json /usr/local/share/meshnet/BUNDLE.json
 # OpenMP threads that finished a step spin only briefly (libgomp's default spins for
 # much longer), so stages sharing a node's cores do not take them from each other
-# (meshnet.route.launch.WORKER_ENV_DEFAULTS says what was measured).
+# (meshnet.local.process.WORKER_ENV_DEFAULTS says what was measured).
 ENV GOMP_SPINCOUNT=3000
 # Writes nothing outside the mounts it is given: the root filesystem can be read-only.
 USER 10001:10001

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from meshnet.bundled import smollm2_gguf
-from meshnet.route.launch import worker_binary
+from meshnet.local.process import worker_binary
 from meshnet.unsplit import unsplit_tokens
 
 

@@ -10,7 +10,8 @@ import pytest
 
 from meshnet.api.certification import Certificate, CertifiedLane, ParityResult
 from meshnet.certify import verdict
-from meshnet.route.launch import WorkerProcess, WorkerSpec, start_route
+from meshnet.layers import LayerRange
+from meshnet.local.process import LaunchSpec, WorkerProcess, start_route
 
 Route = Callable[[str], list[WorkerProcess]]
 LANE = CertifiedLane(backend="cpu", gpu_product="none", manifest_digest="a" * 64,
@@ -33,7 +34,8 @@ def start(shard_worker: Path, smollm2: Path,
     running: list[WorkerProcess] = []
 
     def route(dtype: str) -> list[WorkerProcess]:
-        specs = [WorkerSpec(model=smollm2, layers=span, route_id="test/certify", threads=1,
+        specs = [LaunchSpec(model=smollm2, layers=LayerRange(*span), route_id="test/certify",
+                            threads=1,
                             slots=2, ctx=512, boundary_dtype=dtype, metrics_listen="")
                  for span in ((0, 10), (10, 20), (20, 30))]
         workers = start_route(shard_worker, specs, tmp_path_factory.mktemp(f"route-{dtype}"))

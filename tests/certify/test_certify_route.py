@@ -7,7 +7,8 @@ from pathlib import Path
 
 from meshnet.certify.gates import Gates
 from meshnet.certify.run import Reference, certify
-from meshnet.route.launch import WorkerSpec, start_route
+from meshnet.layers import LayerRange
+from meshnet.local.process import LaunchSpec, start_route
 from meshnet.route.stage import TlsFiles
 
 from .conftest import LANE, Route
@@ -62,7 +63,7 @@ def test_a_route_served_over_mtls_is_certified_through_its_tls(
         shard_worker: Path, smollm2: Path, certificates: dict[str, Path]) -> None:
     tls = {"tls_cert": certificates["server.pem"], "tls_key": certificates["server.key"],
            "tls_client_ca": certificates["ca.pem"]}
-    specs = [WorkerSpec(model=smollm2, layers=span, route_id="test/certify", threads=1,
+    specs = [LaunchSpec(model=smollm2, layers=LayerRange(*span), route_id="test/certify", threads=1,
                         slots=2, ctx=512, metrics_listen="", **tls)
              for span in ((0, 15), (15, 30))]
     workers = start_route(shard_worker, specs)

@@ -11,7 +11,9 @@ from meshnet.api.modelartifact import ArtifactStorage
 from meshnet.api.shardroute import Recipe, RouteTls, Stage
 from meshnet.certify import job as jobs
 from meshnet.certify.gates import Gates
+from meshnet.reconcile.planner import stage_worker
 from meshnet.reconcile.podspec import RouteRef, StageInputs, WorkerConfig, stage_pod
+from meshnet.reconcile.workerspec import Identities
 
 from .conftest import LANE, cert
 
@@ -25,10 +27,15 @@ def pod(lane: str = "cuda", tls: RouteTls | None = None) -> dict[str, Any]:
         "name": "s0", "layers": {"begin": 0, "end": 10}, "resources": {"gpus": 1},
         "nodeSelector": {"pool": "gpu"},
         "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}]})
+    second = Stage.model_validate({"name": "s1", "layers": {"begin": 10, "end": 20}})
+    recipe = Recipe(lane=lane)
+    worker = stage_worker([stage, second], 0, recipe, tls, 3,
+                          Identities("a" * 64, "b" * 64, "c" * 64), "model-00001-of-00002.gguf",
+                          "serving/r1")
     return stage_pod(StageInputs(
-        ROUTE, stage, Recipe(lane=lane), tls, 3, "c" * 64, "model-00001-of-00002.gguf",
+        ROUTE, stage, recipe, tls,
         ArtifactStorage.model_validate({"pvc": {"claimName": "models", "subPath": "dsv4"}}),
-        "a" * 64, 2, "b" * 64), WorkerConfig(images={lane: f"worker:{lane}"}))
+        worker), WorkerConfig(images={lane: f"worker:{lane}"}))
 
 
 def build(lane: CertifiedLane = CUDA, request: str | None = None,

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from meshnet.layers import LayerRange
+from meshnet.local.process import LaunchSpec, WorkerProcess, start_route
 from meshnet.route import RouteDriver, StageClient, StageError
-from meshnet.route.launch import WorkerProcess, WorkerSpec, start_route
 from meshnet.route.proto import pb
 
 pytestmark = pytest.mark.slow
@@ -23,7 +24,8 @@ PROMPT = "the map of the world and the map of the world and the map of the"
 @pytest.fixture(scope="module")
 def worker(shard_worker: Path, ds4_small: Path, tmp_path_factory: pytest.TempPathFactory,
            ) -> Iterator[WorkerProcess]:
-    spec = WorkerSpec(model=ds4_small, layers=(0, 8), route_id=ROUTE_ID, threads=1, ctx=512)
+    spec = LaunchSpec(model=ds4_small, layers=LayerRange(0, 8), route_id=ROUTE_ID, threads=1,
+                      ctx=512)
     workers = start_route(shard_worker, [spec], tmp_path_factory.mktemp("ds4-discard"))
     yield workers[0]
     workers[0].stop()

@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from meshnet.devtools.tiny_deepseek4 import SMALL, write_tiny_deepseek4
+from meshnet.layers import LayerRange
+from meshnet.local.process import LaunchSpec, WorkerProcess, start_route
 from meshnet.route import RouteDriver, RouteRefused, StageClient, StageError
-from meshnet.route.launch import WorkerProcess, WorkerSpec, start_route
 from meshnet.route.proto import pb
 from meshnet.unsplit import unsplit_tokens
 
@@ -34,7 +35,8 @@ THREADS = 1
 
 def stages(binary: Path, model: Path, split: list[tuple[int, int]], logs: Path,
            chain: bool = False, **options: object) -> list[WorkerProcess]:
-    specs = [WorkerSpec(model=model, layers=span, route_id=ROUTE_ID, threads=THREADS, ctx=1024,
+    specs = [LaunchSpec(model=model, layers=LayerRange(*span), route_id=ROUTE_ID, threads=THREADS,
+                        ctx=1024,
                         **options)  # type: ignore[arg-type]
              for span in split]
     return start_route(binary, specs, logs, chain=chain)

@@ -14,8 +14,9 @@ import httpx
 import pytest
 
 from meshnet.gateway.chat import render_chat
+from meshnet.layers import LayerRange
+from meshnet.local.process import LaunchSpec, WorkerProcess, free_port, start_route
 from meshnet.route import RouteDriver
-from meshnet.route.launch import WorkerProcess, WorkerSpec, free_port, start_route
 from meshnet.unsplit import unsplit_tokens
 
 MODEL = "smollm2"
@@ -67,7 +68,7 @@ def start_gateway(endpoints: list[str], log: Path, *extra: str) -> Gateway:
 @pytest.fixture(scope="module")
 def route(shard_worker: Path, smollm2: Path, tmp_path_factory: pytest.TempPathFactory,
           ) -> Iterator[list[WorkerProcess]]:
-    specs = [WorkerSpec(model=smollm2, layers=span, route_id="test/gateway", threads=1,
+    specs = [LaunchSpec(model=smollm2, layers=LayerRange(*span), route_id="test/gateway", threads=1,
                         slots=SLOTS) for span in [(0, 15), (15, 30)]]
     workers = start_route(shard_worker, specs, tmp_path_factory.mktemp("gateway-route"),
                           chain=True)

@@ -13,8 +13,8 @@ import httpx
 import openai
 import pytest
 
+from meshnet.local.process import WorkerProcess
 from meshnet.route import StageClient
-from meshnet.route.launch import WorkerProcess
 
 from .conftest import MODEL, SLOTS, Gateway, start_gateway
 

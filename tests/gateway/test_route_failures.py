@@ -12,7 +12,8 @@ import httpx
 import openai
 import pytest
 
-from meshnet.route.launch import WorkerProcess, WorkerSpec, start_route
+from meshnet.layers import LayerRange
+from meshnet.local.process import LaunchSpec, WorkerProcess, start_route
 
 from .conftest import MODEL, Gateway, start_gateway
 
@@ -24,7 +25,7 @@ QUESTION = [{"role": "user", "content": "Tell me a short story about a lighthous
 @pytest.fixture
 def served(shard_worker: Path, smollm2: Path, tmp_path: Path,
            ) -> Iterator[tuple[list[WorkerProcess], Gateway]]:
-    specs = [WorkerSpec(model=smollm2, layers=span, route_id="test/gateway-failures",
+    specs = [LaunchSpec(model=smollm2, layers=LayerRange(*span), route_id="test/gateway-failures",
                         threads=1) for span in [(0, 10), (10, 20), (20, 30)]]
     workers = start_route(shard_worker, specs, tmp_path, chain=True)
     gateway = start_gateway([w.endpoint for w in workers], tmp_path / "serve.log")

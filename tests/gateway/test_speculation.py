@@ -10,7 +10,7 @@ import httpx
 import openai
 import pytest
 
-from meshnet.route.launch import WorkerProcess
+from meshnet.local.process import WorkerProcess
 
 from .conftest import MODEL, Gateway, start_gateway
 

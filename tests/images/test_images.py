@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from meshnet.route.launch import WorkerProcess, WorkerSpec, start_route
+from meshnet.layers import LayerRange
+from meshnet.local.process import LaunchSpec, WorkerProcess, start_route
 
 from .conftest import (
     MODELS,
@@ -36,7 +37,8 @@ def image_stages(container: Container, smollm2: Path, log_dir: Path,
                  env: dict[str, str]) -> list[WorkerProcess]:
     """SmolLM2 in two stages, each a worker process of the image, one thread each."""
     launcher = worker_launcher(container, log_dir, smollm2.parent, env)
-    specs = [WorkerSpec(model=Path(MODELS) / smollm2.name, layers=span, route_id="test/images",
+    specs = [LaunchSpec(model=Path(MODELS) / smollm2.name, layers=LayerRange(*span),
+                        route_id="test/images",
                         threads=1, manifest_digest="sha256:" + "0" * 64) for span in SPLIT]
     return start_route(launcher, specs, log_dir, timeout=180)
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from meshnet.route.launch import free_port
+from meshnet.local.process import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "local" / "smollm2-3stage.yaml"

@@ -2,34 +2,37 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from meshnet.api.modelartifact import ArtifactStorage
 from meshnet.api.shardroute import Recipe, RouteTls, Stage
-from meshnet.reconcile.podspec import (
-    Identities,
-    RouteRef,
-    StageInputs,
-    WorkerConfig,
-    stage_pod,
-    worker_args,
-)
+from meshnet.layers import LayerRange
+from meshnet.reconcile.planner import stage_worker
+from meshnet.reconcile.podspec import RouteRef, StageInputs, WorkerConfig, stage_pod, worker_args
 from meshnet.reconcile.topology import UNLINKED, StageLinks
+from meshnet.reconcile.workerspec import Identities, WorkerSpec
 
 CONFIG = WorkerConfig(images={"cuda": "worker-cuda:1", "cpu": "worker-cpu:1"}, pin_digest="p")
 DIGEST = "d" * 64
+ROUTE = RouteRef("r1", "ml", "uid-1")
 
 
 def pod(stage: dict[str, Any], recipe: dict[str, Any] | None = None,
         storage: dict[str, Any] | None = None, tls: RouteTls | None = None,
         links: StageLinks = UNLINKED) -> dict[str, Any]:
+    """The pod of `stage`, the first of three, as the planner builds it."""
+    stages = [Stage.model_validate(stage), *(Stage.model_validate(
+        {"name": f"s{i}", "layers": {"begin": 20 + i, "end": 21 + i}}) for i in (2, 3))]
+    parsed = Recipe.model_validate(recipe or {})
+    worker = stage_worker(stages, 0, parsed, tls, 3, Identities(DIGEST, "e" * 64, "f" * 64),
+                          "m-00001-of-00002.gguf", "ml/r1")
     inputs = StageInputs(
-        RouteRef("r1", "ml", "uid-1"), Stage.model_validate(stage),
-        Recipe.model_validate(recipe or {}), tls, 3, "f" * 64, "m-00001-of-00002.gguf",
-        ArtifactStorage.model_validate(storage or {"pvc": {"claimName": "models"}}), DIGEST, 3,
-        "e" * 64, links)
+        ROUTE, stages[0], parsed, tls,
+        ArtifactStorage.model_validate(storage or {"pvc": {"claimName": "models"}}),
+        replace(worker, links=links))
     return stage_pod(inputs, CONFIG)
 
 
@@ -37,11 +40,10 @@ STAGE = {"name": "s1", "layers": {"begin": 10, "end": 20}}
 
 
 def test_worker_args_carry_the_model_range_route_epoch_ports_and_recipe() -> None:
-    args = worker_args(model_path="/models/m.gguf", stage=Stage.model_validate(STAGE),
-                       route_id="ml/r1", epoch=3,
-                       recipe=Recipe(boundary_dtype="bf16", context_length=8192, session_slots=2),
-                       config=CONFIG, tls=None, route_stages=3,
-                       identities=Identities("m" * 64, "r" * 64, "d" * 64))
+    worker = WorkerSpec(stage="s1", layers=LayerRange(10, 20), route_id="ml/r1", epoch=3,
+                        identities=Identities("m" * 64, "r" * 64, "d" * 64), model_file="m.gguf",
+                        slots=2, context_length=8192, boundary_dtype="bf16", pipeline_depth=3)
+    args = worker_args(worker, ROUTE, CONFIG)
     assert args == ["--model", "/models/m.gguf", "--layers", "10:20", "--route-id", "ml/r1",
                     "--epoch", "3", "--manifest-digest", "m" * 64, "--recipe-digest", "r" * 64,
                     "--route-digest", "d" * 64, "--listen", "0.0.0.0:50051",
@@ -75,7 +77,7 @@ def test_tls_adds_certificate_flags_and_a_read_only_secret_mount() -> None:
         container["volumeMounts"]
 
 
-NEXT = "s2.r1-workers.ml.svc:50051"
+NEXT = "s2.r1-workers.ml.svc:50051"  # the addresses of stages s2 and s3
 LAST = "s3.r1-workers.ml.svc:50051"
 CA = ["--next-stage-ca", "/etc/meshnet/tls/ca.crt"]
 
@@ -86,8 +88,8 @@ def args_of(body: dict[str, Any]) -> list[str]:
 
 def test_a_chained_stage_relays_to_its_next_stage_and_a_ring_head_also_subscribes_at_the_last(
 ) -> None:
-    chained = args_of(pod(STAGE, links=StageLinks(next_stage=NEXT)))
-    ringed = args_of(pod(STAGE, links=StageLinks(next_stage=NEXT, ring_last=LAST)))
+    chained = args_of(pod(STAGE, links=StageLinks(next_stage="s2")))
+    ringed = args_of(pod(STAGE, links=StageLinks(next_stage="s2", ring_last="s3")))
     hub = args_of(pod(STAGE))
     assert chained == [*hub, "--next-stage", NEXT]
     assert ringed == [*hub, "--next-stage", NEXT, "--ring-last", LAST]
@@ -97,7 +99,7 @@ def test_a_chained_stage_relays_to_its_next_stage_and_a_ring_head_also_subscribe
 def test_with_tls_a_chained_stage_trusts_its_next_stage_with_the_route_ca(mtls: bool) -> None:
     tls = RouteTls(secret_name="stage-tls", require_client_cert=mtls)
     hub = args_of(pod(STAGE, tls=tls))
-    ringed = args_of(pod(STAGE, tls=tls, links=StageLinks(next_stage=NEXT, ring_last=LAST)))
+    ringed = args_of(pod(STAGE, tls=tls, links=StageLinks(next_stage="s2", ring_last="s3")))
     assert ringed == [*hub, "--next-stage", NEXT, *CA, "--ring-last", LAST]
     # the worker refuses --next-stage-ca without --next-stage: a hub stage has neither
     assert "--next-stage-ca" not in hub and "--next-stage" not in hub

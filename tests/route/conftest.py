@@ -8,18 +8,20 @@ from pathlib import Path
 
 import pytest
 
-from meshnet.route.launch import WorkerProcess, WorkerSpec, start_route
+from meshnet.layers import LayerRange
+from meshnet.local.process import LaunchSpec, WorkerProcess, start_route
 
 SPLIT = [(0, 10), (10, 20), (20, 30)]
 
 
-def route_specs(model: Path, epoch: int = 1) -> list[WorkerSpec]:
-    return [WorkerSpec(model=model, layers=span, route_id="test/route", epoch=epoch, threads=1)
+def route_specs(model: Path, epoch: int = 1) -> list[LaunchSpec]:
+    return [LaunchSpec(model=model, layers=LayerRange(*span), route_id="test/route", epoch=epoch,
+                       threads=1)
             for span in SPLIT]
 
 
 @pytest.fixture(scope="session")
-def make_route_specs() -> Callable[[Path], list[WorkerSpec]]:
+def make_route_specs() -> Callable[[Path], list[LaunchSpec]]:
     return route_specs
 
 

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from meshnet.layers import LayerRange
+from meshnet.local.process import LaunchSpec, WorkerProcess, start_route
 from meshnet.route import RouteDriver
-from meshnet.route.launch import WorkerProcess, WorkerSpec, start_route
 from meshnet.unsplit import unsplit_tokens
 
 pytestmark = pytest.mark.slow
@@ -31,7 +32,8 @@ def prompt(n: int) -> str:
 @pytest.fixture(scope="module")
 def driver(shard_worker: Path, smollm2: Path, tmp_path_factory: pytest.TempPathFactory,
            ) -> Iterator[RouteDriver]:
-    specs = [WorkerSpec(model=smollm2, layers=span, route_id="test/invariance", threads=1,
+    specs = [LaunchSpec(model=smollm2, layers=LayerRange(*span), route_id="test/invariance",
+                        threads=1,
                         slots=SLOTS, ctx=256) for span in [(0, 15), (15, 30)]]
     workers: list[WorkerProcess] = start_route(
         shard_worker, specs, tmp_path_factory.mktemp("invariance"), chain=True)

@@ -15,8 +15,9 @@ from pathlib import Path
 import grpc
 import pytest
 
+from meshnet.layers import LayerRange
+from meshnet.local.process import LaunchSpec, WorkerProcess, start_route
 from meshnet.route import RouteDriver, StageClient, TlsFiles
-from meshnet.route.launch import WorkerProcess, WorkerSpec, start_route
 from meshnet.route.proto import pb
 
 PROMPT = "A lighthouse keeper counts the ships that pass at night, and"
@@ -33,7 +34,8 @@ def relay_batches(worker: WorkerProcess) -> dict[str, int]:
 
 def two_stage_chain(shard_worker: Path, smollm2: Path, logs: Path,
                     local_relay: bool = True) -> list[WorkerProcess]:
-    specs = [WorkerSpec(model=smollm2, layers=span, route_id="test/local-relay", threads=1,
+    specs = [LaunchSpec(model=smollm2, layers=LayerRange(*span), route_id="test/local-relay",
+                        threads=1,
                         local_relay=local_relay)
              for span in [(0, 15), (15, 30)]]
     return start_route(shard_worker, specs, logs, chain=True)
@@ -115,7 +117,7 @@ def test_a_restarted_next_stage_is_reached_again_over_the_local_relay(
 def test_a_worker_served_with_tls_offers_no_local_relay(
     shard_worker: Path, smollm2: Path, certificates: dict[str, Path],
 ) -> None:
-    spec = WorkerSpec(model=smollm2, layers=(15, 30), threads=1, slots=1, ctx=64,
+    spec = LaunchSpec(model=smollm2, layers=LayerRange(15, 30), threads=1, slots=1, ctx=64,
                       tls_cert=certificates["server.pem"], tls_key=certificates["server.key"])
     with WorkerProcess(shard_worker, spec).start() as worker:
         client = StageClient(worker.endpoint, TlsFiles(ca=certificates["ca.pem"]))
@@ -138,7 +140,8 @@ def read_frame(sock: socket.socket) -> bytes:
 def test_the_local_relay_answers_bad_steps_and_drops_bad_frames_while_serving(
     shard_worker: Path, smollm2: Path,
 ) -> None:
-    spec = WorkerSpec(model=smollm2, layers=(15, 30), route_id="test/local-relay", threads=1,
+    spec = LaunchSpec(model=smollm2, layers=LayerRange(15, 30), route_id="test/local-relay",
+                      threads=1,
                       slots=1, ctx=64)
     with WorkerProcess(shard_worker, spec).start() as worker:
         client = StageClient(worker.endpoint)
@@ -232,7 +235,7 @@ def test_a_worker_on_a_unix_socket_offers_no_tcp_local_relay(
     shard_worker: Path, smollm2: Path, tmp_path: Path,
 ) -> None:
     address = f"unix:{tmp_path / 'stage.sock'}"
-    spec = WorkerSpec(model=smollm2, layers=(15, 30), threads=1, slots=1, ctx=64,
+    spec = LaunchSpec(model=smollm2, layers=LayerRange(15, 30), threads=1, slots=1, ctx=64,
                       listen=address)
     worker = WorkerProcess(shard_worker, spec)
     worker.start()

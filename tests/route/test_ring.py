@@ -13,8 +13,9 @@ from pathlib import Path
 import grpc
 import pytest
 
+from meshnet.layers import LayerRange
+from meshnet.local.process import LaunchSpec, WorkerProcess, start_route
 from meshnet.route import RouteDriver, RouteRefused
-from meshnet.route.launch import WorkerProcess, WorkerSpec, start_route
 from meshnet.route.proto import pb, pb_grpc
 from meshnet.route.stage import stage_error
 
@@ -24,8 +25,9 @@ SPLITS = {2: [(0, 15), (15, 30)], 3: [(0, 10), (10, 20), (20, 30)],
           4: [(0, 8), (8, 16), (16, 24), (24, 30)]}
 
 
-def specs_for(model: Path, spans: list[tuple[int, int]], epoch: int = 1) -> list[WorkerSpec]:
-    return [WorkerSpec(model=model, layers=span, route_id="test/route", epoch=epoch, threads=1)
+def specs_for(model: Path, spans: list[tuple[int, int]], epoch: int = 1) -> list[LaunchSpec]:
+    return [LaunchSpec(model=model, layers=LayerRange(*span), route_id="test/route", epoch=epoch,
+                       threads=1)
             for span in spans]
 
 

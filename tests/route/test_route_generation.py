@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from meshnet.layers import LayerRange
+from meshnet.local.process import LaunchSpec, WorkerProcess, start_route
 from meshnet.route import RouteDriver, RouteRefused, Sampling, StageClient
-from meshnet.route.launch import WorkerProcess, WorkerSpec, start_route
 
 PROMPTS = [
     "The capital of France is",
@@ -87,7 +88,7 @@ def test_stages_that_take_turns_on_the_cpus_prefill_chunk_after_chunk(
     shard_worker: Path, smollm2: Path, reference: Reference, tmp_path: Path,
 ) -> None:
     cpus = tuple(sorted(os.sched_getaffinity(0))[:2])
-    specs = [WorkerSpec(model=smollm2, layers=span, threads=len(cpus), cpus=cpus)
+    specs = [LaunchSpec(model=smollm2, layers=LayerRange(*span), threads=len(cpus), cpus=cpus)
              for span in ((0, 15), (15, 30))]
     workers = start_route(shard_worker, specs, tmp_path, chain=True)
     try:

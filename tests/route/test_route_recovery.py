@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from meshnet.layers import LayerRange
+from meshnet.local.process import LaunchSpec, WorkerProcess, start_route
 from meshnet.route import RecoveryFailed, RouteDriver, RouteError, StageClient
-from meshnet.route.launch import WorkerProcess, WorkerSpec, start_route
 from meshnet.route.proto import pb
 
 PROMPT = "The quick brown fox jumps over the lazy dog. Then the fox"
@@ -24,7 +25,7 @@ PROMPT = "The quick brown fox jumps over the lazy dog. Then the fox"
 @pytest.fixture(params=["hub", "chain", "chain-grpc", "ring"])
 def workers(
     request: pytest.FixtureRequest, shard_worker: Path, smollm2: Path, tmp_path: Path,
-    make_route_specs: Callable[[Path], list[WorkerSpec]],
+    make_route_specs: Callable[[Path], list[LaunchSpec]],
 ) -> Iterator[list[WorkerProcess]]:
     """The 3-stage route, its workers started plain (hub) or with --next-stage (chain:
     over the local relay, or over gRPC with --local-relay off; ring: a chain whose first
@@ -157,7 +158,7 @@ def test_a_stage_that_stays_frozen_fails_the_generation_with_a_clear_error(
 
 
 def _chain_of_two(shard_worker: Path, smollm2: Path, logs: Path) -> list[WorkerProcess]:
-    specs = [WorkerSpec(model=smollm2, layers=span, route_id="test/release", threads=1)
+    specs = [LaunchSpec(model=smollm2, layers=LayerRange(*span), route_id="test/release", threads=1)
              for span in [(0, 15), (15, 30)]]
     return start_route(shard_worker, specs, logs, chain=True)
 
@@ -234,7 +235,7 @@ def test_a_recovery_late_in_a_generation_re_prefills_the_state_bit_for_bit(
     this prompt and split the last token flipped after a restart at the 47th of 48 (every
     position from 2 to 47 tried, hub and chain alike). Replayed in the steps they were fed
     in (up to 8 rows together), the state and the tokens are the same."""
-    specs = [WorkerSpec(model=smollm2, layers=span, route_id="test/replay", threads=1)
+    specs = [LaunchSpec(model=smollm2, layers=LayerRange(*span), route_id="test/replay", threads=1)
              for span in [(0, 10), (10, 20), (20, 30)]]
     workers = start_route(shard_worker, specs, tmp_path, chain=topology == "chain")
     try:

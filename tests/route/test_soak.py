@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from meshnet.layers import LayerRange
+from meshnet.local.process import LaunchSpec, WorkerProcess, start_route
 from meshnet.route import RouteDriver, RouteError, StageClient, StageError
-from meshnet.route.launch import WorkerProcess, WorkerSpec, start_route
 
 PROMPTS = [
     "The capital of France is",
@@ -41,7 +42,8 @@ class _WalkedAway(Exception):
 @pytest.fixture(scope="module")
 def chain(shard_worker: Path, smollm2: Path, tmp_path_factory: pytest.TempPathFactory,
           ) -> Iterator[list[WorkerProcess]]:
-    specs = [WorkerSpec(model=smollm2, layers=span, route_id="test/soak", slots=8, ctx=256,
+    specs = [LaunchSpec(model=smollm2, layers=LayerRange(*span), route_id="test/soak", slots=8,
+                        ctx=256,
                         threads=1)
              for span in [(0, 15), (15, 30)]]
     workers = start_route(shard_worker, specs, tmp_path_factory.mktemp("soak"), chain=True)

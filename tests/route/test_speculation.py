@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from meshnet.layers import LayerRange
+from meshnet.local.process import LaunchSpec, WorkerProcess, start_route
 from meshnet.route import RouteDriver, Sampling, StageClient, StageError
-from meshnet.route.launch import WorkerProcess, WorkerSpec, start_route
 from meshnet.route.proto import pb
 
 pytestmark = pytest.mark.slow
@@ -36,7 +37,8 @@ Reference = Callable[..., list[int]]
 
 def start(binary: Path, model: Path, split: list[tuple[int, int]], logs: Path,
           ring: bool = False) -> list[WorkerProcess]:
-    specs = [WorkerSpec(model=model, layers=span, route_id="test/spec", threads=1, ctx=512)
+    specs = [LaunchSpec(model=model, layers=LayerRange(*span), route_id="test/spec", threads=1,
+                        ctx=512)
              for span in split]
     return start_route(binary, specs, logs, chain=True, ring=ring)
 

@@ -11,7 +11,7 @@ import hashlib
 import os
 import sys
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +21,8 @@ from meshnet.api import labels
 from meshnet.api.modelartifact import ModelArtifactSpec
 from meshnet.certify.job import JOB_NAME_LABEL, TERMINATION_LOG
 from meshnet.devtools.cluster import Emulator
-from meshnet.local.stages import worker_spec
+from meshnet.local.process import WORKER_ENV_DEFAULTS, WorkerProcess
 from meshnet.reconcile.podspec import MODEL_DIR
-from meshnet.route.launch import WorkerProcess
 
 NS = "default"
 EXTRA_RESOURCES: dict[str, dict[str, Any]] = {
@@ -57,6 +56,31 @@ def artifact(model: Path, name: str = "smollm2") -> dict[str, Any]:
             "metadata": {"name": name, "namespace": NS}, "spec": spec, "status": status}
 
 
+@dataclass(frozen=True)
+class PodCommand:
+    """A stage pod's container args as this kubelet runs them (what WorkerProcess asks of
+    a LaunchSpec): the pod's model mount is this machine's file, and the worker listens on
+    the pod's IP, with one compute thread and no metrics port."""
+
+    pod_args: tuple[str, ...]
+    model: Path
+    listen: str
+
+    @property
+    def layers(self) -> str:
+        return self.pod_args[self.pod_args.index("--layers") + 1]
+
+    def args(self) -> list[str]:
+        local = {"--model": str(self.model), "--listen": self.listen, "--metrics-listen": ""}
+        args = list(self.pod_args)
+        for flag, value in local.items():
+            args[args.index(flag) + 1] = value
+        return [*args, "--threads", "1"]
+
+    def environment(self, overrides: dict[str, str] | None = None) -> dict[str, str]:
+        return {**WORKER_ENV_DEFAULTS, **os.environ, **(overrides or {})}  # as the image sets
+
+
 @dataclass
 class Kubelet:
     """Runs every stage pod as a worker on 127.0.0.N:port, reports it Running and Ready
@@ -83,10 +107,11 @@ class Kubelet:
     async def _start(self, name: str, pod: dict[str, Any]) -> None:
         address = f"127.0.0.{len(self.addresses) + 2}"
         self.addresses[name] = address
-        spec = worker_spec(pod, self.model, threads=1)
-        port = pod["spec"]["containers"][0]["ports"][0]["containerPort"]
-        spec = replace(spec, listen=f"{address}:{port}", metrics_listen="")
-        worker = WorkerProcess(self.binary, spec, self.log_dir / f"{name}.log")
+        container = pod["spec"]["containers"][0]
+        command = PodCommand(tuple(container["args"]), self.model,
+                             f"{address}:{container['ports'][0]['containerPort']}")
+        worker = WorkerProcess(self.binary, command,  # type: ignore[arg-type]
+                               self.log_dir / f"{name}.log")
         self.workers[name] = worker
         await asyncio.to_thread(worker.start)
         status = {"phase": "Running", "podIP": address,

@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from meshnet.devtools.tracker import LoopbackTracker
-from meshnet.route.launch import free_port
+from meshnet.local.process import free_port
 from meshnet.tracker.client import RetryPolicy, TrackerClient
 from meshnet.tracker.metrics import TrackerMetrics
 

@@ -15,8 +15,9 @@ import pytest
 
 from meshnet.api.tracker import Provider
 from meshnet.certify import lane as lanes
+from meshnet.layers import LayerRange
+from meshnet.local.process import LaunchSpec, WorkerProcess, start_route
 from meshnet.route import RouteDriver, RouteRefused
-from meshnet.route.launch import WorkerProcess, WorkerSpec, start_route
 from meshnet.tracker.collect import StageChannels, sample_stages
 from meshnet.tracker.inputs import PinFacts, StageView
 from meshnet.tracker.report import build_report
@@ -27,7 +28,7 @@ from .conftest import MANIFEST, RECIPE, ROUTE, certificate, lane, route_view
 @pytest.fixture(scope="module")
 def workers(shard_worker: Path, smollm2: Path,
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[WorkerProcess]]:
-    specs = [WorkerSpec(model=smollm2, layers=span, route_id="test/collect", epoch=5,
+    specs = [LaunchSpec(model=smollm2, layers=LayerRange(*span), route_id="test/collect", epoch=5,
                         threads=1, slots=3, ctx=1024, metrics_listen="")
              for span in ((0, 15), (15, 30))]
     running = start_route(shard_worker, specs, tmp_path_factory.mktemp("collect"))
@@ -95,7 +96,8 @@ def test_stage_channels_serve_every_pass_over_one_stub_per_stage(
 def test_a_stage_started_for_another_artifact_is_refused_and_reported_as_a_mismatch(
         shard_worker: Path, smollm2: Path, tmp_path: Path) -> None:
     theirs = "e" * 64
-    specs = [WorkerSpec(model=smollm2, layers=span, route_id="default/r1", epoch=1, threads=1,
+    specs = [LaunchSpec(model=smollm2, layers=LayerRange(*span), route_id="default/r1", epoch=1,
+                        threads=1,
                         slots=4, ctx=256, metrics_listen="", manifest_digest=digest,
                         recipe_digest=RECIPE, route_digest=ROUTE)
              for span, digest in (((0, 15), MANIFEST), ((15, 30), theirs))]

@@ -19,9 +19,9 @@ import pytest
 import yaml
 
 from meshnet.devtools.tracker import LoopbackTracker
+from meshnet.local.process import free_port
 from meshnet.paths import repo_root
 from meshnet.pin.manifest import load_manifest
-from meshnet.route.launch import free_port
 from meshnet.route.stage import StageClient
 from meshnet.tracker.schema import SCHEMA_FILE
 from meshnet.tracker.validate import report_errors

@@ -15,10 +15,10 @@ import pytest
 
 from meshnet.devtools.cluster import Emulator, emulated_cluster, eventually, running_operator
 from meshnet.devtools.tracker import LoopbackTracker
+from meshnet.local.process import free_port
 from meshnet.operator.metrics import OperatorMetrics
 from meshnet.operator.settings import OperatorSettings
 from meshnet.paths import repo_root
-from meshnet.route.launch import free_port
 from meshnet.route.stage import StageClient
 from meshnet.tracker.client import RetryPolicy
 from meshnet.tracker.schema import SCHEMA_FILE

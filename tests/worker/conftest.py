@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from meshnet.route.launch import WorkerProcess, WorkerSpec, start_route
+from meshnet.layers import LayerRange
+from meshnet.local.process import LaunchSpec, WorkerProcess, start_route
 
 
 @pytest.fixture(scope="module")
@@ -17,7 +18,8 @@ def two_stages(shard_worker: Path, smollm2: Path, tmp_path_factory: pytest.TempP
     2 slots, 64 positions, 32 tokens per step, 64 KiB messages."""
     logs = tmp_path_factory.mktemp("two-stages")
     specs = [
-        WorkerSpec(model=smollm2, layers=span, route_id="test/bad-input", epoch=7, slots=2,
+        LaunchSpec(model=smollm2, layers=LayerRange(*span), route_id="test/bad-input", epoch=7,
+                   slots=2,
                    ctx=64, batch=32, threads=1, max_message_bytes=65536, evict_idle_ms=60000)
         for span in [(0, 15), (15, 30)]
     ]

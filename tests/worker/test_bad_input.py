@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import grpc
 import pytest
 
+from meshnet.local.process import WorkerProcess
 from meshnet.route import (
     PromptTooLong,
     RouteDriver,
@@ -19,7 +20,6 @@ from meshnet.route import (
     StageClient,
     StageError,
 )
-from meshnet.route.launch import WorkerProcess
 from meshnet.route.proto import pb
 from meshnet.route.stage import stage_error
 

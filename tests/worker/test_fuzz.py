@@ -19,8 +19,9 @@ from pathlib import Path
 import grpc
 import pytest
 
+from meshnet.layers import LayerRange
+from meshnet.local.process import LaunchSpec, WorkerProcess, start_route
 from meshnet.route import RouteDriver, StageClient
-from meshnet.route.launch import WorkerProcess, WorkerSpec, start_route
 from meshnet.route.proto import pb
 
 ROUTE, EPOCH = "test/fuzz", 3
@@ -131,7 +132,8 @@ class Fuzzer:
 @pytest.fixture(scope="module")
 def chain(shard_worker: Path, smollm2: Path, tmp_path_factory: pytest.TempPathFactory,
           ) -> Iterator[list[WorkerProcess]]:
-    specs = [WorkerSpec(model=smollm2, layers=span, route_id=ROUTE, epoch=EPOCH, slots=4,
+    specs = [LaunchSpec(model=smollm2, layers=LayerRange(*span), route_id=ROUTE, epoch=EPOCH,
+                        slots=4,
                         ctx=256, batch=64, threads=1)
              for span in [(0, 15), (15, 30)]]
     workers = start_route(shard_worker, specs, tmp_path_factory.mktemp("fuzz"), chain=True)

@@ -20,21 +20,22 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from meshnet.route import RouteDriver, StageClient, StageError, TlsFiles
-from meshnet.route.launch import (
+from meshnet.layers import LayerRange
+from meshnet.local.process import (
+    LaunchSpec,
     WorkerProcess,
-    WorkerSpec,
     free_port,
     local_manifest_digest,
     start_route,
 )
+from meshnet.route import RouteDriver, StageClient, StageError, TlsFiles
 from meshnet.route.proto import pb
 
 
 def test_get_info_reports_the_identities_it_was_started_with(
     shard_worker: Path, smollm2: Path,
 ) -> None:
-    spec = WorkerSpec(model=smollm2, layers=(10, 30), route_id="ns/route", epoch=12,
+    spec = LaunchSpec(model=smollm2, layers=LayerRange(10, 30), route_id="ns/route", epoch=12,
                       manifest_digest="a" * 64, recipe_digest="b" * 64, route_digest="c" * 64,
                       threads=1, slots=3, ctx=256, boundary_dtype="f16")
     with WorkerProcess(shard_worker, spec).start() as worker:
@@ -56,8 +57,8 @@ def test_get_info_reports_the_identities_it_was_started_with(
 def test_get_info_says_where_the_stage_computes(shard_worker: Path, smollm2: Path) -> None:
     boot_id = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     first_cpu = min(os.sched_getaffinity(0))
-    unbound = WorkerSpec(model=smollm2, layers=(0, 10), threads=1, slots=1, ctx=64)
-    bound = WorkerSpec(model=smollm2, layers=(0, 10), threads=2, slots=1, ctx=64,
+    unbound = LaunchSpec(model=smollm2, layers=LayerRange(0, 10), threads=1, slots=1, ctx=64)
+    bound = LaunchSpec(model=smollm2, layers=LayerRange(0, 10), threads=2, slots=1, ctx=64,
                        cpus=(first_cpu, first_cpu))
     placements = []
     for spec in (unbound, bound):
@@ -81,7 +82,7 @@ def worker_environ(pid: int) -> dict[str, str]:
 def test_workers_get_a_short_openmp_spin_unless_the_caller_sets_one(
     shard_worker: Path, smollm2: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    spec = WorkerSpec(model=smollm2, layers=(0, 10), threads=1, slots=1, ctx=64)
+    spec = LaunchSpec(model=smollm2, layers=LayerRange(0, 10), threads=1, slots=1, ctx=64)
     monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
     with WorkerProcess(shard_worker, spec).start() as worker:
         assert worker_environ(worker.pid)["GOMP_SPINCOUNT"] == "3000"
@@ -105,7 +106,8 @@ def test_exit_with_parent_refuses_a_pid_that_is_not_its_parent(
 
 
 def test_a_restarted_worker_has_a_new_incarnation(shard_worker: Path, smollm2: Path) -> None:
-    with WorkerProcess(shard_worker, WorkerSpec(model=smollm2, layers=(0, 30), threads=1)) as w:
+    with WorkerProcess(shard_worker, LaunchSpec(model=smollm2, layers=LayerRange(0, 30),
+                                                threads=1)) as w:
         w.start()
         client = StageClient(w.endpoint)
         before = client.info().incarnation
@@ -180,7 +182,7 @@ def test_a_stream_sending_faster_than_it_is_served_is_held_back_not_buffered(
     """While a decode loop runs, a client pushes 20,000 messages of ~8 KB down the same
     ForwardStream: the stage reads a few ahead and lets flow control hold the rest back
     (they once all queued), and then still serves exact tokens."""
-    spec = WorkerSpec(model=smollm2, layers=(0, None), threads=1, slots=2)
+    spec = LaunchSpec(model=smollm2, layers=LayerRange(0, None), threads=1, slots=2)
     with WorkerProcess(shard_worker, spec).start() as worker:
         key = pb.RouteKey(route_id="local", epoch=1, session_id=uuid.uuid4().hex)
         step = pb.ForwardRequest(key=key, n_past=0, positions=[0, 1, 2], tokens=[504, 3458, 314],
@@ -225,7 +227,7 @@ def test_idle_connections_do_not_starve_metrics_or_service(
 ) -> None:
     """200 idle connections on each port (gRPC, local relay, metrics), some dribbling a
     byte now and then: a scrape still answers at once and the service still serves."""
-    spec = WorkerSpec(model=smollm2, layers=(0, None), threads=1, slots=1)
+    spec = LaunchSpec(model=smollm2, layers=LayerRange(0, None), threads=1, slots=1)
     with WorkerProcess(shard_worker, spec).start() as worker:
         relay_port = StageClient(worker.endpoint).info().local_relay_port
         idle = [socket.create_connection(("127.0.0.1", port))
@@ -251,7 +253,8 @@ def test_tls_and_mtls_serve_only_clients_that_trust_and_are_trusted(
     shard_worker: Path, smollm2: Path, certificates: dict[str, Path],
 ) -> None:
     certs = certificates
-    spec = WorkerSpec(model=smollm2, layers=(0, 30), threads=1, tls_cert=certs["server.pem"],
+    spec = LaunchSpec(model=smollm2, layers=LayerRange(0, 30), threads=1,
+                      tls_cert=certs["server.pem"],
                       tls_key=certs["server.key"], tls_client_ca=certs["ca.pem"])
     with WorkerProcess(shard_worker, spec).start() as worker:
         mutual = TlsFiles(ca=certs["ca.pem"], cert=certs["client.pem"], key=certs["client.key"])
@@ -277,12 +280,13 @@ def test_a_tls_chain_relays_with_server_only_tls_and_with_mtls(
     """Also the ring, whose back edge is a link like --next-stage's, with its security."""
     certs = certificates
     mutual = mode == "mutual"
-    stage = WorkerSpec(model=smollm2, layers=(0, 15), threads=1, tls_cert=certs["server.pem"],
+    stage = LaunchSpec(model=smollm2, layers=LayerRange(0, 15), threads=1,
+                       tls_cert=certs["server.pem"],
                        tls_key=certs["server.key"],
                        tls_client_ca=certs["ca.pem"] if mutual else None)
     # Server-only: the link trusts the next stage's CA, which asks no client certificate.
     specs = [replace(stage, next_stage_ca=None if mutual else certs["ca.pem"]),
-             replace(stage, layers=(15, 30))]
+             replace(stage, layers=LayerRange(15, 30))]
     workers = start_route(shard_worker, specs, tmp_path, chain=True, ring=topology == "ring")
     client_files = TlsFiles(ca=certs["ca.pem"], cert=certs["client.pem"] if mutual else None,
                             key=certs["client.key"] if mutual else None)
@@ -302,7 +306,7 @@ def test_a_tls_chain_relays_with_server_only_tls_and_with_mtls(
 def test_a_tls_chain_without_a_ca_for_the_next_stage_fails_at_once_naming_the_fix(
     shard_worker: Path, smollm2: Path, certificates: dict[str, Path],
 ) -> None:
-    spec = WorkerSpec(model=smollm2, layers=(0, 15), threads=1, next_stage="127.0.0.1:1",
+    spec = LaunchSpec(model=smollm2, layers=LayerRange(0, 15), threads=1, next_stage="127.0.0.1:1",
                       tls_cert=certificates["server.pem"], tls_key=certificates["server.key"])
     started = time.monotonic()
     done = subprocess.run([str(shard_worker), *spec.args()], capture_output=True, text=True,
@@ -315,7 +319,7 @@ def test_a_tls_chain_without_a_ca_for_the_next_stage_fails_at_once_naming_the_fi
 def test_meshnet_generate_reaches_an_mtls_worker_with_the_tls_options(
     shard_worker: Path, smollm2: Path, certificates: dict[str, Path],
 ) -> None:
-    spec = WorkerSpec(model=smollm2, layers=(0, 30), threads=1,
+    spec = LaunchSpec(model=smollm2, layers=LayerRange(0, 30), threads=1,
                       tls_cert=certificates["server.pem"], tls_key=certificates["server.key"],
                       tls_client_ca=certificates["ca.pem"])
     meshnet = Path(sys.executable).parent / "meshnet"

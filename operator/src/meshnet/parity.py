@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from meshnet.errors import MeshnetError
+from meshnet.layers import LayerRange
 from meshnet.native.build import find_binary
 from meshnet.pin.workspace import Workspace
 
@@ -25,15 +26,6 @@ EXIT_REFUSED = 2  # the tool's exit status for input it refuses (bad split, unre
 
 class ParityError(MeshnetError):
     """The parity check could not run: a malformed split, an unreadable model, no tool."""
-
-
-@dataclass(frozen=True)
-class LayerRange:
-    begin: int
-    end: int
-
-    def __str__(self) -> str:
-        return f"{self.begin}:{self.end}"
 
 
 def parse_split(text: str) -> tuple[LayerRange, ...]:

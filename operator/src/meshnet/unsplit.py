@@ -11,7 +11,7 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
-from meshnet.route.launch import worker_binary
+from meshnet.local.process import worker_binary
 
 
 def reference_tool() -> Path:

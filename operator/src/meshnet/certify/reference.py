@@ -7,8 +7,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from meshnet.layers import LayerRange
+from meshnet.local.process import LaunchSpec, WorkerProcess
 from meshnet.reconcile.podspec import OFFLOAD_ALL_LAYERS
-from meshnet.route.launch import WorkerProcess, WorkerSpec
 
 REFERENCE_ROUTE = "meshnet-certify/reference"
 
@@ -17,7 +18,7 @@ REFERENCE_ROUTE = "meshnet-certify/reference"
 def reference_worker(binary: Path, model: Path, *, ctx: int, threads: int, backend: str,
                      log: Path | None = None) -> Iterator[str]:
     """Starts it on a free loopback port and yields its endpoint; stops it on exit."""
-    spec = WorkerSpec(model=model, layers=(0, None), route_id=REFERENCE_ROUTE, slots=1,
+    spec = LaunchSpec(model=model, layers=LayerRange(0, None), route_id=REFERENCE_ROUTE, slots=1,
                       ctx=ctx, threads=threads, metrics_listen="",
                       gpu_layers=OFFLOAD_ALL_LAYERS if backend != "cpu" else 0)
     worker = WorkerProcess(binary, spec, log).start(timeout=600)

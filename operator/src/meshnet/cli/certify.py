@@ -15,7 +15,7 @@ from meshnet.certify.hardware import local_gpu_product
 from meshnet.certify.run import Reference, certify
 from meshnet.cli.tls import tls_client_options
 from meshnet.errors import MeshnetError
-from meshnet.route.launch import worker_binary
+from meshnet.local.process import worker_binary
 from meshnet.route.stage import TlsFiles
 from meshnet.tracker.local import local_route
 

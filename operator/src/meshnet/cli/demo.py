@@ -18,10 +18,10 @@ import yaml
 from meshnet.bundled import smollm2_gguf
 from meshnet.errors import MeshnetError
 from meshnet.gateway.chat import render_chat
+from meshnet.local.process import free_port
 from meshnet.local.registry import RouteNotFound, lookup, process_alive
 from meshnet.paths import repo_root
 from meshnet.route import RouteDriver
-from meshnet.route.launch import free_port
 from meshnet.unsplit import unsplit_tokens
 
 PROMPT = "Write one sentence about why the sky is blue."

@@ -17,11 +17,11 @@ from meshnet.cli.serve import split_listen
 from meshnet.errors import MeshnetError
 from meshnet.local.backend import LocalBackend
 from meshnet.local.manifests import load_route_file
+from meshnet.local.process import worker_binary
 from meshnet.local.restarts import DEFAULT_BUDGET
 from meshnet.operator.metrics import OperatorMetrics
 from meshnet.paths import cache_dir, repo_root
 from meshnet.pin.manifest import load_manifest
-from meshnet.route.launch import worker_binary
 
 
 def say(message: str) -> None:

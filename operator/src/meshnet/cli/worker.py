@@ -9,18 +9,19 @@ import click
 
 from meshnet import identity
 from meshnet.cli.pin import lane_option, portable_option, say
+from meshnet.layers import LayerRange
+from meshnet.local.process import (
+    LaunchSpec,
+    cpu_binding_env,
+    local_manifest_digest,
+    worker_binary,
+)
 from meshnet.native.build import build_worker
 from meshnet.native.bundle import bundle_worker
 from meshnet.paths import repo_root, workspace
 from meshnet.pin.build import build_dir_for
 from meshnet.pin.manifest import load_manifest
 from meshnet.pin.workspace import Workspace
-from meshnet.route.launch import (
-    WorkerSpec,
-    cpu_binding_env,
-    local_manifest_digest,
-    worker_binary,
-)
 
 
 @click.group("worker")
@@ -132,8 +133,8 @@ def run_cmd(model: Path, layers: str, route_id: str, epoch: int, listen: str, me
             "lane": lane, "boundary_dtype": boundary_dtype, "n_ctx": ctx, "slots": slots,
             "batch": batch,
         })
-    spec = WorkerSpec(
-        model=model, layers=span, route_id=route_id, epoch=epoch, listen=listen,
+    spec = LaunchSpec(
+        model=model, layers=LayerRange(*span), route_id=route_id, epoch=epoch, listen=listen,
         metrics_listen=metrics_listen, slots=slots, ctx=ctx, batch=batch, threads=threads,
         boundary_dtype=boundary_dtype,
         manifest_digest=manifest_digest or local_manifest_digest(model),

@@ -14,16 +14,17 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import Any
 
 from meshnet.api import labels
 from meshnet.errors import MeshnetError
-from meshnet.local.links import NotListening, loopback_links, pod_address, start_order
+from meshnet.local.links import NotListening, loopback_links, start_order
 from meshnet.local.manifests import RouteFile
+from meshnet.local.process import WorkerProcess, WorkerStartError
 from meshnet.local.provision import LocalArtifact, provision
 from meshnet.local.registry import publish, withdraw
 from meshnet.local.restarts import DEFAULT_BUDGET, RestartPolicy
-from meshnet.local.stages import LocalStage, worker_spec
+from meshnet.local.stages import LocalStage, launch_spec
 from meshnet.operator.metrics import OperatorMetrics
 from meshnet.reconcile import (
     Create,
@@ -33,10 +34,10 @@ from meshnet.reconcile import (
     Patch,
     Plan,
     WorkerConfig,
+    WorkerSpec,
     observe_route,
     plan,
 )
-from meshnet.route.launch import WorkerProcess, WorkerStartError
 from meshnet.timestamps import utc_now
 
 Say = Callable[[str], None]
@@ -131,12 +132,13 @@ class LocalBackend:
             self.say(f"{event.reason}: {event.message}")
         if result.status is not None:
             self.status = result.status
-        new_pods = [a.obj for a in result.actions if _creates_pod(a)]
+        new_pods = {a.worker.stage: (a.obj, a.worker) for a in result.actions
+                    if isinstance(a, Create) and a.worker is not None}
         for action in result.actions:
-            if not _creates_pod(action):
+            if not (isinstance(action, Create) and action.worker is not None):
                 self._apply(action)
-        for pod in start_order(new_pods, self.config.grpc_port):  # a chain from its end
-            self._start(pod)
+        for worker in start_order([w for _, w in new_pods.values()]):  # a chain from its end
+            self._start(new_pods[worker.stage][0], worker)
         self._finish_rollout()
         key = (observed.route.namespace, observed.route.name)
         self.metrics.duration.labels("ShardRoute").observe(time.monotonic() - started)
@@ -153,25 +155,24 @@ class LocalBackend:
         elif action_kind(action) == "Service":  # no Services here; remember what was applied
             self.service_hash = None if isinstance(action, Delete) else _service_hash(action)
 
-    def _start(self, pod: dict[str, Any]) -> None:
+    def _start(self, pod: dict[str, Any], worker: WorkerSpec) -> None:
         assert self.artifact is not None
-        stage = pod["metadata"]["labels"][labels.STAGE]
+        stage = worker.stage
         if not self.crashes.may_start(stage, time.monotonic()):
             return  # backing off; the next reconcile asks again
         name = pod["metadata"]["name"]
         try:
-            epoch = int(pod["metadata"]["labels"][labels.EPOCH])
-            links = loopback_links(pod, self._listening(epoch))
+            links = loopback_links(worker, self._listening(worker.epoch))
         except NotListening as exc:  # its next stage did not start: the next reconcile asks
             self.say(f"stage {stage}: not started, {exc}")
             return
         self.crashed.pop(name, None)
-        spec = worker_spec(pod, self.artifact.model_path, self.threads, links)
+        spec = launch_spec(worker, self.artifact.model_path, self.threads, links)
         if name in self.ports:
             spec = replace(spec, listen=f"127.0.0.1:{self.ports[name]}")
         self.log_dir.mkdir(parents=True, exist_ok=True)
         process = WorkerProcess(self.binary, spec, self.log_dir / f"{name}.log")
-        entry = LocalStage(pod, process, restarts=self.crashes.total[stage])
+        entry = LocalStage(pod, worker, process, restarts=self.crashes.total[stage])
         self.stages[entry.name] = entry
         try:
             process.start()
@@ -182,15 +183,15 @@ class LocalBackend:
             return
         self.ports[name] = process.port
         self.say(
-            f"stage {stage}: layers {spec.layers[0]}:{spec.layers[1]} epoch {spec.epoch} "
+            f"stage {stage}: layers {worker.layers} epoch {worker.epoch} "
             f"on {process.endpoint} (pid {process.pid})"
         )
 
     def _listening(self, epoch: int) -> dict[str, str]:
-        """Cluster address -> loopback endpoint of each running worker of `epoch` (never
+        """Stage name -> loopback endpoint of each running worker of `epoch` (never
         another epoch's: a new epoch's chain starts beside the old one, see the module)."""
-        return {pod_address(s.pod, self.config.grpc_port): s.process.endpoint
-                for s in self.stages.values() if s.epoch == epoch and not s.retiring and s.alive()}
+        return {s.stage: s.process.endpoint for s in self.stages.values()
+                if s.epoch == epoch and not s.retiring and s.alive()}
 
     def _stop_or_retire(self, name: str) -> None:
         entry = self.stages.get(name)
@@ -281,7 +282,7 @@ class LocalBackend:
             "stages": [
                 {
                     "name": s.stage,
-                    "layers": "{}:{}".format(*s.process.spec.layers),
+                    "layers": str(s.worker.layers),
                     "endpoint": s.process.endpoint,
                     "metrics": f"127.0.0.1:{s.process.metrics_port}",
                     "pid": s.process.pid,
@@ -302,10 +303,6 @@ class LocalBackend:
             count += 1
         self.stages.clear()
         return count
-
-
-def _creates_pod(action: Create | Patch | Delete) -> TypeGuard[Create]:
-    return isinstance(action, Create) and action.obj["kind"] == "Pod"
 
 
 def action_kind(action: Create | Patch | Delete) -> str:

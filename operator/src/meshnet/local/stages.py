@@ -9,59 +9,36 @@ from pathlib import Path
 from typing import Any
 
 from meshnet.api import labels
-from meshnet.reconcile import ObservedPod
-from meshnet.route.launch import RING_SUBSCRIBED, WorkerProcess, WorkerSpec
-
-# Pod args the local backend rewrites: files live on this machine, ports on loopback.
-_LOCAL_FLAGS = {
-    "--model",
-    "--listen",
-    "--metrics-listen",
-    "--layers",
-    "--route-id",
-    "--epoch",
-    "--slots",
-    "--ctx",
-    "--boundary-dtype",
-    "--gpu-layers",
-    "--pipeline-depth",
-    "--manifest-digest",
-    "--recipe-digest",
-    "--route-digest",
-    "--next-stage",
-    "--ring-last",
-}
+from meshnet.local.process import RING_SUBSCRIBED, LaunchSpec, WorkerProcess
+from meshnet.reconcile import ObservedPod, WorkerSpec
+from meshnet.reconcile.podspec import OFFLOAD_ALL_LAYERS
 
 
-def worker_spec(pod: dict[str, Any], model_path: Path, threads: int,
-                links: Mapping[str, str] | None = None) -> WorkerSpec:
-    """The pod's worker arguments, with the model path and addresses of this machine;
-    `links` gives the loopback endpoints of its --next-stage and --ring-last."""
-    args: list[str] = pod["spec"]["containers"][0]["args"]
-    flags = dict(zip(args[::2], args[1::2], strict=True))
-    unknown = sorted(set(flags) - _LOCAL_FLAGS)
-    if unknown:  # e.g. TLS material mounted from a Secret: there is no Secret here
-        raise ValueError(f"the local backend cannot run pods with {', '.join(unknown)}")
+def launch_spec(worker: WorkerSpec, model_path: Path, threads: int,
+                links: Mapping[str, str] | None = None) -> LaunchSpec:
+    """How this machine runs the planned `worker`: the artifact's model file here, and
+    `links` (stage name -> loopback endpoint) for the stages it relays to."""
+    if worker.tls:  # its certificate would come from a Secret: there is none here
+        raise ValueError("the local backend cannot run a route with spec.tls")
     links = links or {}
-    unresolved = sorted((set(flags) & {"--next-stage", "--ring-last"}) - set(links))
+    unresolved = sorted(set(worker.links.names()) - set(links))
     if unresolved:  # a chain that silently became a hub would only be slower
-        raise ValueError(f"no loopback endpoint given for {', '.join(unresolved)}")
-    begin, end = flags["--layers"].split(":")
-    return WorkerSpec(
+        raise ValueError(f"no loopback endpoint given for stage {', '.join(unresolved)}")
+    return LaunchSpec(
         model=model_path,
-        layers=(int(begin), int(end)),
-        route_id=flags["--route-id"],
-        epoch=int(flags["--epoch"]),
-        slots=int(flags["--slots"]),
-        ctx=int(flags["--ctx"]),
-        boundary_dtype=flags["--boundary-dtype"],
-        gpu_layers=int(flags.get("--gpu-layers", 0)),
-        pipeline_depth=int(flags.get("--pipeline-depth", 0)),
-        manifest_digest=flags.get("--manifest-digest", ""),
-        recipe_digest=flags.get("--recipe-digest", ""),
-        route_digest=flags.get("--route-digest", ""),
-        next_stage=links.get("--next-stage", ""),
-        ring_last=links.get("--ring-last", ""),
+        layers=worker.layers,
+        route_id=worker.route_id,
+        epoch=worker.epoch,
+        slots=worker.slots,
+        ctx=worker.context_length,
+        boundary_dtype=worker.boundary_dtype,
+        gpu_layers=OFFLOAD_ALL_LAYERS if worker.offload else 0,
+        pipeline_depth=worker.pipeline_depth,
+        manifest_digest=worker.identities.manifest_digest,
+        recipe_digest=worker.identities.recipe_digest,
+        route_digest=worker.identities.route_digest,
+        next_stage=links.get(worker.links.next_stage, ""),
+        ring_last=links.get(worker.links.ring_last, ""),
         threads=threads,
         exit_with_parent=True,  # a `meshnet up` that is killed leaves no worker behind
     )
@@ -72,6 +49,7 @@ class LocalStage:
     """A stage pod and its process; `restarts` counts crashes, as the kubelet would."""
 
     pod: dict[str, Any]
+    worker: WorkerSpec
     process: WorkerProcess
     restarts: int = 0
     failed_at: float | None = None  # when the process was last seen dead

@@ -14,12 +14,14 @@ from meshnet.reconcile.observed import (
 )
 from meshnet.reconcile.planner import Action, Create, Delete, Event, Patch, Plan, next_epoch, plan
 from meshnet.reconcile.podspec import WorkerConfig, headless_service, stage_pod, worker_args
+from meshnet.reconcile.workerspec import Identities, WorkerSpec
 
 __all__ = [
     "Action",
     "Create",
     "Delete",
     "Event",
+    "Identities",
     "Observed",
     "ObservedArtifact",
     "ObservedPod",
@@ -27,6 +29,7 @@ __all__ = [
     "Patch",
     "Plan",
     "WorkerConfig",
+    "WorkerSpec",
     "headless_service",
     "next_epoch",
     "observe_artifact",

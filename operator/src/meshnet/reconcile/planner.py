@@ -10,11 +10,12 @@ from typing import Any
 
 from meshnet.api import labels
 from meshnet.api.checks import route_problems
-from meshnet.api.shardroute import ShardRouteSpec
+from meshnet.api.shardroute import Recipe, RouteTls, ShardRouteSpec, Stage
 from meshnet.identity import recipe_digest, route_digest
+from meshnet.layers import LayerRange
 from meshnet.reconcile import status as derive
 from meshnet.reconcile.gatewayspec import gateway_deployment, gateway_service, gateway_url
-from meshnet.reconcile.naming import endpoint, gateway_name, service_name
+from meshnet.reconcile.naming import gateway_name, service_name
 from meshnet.reconcile.observed import Observed, ObservedPod
 from meshnet.reconcile.podspec import (
     RouteRef,
@@ -24,6 +25,7 @@ from meshnet.reconcile.podspec import (
     stage_pod,
 )
 from meshnet.reconcile.topology import stage_links
+from meshnet.reconcile.workerspec import Identities, WorkerSpec
 
 STATUS_KEYS = ("observedGeneration", "epoch", "routeDigest", "recipeDigest", "manifestDigest",
                "stages", "stagesReady", "coverage", "capacity", "endpoint", "conditions")
@@ -32,6 +34,7 @@ STATUS_KEYS = ("observedGeneration", "epoch", "routeDigest", "recipeDigest", "ma
 @dataclass(frozen=True)
 class Create:
     obj: dict[str, Any]
+    worker: WorkerSpec | None = None  # a stage pod's worker, typed (the pod has it rendered)
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,7 @@ class Delete:
 
 
 Action = Create | Patch | Delete
+Desired = tuple[dict[str, Any], WorkerSpec]  # a stage's pod and its worker
 
 
 @dataclass(frozen=True)
@@ -114,18 +118,14 @@ def _rollout(observed: Observed, spec: ShardRouteSpec, manifest: str, config: Wo
     epoch, advanced = next_epoch(route.status, observed.pods, digest)
     ref = RouteRef(route.name, route.namespace, route.uid)
     assert observed.artifact is not None and observed.artifact.storage is not None
-    names = [s.name for s in spec.stages]
-
-    def address(stage: str) -> str:
-        # the stable DNS name the gateway uses too: pods of two epochs never run together
-        # (see _pod_actions), so it names this epoch's pod of that stage
-        return endpoint(stage, route.name, route.namespace, config.grpc_port)
-
-    desired = {s.name: stage_pod(StageInputs(
-        ref, s, spec.recipe, spec.tls, epoch, digest, observed.artifact.model_file,
-        observed.artifact.storage, manifest, len(spec.stages), recipe,
-        stage_links(spec.recipe.topology, names, i, address)), config)
-        for i, s in enumerate(spec.stages)}
+    identities = Identities(manifest, recipe, digest)
+    workers = {s.name: stage_worker(spec.stages, i, spec.recipe, spec.tls, epoch, identities,
+                                    observed.artifact.model_file, f"{route.namespace}/{route.name}")
+               for i, s in enumerate(spec.stages)}
+    desired = {s.name: (stage_pod(StageInputs(ref, s, spec.recipe, spec.tls,
+                                              observed.artifact.storage, workers[s.name]),
+                                  config), workers[s.name])
+               for s in spec.stages}
     actions, events = _pod_actions(observed.pods, desired, epoch)
     actions += _service_actions(observed, ref, config)
     actions += _gateway_actions(observed, ref, spec, config)
@@ -142,6 +142,29 @@ def _rollout(observed: Observed, spec: ShardRouteSpec, manifest: str, config: Wo
     return Plan(tuple(actions), tuple(events), result.status, advanced, result.conditions)
 
 
+def stage_worker(stages: Sequence[Stage], index: int, recipe: Recipe, tls: RouteTls | None,
+                 epoch: int, identities: Identities, model_file: str,
+                 route_id: str) -> WorkerSpec:
+    """The worker of `stages[index]` at `epoch`."""
+    stage = stages[index]
+    return WorkerSpec(
+        stage=stage.name,
+        layers=LayerRange(stage.layers.begin, stage.layers.end),
+        route_id=route_id,
+        epoch=epoch,
+        identities=identities,
+        model_file=model_file,
+        slots=recipe.session_slots,
+        context_length=recipe.context_length,
+        boundary_dtype=recipe.boundary_dtype,
+        pipeline_depth=len(stages),
+        offload=bool(stage.resources.gpus) and recipe.lane != "cpu",
+        tls=tls is not None,
+        require_client_cert=tls is not None and tls.require_client_cert,
+        links=stage_links(recipe.topology, [s.name for s in stages], index),
+    )
+
+
 def next_epoch(status: Mapping[str, Any], pods: Sequence[ObservedPod],
                digest: str) -> tuple[int, bool]:
     """(epoch, advanced): +1 exactly when the routeDigest changed. A lost status adopts pods
@@ -155,7 +178,7 @@ def next_epoch(status: Mapping[str, Any], pods: Sequence[ObservedPod],
     return max([previous, *(p.epoch for p in pods)]) + 1, True
 
 
-def _pod_actions(pods: Sequence[ObservedPod], desired: Mapping[str, dict[str, Any]],
+def _pod_actions(pods: Sequence[ObservedPod], desired: Mapping[str, Desired],
                  epoch: int) -> tuple[list[Action], list[Event]]:
     """Old-epoch pods go first; new ones are created only once no other epoch is left.
     One event for the pods deleted and one for those created (each API write counts at
@@ -176,25 +199,23 @@ def _pod_actions(pods: Sequence[ObservedPod], desired: Mapping[str, dict[str, An
         return actions, events  # never mix epochs: wait until the old ones are gone
     present = {p.stage for p in pods}
     created: list[str] = []
-    for stage, body in desired.items():
+    for stage, (body, worker) in desired.items():
         if stage not in present:
-            actions.append(Create(body))
-            args = body["spec"]["containers"][0]["args"]
-            created.append(f"{body['metadata']['name']} for stage {stage}"
-                           f" (layers {args[args.index('--layers') + 1]})")
+            actions.append(Create(body, worker))
+            created.append(f"{body['metadata']['name']} for stage {stage} (layers {worker.layers})")
     if created:
         events.append(Event("Normal", "StagePodCreated", f"created pod{'s' * (len(created) > 1)}"
                             f" {', '.join(created)}, epoch {epoch}"))
     return actions, events
 
 
-def _replace_reason(pod: ObservedPod, desired: Mapping[str, dict[str, Any]],
+def _replace_reason(pod: ObservedPod, desired: Mapping[str, Desired],
                     epoch: int) -> str | None:
     if pod.epoch != epoch:
         return f"epoch {pod.epoch} is replaced by epoch {epoch}"
     if pod.stage not in desired:
         return f"stage {pod.stage} is no longer in the spec"
-    want = desired[pod.stage]["metadata"]["labels"]
+    want = desired[pod.stage][0]["metadata"]["labels"]
     if pod.template_hash != want.get(labels.TEMPLATE):
         return "its pod template changed"
     if pod.phase in ("Failed", "Succeeded"):

@@ -13,8 +13,8 @@ from meshnet.api import labels
 from meshnet.api.common import API_VERSION
 from meshnet.api.modelartifact import ArtifactStorage
 from meshnet.api.shardroute import DEFAULT_GPU_RESOURCES, KIND, Recipe, RouteTls, Stage
-from meshnet.reconcile.naming import pod_name, service_name
-from meshnet.reconcile.topology import UNLINKED, StageLinks
+from meshnet.reconcile.naming import endpoint, pod_name, service_name
+from meshnet.reconcile.workerspec import WorkerSpec
 
 MODEL_DIR = "/models"
 TLS_DIR = "/etc/meshnet/tls"
@@ -53,49 +53,44 @@ class RouteRef:
     uid: str
 
 
-@dataclass(frozen=True)
-class Identities:
-    """What a worker reports in GetInfo, so that the driver's handshake and the Tracker
-    report can tell a stage started for another artifact, recipe or route."""
-
-    manifest_digest: str
-    recipe_digest: str
-    route_digest: str
-
-
-def worker_args(
-    *, model_path: str, stage: Stage, route_id: str, epoch: int, recipe: Recipe,
-    config: WorkerConfig, tls: RouteTls | None, route_stages: int, identities: Identities,
-    links: StageLinks = UNLINKED,
-) -> list[str]:
-    """The `meshnet-shard-worker` command line for one stage (the single place to change it)."""
+def worker_args(worker: WorkerSpec, route: RouteRef, config: WorkerConfig) -> list[str]:
+    """The `meshnet-shard-worker` command line of a stage pod (the single place to render
+    it): the model where the pod mounts it, its ports, and its links as the DNS names of
+    the route's headless Service."""
+    ids = worker.identities
     args = [
-        "--model", model_path,
-        "--layers", f"{stage.layers.begin}:{stage.layers.end}",
-        "--route-id", route_id,
-        "--epoch", str(epoch),
-        "--manifest-digest", identities.manifest_digest,
-        "--recipe-digest", identities.recipe_digest,
-        "--route-digest", identities.route_digest,
+        "--model", f"{MODEL_DIR}/{worker.model_file}",
+        "--layers", str(worker.layers),
+        "--route-id", worker.route_id,
+        "--epoch", str(worker.epoch),
+        "--manifest-digest", ids.manifest_digest,
+        "--recipe-digest", ids.recipe_digest,
+        "--route-digest", ids.route_digest,
         "--listen", f"0.0.0.0:{config.grpc_port}",
         "--metrics-listen", f"0.0.0.0:{config.metrics_port}",
-        "--slots", str(recipe.session_slots),
-        "--ctx", str(recipe.context_length),
-        "--boundary-dtype", recipe.boundary_dtype,
-        "--pipeline-depth", str(route_stages),
+        "--slots", str(worker.slots),
+        "--ctx", str(worker.context_length),
+        "--boundary-dtype", worker.boundary_dtype,
+        "--pipeline-depth", str(worker.pipeline_depth),
     ]
-    if stage.resources.gpus and recipe.lane != "cpu":
+    if worker.offload:
         args += ["--gpu-layers", str(OFFLOAD_ALL_LAYERS)]
-    if tls is not None:
+    if worker.tls:
         args += ["--tls-cert", f"{TLS_DIR}/tls.crt", "--tls-key", f"{TLS_DIR}/tls.key"]
-        if tls.require_client_cert:
+        if worker.require_client_cert:
             args += ["--tls-client-ca", f"{TLS_DIR}/ca.crt"]
-    if links.next_stage:
-        args += ["--next-stage", links.next_stage]
-        if tls is not None:  # the next stage's certificate is the route's too
+
+    def address(stage: str) -> str:
+        # pods of two epochs never run together (the planner), so the stable name is
+        # this epoch's pod of that stage
+        return endpoint(stage, route.name, route.namespace, config.grpc_port)
+
+    if worker.links.next_stage:
+        args += ["--next-stage", address(worker.links.next_stage)]
+        if worker.tls:  # the next stage's certificate is the route's too
             args += ["--next-stage-ca", f"{TLS_DIR}/ca.crt"]
-    if links.ring_last:
-        args += ["--ring-last", links.ring_last]
+    if worker.links.ring_last:
+        args += ["--ring-last", address(worker.links.ring_last)]
     return args
 
 
@@ -171,26 +166,14 @@ class StageInputs:
     stage: Stage
     recipe: Recipe
     tls: RouteTls | None
-    epoch: int
-    route_digest: str
-    model_file: str
     storage: ArtifactStorage
-    manifest_digest: str
-    route_stages: int  # stages in the route (the pipeline's depth)
-    recipe_digest: str
-    links: StageLinks = UNLINKED  # where it relays, by the recipe's topology
+    worker: WorkerSpec
 
 
 def stage_pod(inputs: StageInputs, config: WorkerConfig) -> dict[str, Any]:
     """The pod serving one stage at one epoch."""
-    route, stage = inputs.route, inputs.stage
-    args = worker_args(
-        model_path=f"{MODEL_DIR}/{inputs.model_file}", stage=stage,
-        route_id=f"{route.namespace}/{route.name}", epoch=inputs.epoch, recipe=inputs.recipe,
-        config=config, tls=inputs.tls, route_stages=inputs.route_stages,
-        identities=Identities(inputs.manifest_digest, inputs.recipe_digest, inputs.route_digest),
-        links=inputs.links,
-    )
+    route, stage, worker = inputs.route, inputs.stage, inputs.worker
+    args = worker_args(worker, route, config)
     mounts: list[dict[str, Any]] = [{"name": "model", "mountPath": MODEL_DIR, "readOnly": True},
               {"name": "tmp", "mountPath": "/tmp"}]
     volumes = [_model_volume(inputs.storage), {"name": "tmp", "emptyDir": {}}]
@@ -209,7 +192,8 @@ def stage_pod(inputs: StageInputs, config: WorkerConfig) -> dict[str, Any]:
         "securityContext": dict(POD_SECURITY),
         "containers": [_container(stage, inputs.recipe, args, config, mounts)],
         "volumes": volumes,
-        "nodeSelector": _node_selector(stage, inputs.storage, inputs.manifest_digest),
+        "nodeSelector": _node_selector(stage, inputs.storage,
+                                       worker.identities.manifest_digest),
         "tolerations": [t.model_dump(by_alias=True, exclude_none=True) for t in stage.tolerations],
     }
     if stage.affinity:
@@ -217,12 +201,13 @@ def stage_pod(inputs: StageInputs, config: WorkerConfig) -> dict[str, Any]:
     return {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {
-            "name": pod_name(route.name, stage.name, inputs.epoch),
+            "name": pod_name(route.name, stage.name, worker.epoch),
             "namespace": route.namespace,
             "labels": {**child_labels(route), labels.STAGE: stage.name,
-                       labels.EPOCH: str(inputs.epoch), labels.DIGEST: inputs.route_digest[:16],
+                       labels.EPOCH: str(worker.epoch),
+                       labels.DIGEST: worker.identities.route_digest[:16],
                        labels.TEMPLATE: template_hash(spec)},
-            "annotations": {labels.ROUTE_DIGEST_ANNOTATION: inputs.route_digest},
+            "annotations": {labels.ROUTE_DIGEST_ANNOTATION: worker.identities.route_digest},
             "ownerReferences": [owner_reference(route)],
         },
         "spec": spec,

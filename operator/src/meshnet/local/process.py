@@ -1,6 +1,6 @@
-"""Start and stop meshnet-shard-worker processes on this machine (tests, benchmarks,
-`meshnet worker run`): argument building, readiness from the worker's own log line,
-and a restart on the same port."""
+"""Start and stop meshnet-shard-worker processes on this machine (the local backend,
+`meshnet worker run`, the certification reference, tests and benchmarks): the command
+line, readiness from the worker's own log line, and a restart on the same port."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from meshnet.errors import MeshnetError
+from meshnet.layers import LayerRange
 
 # Defaults for a worker's environment, each overridden by the caller's. An OpenMP thread
 # that finished a step spins GOMP_SPINCOUNT times before it sleeps (libgomp's default: for
@@ -37,11 +38,11 @@ class WorkerStartError(MeshnetError):
 
 
 @dataclass(frozen=True)
-class WorkerSpec:
-    """The flags of one worker (names as the operator passes them)."""
+class LaunchSpec:
+    """How one worker process is started here: its flags (named as the worker names them)."""
 
     model: Path
-    layers: tuple[int, int | None]
+    layers: LayerRange
     route_id: str = "local"
     epoch: int = 1
     listen: str = "127.0.0.1:0"
@@ -78,10 +79,9 @@ class WorkerSpec:
                 **(overrides or {})}
 
     def args(self) -> list[str]:
-        begin, end = self.layers
         args = [
             "--model", str(self.model),
-            "--layers", f"{begin}:{'' if end is None else end}",
+            "--layers", str(self.layers),
             "--route-id", self.route_id,
             "--epoch", str(self.epoch),
             "--listen", self.listen,
@@ -142,7 +142,7 @@ def free_port() -> int:
 class WorkerProcess:
     """A running worker; `endpoint` is "127.0.0.1:PORT" once `start` returned."""
 
-    def __init__(self, binary: Path, spec: WorkerSpec, log_path: Path | None = None,
+    def __init__(self, binary: Path, spec: LaunchSpec, log_path: Path | None = None,
                  env: dict[str, str] | None = None) -> None:
         self.binary = binary
         self.spec = spec
@@ -240,7 +240,7 @@ class WorkerProcess:
         self.stop()
 
 
-def start_route(binary: Path, specs: Sequence[WorkerSpec], log_dir: Path | None = None,
+def start_route(binary: Path, specs: Sequence[LaunchSpec], log_dir: Path | None = None,
                 timeout: float = 120.0, chain: bool = False,
                 ring: bool = False) -> list[WorkerProcess]:
     """Starts one worker per spec (one at a time: model loading is CPU heavy); with

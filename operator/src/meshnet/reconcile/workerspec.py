@@ -1,0 +1,40 @@
+"""What one stage's worker serves, typed, as the plan decides it (pure). The Kubernetes
+backend renders it to the container's command line (`podspec.worker_args`); the local
+backend starts a process from it as it is."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from meshnet.layers import LayerRange
+from meshnet.reconcile.topology import UNLINKED, StageLinks
+
+
+@dataclass(frozen=True)
+class Identities:
+    """What a worker reports in GetInfo, so that the driver's handshake and the Tracker
+    report can tell a stage started for another artifact, recipe or route."""
+
+    manifest_digest: str
+    recipe_digest: str
+    route_digest: str
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """One stage's worker: its layers, what it serves them for and how it is linked."""
+
+    stage: str  # the stage's name in the route
+    layers: LayerRange
+    route_id: str  # namespace/name of the route
+    epoch: int
+    identities: Identities
+    model_file: str  # the GGUF file (the first of a split set) within the artifact
+    slots: int
+    context_length: int
+    boundary_dtype: str
+    pipeline_depth: int  # stages in the route
+    offload: bool = False  # every layer it owns, and the last stage's head, on its GPUs
+    tls: bool = False  # serves TLS with the route's certificate
+    require_client_cert: bool = False  # and asks callers for one signed by the route's CA
+    links: StageLinks = UNLINKED  # the stages it relays to, by name
