@@ -40,14 +40,13 @@ from meshnet.route.proto import pb
 from meshnet.route.sampling import Sampling, sample
 from meshnet.route.speculation import speculated
 from meshnet.route.stage import StageClient, TlsFiles
+from meshnet.route.topology import Topology, decodes_in_loop, pick_topology
 
 RELEASE_TIMEOUT_SECONDS = 5.0
 # The widest step whose rows compute exactly as one-token steps (a verification step of
 # MAX_DRAFT drafts; the CPU lane's batch-invariant kernels).
 EXACT_ROWS = MAX_DRAFT + 1
 
-
-TOPOLOGIES = ("auto", "chain", "hub", "ring")  # auto: ring, else chain, else hub
 
 @dataclass
 class Generation:
@@ -111,12 +110,12 @@ class RouteDriver:
         wait_seconds: float = 60.0,
         chunk_tokens: int | None = None,
         sample_locally: bool = False,
-        topology: str = "auto",
+        topology: str = Topology.AUTO,
         decode_loop: bool = True,
         speculate: int = 0,
     ) -> None:
-        if topology not in TOPOLOGIES:
-            raise RouteError(f"topology must be one of {', '.join(TOPOLOGIES)}, not {topology!r}")
+        if topology not in tuple(Topology):
+            raise RouteError(f"topology must be one of {', '.join(Topology)}, not {topology!r}")
         if not endpoints:
             raise RouteError("a route needs at least one --stage")
         self.clients = [StageClient(endpoint, tls) for endpoint in endpoints]
@@ -124,7 +123,7 @@ class RouteDriver:
         self.wait_seconds = wait_seconds
         self.chunk_tokens = chunk_tokens
         self.sample_locally = sample_locally
-        self.topology = topology
+        self.topology = Topology(topology)
         self.decode_loop = decode_loop
         self.speculate = _draft_cap(speculate)
         self._lock = threading.Lock()
@@ -163,10 +162,10 @@ class RouteDriver:
             try:
                 answers = [(c.endpoint, c.info(timeout=5.0)) for c in self.clients]
                 route = check_route(answers)
-                if self.topology in ("chain", "ring") and not route.chained:
+                if self.topology in (Topology.CHAIN, Topology.RING) and not route.chained:
                     raise RouteRefused([f"topology {self.topology} needs every stage but the "
                                         "last started with --next-stage"])
-                if self.topology == "ring" and not route.ringed:
+                if self.topology is Topology.RING and not route.ringed:
                     raise RouteRefused(["topology ring needs the first stage subscribed at the "
                                         "route's last stage (--ring-last)"])
                 return route
@@ -176,21 +175,22 @@ class RouteDriver:
             time.sleep(delay)
             delay = min(delay * 2, 1.0)
 
-    def topology_of(self, route: RouteInfo) -> str:
-        """How a generation goes through `route`: ring (a decode loop the last stage feeds
-        straight back to the first), chain or hub."""
-        if self.uses_chain(route):
-            return "ring" if route.ringed and self.uses_loop(route) else "chain"
-        return "hub"
+    def topology_of(self, route: RouteInfo) -> Topology:
+        """How a generation goes through `route`: ring, chain or hub (pick_topology)."""
+        return pick_topology(route, self.topology, loop=self._loop)
 
     def uses_chain(self, route: RouteInfo) -> bool:
-        return self.topology != "hub" and len(route.stages) > 1 and route.chained
+        return self.topology_of(route) is not Topology.HUB
 
     def uses_loop(self, route: RouteInfo) -> bool:
-        """The first stage decodes by itself (ForwardStream continue_tokens): the chain,
-        or a route of one stage, and sampling on the last stage."""
-        return self.decode_loop and not self.sample_locally and (
-            len(route.stages) == 1 or self.uses_chain(route))
+        """The first stage decodes by itself (ForwardStream continue_tokens)."""
+        return decodes_in_loop(route, self.topology_of(route), loop=self._loop)
+
+    @property
+    def _loop(self) -> bool:
+        """The first stage may decode by itself: the decode loop is on and the last stage
+        samples."""
+        return self.decode_loop and not self.sample_locally
 
     def _vocab_client(self) -> StageClient:
         route = self.route
@@ -242,7 +242,7 @@ class RouteDriver:
     def _generate(self, run: _Run, route: RouteInfo, max_tokens: int, stop_at_eos: bool,
                   on_token: Callable[[int], None] | None) -> Generation:
         prompt_ids = run.result.prompt_tokens
-        run.result.topology = self.topology_of(route)
+        run.result.topology = self.topology_of(route).value
         run.result.decode_loop = self.uses_loop(route)
         started = time.perf_counter()
         token = run.step_with_recovery(prompt_ids)
