@@ -37,17 +37,17 @@ from meshnet.route.errors import (
 )
 from meshnet.route.handshake import RouteInfo, check_route
 from meshnet.route.proto import pb
+from meshnet.route.requests import Answer, chunks, loop_request, relay_request, stage_request
 from meshnet.route.sampling import Sampling, sample
 from meshnet.route.speculation import speculated
 from meshnet.route.stage import StageClient, TlsFiles
+from meshnet.route.topology import Topology, decodes_in_loop, pick_topology
 
 RELEASE_TIMEOUT_SECONDS = 5.0
 # The widest step whose rows compute exactly as one-token steps (a verification step of
 # MAX_DRAFT drafts; the CPU lane's batch-invariant kernels).
 EXACT_ROWS = MAX_DRAFT + 1
 
-
-TOPOLOGIES = ("auto", "chain", "hub", "ring")  # auto: ring, else chain, else hub
 
 @dataclass
 class Generation:
@@ -111,12 +111,12 @@ class RouteDriver:
         wait_seconds: float = 60.0,
         chunk_tokens: int | None = None,
         sample_locally: bool = False,
-        topology: str = "auto",
+        topology: str = Topology.AUTO,
         decode_loop: bool = True,
         speculate: int = 0,
     ) -> None:
-        if topology not in TOPOLOGIES:
-            raise RouteError(f"topology must be one of {', '.join(TOPOLOGIES)}, not {topology!r}")
+        if topology not in tuple(Topology):
+            raise RouteError(f"topology must be one of {', '.join(Topology)}, not {topology!r}")
         if not endpoints:
             raise RouteError("a route needs at least one --stage")
         self.clients = [StageClient(endpoint, tls) for endpoint in endpoints]
@@ -124,7 +124,7 @@ class RouteDriver:
         self.wait_seconds = wait_seconds
         self.chunk_tokens = chunk_tokens
         self.sample_locally = sample_locally
-        self.topology = topology
+        self.topology = Topology(topology)
         self.decode_loop = decode_loop
         self.speculate = _draft_cap(speculate)
         self._lock = threading.Lock()
@@ -163,10 +163,10 @@ class RouteDriver:
             try:
                 answers = [(c.endpoint, c.info(timeout=5.0)) for c in self.clients]
                 route = check_route(answers)
-                if self.topology in ("chain", "ring") and not route.chained:
+                if self.topology in (Topology.CHAIN, Topology.RING) and not route.chained:
                     raise RouteRefused([f"topology {self.topology} needs every stage but the "
                                         "last started with --next-stage"])
-                if self.topology == "ring" and not route.ringed:
+                if self.topology is Topology.RING and not route.ringed:
                     raise RouteRefused(["topology ring needs the first stage subscribed at the "
                                         "route's last stage (--ring-last)"])
                 return route
@@ -176,21 +176,22 @@ class RouteDriver:
             time.sleep(delay)
             delay = min(delay * 2, 1.0)
 
-    def topology_of(self, route: RouteInfo) -> str:
-        """How a generation goes through `route`: ring (a decode loop the last stage feeds
-        straight back to the first), chain or hub."""
-        if self.uses_chain(route):
-            return "ring" if route.ringed and self.uses_loop(route) else "chain"
-        return "hub"
+    def topology_of(self, route: RouteInfo) -> Topology:
+        """How a generation goes through `route`: ring, chain or hub (pick_topology)."""
+        return pick_topology(route, self.topology, loop=self._loop)
 
     def uses_chain(self, route: RouteInfo) -> bool:
-        return self.topology != "hub" and len(route.stages) > 1 and route.chained
+        return self.topology_of(route) is not Topology.HUB
 
     def uses_loop(self, route: RouteInfo) -> bool:
-        """The first stage decodes by itself (ForwardStream continue_tokens): the chain,
-        or a route of one stage, and sampling on the last stage."""
-        return self.decode_loop and not self.sample_locally and (
-            len(route.stages) == 1 or self.uses_chain(route))
+        """The first stage decodes by itself (ForwardStream continue_tokens)."""
+        return decodes_in_loop(route, self.topology_of(route), loop=self._loop)
+
+    @property
+    def _loop(self) -> bool:
+        """The first stage may decode by itself: the decode loop is on and the last stage
+        samples."""
+        return self.decode_loop and not self.sample_locally
 
     def _vocab_client(self) -> StageClient:
         route = self.route
@@ -242,7 +243,7 @@ class RouteDriver:
     def _generate(self, run: _Run, route: RouteInfo, max_tokens: int, stop_at_eos: bool,
                   on_token: Callable[[int], None] | None) -> Generation:
         prompt_ids = run.result.prompt_tokens
-        run.result.topology = self.topology_of(route)
+        run.result.topology = self.topology_of(route).value
         run.result.decode_loop = self.uses_loop(route)
         started = time.perf_counter()
         token = run.step_with_recovery(prompt_ids)
@@ -297,6 +298,7 @@ class _Run:
     def __init__(self, driver: RouteDriver, prompt_ids: list[int], sampling: Sampling) -> None:
         self.driver = driver
         self.sampling = sampling
+        self.answer = Answer(sampling, driver.sample_locally)
         self.history: list[int] = []  # tokens every stage holds (after a successful step)
         self.step_sizes: list[int] = []  # how the history was fed, step by step
         self.session_id = uuid.uuid4().hex
@@ -390,26 +392,15 @@ class _Run:
                     return
 
     def loop(self, token: int, count: int, stop_ids: set[int], pending: list[int],
-             discard: bool = False, drafts: int = 0) -> Iterator[int]:
+             drafts: int = 0) -> Iterator[int]:
         """The first stage decodes `count` tokens by itself; `pending` holds the token
-        the route was last fed and has not answered yet. `discard`: the stages first drop
-        what they hold past the history (a speculative step's rejected drafts). `drafts`:
+        the route was last fed and has not answered yet. `drafts`:
         the loop speculates, drafting up to that many tokens per step from the history
         (ForwardRequest.loop_drafts); a step then answers the drafts that held and one
         more token."""
         route = self.driver.route
-        request = self.stage_request(route, 0, [token], len(self.history), None,
-                                     wants_token=True)
-        if discard:
-            request.discard_from = len(self.history)
-        request.relay = len(route.stages) > 1
-        request.ClearField("output")
-        self.ask_output(request.output, 1)
-        request.continue_tokens = count - 1
-        request.stop_token_ids.extend(sorted(stop_ids))
-        if drafts:
-            request.loop_drafts = drafts
-            request.draft_context.extend(self.history)
+        request = loop_request(route, self.key(route), token, len(self.history), count,
+                               stop_ids, self.answer, drafts, self.history)
         stream = self.driver.clients[0].forward_stream(request)
         produced = 0
         try:
@@ -477,17 +468,17 @@ class _Run:
         unsplit model's prefill as one step through the chain, 83.6% as two 64-token
         chunks of a wavefront, paired medians of 9 rounds)."""
         route = self.driver.route
-        chunks = self.chunks(route, len(tokens))
-        if len(chunks) == 1 or route.stages_take_turns:  # one stage computes at a time
+        steps = chunks(route, len(tokens), self.driver.chunk_tokens)
+        if len(steps) == 1 or route.stages_take_turns:  # one stage computes at a time
             token = -1
-            for start, end in chunks:
+            for start, end in steps:
                 token = (self.feed_chain(route, tokens[start:end], n_past + start,
                                          wants_token=end == len(tokens))
                          if self.driver.uses_chain(route)
                          else self.wavefront(route, tokens[start:end], n_past + start))
             return token
         self.result.prefill_wavefront = True
-        return self.wavefront(route, tokens, n_past, chunks)
+        return self.wavefront(route, tokens, n_past, steps)
 
     def wavefront(self, route: RouteInfo, tokens: list[int], n_past: int,
                   chunks: list[tuple[int, int]] | None = None) -> int:
@@ -504,11 +495,12 @@ class _Run:
                 if not 0 <= chunk_index < len(chunks):
                     continue
                 start, end = chunks[chunk_index]
-                request = self.stage_request(
-                    route, stage_index, tokens[start:end], n_past + start,
-                    outputs.pop((stage_index - 1, chunk_index), None),
-                    wants_token=chunk_index == len(chunks) - 1,
-                )
+                boundary = outputs.pop((stage_index - 1, chunk_index), None)
+                if boundary is not None:
+                    self.result.boundary_bytes += len(boundary.data)
+                request = stage_request(route, stage_index, self.key(route), tokens[start:end],
+                                        n_past + start, boundary, self.answer,
+                                        wants_token=chunk_index == len(chunks) - 1)
                 call = self.driver.clients[stage_index].forward_async(request)
                 calls.append((stage_index, chunk_index, request, call))
             for stage_index, chunk_index, request, call in calls:
@@ -523,70 +515,16 @@ class _Run:
                    wants_token: bool = True) -> int:
         """One step through the chain: only the first stage is called. Without
         `wants_token` (a prefill chunk before the last) it asks for the cheapest answer."""
-        request = self.stage_request(route, 0, tokens, n_past, None, wants_token=True)
-        request.relay = True
-        request.ClearField("output")
-        self.ask_output(request.output, len(tokens), wants_token)
+        request = relay_request(route, self.key(route), tokens, n_past, self.answer, wants_token)
         response = self.answered(self.driver.clients[0].forward(request))
         self.result.boundary_bytes += route.seam_bytes_per_token * len(tokens) * (
             len(route.stages) - 1)
         self.check_chain(route, response)
         return self.take_output(response, request.positions[-1])
 
-    def chunks(self, route: RouteInfo, n_tokens: int) -> list[tuple[int, int]]:
-        """[start, end) of each step: the driver's chunk, else small enough that a
-        prefill fills the pipeline (up to 4 chunks per stage) and large enough that each
-        step still runs at batch speed (64 tokens at least: on SmolLM2/CPU a 128-token
-        prompt over 2 stages prefills at 129, 189 and 233 tok/s with chunks of 16, 32
-        and 64)."""
-        n_stages = len(route.stages)
-        size = self.driver.chunk_tokens or max(64, -(-n_tokens // (4 * n_stages)))
-        if (n_stages == 1 or route.stages_take_turns or route.step_sensitive) and \
-                not self.driver.chunk_tokens:
-            # nothing to pipeline, or the unsplit model's own steps: the largest steps
-            size = route.max_step_tokens
-        size = max(1, min(size, route.max_step_tokens))
-        return [(start, min(start + size, n_tokens)) for start in range(0, n_tokens, size)]
-
-    def stage_request(
-        self, route: RouteInfo, index: int, tokens: list[int], n_past: int,
-        boundary: pb.Boundary | None, wants_token: bool,
-    ) -> pb.ForwardRequest:
-        stage = route.stages[index]
-        request = pb.ForwardRequest(
-            key=self.key(route),
-            n_past=n_past,
-            positions=range(n_past, n_past + len(tokens)),
-            expected_range=pb.LayerRange(begin=stage.begin, end=stage.end),
-        )
-        if index == 0 or stage.needs_token_sideband:
-            request.tokens.extend(tokens)
-        if boundary is not None:
-            request.boundary.CopyFrom(boundary)
-            self.result.boundary_bytes += len(boundary.data)
-        if index == len(route.stages) - 1:
-            self.ask_output(request.output, len(tokens), wants_token)
-        return request
-
-    def ask_output(self, output: pb.OutputRequest, n_tokens: int,
-                   wants_token: bool = True) -> None:
-        """The last row's output: what sampling needs, or without `wants_token` (a
-        prefill chunk before the last) the cheapest answer, one sampled id."""
-        output.rows.append(n_tokens - 1)
-        if not wants_token:
-            output.kind = pb.OUTPUT_KIND_SAMPLED
-            return
-        if self.driver.sample_locally and not self.sampling.greedy:
-            output.kind = pb.OUTPUT_KIND_LOGITS
-            return
-        output.kind = pb.OUTPUT_KIND_SAMPLED
-        output.sampling.temperature = self.sampling.temperature
-        output.sampling.top_k = self.sampling.top_k
-        output.sampling.top_p = self.sampling.top_p
-        output.sampling.seed = self.sampling.seed
-
     def take_output(self, response: pb.ForwardResponse, position: int) -> int:
         if response.sampled_tokens:
             return int(response.sampled_tokens[0])
         logits = np.asarray(response.rows[0].logits, dtype=np.float32)
         return sample(logits, self.sampling, position)
+

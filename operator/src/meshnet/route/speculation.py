@@ -24,7 +24,7 @@ import numpy as np
 
 from meshnet.route.drafts import DraftLength, PromptLookup
 from meshnet.route.errors import StageError
-from meshnet.route.proto import pb
+from meshnet.route.requests import ask_verified, relay_request, stage_request
 from meshnet.route.sampling import verify_drafts
 
 if TYPE_CHECKING:
@@ -38,19 +38,21 @@ def verify(run: _Run, tokens: list[int], discard: bool) -> list[int]:
     driver, route = run.driver, run.driver.route
     n_past = len(run.history)
     last = len(route.stages) - 1
+    key = run.key(route)
     if driver.uses_chain(route):
-        request = run.stage_request(route, 0, tokens, n_past, None, wants_token=True)
-        request.relay = True
-        _ask_verified(run, request, tokens, discard)
+        request = relay_request(route, key, tokens, n_past, run.answer)
+        ask_verified(request, run.answer, tokens, discard)
         response = run.answered(driver.clients[0].forward(request))
         run.result.boundary_bytes += route.seam_bytes_per_token * len(tokens) * last
         run.check_chain(route, response)
     else:
         boundary = None
         for index, client in enumerate(driver.clients):
-            request = run.stage_request(route, index, tokens, n_past, boundary, wants_token=True)
+            if boundary is not None:
+                run.result.boundary_bytes += len(boundary.data)
+            request = stage_request(route, index, key, tokens, n_past, boundary, run.answer)
             if index == last:
-                _ask_verified(run, request, tokens, discard)
+                ask_verified(request, run.answer, tokens, discard)
             elif discard:
                 request.discard_from = n_past
             response = run.answered(client.forward(request))
@@ -59,27 +61,6 @@ def verify(run: _Run, tokens: list[int], discard: bool) -> list[int]:
         return [int(t) for t in response.sampled_tokens]
     rows = np.asarray([row.logits for row in response.rows], dtype=np.float32)
     return verify_drafts(rows, tokens, run.sampling, list(range(n_past, n_past + len(tokens))))
-
-
-def _ask_verified(run: _Run, request: pb.ForwardRequest, tokens: list[int],
-                  discard: bool) -> None:
-    """The last stage's output of a verification step: VERIFIED, or with
-    --sample-locally every row's logits (verified here, the same way)."""
-    request.ClearField("output")
-    if discard:
-        request.discard_from = request.n_past
-    if not request.tokens:
-        request.tokens.extend(tokens)  # the drafts to check
-    if run.driver.sample_locally and not run.sampling.greedy:
-        request.output.kind = pb.OUTPUT_KIND_LOGITS
-        request.output.rows.extend(range(len(tokens)))
-        return
-    request.output.kind = pb.OUTPUT_KIND_VERIFIED
-    sampling = request.output.sampling
-    sampling.temperature = run.sampling.temperature
-    sampling.top_k = run.sampling.top_k
-    sampling.top_p = run.sampling.top_p
-    sampling.seed = run.sampling.seed
 
 
 def speculated(run: _Run, token: int, count: int, stop_ids: set[int],

@@ -1,0 +1,144 @@
+"""The ForwardRequests a session sends, and how a feed is cut into steps: pure functions
+of the handshake, the session's key and what the last stage answers (no I/O)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from meshnet.route.handshake import RouteInfo
+from meshnet.route.proto import pb
+from meshnet.route.sampling import Sampling
+
+# The smallest prefill chunk that still runs at batch speed: smaller steps leave the
+# engine's batched kernels idle for more of each step than pipelining wins back.
+MIN_CHUNK_TOKENS = 64
+# Chunks per stage a prefill is cut into when it can be pipelined: enough to keep every
+# stage busy at once for most of the prefill.
+CHUNKS_PER_STAGE = 4
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What the last stage answers for the row the driver needs: the token the stage
+    samples with `sampling`, or with `sample_locally` (and sampling that is not greedy)
+    the logits, sampled here."""
+
+    sampling: Sampling
+    sample_locally: bool = False
+
+    @property
+    def logits(self) -> bool:
+        return self.sample_locally and not self.sampling.greedy
+
+
+def chunks(route: RouteInfo, n_tokens: int, chunk_tokens: int | None = None,
+           ) -> list[tuple[int, int]]:
+    """[start, end) of each step of a feed of `n_tokens`: `chunk_tokens` when given, else
+    small enough that a prefill fills the pipeline (CHUNKS_PER_STAGE chunks per stage)
+    and large enough that each step still runs at batch speed (MIN_CHUNK_TOKENS).
+    Nothing to pipeline (one stage, or stages that take turns on the same CPUs), or a
+    model whose numerics depend on its steps: the largest steps, as the unsplit model
+    takes them."""
+    n_stages = len(route.stages)
+    size = chunk_tokens or max(MIN_CHUNK_TOKENS, -(-n_tokens // (CHUNKS_PER_STAGE * n_stages)))
+    if (n_stages == 1 or route.stages_take_turns or route.step_sensitive) and not chunk_tokens:
+        size = route.max_step_tokens
+    size = max(1, min(size, route.max_step_tokens))
+    return [(start, min(start + size, n_tokens)) for start in range(0, n_tokens, size)]
+
+
+def ask_output(output: pb.OutputRequest, answer: Answer, n_tokens: int,
+               wants_token: bool = True) -> None:
+    """The last row's output: what sampling needs, or without `wants_token` (a prefill
+    chunk before the last) the cheapest answer, one sampled id."""
+    output.rows.append(n_tokens - 1)
+    if not wants_token:
+        output.kind = pb.OUTPUT_KIND_SAMPLED
+        return
+    if answer.logits:
+        output.kind = pb.OUTPUT_KIND_LOGITS
+        return
+    output.kind = pb.OUTPUT_KIND_SAMPLED
+    _copy_sampling(output.sampling, answer.sampling)
+
+
+def stage_request(
+    route: RouteInfo, index: int, key: pb.RouteKey, tokens: Sequence[int], n_past: int,
+    boundary: pb.Boundary | None, answer: Answer, wants_token: bool = True,
+) -> pb.ForwardRequest:
+    """One step for the stage at `index`: `tokens` at positions from `n_past`, the first
+    stage's (and any stage needing the token sideband's) input ids, the previous stage's
+    `boundary`, and on the last stage the output asked for."""
+    stage = route.stages[index]
+    request = pb.ForwardRequest(
+        key=key,
+        n_past=n_past,
+        positions=range(n_past, n_past + len(tokens)),
+        expected_range=pb.LayerRange(begin=stage.begin, end=stage.end),
+    )
+    if index == 0 or stage.needs_token_sideband:
+        request.tokens.extend(tokens)
+    if boundary is not None:
+        request.boundary.CopyFrom(boundary)
+    if index == len(route.stages) - 1:
+        ask_output(request.output, answer, len(tokens), wants_token)
+    return request
+
+
+def relay_request(route: RouteInfo, key: pb.RouteKey, tokens: Sequence[int], n_past: int,
+                  answer: Answer, wants_token: bool = True) -> pb.ForwardRequest:
+    """One step through the chain, sent to the first stage, which relays it on; the last
+    stage's output comes back along the chain."""
+    request = stage_request(route, 0, key, tokens, n_past, None, answer)
+    request.relay = True
+    request.ClearField("output")
+    ask_output(request.output, answer, len(tokens), wants_token)
+    return request
+
+
+def loop_request(
+    route: RouteInfo, key: pb.RouteKey, token: int, n_past: int, count: int,
+    stop_ids: Iterable[int], answer: Answer, drafts: int = 0,
+    draft_context: Sequence[int] = (),
+) -> pb.ForwardRequest:
+    """The first stage decodes `count` tokens after `token` by itself (ForwardStream
+    continue_tokens), relaying each step on when there are more stages, and stops after
+    a stop id. `drafts`: it speculates, drafting up to that many tokens per step from
+    `draft_context` (the history) and what it decodes (ForwardRequest.loop_drafts)."""
+    request = stage_request(route, 0, key, [token], n_past, None, answer)
+    request.relay = len(route.stages) > 1
+    request.ClearField("output")
+    ask_output(request.output, answer, 1)
+    request.continue_tokens = count - 1
+    request.stop_token_ids.extend(sorted(stop_ids))
+    if drafts:
+        request.loop_drafts = drafts
+        request.draft_context.extend(draft_context)
+    return request
+
+
+def ask_verified(request: pb.ForwardRequest, answer: Answer, tokens: Sequence[int],
+                 discard: bool) -> None:
+    """Makes `request` (to the last stage, or relayed to it) a verification step of
+    `tokens` (the last token and its drafts): VERIFIED, or where the driver samples every
+    row's logits (verified here, the same way). `discard`: the stage first drops what it
+    holds past `n_past` (a previous step's rejected drafts)."""
+    request.ClearField("output")
+    if discard:
+        request.discard_from = request.n_past
+    if not request.tokens:
+        request.tokens.extend(tokens)  # the drafts to check
+    if answer.logits:
+        request.output.kind = pb.OUTPUT_KIND_LOGITS
+        request.output.rows.extend(range(len(tokens)))
+        return
+    request.output.kind = pb.OUTPUT_KIND_VERIFIED
+    _copy_sampling(request.output.sampling, answer.sampling)
+
+
+def _copy_sampling(target: pb.SamplingParams, sampling: Sampling) -> None:
+    target.temperature = sampling.temperature
+    target.top_k = sampling.top_k
+    target.top_p = sampling.top_p
+    target.seed = sampling.seed

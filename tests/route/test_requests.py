@@ -1,0 +1,142 @@
+"""The requests a session sends are built from the handshake, the session's key and what
+the last stage answers, with no socket: each stage gets its range, positions and inputs,
+the last one the output asked for; the chain's and the loop's first stage relays; a
+prefill is cut into chunks that fill the pipeline at batch speed."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from meshnet.route.handshake import RouteInfo
+from meshnet.route.proto import pb
+from meshnet.route.requests import (
+    MIN_CHUNK_TOKENS,
+    Answer,
+    ask_verified,
+    chunks,
+    loop_request,
+    relay_request,
+    stage_request,
+)
+from meshnet.route.sampling import Sampling
+
+MakeRoute = Callable[..., RouteInfo]
+KEY = pb.RouteKey(route_id="test/route", epoch=1, session_id="s")
+SAMPLED = Answer(Sampling(temperature=0.8, top_k=40, top_p=0.95, seed=7))
+
+
+def test_the_first_stage_gets_the_tokens_at_their_positions_and_no_output(
+    make_route_info: MakeRoute,
+) -> None:
+    route = make_route_info(3)
+    request = stage_request(route, 0, KEY, [5, 6, 7], 10, None, SAMPLED)
+    assert list(request.tokens) == [5, 6, 7]
+    assert list(request.positions) == [10, 11, 12]
+    assert request.n_past == 10
+    assert (request.expected_range.begin, request.expected_range.end) == (0, 10)
+    assert request.key == KEY
+    assert not request.HasField("output") and not request.HasField("boundary")
+
+
+def test_a_later_stage_gets_the_boundary_and_tokens_only_when_it_needs_the_sideband(
+    make_route_info: MakeRoute,
+) -> None:
+    route = make_route_info(3)
+    boundary = pb.Boundary(data=b"\0" * 16)
+    plain = stage_request(route, 1, KEY, [5, 6], 0, boundary, SAMPLED)
+    assert plain.boundary.data == boundary.data and not plain.tokens
+    sideband = replace(route, stages=(route.stages[0],
+                                      replace(route.stages[1], needs_token_sideband=True),
+                                      route.stages[2]))
+    assert list(stage_request(sideband, 1, KEY, [5, 6], 0, boundary, SAMPLED).tokens) == [5, 6]
+
+
+def test_the_last_stage_samples_the_last_row_with_the_sessions_sampling(
+    make_route_info: MakeRoute,
+) -> None:
+    request = stage_request(make_route_info(3), 2, KEY, [5, 6, 7], 0, pb.Boundary(), SAMPLED)
+    assert request.output.kind == pb.OUTPUT_KIND_SAMPLED
+    assert list(request.output.rows) == [2]
+    assert (request.output.sampling.top_k, request.output.sampling.seed) == (40, 7)
+    assert abs(request.output.sampling.temperature - 0.8) < 1e-6
+
+
+def test_a_prefill_chunk_before_the_last_asks_for_the_cheapest_answer(
+    make_route_info: MakeRoute,
+) -> None:
+    request = stage_request(make_route_info(3), 2, KEY, [5, 6], 0, pb.Boundary(), SAMPLED,
+                            wants_token=False)
+    assert request.output.kind == pb.OUTPUT_KIND_SAMPLED
+    assert not request.output.HasField("sampling")
+
+
+def test_sampling_locally_asks_for_logits_unless_greedy(make_route_info: MakeRoute) -> None:
+    route = make_route_info(1)
+    local = replace(SAMPLED, sample_locally=True)
+    assert stage_request(route, 0, KEY, [5], 0, None, local).output.kind == pb.OUTPUT_KIND_LOGITS
+    greedy = Answer(Sampling(), sample_locally=True)
+    assert stage_request(route, 0, KEY, [5], 0, None, greedy).output.kind == \
+        pb.OUTPUT_KIND_SAMPLED
+
+
+def test_a_chain_step_goes_to_the_first_stage_which_relays_it(make_route_info: MakeRoute) -> None:
+    request = relay_request(make_route_info(3, chained=True), KEY, [5, 6], 4, SAMPLED)
+    assert request.relay
+    assert (request.expected_range.begin, request.expected_range.end) == (0, 10)
+    assert list(request.tokens) == [5, 6]
+    assert request.output.kind == pb.OUTPUT_KIND_SAMPLED and list(request.output.rows) == [1]
+
+
+def test_a_decode_loop_asks_the_first_stage_for_the_rest_of_the_tokens(
+    make_route_info: MakeRoute,
+) -> None:
+    request = loop_request(make_route_info(3, chained=True), KEY, 42, 9, 16, {7, 2}, SAMPLED)
+    assert (list(request.tokens), list(request.positions)) == ([42], [9])
+    assert request.relay and request.continue_tokens == 15
+    assert list(request.stop_token_ids) == [2, 7]
+    assert request.output.kind == pb.OUTPUT_KIND_SAMPLED and list(request.output.rows) == [0]
+    assert request.loop_drafts == 0 and not request.draft_context
+
+
+def test_a_single_stage_loops_without_relaying_and_a_speculating_loop_gets_its_context(
+    make_route_info: MakeRoute,
+) -> None:
+    request = loop_request(make_route_info(1), KEY, 42, 3, 8, set(), SAMPLED, drafts=4,
+                           draft_context=[1, 2, 3])
+    assert not request.relay
+    assert request.loop_drafts == 4 and list(request.draft_context) == [1, 2, 3]
+
+
+def test_a_verification_step_carries_its_drafts_and_drops_rejected_ones_first(
+    make_route_info: MakeRoute,
+) -> None:
+    route = make_route_info(3)
+    request = stage_request(route, 2, KEY, [5, 6, 7], 12, pb.Boundary(), SAMPLED)
+    ask_verified(request, SAMPLED, [5, 6, 7], discard=True)
+    assert request.output.kind == pb.OUTPUT_KIND_VERIFIED
+    assert list(request.tokens) == [5, 6, 7]  # the last stage has no sideband: the drafts
+    assert request.discard_from == 12
+    assert request.output.sampling.seed == 7
+    local = replace(SAMPLED, sample_locally=True)
+    ask_verified(request, local, [5, 6, 7], discard=False)
+    assert request.output.kind == pb.OUTPUT_KIND_LOGITS
+    assert list(request.output.rows) == [0, 1, 2]
+
+
+def test_a_long_prompt_is_cut_to_fill_the_pipeline_at_batch_speed(
+    make_route_info: MakeRoute,
+) -> None:
+    route = make_route_info(2)
+    assert chunks(route, 1024) == [(s, s + 128) for s in range(0, 1024, 128)]  # 4 per stage
+    assert chunks(route, 100) == [(0, MIN_CHUNK_TOKENS), (MIN_CHUNK_TOKENS, 100)]
+    assert chunks(route, 100, chunk_tokens=32) == [(0, 32), (32, 64), (64, 96), (96, 100)]
+
+
+def test_with_nothing_to_pipeline_a_prompt_goes_in_the_largest_steps(
+    make_route_info: MakeRoute,
+) -> None:
+    assert chunks(make_route_info(1), 1200) == [(0, 512), (512, 1024), (1024, 1200)]
+    deepseek4 = make_route_info(2, architecture="deepseek4")  # step-sensitive numerics
+    assert chunks(deepseek4, 600) == [(0, 512), (512, 600)]
+    assert chunks(deepseek4, 600, chunk_tokens=2000) == [(0, 512), (512, 600)]
