@@ -14,8 +14,8 @@ from meshnet.api.modelartifact import ModelArtifactSpec
 from meshnet.local.links import NotListening, loopback_links, start_order
 from meshnet.local.process import WorkerProcess, free_port
 from meshnet.local.stages import LocalStage, launch_spec
+from meshnet.reconcile.plan import Create
 from meshnet.reconcile.route import (
-    Create,
     Observed,
     WorkerConfig,
     WorkerSpec,

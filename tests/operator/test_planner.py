@@ -9,12 +9,10 @@ from typing import Any
 
 import pytest
 
+from meshnet.reconcile.plan import Create, Delete, Plan
 from meshnet.reconcile.route import (
-    Create,
-    Delete,
     Observed,
     ObservedPod,
-    Plan,
     WorkerConfig,
     observe_pod,
     observe_referenced_artifact,
