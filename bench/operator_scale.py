@@ -28,16 +28,16 @@ import httpx
 
 from meshnet.api.modelartifact import ModelArtifactSpec
 from meshnet.devtools.cluster import Emulator, emulated_cluster, mark_pods, operator_process
-from meshnet.reconcile import (
+from meshnet.reconcile.route import (
     Observed,
     WorkerConfig,
     headless_service,
-    observe_artifact,
     observe_pod,
+    observe_referenced_artifact,
     observe_route,
     plan,
 )
-from meshnet.reconcile.podspec import RouteRef
+from meshnet.reconcile.route.podspec import RouteRef
 
 NS = "bench"
 GROUP_PATH = f"/apis/meshnet.dev/v1alpha1/namespaces/{NS}"
@@ -206,7 +206,7 @@ def plan_median(stages: int, runs: int) -> float:
     service_hash = service["meshnet.dev/template-hash"]
     for _ in range(3):  # converge: create pods, mark them ready, store the status
         observed = Observed(observe_route(body), tuple(p for p in map(observe_pod, pods) if p),
-                            service_hash=service_hash, artifact=observe_artifact(art))
+                            service_hash=service_hash, artifact=observe_referenced_artifact(art))
         result = plan(observed, config, NOW)
         for action in result.actions:
             obj = getattr(action, "obj", None)
@@ -216,7 +216,7 @@ def plan_median(stages: int, runs: int) -> float:
         if result.status is not None:
             body["status"] = result.status
     observed = Observed(observe_route(body), tuple(p for p in map(observe_pod, pods) if p),
-                        service_hash=service_hash, artifact=observe_artifact(art))
+                        service_hash=service_hash, artifact=observe_referenced_artifact(art))
     assert plan(observed, config, NOW).actions == ()  # steady state
     timings = []
     for _ in range(runs):

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from meshnet.api.modelartifact import ModelArtifactSpec
-from meshnet.reconcile.artifact_status import artifact_status, node_copy
+from meshnet.reconcile.artifact.status import artifact_status, node_copy
 
 T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 SPEC = ModelArtifactSpec.model_validate({

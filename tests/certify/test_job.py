@@ -11,9 +11,9 @@ from meshnet.api.modelartifact import ArtifactStorage
 from meshnet.api.shardroute import Recipe, RouteTls, Stage
 from meshnet.certify import job as jobs
 from meshnet.certify.gates import Gates
-from meshnet.reconcile.planner import stage_worker
-from meshnet.reconcile.podspec import RouteRef, StageInputs, WorkerConfig, stage_pod
-from meshnet.reconcile.workerspec import Identities
+from meshnet.reconcile.route.planner import stage_worker
+from meshnet.reconcile.route.podspec import RouteRef, StageInputs, WorkerConfig, stage_pod
+from meshnet.reconcile.route.workerspec import Identities
 
 from .conftest import LANE, cert
 

@@ -22,7 +22,7 @@ from meshnet.devtools.tiny_deepseek4 import (
     v4_compress_ratios,
     write_tiny_deepseek4,
 )
-from meshnet.reconcile.artifact_status import gguf_facts
+from meshnet.reconcile.artifact.status import gguf_facts
 
 
 def digest(path: Path) -> str:

@@ -14,12 +14,12 @@ from meshnet.api.modelartifact import ModelArtifactSpec
 from meshnet.local.links import NotListening, loopback_links, start_order
 from meshnet.local.process import WorkerProcess, free_port
 from meshnet.local.stages import LocalStage, launch_spec
-from meshnet.reconcile import (
-    Create,
+from meshnet.reconcile.plan import Create
+from meshnet.reconcile.route import (
     Observed,
     WorkerConfig,
     WorkerSpec,
-    observe_artifact,
+    observe_referenced_artifact,
     observe_route,
     plan,
 )
@@ -41,7 +41,7 @@ def planned(topology: str, stages: list[tuple[str, int, int]] | None = None) -> 
     digest = ModelArtifactSpec.model_validate(artifact["spec"]).manifest_digest()
     artifact["status"] = {"manifestDigest": digest,
                           "conditions": [{"type": "Ready", "status": "True"}]}
-    observed = Observed(observe_route(route), (), None, observe_artifact(artifact))
+    observed = Observed(observe_route(route), (), None, observe_referenced_artifact(artifact))
     return [a for a in plan(observed, CONFIG, utc_now()).actions
             if isinstance(a, Create) and a.worker is not None]
 

@@ -19,26 +19,27 @@ from meshnet.artifacts.facts import ModelFacts
 from meshnet.artifacts.pull import FileOutcome, PullSummary, compact_json
 from meshnet.artifacts.verify import read_model_facts
 from meshnet.cli.artifact import TERMINATION_LIMIT
-from meshnet.reconcile.artifact_observed import (
-    ArtifactObserved,
-    Attempt,
-    ObservedJob,
-    ObservedNode,
-    job_phase,
-    latest_attempt,
-    observe_attempts,
-    observe_job,
-    observe_model_artifact,
-)
-from meshnet.reconcile.artifact_planner import ArtifactPlan, merge_patch, plan_artifact
-from meshnet.reconcile.jobspec import (
+from meshnet.reconcile.artifact.jobspec import (
     ArtifactRef,
     ProvisionerConfig,
     job_name,
     provisioning_job,
     spec_hash,
 )
-from meshnet.reconcile.planner import Create, Delete, Patch
+from meshnet.reconcile.artifact.observed import (
+    Attempt,
+    Observed,
+    ObservedJob,
+    ObservedNode,
+    job_phase,
+    latest_attempt,
+    observe_artifact,
+    observe_attempts,
+    observe_job,
+)
+from meshnet.reconcile.artifact.planner import STATUS_KEYS, plan_artifact
+from meshnet.reconcile.plan import Plan, merge_patch
+from meshnet.reconcile.route.planner import Create, Delete, Patch
 
 CONFIG = ProvisionerConfig(image="meshnet/meshnet-operator:0.1.0")
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -81,17 +82,17 @@ class Cluster:
     config_maps: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
     claims: dict[str, frozenset[str]] = dataclasses.field(default_factory=dict)
 
-    def observed(self) -> ArtifactObserved:
-        return ArtifactObserved(
-            observe_model_artifact(self.body), tuple(self.jobs.values()),
+    def observed(self) -> Observed:
+        return Observed(
+            observe_artifact(self.body), tuple(self.jobs.values()),
             tuple(self.config_maps),
             tuple(ObservedNode(n, dict(v)) for n, v in sorted(self.nodes.items())),
             self.claims)
 
-    def plan(self, now: datetime = NOW) -> ArtifactPlan:
+    def plan(self, now: datetime = NOW) -> Plan:
         return plan_artifact(self.observed(), CONFIG, now)
 
-    def apply(self, result: ArtifactPlan) -> None:
+    def apply(self, result: Plan) -> None:
         for step in result.steps:
             action = step.action
             if isinstance(action, Create) and action.obj["kind"] == "Job":
@@ -113,7 +114,7 @@ class Cluster:
         if result.status is not None:
             self.body["status"] = result.status
 
-    def step(self, now: datetime = NOW) -> ArtifactPlan:
+    def step(self, now: datetime = NOW) -> Plan:
         result = self.plan(now)
         self.apply(result)
         return result
@@ -129,7 +130,7 @@ class Cluster:
         return next(c for c in self.body["status"]["conditions"] if c["type"] == kind)
 
 
-def reasons(result: ArtifactPlan) -> list[str]:
+def reasons(result: Plan) -> list[str]:
     return [s.event.reason for s in result.steps if s.event] + [e.reason for e in result.events]
 
 
@@ -485,8 +486,8 @@ def test_a_status_merge_patch_removes_what_the_new_status_lacks() -> None:
     old = {"gguf": {"architecture": "llama", "embeddingLength": 576}, "nodes": [1],
            "size": "1KiB", "conditions": []}
     new = {"gguf": {"architecture": "llama"}, "nodes": [], "size": "1KiB", "conditions": []}
-    assert merge_patch(old, new) == {"gguf": {"embeddingLength": None}, "nodes": []}
-    assert merge_patch(new, new) == {}
+    assert merge_patch(old, new, STATUS_KEYS) == {"gguf": {"embeddingLength": None}, "nodes": []}
+    assert merge_patch(new, new, STATUS_KEYS) == {}
 
 
 # --- full re-hashes of verified copies ---------------------------------------------------
@@ -494,7 +495,7 @@ def test_a_status_merge_patch_removes_what_the_new_status_lacks() -> None:
 WEEK = timedelta(days=7)
 
 
-def created_jobs(result: ArtifactPlan) -> list[dict[str, Any]]:
+def created_jobs(result: Plan) -> list[dict[str, Any]]:
     return [s.action.obj for s in result.steps
             if isinstance(s.action, Create) and s.action.obj["kind"] == "Job"]
 

@@ -9,15 +9,13 @@ from typing import Any
 
 import pytest
 
-from meshnet.reconcile import (
-    Create,
-    Delete,
+from meshnet.reconcile.plan import Create, Delete, Plan
+from meshnet.reconcile.route import (
     Observed,
     ObservedPod,
-    Plan,
     WorkerConfig,
-    observe_artifact,
     observe_pod,
+    observe_referenced_artifact,
     observe_route,
     plan,
 )
@@ -52,12 +50,12 @@ def observe(route: dict[str, Any], artifact: dict[str, Any] | None,
     observed = [p for p in map(observe_pod, pods.values()) if p is not None]
     return Observed(observe_route(route), tuple(observed),
                     service_hash=_service_hash(route) if service else None,
-                    artifact=observe_artifact(artifact) if artifact else None)
+                    artifact=observe_referenced_artifact(artifact) if artifact else None)
 
 
 def _service_hash(route: dict[str, Any]) -> str:
-    from meshnet.reconcile import headless_service
-    from meshnet.reconcile.podspec import RouteRef
+    from meshnet.reconcile.route import headless_service
+    from meshnet.reconcile.route.podspec import RouteRef
     meta = route["metadata"]
     svc = headless_service(RouteRef(meta["name"], meta["namespace"], meta["uid"]), CONFIG)
     return str(svc["metadata"]["labels"]["meshnet.dev/template-hash"])

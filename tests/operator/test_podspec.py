@@ -10,10 +10,16 @@ import pytest
 from meshnet.api.modelartifact import ArtifactStorage
 from meshnet.api.shardroute import Recipe, RouteTls, Stage
 from meshnet.layers import LayerRange
-from meshnet.reconcile.planner import stage_worker
-from meshnet.reconcile.podspec import RouteRef, StageInputs, WorkerConfig, stage_pod, worker_args
-from meshnet.reconcile.topology import UNLINKED, StageLinks
-from meshnet.reconcile.workerspec import Identities, WorkerSpec
+from meshnet.reconcile.route.planner import stage_worker
+from meshnet.reconcile.route.podspec import (
+    RouteRef,
+    StageInputs,
+    WorkerConfig,
+    stage_pod,
+    worker_args,
+)
+from meshnet.reconcile.route.topology import UNLINKED, StageLinks
+from meshnet.reconcile.route.workerspec import Identities, WorkerSpec
 
 CONFIG = WorkerConfig(images={"cuda": "worker-cuda:1", "cpu": "worker-cpu:1"}, pin_digest="p")
 DIGEST = "d" * 64

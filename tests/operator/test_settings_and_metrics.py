@@ -169,7 +169,7 @@ async def test_triggers_while_a_delayed_run_waits_are_served_by_that_run() -> No
 
 def test_expectations_hide_the_lag_between_our_writes_and_the_watch() -> None:
     from meshnet.operator.expectations import TTL_SECONDS, Expectations
-    from meshnet.reconcile import ObservedPod
+    from meshnet.reconcile.route import ObservedPod
 
     now = [0.0]
     expect = Expectations(clock=lambda: now[0])

@@ -22,7 +22,7 @@ from meshnet.api.modelartifact import ModelArtifactSpec
 from meshnet.certify.job import JOB_NAME_LABEL, TERMINATION_LOG
 from meshnet.devtools.cluster import Emulator
 from meshnet.local.process import WORKER_ENV_DEFAULTS, WorkerProcess
-from meshnet.reconcile.podspec import MODEL_DIR
+from meshnet.reconcile.route.podspec import MODEL_DIR
 
 NS = "default"
 EXTRA_RESOURCES: dict[str, dict[str, Any]] = {

@@ -7,7 +7,7 @@ Public surface:
     verify_folder(folder, artifact, meters) -> VerifyReport  `meshnet artifact verify`
     stage_footprint(facts, begin, end) -> int         weight bytes of a layer range
 
-Status derived from what a pull reported is planning: meshnet.reconcile.artifact_status.
+Status derived from what a pull reported is planning: meshnet.reconcile.artifact.status.
 """
 
 from meshnet.artifacts.facts import ModelFacts, stage_footprint

@@ -23,7 +23,7 @@ from meshnet.certify.gates import Gates
 from meshnet.certify.lane import GPU_PRODUCT_LABELS, UNKNOWN
 from meshnet.identity import canonical_digest
 from meshnet.reconcile.naming import child_name
-from meshnet.reconcile.podspec import RouteRef, owner_reference
+from meshnet.reconcile.route.podspec import RouteRef, owner_reference
 
 CERTIFY_ROUTE = f"{GROUP}/certify-route"  # not labels.ROUTE: the stage-pod index skips these
 LANE = f"{GROUP}/lane"

@@ -26,13 +26,10 @@ from meshnet.local.registry import publish, withdraw
 from meshnet.local.restarts import DEFAULT_BUDGET, RestartPolicy
 from meshnet.local.stages import LocalStage, launch_spec
 from meshnet.operator.metrics import OperatorMetrics
-from meshnet.reconcile import (
-    Create,
-    Delete,
+from meshnet.reconcile.plan import Create, Delete, Patch, Plan
+from meshnet.reconcile.route import (
     Observed,
     ObservedPod,
-    Patch,
-    Plan,
     WorkerConfig,
     WorkerSpec,
     observe_route,

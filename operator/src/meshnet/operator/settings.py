@@ -10,8 +10,8 @@ from meshnet.envnumbers import env_number
 from meshnet.errors import MeshnetError, OperatorError
 from meshnet.paths import repo_root
 from meshnet.pin.manifest import load_manifest
-from meshnet.reconcile.jobspec import ProvisionerConfig
-from meshnet.reconcile.podspec import WorkerConfig
+from meshnet.reconcile.artifact.jobspec import ProvisionerConfig
+from meshnet.reconcile.route.podspec import WorkerConfig
 from meshnet.tracker.settings import TrackerSettings
 
 LANES = ("cpu", "cuda", "rocm", "vulkan")

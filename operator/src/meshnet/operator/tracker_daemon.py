@@ -19,16 +19,18 @@ from typing import Any
 
 import kopf
 
+from meshnet.api import shardroute
 from meshnet.api.certification import CertifiedLane
 from meshnet.api.tracker import CapacityReport, Provider
 from meshnet.certify import job as jobs
 from meshnet.certify import lane as lanes
 from meshnet.certify.decide import Decision, Observation, decide
 from meshnet.errors import KubeApiError
-from meshnet.operator.executor import route_path
-from meshnet.operator.handlers import ARTIFACTS, OURS, ROUTE_LABEL, ROUTES, Context
+from meshnet.operator.context import Context
+from meshnet.operator.executor import owner_path
+from meshnet.operator.handlers import ARTIFACTS, OURS, ROUTE_LABEL, ROUTES
 from meshnet.operator.kube import path
-from meshnet.reconcile.podspec import RouteRef
+from meshnet.reconcile.route.podspec import RouteRef
 from meshnet.timestamps import now_rfc3339
 from meshnet.tracker import kubernetes as kube_inputs
 from meshnet.tracker.client import TrackerClient
@@ -233,14 +235,14 @@ async def _patch_status(shared: Shared, namespace: str, name: str, seen: Mapping
     own last write included), and its resourceVersion also moves with writes that touch
     nothing of ours. One read per change; none in steady state."""
     client = shared.ctx.client
-    fresh = await client.get(route_path(namespace, name))
+    fresh = await client.get(owner_path(shardroute.PLURAL, namespace, name))
     if fresh is None or _basis(fresh) != _basis(seen):
         return  # gone, or the reconcile moved on since this pass looked: judged anew next pass
     patch = patch_of(fresh)
     if patch is None:
         return
     try:
-        await client.json_patch(route_path(namespace, name, "status"), patch)
+        await client.json_patch(owner_path(shardroute.PLURAL, namespace, name, "status"), patch)
     except KubeApiError as exc:
         if exc.status not in (404, 409, 422):  # the reconcile wrote first: next pass
             raise

@@ -1,41 +1,9 @@
-"""Pure planning for ShardRoutes: observed state + spec -> plan (actions, events, status).
+"""Pure planning: observed state + spec -> a Plan (steps, events, status), for each
+resource we own. Nothing in this package performs I/O; `meshnet.operator` (and, for
+routes, `meshnet.local`) observes and carries the plan out.
 
-Nothing in this package performs I/O; `meshnet.operator` observes and executes.
+- `reconcile.route`: ShardRoutes -> stage pods, the headless Service, the gateway.
+- `reconcile.artifact`: ModelArtifacts -> provisioning Jobs, node labels, status.
+- shared: `plan` (the Plan/Step shape), `conditions` (the one condition stamper),
+  `naming` (children's names), `children` (what every child pod shares).
 """
-
-from meshnet.reconcile.observed import (
-    Observed,
-    ObservedArtifact,
-    ObservedPod,
-    ObservedRoute,
-    observe_artifact,
-    observe_pod,
-    observe_route,
-)
-from meshnet.reconcile.planner import Action, Create, Delete, Event, Patch, Plan, next_epoch, plan
-from meshnet.reconcile.podspec import WorkerConfig, headless_service, stage_pod, worker_args
-from meshnet.reconcile.workerspec import Identities, WorkerSpec
-
-__all__ = [
-    "Action",
-    "Create",
-    "Delete",
-    "Event",
-    "Identities",
-    "Observed",
-    "ObservedArtifact",
-    "ObservedPod",
-    "ObservedRoute",
-    "Patch",
-    "Plan",
-    "WorkerConfig",
-    "WorkerSpec",
-    "headless_service",
-    "next_epoch",
-    "observe_artifact",
-    "observe_pod",
-    "observe_route",
-    "plan",
-    "stage_pod",
-    "worker_args",
-]

@@ -17,7 +17,7 @@ from typing import Any
 from meshnet.api.common import Condition
 from meshnet.api.modelartifact import ModelArtifactSpec, ModelArtifactStatus
 from meshnet.errors import StorageRefused
-from meshnet.reconcile.artifact_status import (
+from meshnet.reconcile.artifact.status import (
     FAILED,
     PROGRESSING,
     READY,

@@ -8,16 +8,9 @@ from typing import Any
 
 from meshnet.api import labels
 from meshnet.api.shardroute import Gateway, RouteTls, Stage
+from meshnet.reconcile.children import CONTAINER_SECURITY, POD_SECURITY, template_hash
 from meshnet.reconcile.naming import endpoint, gateway_name
-from meshnet.reconcile.podspec import (
-    CONTAINER_SECURITY,
-    POD_SECURITY,
-    TLS_DIR,
-    RouteRef,
-    WorkerConfig,
-    owner_reference,
-    template_hash,
-)
+from meshnet.reconcile.route.podspec import TLS_DIR, RouteRef, WorkerConfig, owner_reference
 
 DEFAULT_REQUESTS = {"cpu": "100m", "memory": "256Mi"}
 DEFAULT_LIMITS = {"memory": "1Gi"}

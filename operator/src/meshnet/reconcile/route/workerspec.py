@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from meshnet.layers import LayerRange
-from meshnet.reconcile.topology import UNLINKED, StageLinks
+from meshnet.reconcile.route.topology import UNLINKED, StageLinks
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,6 @@ headless Service. Nothing here talks to the cluster."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,21 +11,15 @@ from meshnet.api import labels
 from meshnet.api.common import API_VERSION
 from meshnet.api.modelartifact import ArtifactStorage
 from meshnet.api.shardroute import DEFAULT_GPU_RESOURCES, KIND, Recipe, RouteTls, Stage
+from meshnet.reconcile.children import CONTAINER_SECURITY, POD_SECURITY, template_hash
 from meshnet.reconcile.naming import endpoint, pod_name, service_name
-from meshnet.reconcile.workerspec import WorkerSpec
+from meshnet.reconcile.route.workerspec import WorkerSpec
 
 MODEL_DIR = "/models"
 TLS_DIR = "/etc/meshnet/tls"
-RUN_AS = 65532  # the distroless "nonroot" user
 # --gpu-layers: llama.cpp offloads the last N layers of the whole model, so more than any
 # model has puts every layer a stage owns, and the last stage's output head, on its GPUs.
 OFFLOAD_ALL_LAYERS = 9999
-# The restricted Pod Security Standard, for stage and gateway pods alike.
-POD_SECURITY = {"runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS,
-                "fsGroup": RUN_AS, "seccompProfile": {"type": "RuntimeDefault"}}
-CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                      "runAsNonRoot": True, "capabilities": {"drop": ["ALL"]}}
-# Extended resource that carries GPUs, per lane; a stage may override it.
 
 
 @dataclass(frozen=True)
@@ -92,12 +84,6 @@ def worker_args(worker: WorkerSpec, route: RouteRef, config: WorkerConfig) -> li
     if worker.links.ring_last:
         args += ["--ring-last", address(worker.links.ring_last)]
     return args
-
-
-def template_hash(obj: Mapping[str, Any]) -> str:
-    """Short digest of a child's desired form: a changed hash means the child is replaced."""
-    blob = json.dumps(obj, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 def owner_reference(route: RouteRef) -> dict[str, Any]:

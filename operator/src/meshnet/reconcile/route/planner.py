@@ -4,7 +4,6 @@ reconcile. No I/O; `meshnet.operator.executor` carries the plan out."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -13,68 +12,33 @@ from meshnet.api.checks import route_problems
 from meshnet.api.shardroute import Recipe, RouteTls, ShardRouteSpec, Stage
 from meshnet.identity import recipe_digest, route_digest
 from meshnet.layers import LayerRange
-from meshnet.reconcile import status as derive
-from meshnet.reconcile.gatewayspec import gateway_deployment, gateway_service, gateway_url
 from meshnet.reconcile.naming import gateway_name, service_name
-from meshnet.reconcile.observed import Observed, ObservedPod
-from meshnet.reconcile.podspec import (
+from meshnet.reconcile.plan import Action, Create, Delete, Event, Patch, Plan, steps
+from meshnet.reconcile.route import status as derive
+from meshnet.reconcile.route.gatewayspec import gateway_deployment, gateway_service, gateway_url
+from meshnet.reconcile.route.observed import Observed, ObservedPod
+from meshnet.reconcile.route.podspec import (
     RouteRef,
     StageInputs,
     WorkerConfig,
     headless_service,
     stage_pod,
 )
-from meshnet.reconcile.topology import stage_links
-from meshnet.reconcile.workerspec import Identities, WorkerSpec
+from meshnet.reconcile.route.topology import stage_links
+from meshnet.reconcile.route.workerspec import Identities, WorkerSpec
 
 STATUS_KEYS = ("observedGeneration", "epoch", "routeDigest", "recipeDigest", "manifestDigest",
                "stages", "stagesReady", "coverage", "capacity", "endpoint", "conditions")
 
 
-@dataclass(frozen=True)
-class Create:
-    obj: dict[str, Any]
-    worker: WorkerSpec | None = None  # a stage pod's worker, typed (the pod has it rendered)
-
-
-@dataclass(frozen=True)
-class Patch:
-    kind: str
-    name: str
-    body: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class Delete:
-    kind: str
-    name: str
-
-
-Action = Create | Patch | Delete
 Desired = tuple[dict[str, Any], WorkerSpec]  # a stage's pod and its worker
-
-
-@dataclass(frozen=True)
-class Event:
-    type: str  # Normal or Warning
-    reason: str  # EpochAdvanced, StagePodCreated, StagePodReplaced, InvalidSpec
-    message: str
-
-
-@dataclass(frozen=True)
-class Plan:
-    actions: tuple[Action, ...] = ()
-    events: tuple[Event, ...] = ()
-    status: dict[str, Any] | None = None  # the whole new status; None when unchanged
-    epoch_advanced: bool = False
-    conditions: Mapping[str, str] = field(default_factory=dict)  # type -> status, for metrics
 
 
 def plan(observed: Observed, config: WorkerConfig, now: datetime) -> Plan:
     """One level-based step towards the spec; safe to repeat with the same inputs."""
     route = observed.route
     if route.deleting:
-        return Plan(actions=_delete_children(observed))
+        return Plan(steps=steps(_delete_children(observed)))
     problems = _problems(observed, config)
     if route.spec is None or problems:
         return _invalid(observed, problems, config, now)
@@ -107,7 +71,8 @@ def _invalid(observed: Observed, problems: Sequence[str], config: WorkerConfig,
     events = () if seen else (Event("Warning", "InvalidSpec", message),)
     pods = tuple(Delete("Pod", p.name) for p in observed.pods if not p.terminating)
     result = _finish(observed, verdict, config, now, {})
-    return Plan(actions=pods, events=events, status=result.status, conditions=result.conditions)
+    return Plan(steps=steps(pods), events=events, status=result.status,
+                conditions=result.conditions)
 
 
 def _rollout(observed: Observed, spec: ShardRouteSpec, manifest: str, config: WorkerConfig,
@@ -139,7 +104,7 @@ def _rollout(observed: Observed, spec: ShardRouteSpec, manifest: str, config: Wo
     identity = {"epoch": epoch, "routeDigest": digest, "recipeDigest": recipe,
                 "manifestDigest": manifest}
     result = _finish(observed, verdict, config, now, identity, current)
-    return Plan(tuple(actions), tuple(events), result.status, advanced, result.conditions)
+    return Plan(steps(actions), tuple(events), result.status, advanced, result.conditions)
 
 
 def stage_worker(stages: Sequence[Stage], index: int, recipe: Recipe, tls: RouteTls | None,

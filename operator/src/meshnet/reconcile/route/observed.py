@@ -41,7 +41,7 @@ class ObservedPod:
 
 
 @dataclass(frozen=True)
-class ObservedArtifact:
+class ReferencedArtifact:
     """The referenced ModelArtifact, reduced to what a route needs."""
 
     name: str
@@ -74,7 +74,7 @@ class Observed:
     route: ObservedRoute
     pods: tuple[ObservedPod, ...] = ()
     service_hash: str | None = None  # template hash of the existing Service, None if absent
-    artifact: ObservedArtifact | None = None
+    artifact: ReferencedArtifact | None = None
     # template hashes of the gateway's Deployment and Service (None: absent)
     gateway_deployment_hash: str | None = None
     gateway_service_hash: str | None = None
@@ -139,14 +139,14 @@ def _failing_message(waiting: Mapping[str, Any], containers: list[dict[str, Any]
     return "; ".join(parts)
 
 
-def observe_artifact(body: Mapping[str, Any]) -> ObservedArtifact:
+def observe_referenced_artifact(body: Mapping[str, Any]) -> ReferencedArtifact:
     meta, status = body.get("metadata") or {}, body.get("status") or {}
     name = meta.get("name", "")
     try:
         spec = ModelArtifactSpec.model_validate(body.get("spec") or {})
     except ValidationError as exc:
         why = f"invalid spec: {exc.errors()[0]['msg']}"
-        return ObservedArtifact(name, ready=False, message=why)
+        return ReferencedArtifact(name, ready=False, message=why)
     conditions = status.get("conditions") or []
     ready: dict[str, Any] = next((c for c in conditions if c.get("type") == "Ready"), {})
     digest = status.get("manifestDigest")
@@ -154,7 +154,7 @@ def observe_artifact(body: Mapping[str, Any]) -> ObservedArtifact:
     message = ready.get("message") or ready.get("reason") or "not provisioned yet"
     if ready.get("status") == "True" and not is_ready:
         message = "status.manifestDigest does not match the files in its spec"
-    return ObservedArtifact(
+    return ReferencedArtifact(
         name, ready=is_ready, message="" if is_ready else message, manifest_digest=digest,
         block_count=block_count(dict(body)), model_file=spec.model_file(), storage=spec.storage,
     )

@@ -10,7 +10,7 @@ from typing import Any
 from meshnet.api.shardroute import ShardRouteSpec
 from meshnet.reconcile.conditions import Verdict, as_status, stamp
 from meshnet.reconcile.naming import endpoint
-from meshnet.reconcile.observed import ObservedPod
+from meshnet.reconcile.route.observed import ObservedPod
 
 READY, PROGRESSING, DEGRADED = "Ready", "Progressing", "Degraded"
 OWN_CONDITIONS = (READY, PROGRESSING, DEGRADED)

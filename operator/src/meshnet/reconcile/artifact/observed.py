@@ -13,11 +13,11 @@ from pydantic import ValidationError
 
 from meshnet.api import labels
 from meshnet.api.modelartifact import PULL_SUMMARY_KIND, ModelArtifactSpec
-from meshnet.reconcile.artifact_status import JobPhase
+from meshnet.reconcile.artifact.status import JobPhase
 
 
 @dataclass(frozen=True)
-class ObservedModelArtifact:
+class ObservedArtifact:
     """The ModelArtifact itself; spec is None when it does not parse (problems say why)."""
 
     name: str
@@ -61,19 +61,19 @@ class ObservedNode:
 
 
 @dataclass(frozen=True)
-class ArtifactObserved:
+class Observed:
     """Everything one reconcile of one ModelArtifact is based on. `claims`: per manifest
     digest, the nodes where another ModelArtifact's copy of the same bytes is complete
     (the node label is by content, so theirs must not be taken away)."""
 
-    artifact: ObservedModelArtifact
+    artifact: ObservedArtifact
     jobs: tuple[ObservedJob, ...] = ()
     config_maps: tuple[str, ...] = ()
     nodes: tuple[ObservedNode, ...] = ()
     claims: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
 
-def observe_model_artifact(body: Mapping[str, Any]) -> ObservedModelArtifact:
+def observe_artifact(body: Mapping[str, Any]) -> ObservedArtifact:
     meta = body.get("metadata") or {}
     spec: ModelArtifactSpec | None = None
     errors: tuple[str, ...] = ()
@@ -83,7 +83,7 @@ def observe_model_artifact(body: Mapping[str, Any]) -> ObservedModelArtifact:
         errors = tuple(
             f"spec.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
         )
-    return ObservedModelArtifact(
+    return ObservedArtifact(
         name=meta.get("name", ""), namespace=meta.get("namespace", "default"),
         uid=meta.get("uid", ""), generation=int(meta.get("generation") or 0), spec=spec,
         spec_errors=errors, status=body.get("status") or {},

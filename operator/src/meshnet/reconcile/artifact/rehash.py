@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from meshnet.api.modelartifact import CopyVerification
-from meshnet.reconcile.artifact_observed import ObservedJob
-from meshnet.reconcile.artifact_status import VERIFIED
-from meshnet.reconcile.jobspec import rehash_round
+from meshnet.reconcile.artifact.jobspec import rehash_round
+from meshnet.reconcile.artifact.observed import ObservedJob
+from meshnet.reconcile.artifact.status import VERIFIED
 from meshnet.timestamps import parse_rfc3339, rfc3339
 
 # A re-hash that failed for good (e.g. the source was gone while it refetched a damaged

@@ -13,8 +13,8 @@ import yaml
 from meshnet.api import labels
 from meshnet.api.common import API_VERSION
 from meshnet.api.modelartifact import KIND, ModelArtifactSpec
+from meshnet.reconcile.children import CONTAINER_SECURITY, POD_SECURITY, template_hash
 from meshnet.reconcile.naming import DNS_LABEL, child_name
-from meshnet.reconcile.podspec import RUN_AS, template_hash
 
 SPEC_DIR = "/etc/meshnet/artifact"  # the ConfigMap, read-only
 SPEC_FILE = "artifact.yaml"
@@ -181,16 +181,14 @@ def provisioning_job(ref: ArtifactRef, spec: ModelArtifactSpec, config: Provisio
         "resources": {"requests": dict(config.requests), "limits": dict(config.limits)},
         "terminationMessagePath": TERMINATION_LOG,
         "terminationMessagePolicy": "File",
-        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                            "runAsNonRoot": True, "capabilities": {"drop": ["ALL"]}},
+        "securityContext": dict(CONTAINER_SECURITY),
         "volumeMounts": mounts,
     }
     pod: dict[str, Any] = {
         "restartPolicy": "OnFailure",
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
-        "securityContext": {"runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS,
-                            "fsGroup": RUN_AS, "seccompProfile": {"type": "RuntimeDefault"}},
+        "securityContext": dict(POD_SECURITY),
         "containers": [container],
         "volumes": volumes,
         **(_on_node(node) if node else {}),

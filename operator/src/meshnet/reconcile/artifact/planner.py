@@ -11,7 +11,6 @@ from the previous status; only condition transition times are carried over.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -19,18 +18,8 @@ from meshnet.api import labels
 from meshnet.api.common import Condition
 from meshnet.api.modelartifact import ModelArtifactSpec, ModelArtifactStatus, human_size
 from meshnet.errors import ArtifactSpecError, StorageRefused
-from meshnet.reconcile.artifact_observed import ArtifactObserved, ObservedJob, ObservedNode
-from meshnet.reconcile.artifact_status import (
-    FAILED,
-    PROGRESSING,
-    READY,
-    RETRYING,
-    artifact_status,
-    node_copy,
-)
-from meshnet.reconcile.conditions import Verdict, stamp
-from meshnet.reconcile.copies import Copy, copies_status
-from meshnet.reconcile.jobspec import (
+from meshnet.reconcile.artifact.copies import Copy, copies_status
+from meshnet.reconcile.artifact.jobspec import (
     ArtifactRef,
     ProvisionerConfig,
     config_map_name,
@@ -39,8 +28,24 @@ from meshnet.reconcile.jobspec import (
     spec_config_map,
     spec_hash,
 )
-from meshnet.reconcile.planner import Action, Create, Delete, Event, Patch
-from meshnet.reconcile.rehash import CopyJobs, copy_jobs, due_round, repaired_bytes, verification
+from meshnet.reconcile.artifact.observed import Observed, ObservedJob, ObservedNode
+from meshnet.reconcile.artifact.rehash import (
+    CopyJobs,
+    copy_jobs,
+    due_round,
+    repaired_bytes,
+    verification,
+)
+from meshnet.reconcile.artifact.status import (
+    FAILED,
+    PROGRESSING,
+    READY,
+    RETRYING,
+    artifact_status,
+    node_copy,
+)
+from meshnet.reconcile.conditions import Verdict, stamp
+from meshnet.reconcile.plan import Create, Delete, Event, Patch, Plan, Step
 
 STATUS_KEYS = ("observedGeneration", "manifestDigest", "shortDigest", "size", "progress",
                "gguf", "nodes", "verification", "conditions")
@@ -54,30 +59,14 @@ REHASH_STARTED, REHASHED, REPAIRED = "RehashStarted", "Rehashed", "CopyRepaired"
 LABELED, UNLABELED, INVALID = "NodeLabeled", "NodeUnlabeled", "InvalidSpec"
 
 
-@dataclass(frozen=True)
-class Step:
-    """One action, and the event that announces it once it took effect (a create that
-    found the object already there announces nothing)."""
-
-    action: Action
-    event: Event | None = None
-
-
-@dataclass(frozen=True)
-class ArtifactPlan:
-    steps: tuple[Step, ...] = ()
-    events: tuple[Event, ...] = ()  # condition transitions: posted after the steps
-    status: dict[str, Any] | None = None  # the whole new status; None when unchanged
-
-
-def plan_artifact(observed: ArtifactObserved, config: ProvisionerConfig,
-                  now: datetime) -> ArtifactPlan:
+def plan_artifact(observed: Observed, config: ProvisionerConfig,
+                  now: datetime) -> Plan:
     """One level-based step towards the spec; safe to repeat with the same inputs."""
     artifact = observed.artifact
     ref = ArtifactRef(artifact.name, artifact.namespace, artifact.uid)
     spec = artifact.spec
     if artifact.deleting:
-        return ArtifactPlan(steps=tuple(_teardown(observed, ref)))
+        return Plan(steps=tuple(_teardown(observed, ref)))
     if spec is None:
         return _refused(observed, None, ArtifactSpecError.reason,
                         "; ".join(artifact.spec_errors), now)
@@ -135,7 +124,7 @@ def _rehash_steps(ref: ArtifactRef, spec: ModelArtifactSpec, config: Provisioner
         "size and mtime)"))]
 
 
-def _rehash_events(observed: ArtifactObserved, spec: ModelArtifactSpec,
+def _rehash_events(observed: Observed, spec: ModelArtifactSpec,
                    copies: Mapping[str | None, CopyJobs]) -> tuple[Event, ...]:
     """One event per re-hash that finished since the status was written."""
     old = observed.artifact.status
@@ -217,7 +206,7 @@ def _create_children(ref: ArtifactRef, spec: ModelArtifactSpec,
     return steps
 
 
-def _label_steps(observed: ArtifactObserved, digest: str | None,
+def _label_steps(observed: Observed, digest: str | None,
                  verified: set[str]) -> list[Step]:
     """Label exactly the nodes holding a verified copy of this manifest; take the labels of
     this artifact's earlier manifests away, except where another artifact's copy of the
@@ -247,7 +236,7 @@ def _label_steps(observed: ArtifactObserved, digest: str | None,
     return steps
 
 
-def _delete_stale(observed: ArtifactObserved, keep: set[str], config_map: str | None,
+def _delete_stale(observed: Observed, keep: set[str], config_map: str | None,
                   copies_at: frozenset[str | None] = frozenset()) -> list[Step]:
     """Jobs of an earlier spec or of nodes no longer selected, re-hash Jobs that a later
     check of a copy still held (`copies_at`) superseded (quietly), and earlier specs'
@@ -269,12 +258,12 @@ def _delete_stale(observed: ArtifactObserved, keep: set[str], config_map: str | 
     return steps
 
 
-def _current_hash(observed: ArtifactObserved) -> str | None:
+def _current_hash(observed: Observed) -> str | None:
     spec = observed.artifact.spec
     return spec_hash(spec) if spec is not None else None
 
 
-def _teardown(observed: ArtifactObserved, ref: ArtifactRef) -> list[Step]:
+def _teardown(observed: Observed, ref: ArtifactRef) -> list[Step]:
     """A deleted artifact: its node labels go first, then every child (also those the
     watch has not shown yet: their names are deterministic)."""
     steps = _label_steps(observed, None, set())
@@ -290,8 +279,8 @@ def _teardown(observed: ArtifactObserved, ref: ArtifactRef) -> list[Step]:
     return steps
 
 
-def _refused(observed: ArtifactObserved, spec: ModelArtifactSpec | None, reason: str,
-             message: str, now: datetime) -> ArtifactPlan:
+def _refused(observed: Observed, spec: ModelArtifactSpec | None, reason: str,
+             message: str, now: datetime) -> Plan:
     """A spec that cannot be provisioned: no Jobs, Failed with the reason."""
     artifact = observed.artifact
     verdicts: list[Verdict] = [Verdict(READY, False, reason, message),
@@ -314,10 +303,10 @@ def _refused(observed: ArtifactObserved, spec: ModelArtifactSpec | None, reason:
     events = tuple(e for e in result.events if e.reason != FAILED_EVENT)
     if old.get("status") != "True" or old.get("message") != message:
         events = (Event("Warning", INVALID, message), *events)
-    return ArtifactPlan(result.steps, events, result.status)
+    return Plan(result.steps, events, result.status)
 
 
-def _previous(observed: ArtifactObserved) -> list[Condition]:
+def _previous(observed: Observed) -> list[Condition]:
     out = []
     for raw in _old_conditions(observed).values():
         try:
@@ -327,7 +316,7 @@ def _previous(observed: ArtifactObserved) -> list[Condition]:
     return out
 
 
-def _old_conditions(observed: ArtifactObserved) -> dict[str, Mapping[str, Any]]:
+def _old_conditions(observed: Observed) -> dict[str, Mapping[str, Any]]:
     return {str(c["type"]): c for c in observed.artifact.status.get("conditions") or []
             if isinstance(c, Mapping) and c.get("type") in OWN_CONDITIONS}
 
@@ -348,8 +337,8 @@ def _transitions(old: Mapping[str, Mapping[str, Any]],
     return tuple(events)
 
 
-def _finish(observed: ArtifactObserved, status: ModelArtifactStatus,
-            steps: tuple[Step, ...], extra: tuple[Event, ...] = ()) -> ArtifactPlan:
+def _finish(observed: Observed, status: ModelArtifactStatus,
+            steps: tuple[Step, ...], extra: tuple[Event, ...] = ()) -> Plan:
     """The new status (ours, plus other writers' conditions) and whether it changed."""
     old = observed.artifact.status
     new = status.model_dump(by_alias=True, exclude_none=True, mode="json")
@@ -358,21 +347,4 @@ def _finish(observed: ArtifactObserved, status: ModelArtifactStatus,
     new["conditions"] = new.get("conditions", []) + theirs
     changed = any(old.get(k) != new.get(k) for k in STATUS_KEYS)
     events = _transitions(_old_conditions(observed), status.conditions) + extra
-    return ArtifactPlan(steps, events, new if changed else None)
-
-
-def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any],
-                keys: Sequence[str] = STATUS_KEYS) -> dict[str, Any]:
-    """A JSON merge patch turning `old` into `new` for `keys`: what `new` lacks is removed
-    (null), nested objects are diffed (a merge patch would otherwise keep their old
-    fields), lists are replaced whole."""
-    patch: dict[str, Any] = {}
-    for key in keys:
-        before, after = old.get(key), new.get(key)
-        if isinstance(before, Mapping) and isinstance(after, Mapping):
-            inner = merge_patch(before, after, sorted(set(before) | set(after)))
-            if inner:
-                patch[key] = inner
-        elif before != after:
-            patch[key] = after
-    return patch
+    return Plan(steps, events, new if changed else None)

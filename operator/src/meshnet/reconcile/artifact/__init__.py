@@ -1,0 +1,1 @@
+"""Planning for ModelArtifacts: `plan_artifact(observed, config, now)` and its parts."""

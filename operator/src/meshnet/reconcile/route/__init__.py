@@ -1,0 +1,33 @@
+"""Planning for ShardRoutes: `plan(observed, config, now)` and what it is built from."""
+
+from meshnet.reconcile.route.observed import (
+    Observed,
+    ObservedPod,
+    ObservedRoute,
+    ReferencedArtifact,
+    observe_pod,
+    observe_referenced_artifact,
+    observe_route,
+)
+from meshnet.reconcile.route.planner import STATUS_KEYS, next_epoch, plan
+from meshnet.reconcile.route.podspec import WorkerConfig, headless_service, stage_pod, worker_args
+from meshnet.reconcile.route.workerspec import Identities, WorkerSpec
+
+__all__ = [
+    "STATUS_KEYS",
+    "Identities",
+    "Observed",
+    "ObservedPod",
+    "ObservedRoute",
+    "ReferencedArtifact",
+    "WorkerConfig",
+    "WorkerSpec",
+    "headless_service",
+    "next_epoch",
+    "observe_pod",
+    "observe_referenced_artifact",
+    "observe_route",
+    "plan",
+    "stage_pod",
+    "worker_args",
+]
