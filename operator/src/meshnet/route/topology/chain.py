@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING
 from meshnet.route.errors import StageError
 from meshnet.route.handshake import RouteInfo
 from meshnet.route.proto import pb
-from meshnet.route.requests import ask_verified, chunks, relay_request
+from meshnet.route.requests import ask_verified, relay_request
 from meshnet.route.speculation import accepted_tokens
 from meshnet.route.topology import Topology
-from meshnet.route.topology.hub import pipelines, step_by_step, wavefront
+from meshnet.route.topology.hub import in_chunks, step_by_step
 
 if TYPE_CHECKING:
     from meshnet.route.session import Session
@@ -27,14 +27,8 @@ class ChainWalk:
         self.topology = topology  # a ring's prefill and verification go as a chain's
 
     def feed(self, session: Session, tokens: list[int], n_past: int) -> int:
-        steps = chunks(session.route, len(tokens), session.settings.chunk_tokens)
-        if pipelines(session.route, steps):
-            return wavefront(session, tokens, n_past, steps)
-        token = -1
-        for start, end in steps:
-            token = chain_step(session, tokens[start:end], n_past + start,
-                               wants_token=end == len(tokens))
-        return token
+        return in_chunks(session, tokens, n_past,
+                         lambda part, at, last: chain_step(session, part, at, wants_token=last))
 
     def verify(self, session: Session, tokens: list[int], discard: bool) -> list[int]:
         n_past = len(session.history)

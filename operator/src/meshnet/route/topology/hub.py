@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-from meshnet.route.handshake import RouteInfo
 from meshnet.route.proto import pb
 from meshnet.route.requests import ask_verified, chunks, stage_request
 from meshnet.route.speculation import accepted_tokens
@@ -18,6 +17,8 @@ if TYPE_CHECKING:
     from meshnet.route.session import Session
 
     Feed = Callable[[Session, list[int], int], int]
+    # One chunk of a feed: its tokens, their first position, whether it is the last.
+    OneStep = Callable[[list[int], int, bool], int]
 
 
 class HubWalk:
@@ -25,13 +26,8 @@ class HubWalk:
     loops = False
 
     def feed(self, session: Session, tokens: list[int], n_past: int) -> int:
-        steps = chunks(session.route, len(tokens), session.settings.chunk_tokens)
-        if pipelines(session.route, steps):
-            return wavefront(session, tokens, n_past, steps)
-        token = -1
-        for start, end in steps:
-            token = wavefront(session, tokens[start:end], n_past + start)
-        return token
+        return in_chunks(session, tokens, n_past,
+                         lambda part, at, _last: wavefront(session, part, at))
 
     def verify(self, session: Session, tokens: list[int], discard: bool) -> list[int]:
         route, key = session.route, session.key()
@@ -56,10 +52,18 @@ class HubWalk:
         return step_by_step(self.feed, session, count, stop_ids, pending)
 
 
-def pipelines(route: RouteInfo, steps: list[tuple[int, int]]) -> bool:
-    """A feed of these steps goes through as a wavefront: there is more than one, and the
-    stages do not take turns on the same CPUs."""
-    return len(steps) > 1 and not route.stages_take_turns
+def in_chunks(session: Session, tokens: list[int], n_past: int, one_step: OneStep) -> int:
+    """A feed cut into chunks (requests.chunks): as a wavefront when there is more than
+    one and the stages do not take turns on the same CPUs, else chunk after chunk through
+    `one_step`. The token sampled after the last."""
+    route = session.route
+    steps = chunks(route, len(tokens), session.settings.chunk_tokens)
+    if len(steps) > 1 and not route.stages_take_turns:
+        return wavefront(session, tokens, n_past, steps)
+    token = -1
+    for start, end in steps:
+        token = one_step(tokens[start:end], n_past + start, end == len(tokens))
+    return token
 
 
 def wavefront(session: Session, tokens: list[int], n_past: int,
