@@ -22,6 +22,7 @@ from meshnet.route.sampling import Sampling
 from meshnet.route.session import Session, SessionSettings
 from meshnet.route.stage import StageClient, TlsFiles
 from meshnet.route.topology import Topology
+from meshnet.route.topology.walk import walk_for
 
 __all__ = ["Generation", "RouteDriver"]
 
@@ -112,6 +113,10 @@ class RouteDriver:
             max_recoveries=self.max_recoveries, wait_seconds=self.wait_seconds,
             speculate=self.speculate if speculate is None else _draft_cap(speculate),
         )
+
+    def topology_of(self, route: RouteInfo) -> Topology:
+        """How a generation started now goes through `route`: ring, chain or hub."""
+        return walk_for(route, self.settings()).topology
 
     def _vocab_client(self) -> StageClient:
         route = self.route
