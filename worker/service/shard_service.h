@@ -10,6 +10,7 @@
 #include "relay_link.h"
 #include "ring.h"
 #include "sampling.h"
+#include "step_checks.h"
 #include "scheduler.h"
 #include "session_store.h"
 
@@ -114,7 +115,7 @@ public:
     void finish(grpc::ServerUnaryReactor * reactor, const char * rpc, const grpc::Status & status);
 
     scheduler &        steps() { return steps_; }
-    int64_t            n_ctx() const { return info_.n_ctx; }
+    int64_t            n_ctx() const { return stage_.info.n_ctx; }
     // Frees the session here (`done` gets whether it held it) and down the chain.
     void release(const session_key & key, std::function<void(bool)> done = nullptr);
     ring_waiters &     ring() { return ring_waiters_; }
@@ -134,14 +135,14 @@ private:
         std::function<void(const grpc::Status &)> then;
     };
 
-    // A speculative loop's request (ForwardRequest.loop_drafts) this stage can run.
-    std::optional<shard_error> check_loop_drafts(const pb::ForwardRequest & request, bool streaming) const;
+    // A non-first stage's boundary rows, as f32 (NaN/Inf refused), counted as bytes in.
+    std::optional<shard_error> decode_boundary(const pb::ForwardRequest & request, std::vector<float> & rows);
     // Sends the outbox as one batch (after every engine step, on the engine thread).
     void flush_relays();
 
     service_identity   identity_;
     engine_i &         engine_;
-    const engine_info  info_;
+    const stage_facts  stage_;
     session_store &    sessions_;
     scheduler &        steps_;
     metrics_registry & metrics_;
@@ -152,7 +153,5 @@ private:
     std::unique_ptr<ring_link>  ring_link_; // first stage: its subscription at the last stage
     std::unique_ptr<relay_link> next_; // declared last: it goes first, while the rest still stands
 };
-
-const char * status_code_name(grpc::StatusCode code);
 
 } // namespace meshnet
