@@ -1,6 +1,7 @@
 // relay_link.cpp - the Relay stream to the next stage: batches are registered when sent
 // and answered when their response (matched by batch_id) arrives, or failed together
-// when the stream ends. The stream is a gRPC call, or a local relay connection.
+// when the stream ends (relay_inflight). The stream is a gRPC call, or a local relay
+// connection.
 #include "relay_link.h"
 #include "relay_frames.h"
 #include "write_queue.h"
@@ -30,14 +31,6 @@ constexpr int local_send_timeout_ms = 10000;
 constexpr std::chrono::seconds      probe_every{1};
 constexpr std::chrono::milliseconds probe_deadline{500};
 
-std::vector<relay_answer> failed_answers(size_t n, const grpc::Status & status) {
-    std::vector<relay_answer> answers(n);
-    for (auto & answer : answers) {
-        answer.status = status;
-    }
-    return answers;
-}
-
 } // namespace
 
 // What both kinds of stream share: the batches in flight, answered by batch_id, and
@@ -58,21 +51,14 @@ public:
             if (broken_) {
                 return false;
             }
-            in_flight_.emplace(id, batch{n_steps, std::move(done), link_clock::now()});
+            in_flight_.add(id, n_steps, std::move(done));
         }
         write(request);
         return true;
     }
 
     // When the oldest batch still waiting was sent (`now` when none waits).
-    link_clock::time_point oldest(link_clock::time_point now) {
-        std::lock_guard<std::recursive_mutex> lock(mutex_);
-        link_clock::time_point first = now;
-        for (const auto & entry : in_flight_) {
-            first = std::min(first, entry.second.sent);
-        }
-        return first;
-    }
+    link_clock::time_point oldest(link_clock::time_point now) const { return in_flight_.oldest(now); }
 
     // True once the stream can take no more batches.
     bool broken() {
@@ -92,62 +78,13 @@ public:
     virtual bool retire_if_idle() { return false; }
 
 protected:
-    struct batch {
-        size_t                 n_steps = 0;
-        relay_batch_done       done;
-        link_clock::time_point sent;
-    };
-
     // Puts the request on the wire (or breaks the stream trying).
     virtual void write(pb::RelayRequest & request) = 0;
 
-    // One response of the next stage: the steps of its batch get their answers.
-    void answer(pb::RelayResponse & response) {
-        batch answered;
-        {
-            std::lock_guard<std::recursive_mutex> lock(mutex_);
-            auto it = in_flight_.find(response.batch_id());
-            if (it == in_flight_.end()) {
-                return; // not ours (never sent on this stream): nothing waits for it
-            }
-            answered = std::move(it->second);
-            in_flight_.erase(it);
-        }
-        auto & results = *response.mutable_results();
-        std::vector<relay_answer> answers(answered.n_steps);
-        for (size_t i = 0; i < answered.n_steps; ++i) {
-            if (i >= static_cast<size_t>(results.size())) {
-                answers[i].status = grpc::Status(grpc::StatusCode::INTERNAL,
-                    "the next stage answered " + std::to_string(results.size()) + " of " +
-                    std::to_string(answered.n_steps) + " relayed steps");
-                continue;
-            }
-            pb::RelayResult & result = results[static_cast<int>(i)];
-            if (result.code() == 0) {
-                answers[i].response = std::move(*result.mutable_forward());
-            } else {
-                answers[i].status = grpc::Status(static_cast<grpc::StatusCode>(result.code()), result.message(),
-                                                 result.details());
-            }
-        }
-        answered.done(answers);
-    }
-
-    // The stream is over: what it still carried fails (with why we ended it, if we did).
-    void fail_in_flight(const grpc::Status & fallback) {
-        const grpc::Status why = ending_status_.ok() ? fallback : ending_status_;
-        for (auto & entry : in_flight_) {
-            auto answers = failed_answers(entry.second.n_steps, why);
-            entry.second.done(answers);
-        }
-        in_flight_.clear();
-    }
-
-    relay_link &              link_;
-    std::recursive_mutex      mutex_; // recursive: gRPC may run a reaction inline while it is held
-    std::map<uint64_t, batch> in_flight_;
-    grpc::Status              ending_status_; // set when we end the stream ourselves
-    bool                      broken_ = false;
+    relay_link &         link_;
+    std::recursive_mutex mutex_; // recursive: gRPC may run a reaction inline while it is held
+    relay_inflight       in_flight_;
+    bool                 broken_ = false;
 };
 
 // One Relay call. It holds the stream open (AddHold) so that batches can be written from
@@ -171,7 +108,7 @@ public:
         {
             std::lock_guard<std::recursive_mutex> lock(mutex_);
             if (!why.ok()) {
-                ending_status_ = why;
+                in_flight_.set_ending_status(why);
             }
             broken_     = true;
             remove_hold = std::exchange(held_, false);
@@ -213,13 +150,13 @@ public:
             link_.changed_.notify_all();
             return;
         }
-        answer(response_); // the waiting steps first, then the next read
+        in_flight_.answer(response_); // the waiting steps first, then the next read
         response_.Clear();
         StartRead(&response_);
     }
 
     void OnDone(const grpc::Status & status) override {
-        fail_in_flight(status.ok()
+        in_flight_.fail_all(status.ok()
             ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "the next stage ended the relay stream")
             : status);
         relay_link & link = link_;
@@ -272,7 +209,7 @@ public:
         {
             std::lock_guard<std::recursive_mutex> lock(mutex_);
             if (!why.ok()) {
-                ending_status_ = why;
+                in_flight_.set_ending_status(why);
             }
             broken_   = true;
             released_ = true;
@@ -292,7 +229,7 @@ private:
     void read_answers() {
         pb::RelayResponse response;
         while (read_frame(fd_, response, SIZE_MAX)) {
-            answer(response);
+            in_flight_.answer(response);
             response.Clear();
         }
         {
@@ -304,7 +241,7 @@ private:
             std::unique_lock<std::recursive_mutex> lock(mutex_);
             released_cv_.wait(lock, [this] { return released_; });
         }
-        fail_in_flight(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the next stage ended the local relay connection"));
+        in_flight_.fail_all(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the next stage ended the local relay connection"));
         close(fd_);
         relay_link & link = link_;
         delete this;
