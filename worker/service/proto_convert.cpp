@@ -36,6 +36,14 @@ pb::RouteKey route_key_of(const session_key & key) {
     return out;
 }
 
+std::vector<int32_t> ring_tokens_of(const pb::RingResponse & token) {
+    std::vector<int32_t> tokens(token.tokens().begin(), token.tokens().end());
+    if (tokens.empty()) {
+        tokens.push_back(token.token());
+    }
+    return tokens;
+}
+
 void boundary_to_pb(const engine_info & info, wire_dtype dtype, int64_t n_tokens, const std::vector<float> & rows,
                     pb::Boundary & out) {
     out.set_schema(schema_to_pb(info.schema));

@@ -1,5 +1,6 @@
 // proto_convert.h - internal types to and from meshnet.shard.v1 messages: the boundary's
-// dtype, schema and row shape, route keys, a stage's trace entry, status code names.
+// dtype, schema and row shape, route keys, a Ring message's tokens, a stage's trace
+// entry, status code names.
 #pragma once
 
 #include "boundary_codec.h"
@@ -24,6 +25,9 @@ std::vector<int64_t> row_shape(const engine_info & info);
 
 session_key  key_of(const pb::RouteKey & key);
 pb::RouteKey route_key_of(const session_key & key);
+// The tokens a Ring message carries (`tokens`, or `token` alone from a last stage that
+// sends only that).
+std::vector<int32_t> ring_tokens_of(const pb::RingResponse & token);
 
 // `n_tokens` boundary rows (f32, as the engine left them) in `dtype` on the wire.
 void boundary_to_pb(const engine_info & info, wire_dtype dtype, int64_t n_tokens, const std::vector<float> & rows,

@@ -49,11 +49,7 @@ stage_core::stage_core(service_identity identity, engine_i & engine, session_sto
             if (token.key().route_id() != identity_.route_id || token.key().epoch() != identity_.epoch) {
                 return; // never another route's or epoch's token (the last stage checks too)
             }
-            std::vector<int32_t> tokens(token.tokens().begin(), token.tokens().end());
-            if (tokens.empty()) {
-                tokens.push_back(token.token()); // a last stage that sends `token` only
-            }
-            ring_waiters_.deliver(key_of(token.key()), token.position(), std::move(tokens));
+            ring_waiters_.deliver(key_of(token.key()), token.position(), ring_tokens_of(token));
         });
     }
 }
@@ -154,7 +150,7 @@ step_job job_of(const pb::ForwardRequest & request, const output_plan & plan, co
 } // namespace
 
 std::optional<shard_error> stage_core::decode_boundary(const pb::ForwardRequest & request,
-                                                          std::vector<float> & rows) {
+                                                       std::vector<float> & rows) {
     if (stage_.info.is_first()) {
         return std::nullopt;
     }
@@ -169,7 +165,7 @@ std::optional<shard_error> stage_core::decode_boundary(const pb::ForwardRequest 
 }
 
 std::optional<shard_error> stage_core::prepare(const pb::ForwardRequest & request, step_job & job,
-                                                  output_plan & plan, bool streaming) {
+                                               output_plan & plan, bool streaming) {
     if (auto error = check_step(request, stage_, streaming)) {
         return error;
     }
@@ -189,7 +185,7 @@ std::optional<shard_error> stage_core::prepare(const pb::ForwardRequest & reques
 }
 
 void stage_core::complete(output_plan & plan, step_outcome & outcome, pb::ForwardResponse & response,
-                             std::function<void(const grpc::Status &)> then) {
+                          std::function<void(const grpc::Status &)> then) {
     if (!plan.relay) {
         answer(plan, outcome, response);
         const bool sampled = plan.kind == pb::OUTPUT_KIND_SAMPLED && response.sampled_tokens_size() == 1;

@@ -5,6 +5,7 @@
 // (shard_service) and the transports call into it.
 #pragma once
 
+#include "boundary_codec.h"
 #include "engine.h"
 #include "error_info.h"
 #include "host_facts.h"
