@@ -132,6 +132,8 @@ pb::ForwardRequest relay_request_of(const pb::ForwardRequest & request, bool rin
     return next;
 }
 
+// What the engine runs for a checked step: token ids only where the stage embeds or
+// reads them, output rows only on the last stage.
 step_job job_of(const pb::ForwardRequest & request, const output_plan & plan, const engine_info & info) {
     step_job job;
     job.key    = key_of(request.key());
