@@ -33,7 +33,7 @@ def pod(lane: str = "cuda", tls: RouteTls | None = None) -> dict[str, Any]:
                           Identities("a" * 64, "b" * 64, "c" * 64), "model-00001-of-00002.gguf",
                           "serving/r1")
     return stage_pod(StageInputs(
-        ROUTE, stage, recipe, tls,
+        ROUTE, stage, recipe,
         ArtifactStorage.model_validate({"pvc": {"claimName": "models", "subPath": "dsv4"}}),
         worker), WorkerConfig(images={lane: f"worker:{lane}"}))
 

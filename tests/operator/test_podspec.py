@@ -36,7 +36,7 @@ def pod(stage: dict[str, Any], recipe: dict[str, Any] | None = None,
     worker = stage_worker(stages, 0, parsed, tls, 3, Identities(DIGEST, "e" * 64, "f" * 64),
                           "m-00001-of-00002.gguf", "ml/r1")
     inputs = StageInputs(
-        ROUTE, stages[0], parsed, tls,
+        ROUTE, stages[0], parsed,
         ArtifactStorage.model_validate(storage or {"pvc": {"claimName": "models"}}),
         replace(worker, links=links))
     return stage_pod(inputs, CONFIG)

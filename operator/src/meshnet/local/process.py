@@ -22,10 +22,8 @@ from meshnet.layers import LayerRange
 # that finished a step spins GOMP_SPINCOUNT times before it sleeps (libgomp's default: for
 # milliseconds). On stages sharing a machine's cores, a spin that outlasts the hand-off to
 # the next stage takes a core from that stage's first microseconds of compute, while one
-# too short puts threads to sleep inside a step. 2-stage SmolLM2 chain on 2 cores, 20
-# rounds each, decode relative to 10000: 1000 x1.026, 2000 x1.051, 3000 x1.058 (another
-# run: x1.115), 5000 x1.060, 30000 x0.957; the unsplit worker the same at 3000 as at
-# 10000. About 0.15 ms of spin on that machine, shorter than the hand-off.
+# too short puts threads to sleep inside a step; this count spins for less than the
+# hand-off (BENCHMARKS.md, route driver measurements).
 WORKER_ENV_DEFAULTS = {"GOMP_SPINCOUNT": "3000"}
 
 _LISTENING = re.compile(r"listening on port (\d+)")

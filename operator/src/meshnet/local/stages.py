@@ -18,7 +18,7 @@ def launch_spec(worker: WorkerSpec, model_path: Path, threads: int,
                 links: Mapping[str, str] | None = None) -> LaunchSpec:
     """How this machine runs the planned `worker`: the artifact's model file here, and
     `links` (stage name -> loopback endpoint) for the stages it relays to."""
-    if worker.tls:  # its certificate would come from a Secret: there is none here
+    if worker.tls is not None:  # its certificate would come from a Secret: there is none here
         raise ValueError("the local backend cannot run a route with spec.tls")
     links = links or {}
     unresolved = sorted(set(worker.links.names()) - set(links))

@@ -15,7 +15,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from meshnet.route.driver import Generation, RouteDriver
+    from meshnet.route.driver import RouteDriver
     from meshnet.route.errors import (
         PromptTooLong,
         RecoveryFailed,
@@ -23,12 +23,13 @@ if TYPE_CHECKING:
         RouteRefused,
         StageError,
     )
+    from meshnet.route.generation import Generation
     from meshnet.route.handshake import RouteInfo, StageInfo, check_route
     from meshnet.route.sampling import Sampling
     from meshnet.route.stage import StageClient, TlsFiles
 
 _EXPORTS = {
-    "Generation": "meshnet.route.driver",
+    "Generation": "meshnet.route.generation",
     "RouteDriver": "meshnet.route.driver",
     "PromptTooLong": "meshnet.route.errors",
     "RecoveryFailed": "meshnet.route.errors",

@@ -11,8 +11,8 @@ from meshnet.route.proto import pb
 PROTOCOL = "meshnet.shard.v1"
 
 # Architectures whose logits depend on where a prompt's steps begin and end, not only on
-# the tokens: deepseek4's compressed attention (the unsplit model at the pin, prefilled in
-# 64-token steps instead of one, sampled another greedy token 15 tokens later).
+# the tokens: deepseek4's compressed attention, whose compressed rows are built per step
+# (BENCHMARKS.md, route driver measurements).
 STEP_SENSITIVE_ARCHITECTURES = frozenset({"deepseek4"})
 
 

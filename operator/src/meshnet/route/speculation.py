@@ -24,73 +24,50 @@ import numpy as np
 
 from meshnet.route.drafts import DraftLength, PromptLookup
 from meshnet.route.errors import StageError
-from meshnet.route.requests import ask_verified, relay_request, stage_request
+from meshnet.route.proto import pb
 from meshnet.route.sampling import verify_drafts
 
 if TYPE_CHECKING:
-    from meshnet.route.driver import _Run
+    from meshnet.route.session import Session
 
 
-def verify(run: _Run, tokens: list[int], discard: bool) -> list[int]:
-    """One verification step of `tokens` after the history through every stage; the
-    accepted drafts and the token after them. `discard`: the stages first drop what they
-    hold past the history."""
-    driver, route = run.driver, run.driver.route
-    n_past = len(run.history)
-    last = len(route.stages) - 1
-    key = run.key(route)
-    if driver.uses_chain(route):
-        request = relay_request(route, key, tokens, n_past, run.answer)
-        ask_verified(request, run.answer, tokens, discard)
-        response = run.answered(driver.clients[0].forward(request))
-        run.result.boundary_bytes += route.seam_bytes_per_token * len(tokens) * last
-        run.check_chain(route, response)
-    else:
-        boundary = None
-        for index, client in enumerate(driver.clients):
-            if boundary is not None:
-                run.result.boundary_bytes += len(boundary.data)
-            request = stage_request(route, index, key, tokens, n_past, boundary, run.answer)
-            if index == last:
-                ask_verified(request, run.answer, tokens, discard)
-            elif discard:
-                request.discard_from = n_past
-            response = run.answered(client.forward(request))
-            boundary = response.boundary
+def accepted_tokens(session: Session, response: pb.ForwardResponse, tokens: list[int],
+                    n_past: int) -> list[int]:
+    """The accepted drafts and the token after them, from the last stage's answer to a
+    verification step of `tokens` at `n_past`: as it verified them, or verified here from
+    every row's logits (the same rule)."""
     if response.sampled_tokens:
         return [int(t) for t in response.sampled_tokens]
     rows = np.asarray([row.logits for row in response.rows], dtype=np.float32)
-    return verify_drafts(rows, tokens, run.sampling, list(range(n_past, n_past + len(tokens))))
+    return verify_drafts(rows, tokens, session.sampling, list(range(n_past, n_past + len(tokens))))
 
 
-def speculated(run: _Run, token: int, count: int, stop_ids: set[int],
+def speculated(session: Session, token: int, count: int, stop_ids: set[int],
                lookup: PromptLookup, length: DraftLength) -> Iterator[int]:
     """Up to `count` tokens after `token` (stopping after a stop id), in verification
     steps; `lookup` holds the context (prompt and tokens so far, `token` included)."""
     produced = 0
-    held, session = len(run.history), run.session_id  # positions the stages hold
+    held, held_by = len(session.history), session.session_id  # positions the stages hold
     while produced < count:
-        route = run.driver.route
-        if run.session_id != session:  # recovered: a new session holds the history only
-            held, session = len(run.history), run.session_id
-        n_past = len(run.history)
+        route = session.route
+        if session.session_id != held_by:  # recovered: a new session holds the history only
+            held, held_by = len(session.history), session.session_id
+        n_past = len(session.history)
         room = min(count - produced - 1, route.n_ctx - n_past - 1, length.wanted())
         draft = lookup.draft(room)
         step = [token, *draft]
         try:
-            out = verify(run, step, discard=held > n_past)
+            out = session.walk.verify(session, step, discard=held > n_past)
         except StageError as exc:
-            if not exc.recoverable:
-                raise
-            run.recover(exc)
-            out = [run.steps_with_recovery([*run.forget_history(), [token]])]
+            session.recover(exc)
+            out = [session.steps_with_recovery([*session.forget_history(), [token]])]
             draft = []
-            held, session = len(run.history), run.session_id
+            held, held_by = len(session.history), session.session_id
         else:
             accepted = len(out) - 1
-            run.remember(step[:accepted + 1])
+            session.remember(step[:accepted + 1])
             held = n_past + len(step)
-            run.count_drafts(len(draft), accepted)
+            session.count_drafts(len(draft), accepted)
             length.verified(len(draft), accepted)
         if not draft:
             length.decoded_plainly(len(out))

@@ -87,8 +87,8 @@ def _rollout(observed: Observed, spec: ShardRouteSpec, manifest: str, config: Wo
     workers = {s.name: stage_worker(spec.stages, i, spec.recipe, spec.tls, epoch, identities,
                                     observed.artifact.model_file, f"{route.namespace}/{route.name}")
                for i, s in enumerate(spec.stages)}
-    desired = {s.name: (stage_pod(StageInputs(ref, s, spec.recipe, spec.tls,
-                                              observed.artifact.storage, workers[s.name]),
+    storage = observed.artifact.storage
+    desired = {s.name: (stage_pod(StageInputs(ref, s, spec.recipe, storage, workers[s.name]),
                                   config), workers[s.name])
                for s in spec.stages}
     actions, events = _pod_actions(observed.pods, desired, epoch)
@@ -124,8 +124,7 @@ def stage_worker(stages: Sequence[Stage], index: int, recipe: Recipe, tls: Route
         boundary_dtype=recipe.boundary_dtype,
         pipeline_depth=len(stages),
         offload=bool(stage.resources.gpus) and recipe.lane != "cpu",
-        tls=tls is not None,
-        require_client_cert=tls is not None and tls.require_client_cert,
+        tls=tls,
         links=stage_links(recipe.topology, [s.name for s in stages], index),
     )
 

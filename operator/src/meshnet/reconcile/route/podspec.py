@@ -10,7 +10,7 @@ from typing import Any
 from meshnet.api import labels
 from meshnet.api.common import API_VERSION
 from meshnet.api.modelartifact import ArtifactStorage
-from meshnet.api.shardroute import DEFAULT_GPU_RESOURCES, KIND, Recipe, RouteTls, Stage
+from meshnet.api.shardroute import DEFAULT_GPU_RESOURCES, KIND, Recipe, Stage
 from meshnet.reconcile.children import CONTAINER_SECURITY, POD_SECURITY, template_hash
 from meshnet.reconcile.naming import endpoint, pod_name, service_name
 from meshnet.reconcile.route.workerspec import WorkerSpec
@@ -67,9 +67,9 @@ def worker_args(worker: WorkerSpec, route: RouteRef, config: WorkerConfig) -> li
     ]
     if worker.offload:
         args += ["--gpu-layers", str(OFFLOAD_ALL_LAYERS)]
-    if worker.tls:
+    if worker.tls is not None:
         args += ["--tls-cert", f"{TLS_DIR}/tls.crt", "--tls-key", f"{TLS_DIR}/tls.key"]
-        if worker.require_client_cert:
+        if worker.tls.require_client_cert:
             args += ["--tls-client-ca", f"{TLS_DIR}/ca.crt"]
 
     def address(stage: str) -> str:
@@ -79,7 +79,7 @@ def worker_args(worker: WorkerSpec, route: RouteRef, config: WorkerConfig) -> li
 
     if worker.links.next_stage:
         args += ["--next-stage", address(worker.links.next_stage)]
-        if worker.tls:  # the next stage's certificate is the route's too
+        if worker.tls is not None:  # the next stage's certificate is the route's too
             args += ["--next-stage-ca", f"{TLS_DIR}/ca.crt"]
     if worker.links.ring_last:
         args += ["--ring-last", address(worker.links.ring_last)]
@@ -151,7 +151,6 @@ class StageInputs:
     route: RouteRef
     stage: Stage
     recipe: Recipe
-    tls: RouteTls | None
     storage: ArtifactStorage
     worker: WorkerSpec
 
@@ -165,9 +164,9 @@ def stage_pod(inputs: StageInputs, config: WorkerConfig) -> dict[str, Any]:
     volumes = [_model_volume(inputs.storage), {"name": "tmp", "emptyDir": {}}]
     if inputs.storage.pvc is not None and inputs.storage.pvc.sub_path:
         mounts[0]["subPath"] = inputs.storage.pvc.sub_path
-    if inputs.tls is not None:
+    if worker.tls is not None:
         mounts.append({"name": "tls", "mountPath": TLS_DIR, "readOnly": True})
-        volumes.append({"name": "tls", "secret": {"secretName": inputs.tls.secret_name,
+        volumes.append({"name": "tls", "secret": {"secretName": worker.tls.secret_name,
                                                   "defaultMode": 0o440}})
     spec: dict[str, Any] = {
         "hostname": stage.name,

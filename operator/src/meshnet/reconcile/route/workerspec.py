@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from meshnet.api.shardroute import RouteTls
 from meshnet.layers import LayerRange
 from meshnet.reconcile.route.topology import UNLINKED, StageLinks
 
@@ -35,6 +36,7 @@ class WorkerSpec:
     boundary_dtype: str
     pipeline_depth: int  # stages in the route
     offload: bool = False  # every layer it owns, and the last stage's head, on its GPUs
-    tls: bool = False  # serves TLS with the route's certificate
-    require_client_cert: bool = False  # and asks callers for one signed by the route's CA
+    # Served with the route's certificate (None: plaintext), and asking callers for one
+    # signed by the route's CA when it says so.
+    tls: RouteTls | None = None
     links: StageLinks = UNLINKED  # the stages it relays to, by name

@@ -1,0 +1,140 @@
+"""A session runs on its own snapshot of the route: its recovery frees it on every stage,
+takes a fresh snapshot and walks the route found there, and changes no other session's
+snapshot. No worker, no socket: the stage clients are stand-ins that record releases."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, cast
+
+import pytest
+
+from meshnet.route.errors import RecoveryFailed, StageError
+from meshnet.route.handshake import RouteInfo
+from meshnet.route.proto import pb
+from meshnet.route.sampling import Sampling
+from meshnet.route.session import EXACT_ROWS, Session, SessionSettings
+from meshnet.route.stage import StageClient
+from meshnet.route.topology import Topology
+
+MakeRoute = Callable[..., RouteInfo]
+
+
+class ReleaseRecorder:
+    """A stage client that only records the sessions it is asked to free."""
+
+    def __init__(self, endpoint: str) -> None:
+        self.endpoint = endpoint
+        self.released: list[pb.RouteKey] = []
+
+    def release(self, key: pb.RouteKey, timeout: float) -> None:
+        self.released.append(key)
+
+
+class Refresh:
+    """Hands out the next snapshot, as the driver's handshake would after a restart."""
+
+    def __init__(self, *routes: RouteInfo) -> None:
+        self.routes = list(routes)
+        self.waits: list[float] = []
+
+    def __call__(self, wait: float) -> RouteInfo:
+        self.waits.append(wait)
+        return self.routes.pop(0)
+
+
+def session(route: RouteInfo, refresh: Callable[[float], RouteInfo],
+            clients: list[ReleaseRecorder], **settings: Any) -> Session:
+    return Session(cast(list[StageClient], clients), route, SessionSettings(**settings),
+                   refresh, [1, 2, 3], Sampling())
+
+
+def cache_miss() -> StageError:
+    return StageError("127.0.0.1:7002", "FAILED_PRECONDITION", "CACHE_MISS", "evicted")
+
+
+def test_a_recovery_replaces_the_snapshot_of_that_session_alone(
+    make_route_info: MakeRoute,
+) -> None:
+    before = make_route_info(2, chained=True, epoch=1)
+    after = make_route_info(2, chained=True, epoch=2)
+    clients = [ReleaseRecorder("127.0.0.1:7001"), ReleaseRecorder("127.0.0.1:7002")]
+    refresh = Refresh(after)
+    recovering = session(before, refresh, clients, wait_seconds=7.0)
+    other = session(before, refresh, clients)
+    old_id = recovering.session_id
+
+    recovering.recover(cache_miss())
+
+    assert recovering.route is after and recovering.key().epoch == 2
+    assert recovering.session_id != old_id and recovering.result.session_id != old_id
+    assert recovering.result.recovery_reasons == ["127.0.0.1:7002: CACHE_MISS"]
+    assert refresh.waits == [7.0]
+    assert other.route is before and other.key().epoch == 1
+    # the lost session was freed on every stage under the epoch it ran in
+    for client in clients:
+        assert [(k.session_id, k.epoch) for k in client.released] == [(old_id, 1)]
+
+
+def test_a_recovery_walks_the_route_the_fresh_snapshot_describes(
+    make_route_info: MakeRoute,
+) -> None:
+    chained = make_route_info(3, chained=True)
+    unchained = make_route_info(3)  # a stage came back without --next-stage
+    clients = [ReleaseRecorder(f"127.0.0.1:700{i}") for i in range(3)]
+    recovering = session(chained, Refresh(unchained), clients, decode_loop=False)
+    assert recovering.walk.topology is Topology.CHAIN
+
+    recovering.recover(cache_miss())
+
+    assert recovering.walk.topology is Topology.HUB and not recovering.walk.loops
+
+
+def test_recoveries_past_the_limit_give_up_with_every_reason(
+    make_route_info: MakeRoute,
+) -> None:
+    route = make_route_info(2)
+    refresh = Refresh(route)
+    clients = [ReleaseRecorder("a"), ReleaseRecorder("b")]
+    recovering = session(route, refresh, clients, max_recoveries=1)
+    recovering.recover(cache_miss())
+    gave_up = r"gave up after 1 recoveries: .*CACHE_MISS; .*CACHE_MISS"
+    with pytest.raises(RecoveryFailed, match=gave_up):
+        recovering.recover(cache_miss())
+    assert len(refresh.waits) == 1  # the give-up waits for no route
+
+
+PROMPT = list(range(EXACT_ROWS))  # as wide as a joined step: nothing joins it
+DECODED = list(range(EXACT_ROWS, 2 * EXACT_ROWS + 1))  # one token per step
+
+
+@pytest.mark.parametrize(("architecture", "refed"), [
+    ("llama", [PROMPT, DECODED[:EXACT_ROWS], DECODED[EXACT_ROWS:]]),
+    ("deepseek4", [PROMPT, *([token] for token in DECODED)]),  # step-sensitive: as fed
+])
+def test_a_recovered_history_is_refed_in_steps_that_compute_it_exactly(
+    make_route_info: MakeRoute, architecture: str, refed: list[list[int]],
+) -> None:
+    route = make_route_info(2, architecture=architecture)
+    fed = session(route, Refresh(), [ReleaseRecorder("a"), ReleaseRecorder("b")])
+    fed.remember(list(PROMPT))
+    for token in DECODED:
+        fed.remember([token])
+
+    assert fed.forget_history() == refed
+    assert fed.history == [] and fed.step_sizes == []
+
+
+def test_an_error_that_is_not_recoverable_ends_the_session_as_it_came(
+    make_route_info: MakeRoute,
+) -> None:
+    route = make_route_info(2)
+    refresh = Refresh(route)
+    clients = [ReleaseRecorder("a"), ReleaseRecorder("b")]
+    failing = session(route, refresh, clients)
+    refused = StageError("a", "INVALID_ARGUMENT", "CONTEXT_OVERFLOW", "too long")
+    with pytest.raises(StageError) as raised:
+        failing.recover(refused)
+    assert raised.value is refused
+    assert refresh.waits == [] and failing.result.recoveries == 0
+    assert all(client.released == [] for client in clients)
