@@ -249,9 +249,8 @@ private:
     // `more_coming`: the decode loop goes on. Its answers then wait here until stream_flush
     // has passed since the last send, and go out together: each send (and its completion,
     // and the reader it wakes) takes CPU time from the engine's threads, which on a busy
-    // stage slows every token (SmolLM2, 2-stage loopback chain: 88% of the unsplit model's
-    // decode sending each token, 94% sending every 100 ms). Any other answer goes at once,
-    // with every answer held before it.
+    // stage slows every token (BENCHMARKS.md, worker design measurements). Any other
+    // answer goes at once, with every answer held before it.
     void write_next(std::unique_lock<std::recursive_mutex> & lock, bool more_coming = false) {
         if (!more_coming || std::chrono::steady_clock::now() - last_send_ >= core_.stream_flush()) {
             due_ = writes_.waiting(); // everything queued goes now
