@@ -24,7 +24,7 @@ namespace {
 class forward_stream_reactor final
     : public grpc::ServerBidiReactor<pb::ForwardStreamRequest, pb::ForwardStreamResponse> {
 public:
-    explicit forward_stream_reactor(shard_service & service) : service_(service) {
+    explicit forward_stream_reactor(stage_core & core) : core_(core) {
         reading_ = true;
         StartRead(&request_);
     }
@@ -59,7 +59,7 @@ public:
         cancelled_ = true;
         std::lock_guard<std::recursive_mutex> lock(mutex_);
         for (const auto & key : keys_) {
-            service_.release(key);
+            core_.release(key);
         }
         keys_.clear();
     }
@@ -108,7 +108,7 @@ private:
                 std::shared_ptr<loop_drafter> drafter = nullptr) {
         step_job job;
         auto plan = std::make_shared<output_plan>();
-        if (auto error = service_.prepare(request, job, *plan, /*streaming =*/ true)) {
+        if (auto error = core_.prepare(request, job, *plan, /*streaming =*/ true)) {
             fail(lock, error_status(*error));
             return;
         }
@@ -130,12 +130,12 @@ private:
         auto template_request = std::make_shared<pb::ForwardRequest>(std::move(request));
         if (step->ring) {
             ++ring_waiting_;
-            service_.ring().expect(step->key, step->position, [this, plan, template_request, step](
+            core_.ring().expect(step->key, step->position, [this, plan, template_request, step](
                                        std::vector<int32_t> tokens) {
                 std::unique_lock<std::recursive_mutex> inner(mutex_);
                 --ring_waiting_;
                 if (advance(inner, *plan, *template_request, *step, std::move(tokens))) {
-                    service_.metrics().count_request("Ring", "OK");
+                    core_.metrics().count_request("Ring", "OK");
                 }
                 maybe_finish(inner);
             });
@@ -149,13 +149,13 @@ private:
                 return;
             }
             auto response = std::make_shared<pb::ForwardStreamResponse>();
-            service_.complete(*plan, outcome, *response->mutable_forward(),
+            core_.complete(*plan, outcome, *response->mutable_forward(),
                 [this, plan, arrived, template_request, response, step](const grpc::Status & status) {
                     on_step_answered(status, *plan, arrived, *template_request, *response, *step);
                 });
         };
         lock.unlock();
-        service_.steps().submit(std::move(job));
+        core_.steps().submit(std::move(job));
         lock.lock();
     }
 
@@ -163,7 +163,7 @@ private:
     // caller holds the lock).
     void settle(const step_state & step) {
         --in_flight_;
-        if (step.ring && service_.ring().forget(step.key, step.position)) {
+        if (step.ring && core_.ring().forget(step.key, step.position)) {
             --ring_waiting_;
         }
     }
@@ -193,7 +193,7 @@ private:
         std::vector<int32_t> drafts;
         if (step.drafter) {
             step.drafter->answered({previous.tokens().begin(), previous.tokens().end()}, tokens);
-            const int64_t room = std::min<int64_t>(left - 1, service_.n_ctx() - n_past - 1);
+            const int64_t room = std::min<int64_t>(left - 1, core_.n_ctx() - n_past - 1);
             drafts = step.drafter->next(static_cast<int>(std::max<int64_t>(room, 0)));
         }
         pb::ForwardRequest next = previous;
@@ -226,8 +226,8 @@ private:
             fail(lock, status);
             return;
         }
-        service_.record_served(*response.mutable_forward(), arrived);
-        service_.metrics().count_request("ForwardStream", "OK");
+        core_.record_served(*response.mutable_forward(), arrived);
+        core_.metrics().count_request("ForwardStream", "OK");
         const auto & sampled = response.forward().sampled_tokens();
         // The next step first, then the answer: the engine starts while the token is
         // written to the caller, not after.
@@ -249,11 +249,10 @@ private:
     // `more_coming`: the decode loop goes on. Its answers then wait here until stream_flush
     // has passed since the last send, and go out together: each send (and its completion,
     // and the reader it wakes) takes CPU time from the engine's threads, which on a busy
-    // stage slows every token (SmolLM2, 2-stage loopback chain: 88% of the unsplit model's
-    // decode sending each token, 94% sending every 100 ms). Any other answer goes at once,
-    // with every answer held before it.
+    // stage slows every token (BENCHMARKS.md, worker design measurements). Any other
+    // answer goes at once, with every answer held before it.
     void write_next(std::unique_lock<std::recursive_mutex> & lock, bool more_coming = false) {
-        if (!more_coming || std::chrono::steady_clock::now() - last_send_ >= service_.stream_flush()) {
+        if (!more_coming || std::chrono::steady_clock::now() - last_send_ >= core_.stream_flush()) {
             due_ = writes_.waiting(); // everything queued goes now
         }
         send_due(lock);
@@ -286,7 +285,7 @@ private:
         finishing_ = true;
         final_status_ = status;
         pending_.clear();
-        service_.metrics().count_answer("ForwardStream", status);
+        core_.metrics().count_answer("ForwardStream", status);
         write_next(lock); // answers held for the next send go first
         maybe_finish(lock);
     }
@@ -301,7 +300,7 @@ private:
         }
     }
 
-    shard_service &                       service_;
+    stage_core &                          core_;
     pb::ForwardStreamRequest              request_;
     write_queue<pb::ForwardStreamResponse> writes_;
     static constexpr size_t               max_waiting_requests = 4;
@@ -328,8 +327,8 @@ private:
 } // namespace
 
 grpc::ServerBidiReactor<pb::ForwardStreamRequest, pb::ForwardStreamResponse> * forward_stream_open(
-    shard_service & service) {
-    return new forward_stream_reactor(service);
+    stage_core & core) {
+    return new forward_stream_reactor(core);
 }
 
 } // namespace meshnet

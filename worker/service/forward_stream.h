@@ -3,12 +3,14 @@
 // shard_service.proto); cancelling the stream releases its sessions.
 #pragma once
 
-#include "shard_service.h"
+#include "stage_core.h"
+
+#include "meshnet/shard/v1/shard_service.grpc.pb.h"
 
 namespace meshnet {
 
 // A reactor for one ForwardStream call; it deletes itself when the call is done.
 grpc::ServerBidiReactor<pb::ForwardStreamRequest, pb::ForwardStreamResponse> * forward_stream_open(
-    shard_service & service);
+    stage_core & core);
 
 } // namespace meshnet

@@ -38,9 +38,9 @@ void log_refusal(const char * why) {
 } // namespace
 
 struct local_relay_server::connection {
-    connection(int socket, shard_service & service, size_t max_frame_bytes)
+    connection(int socket, stage_core & core, size_t max_frame_bytes)
         : fd(socket), opened(relay_clock::now()), frames(max_frame_bytes),
-          batches(service, true, [this](pb::RelayResponse && response) { answered(response); }) {}
+          batches(core, true, [this](pb::RelayResponse && response) { answered(response); }) {}
 
     void answered(const pb::RelayResponse & response) {
         {
@@ -80,8 +80,8 @@ bool local_relay_server::listen(std::string & error) {
     return port_ != 0;
 }
 
-void local_relay_server::start(shard_service & service, local_relay_limits limits) {
-    service_ = &service;
+void local_relay_server::start(stage_core & core, local_relay_limits limits) {
+    core_ = &core;
     limits_  = limits;
     wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     poller_  = std::thread([this] { poll_loop(); });
@@ -177,7 +177,7 @@ void local_relay_server::accept_one() {
         return;
     }
     prepare_connection(fd, send_timeout_ms);
-    connections_.push_back(std::make_unique<connection>(fd, *service_, limits_.max_frame_bytes));
+    connections_.push_back(std::make_unique<connection>(fd, *core_, limits_.max_frame_bytes));
 }
 
 void local_relay_server::read_from(connection & peer) {

@@ -7,7 +7,7 @@
 // service learns (GetInfo): the relay is no wider than the service it belongs to.
 #pragma once
 
-#include "shard_service.h"
+#include "stage_core.h"
 
 #include <chrono>
 #include <cstddef>
@@ -37,8 +37,8 @@ public:
     int port() const { return port_; }
     // What a connection must open with.
     const std::string & token() const { return token_; }
-    // Takes connections for `service`.
-    void start(shard_service & service, local_relay_limits limits);
+    // Takes connections for `core`.
+    void start(stage_core & core, local_relay_limits limits);
     // Takes no more connections and closes the open ones once their batches are
     // answered (stop the scheduler first: it answers every step still queued).
     void stop();
@@ -51,7 +51,7 @@ private:
     void end(connection & peer);
     void reap(bool all);
 
-    shard_service *    service_ = nullptr;
+    stage_core *       core_ = nullptr;
     local_relay_limits limits_;
     std::string        token_;
     int                listen_fd_ = -1;

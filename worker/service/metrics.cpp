@@ -3,7 +3,7 @@
 // bytes come.
 #include "metrics.h"
 #include "error_info.h"
-#include "shard_service.h" // status_code_name
+#include "proto_convert.h"
 
 #include <arpa/inet.h>
 #include <netdb.h>

@@ -15,11 +15,11 @@ struct relay_batches::pending_batch {
     int               remaining = 0;
 };
 
-relay_batches::relay_batches(shard_service & service, bool local, std::function<void(pb::RelayResponse &&)> answer)
-    : service_(service), local_(local), answer_(std::move(answer)) {}
+relay_batches::relay_batches(stage_core & core, bool local, std::function<void(pb::RelayResponse &&)> answer)
+    : core_(core), local_(local), answer_(std::move(answer)) {}
 
 void relay_batches::take(const pb::RelayRequest & request) {
-    service_.metrics().count_relay_batch(local_);
+    core_.metrics().count_relay_batch(local_);
     auto batch = std::make_shared<pending_batch>();
     batch->response.set_batch_id(request.batch_id());
     const int n_steps = request.steps_size();
@@ -36,7 +36,7 @@ void relay_batches::take(const pb::RelayRequest & request) {
     for (int i = 0; i < n_steps; ++i) {
         step_job    job;
         output_plan plan;
-        if (auto error = service_.prepare(request.steps(i), job, plan)) {
+        if (auto error = core_.prepare(request.steps(i), job, plan)) {
             answered(*batch, i, error_status(*error));
             continue;
         }
@@ -53,9 +53,9 @@ void relay_batches::take(const pb::RelayRequest & request) {
                 return;
             }
             pb::ForwardResponse * response = batch->response.mutable_results(i)->mutable_forward();
-            service_.complete(plan, outcome, *response, [this, batch, i, arrived, response](const grpc::Status & status) {
+            core_.complete(plan, outcome, *response, [this, batch, i, arrived, response](const grpc::Status & status) {
                 if (status.ok()) {
-                    service_.record_served(*response, arrived);
+                    core_.record_served(*response, arrived);
                 }
                 answered(*batch, i, status);
             });
@@ -63,13 +63,13 @@ void relay_batches::take(const pb::RelayRequest & request) {
         jobs.push_back(std::move(job));
     }
     if (!jobs.empty()) {
-        service_.steps().submit_all(std::move(jobs));
+        core_.steps().submit_all(std::move(jobs));
     }
 }
 
 // Step `i` of `batch` has its result; the batch goes out with its last one.
 void relay_batches::answered(pending_batch & batch, int i, const grpc::Status & status) {
-    service_.metrics().count_answer("Relay", status);
+    core_.metrics().count_answer("Relay", status);
     {
         std::lock_guard<std::mutex> lock(batch.mutex);
         if (!status.ok()) {

@@ -4,7 +4,7 @@
 // of the batch has its result.
 #pragma once
 
-#include "shard_service.h"
+#include "stage_core.h"
 
 #include <atomic>
 #include <functional>
@@ -16,7 +16,7 @@ public:
     // `answer` gets each batch's response, on the thread that answered its last step
     // (the engine thread, or the caller of take()). The owner keeps this object until
     // every batch taken was answered.
-    relay_batches(shard_service & service, bool local, std::function<void(pb::RelayResponse &&)> answer);
+    relay_batches(stage_core & core, bool local, std::function<void(pb::RelayResponse &&)> answer);
 
     // Checks and queues the steps of one request (read from the previous stage).
     void take(const pb::RelayRequest & request);
@@ -27,7 +27,7 @@ private:
     struct pending_batch;
     void answered(pending_batch & batch, int i, const grpc::Status & status);
 
-    shard_service &                           service_;
+    stage_core &                              core_;
     const bool                                local_; // carried by the local relay (metrics)
     std::function<void(pb::RelayResponse &&)> answer_;
     std::atomic<bool>                         cancelled_{false};

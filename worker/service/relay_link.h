@@ -6,6 +6,8 @@
 // plain loopback socket instead of gRPC, once the link has asked it.
 #pragma once
 
+#include "relay_inflight.h"
+
 #include "meshnet/shard/v1/shard_service.grpc.pb.h"
 
 #include <grpcpp/channel.h>
@@ -22,16 +24,6 @@
 namespace meshnet {
 
 namespace pb = ::meshnet::shard::v1;
-
-// The next stage's answer to one relayed step: what its Forward would have answered.
-struct relay_answer {
-    grpc::Status        status;
-    pb::ForwardResponse response;
-};
-
-// Called once per batch, with one answer per step in the batch's order, on a gRPC
-// thread (or on the sending thread when the link is shutting down).
-using relay_batch_done = std::function<void(std::vector<relay_answer> & answers)>;
 
 class relay_link {
 public:

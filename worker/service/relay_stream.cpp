@@ -13,8 +13,8 @@ namespace {
 
 class relay_stream_reactor final : public grpc::ServerBidiReactor<pb::RelayRequest, pb::RelayResponse> {
 public:
-    explicit relay_stream_reactor(shard_service & service)
-        : batches_(service, false, [this](pb::RelayResponse && response) { answered(std::move(response)); }) {
+    explicit relay_stream_reactor(stage_core & core)
+        : batches_(core, false, [this](pb::RelayResponse && response) { answered(std::move(response)); }) {
         StartRead(&request_);
     }
 
@@ -84,8 +84,8 @@ private:
 
 } // namespace
 
-grpc::ServerBidiReactor<pb::RelayRequest, pb::RelayResponse> * relay_stream_open(shard_service & service) {
-    return new relay_stream_reactor(service);
+grpc::ServerBidiReactor<pb::RelayRequest, pb::RelayResponse> * relay_stream_open(stage_core & core) {
+    return new relay_stream_reactor(core);
 }
 
 } // namespace meshnet

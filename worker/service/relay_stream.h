@@ -3,11 +3,13 @@
 // step, and answered as one response once every step of the batch has its result.
 #pragma once
 
-#include "shard_service.h"
+#include "stage_core.h"
+
+#include "meshnet/shard/v1/shard_service.grpc.pb.h"
 
 namespace meshnet {
 
 // A reactor for one Relay call; it deletes itself when the call is done.
-grpc::ServerBidiReactor<pb::RelayRequest, pb::RelayResponse> * relay_stream_open(shard_service & service);
+grpc::ServerBidiReactor<pb::RelayRequest, pb::RelayResponse> * relay_stream_open(stage_core & core);
 
 } // namespace meshnet

@@ -39,7 +39,7 @@ std::vector<std::pair<int32_t, float>> top_k_logits(const float * logits, int32_
 }
 
 // The first id of the highest logit. Lanes of independent maxima let the compiler use
-// vector instructions: 16 us instead of 52 us for 49,152 logits (-O3), and the last stage
+// vector instructions (a third of the time of one running maximum), and the last stage
 // answers every token of every session this way.
 static int32_t argmax(const float * logits, int32_t n_vocab) {
     constexpr int32_t lanes = 16;

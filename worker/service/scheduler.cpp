@@ -238,22 +238,21 @@ void scheduler::run_batch(std::vector<step_job> & batch) {
             outcome.error = make_error(error_reason::session_cancelled, "the call was cancelled; the session was released");
             continue;
         }
-        int32_t slot = sessions_.find(job.key);
-        if (slot < 0 && job.n_past > 0) {
+        const session_store::admission admitted = sessions_.admit(job.key, job.n_past, busy, now);
+        if (admitted.refused == session_store::admission::refusal::cache_miss) {
             outcome.error = make_error(error_reason::cache_miss,
                 "the stage holds no state for this session (new, evicted, released or restarted)",
                 {{"stage_n_past", "0"}, {"expected_n_past", std::to_string(job.n_past)}});
             continue;
         }
-        if (slot < 0) {
-            const auto acquired = sessions_.acquire(job.key, busy, now);
-            if (acquired.slot < 0) {
-                outcome.error = make_error(error_reason::capacity_exhausted,
-                    "every session slot is held by a recently used session",
-                    {{"slots_total", std::to_string(sessions_.n_slots())}});
-                continue;
-            }
-            slot = acquired.slot;
+        if (admitted.refused == session_store::admission::refusal::capacity_exhausted) {
+            outcome.error = make_error(error_reason::capacity_exhausted,
+                "every session slot is held by a recently used session",
+                {{"slots_total", std::to_string(sessions_.n_slots())}});
+            continue;
+        }
+        const int32_t slot = admitted.slot;
+        if (admitted.fresh) {
             engine_.slot_clear(slot); // a reused slot starts empty
         }
         if (auto error = discard_suffix(engine_, slot, job.discard_from)) {

@@ -18,6 +18,35 @@ int32_t session_store::find(const session_key & key) const {
 session_store::acquire_result session_store::acquire(const session_key & key, const std::vector<int32_t> & busy,
                                                      session_clock::time_point now) {
     std::lock_guard<std::mutex> lock(mutex_);
+    return acquire_locked(key, busy, now);
+}
+
+session_store::admission session_store::admit(const session_key & key, int64_t n_past,
+                                              const std::vector<int32_t> & busy, session_clock::time_point now) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    admission result;
+    const auto found = sessions_.find(key);
+    if (found != sessions_.end()) {
+        result.slot = found->second.slot;
+        return result;
+    }
+    if (n_past > 0) { // its positions are not here to build on
+        result.refused = admission::refusal::cache_miss;
+        return result;
+    }
+    const acquire_result acquired = acquire_locked(key, busy, now);
+    if (acquired.slot < 0) {
+        result.refused = admission::refusal::capacity_exhausted;
+        return result;
+    }
+    result.slot  = acquired.slot;
+    result.fresh = true;
+    return result;
+}
+
+session_store::acquire_result session_store::acquire_locked(const session_key & key,
+                                                            const std::vector<int32_t> & busy,
+                                                            session_clock::time_point now) {
     acquire_result result;
     const auto found = sessions_.find(key);
     if (found != sessions_.end()) {

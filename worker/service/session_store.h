@@ -48,6 +48,21 @@ public:
     acquire_result acquire(const session_key & key, const std::vector<int32_t> & busy,
                            session_clock::time_point now);
 
+    // Whether a step of the session that builds on `n_past` positions may run, and in
+    // which slot: the session's own, or (n_past 0 only) one taken as acquire() takes it.
+    struct admission {
+        enum class refusal {
+            none,
+            cache_miss,        // n_past > 0 and the session holds no slot here
+            capacity_exhausted // no slot free or evictable
+        };
+        int32_t slot    = -1;
+        bool    fresh   = false; // just taken for the session: the caller clears its KV
+        refusal refused = refusal::none;
+    };
+    admission admit(const session_key & key, int64_t n_past, const std::vector<int32_t> & busy,
+                    session_clock::time_point now);
+
     // Marks a step of the session done at `now` (LRU order).
     void touch(const session_key & key, session_clock::time_point now);
 
@@ -61,6 +76,9 @@ public:
     int32_t recently_used(session_clock::time_point now, session_clock::duration window) const;
 
 private:
+    acquire_result acquire_locked(const session_key & key, const std::vector<int32_t> & busy,
+                                  session_clock::time_point now); // the caller holds mutex_
+
     struct entry {
         int32_t                   slot;
         session_clock::time_point last_used;

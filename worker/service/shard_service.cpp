@@ -1,577 +1,61 @@
-// shard_service.cpp - every RPC of meshnet.shard.v1; checks happen here, before a step
-// reaches the engine, so a bad request never touches a session's state.
+// shard_service.cpp - every RPC of meshnet.shard.v1, as an adaptor of the stage core:
+// what the call carries in, the core's answer or refusal out.
 #include "shard_service.h"
-#include "draft_verify.h"
 #include "forward_stream.h"
-#include "loop_drafts.h"
+#include "proto_convert.h"
 #include "relay_stream.h"
 #include "utf8_text.h"
 
-#include <algorithm>
 #include <chrono>
-#include <memory>
-#include <cmath>
-#include <mutex>
 
 namespace meshnet {
 
-const char * status_code_name(grpc::StatusCode code) {
-    switch (code) {
-        case grpc::StatusCode::OK:                  return "OK";
-        case grpc::StatusCode::CANCELLED:           return "CANCELLED";
-        case grpc::StatusCode::UNKNOWN:             return "UNKNOWN";
-        case grpc::StatusCode::INVALID_ARGUMENT:    return "INVALID_ARGUMENT";
-        case grpc::StatusCode::DEADLINE_EXCEEDED:   return "DEADLINE_EXCEEDED";
-        case grpc::StatusCode::NOT_FOUND:           return "NOT_FOUND";
-        case grpc::StatusCode::ALREADY_EXISTS:      return "ALREADY_EXISTS";
-        case grpc::StatusCode::PERMISSION_DENIED:   return "PERMISSION_DENIED";
-        case grpc::StatusCode::RESOURCE_EXHAUSTED:  return "RESOURCE_EXHAUSTED";
-        case grpc::StatusCode::FAILED_PRECONDITION: return "FAILED_PRECONDITION";
-        case grpc::StatusCode::ABORTED:             return "ABORTED";
-        case grpc::StatusCode::OUT_OF_RANGE:        return "OUT_OF_RANGE";
-        case grpc::StatusCode::UNIMPLEMENTED:       return "UNIMPLEMENTED";
-        case grpc::StatusCode::INTERNAL:            return "INTERNAL";
-        case grpc::StatusCode::UNAVAILABLE:         return "UNAVAILABLE";
-        case grpc::StatusCode::DATA_LOSS:           return "DATA_LOSS";
-        case grpc::StatusCode::UNAUTHENTICATED:     return "UNAUTHENTICATED";
-        default:                                    return "UNKNOWN";
-    }
-}
-
-static pb::BoundaryDtype dtype_to_pb(wire_dtype dtype) {
-    switch (dtype) {
-        case wire_dtype::f32:  return pb::BOUNDARY_DTYPE_F32;
-        case wire_dtype::f16:  return pb::BOUNDARY_DTYPE_F16;
-        case wire_dtype::bf16: return pb::BOUNDARY_DTYPE_BF16;
-    }
-    return pb::BOUNDARY_DTYPE_UNSPECIFIED;
-}
-
-static pb::BoundarySchema schema_to_pb(boundary_schema schema) {
-    return schema == boundary_schema::mhc_residual ? pb::BOUNDARY_SCHEMA_MHC_RESIDUAL
-                                                   : pb::BOUNDARY_SCHEMA_DENSE_RESIDUAL;
-}
-
-// Shape of one token's boundary row.
-static std::vector<int64_t> row_shape(const engine_info & info) {
-    if (info.schema == boundary_schema::mhc_residual && info.n_embd > 0) {
-        return {info.boundary_row / info.n_embd, info.n_embd};
-    }
-    return {info.boundary_row};
-}
-
-static session_key key_of(const pb::RouteKey & key) {
-    return session_key{key.route_id(), key.epoch(), key.session_id()};
-}
-
-// A relayed step the next stage has not answered by then fails with DEADLINE_EXCEEDED:
-// long enough to wait out a next stage that restarts and loads its layers.
-static constexpr std::chrono::milliseconds relay_deadline{30'000};
-
-
-shard_service::shard_service(service_identity identity, engine_i & engine, session_store & sessions,
-                             scheduler & steps, metrics_registry & metrics,
-                             std::shared_ptr<grpc::Channel> next_stage, bool next_stage_local,
-                             std::shared_ptr<grpc::Channel> ring_last)
-    : identity_(std::move(identity)), engine_(engine), info_(engine.info()), sessions_(sessions),
-      steps_(steps), metrics_(metrics), ring_hub_(identity_.incarnation),
-      next_(next_stage ? std::make_unique<relay_link>(std::move(next_stage), relay_deadline, next_stage_local)
-                       : nullptr) {
-    if (next_) {
-        steps_.set_after_batch([this] { flush_relays(); });
-    }
-    if (ring_last && info_.is_first() && !info_.is_last()) {
-        pb::RouteKey mine;
-        mine.set_route_id(identity_.route_id);
-        mine.set_epoch(identity_.epoch);
-        ring_link_ = std::make_unique<ring_link>(std::move(ring_last), mine, [this](const pb::RingResponse & token) {
-            if (token.key().route_id() != identity_.route_id || token.key().epoch() != identity_.epoch) {
-                return; // never another route's or epoch's token (the last stage checks too)
-            }
-            std::vector<int32_t> tokens(token.tokens().begin(), token.tokens().end());
-            if (tokens.empty()) {
-                tokens.push_back(token.token()); // a last stage that sends `token` only
-            }
-            ring_waiters_.deliver(key_of(token.key()), token.position(), std::move(tokens));
-        });
-    }
-}
-
-shard_service::~shard_service() {
-    ring_hub_.stop();
-    ring_link_.reset();
-}
-
-metrics_registry::gauges shard_service::gauges() const {
-    metrics_registry::gauges now;
-    now.tokens_processed = steps_.tokens_processed();
-    now.engine_steps     = steps_.steps_run();
-    now.engine_micros    = steps_.engine_micros();
-    now.active_sessions  = sessions_.active();
-    now.slots_total      = sessions_.n_slots();
-    now.kv_tokens_used   = steps_.kv_used();
-    now.kv_tokens_total  = engine_.kv_total();
-    now.queue_depth      = steps_.queue_depth();
-    now.epoch            = identity_.epoch;
-    return now;
-}
-
 void shard_service::finish(grpc::ServerUnaryReactor * reactor, const char * rpc, const grpc::Status & status) {
-    metrics_.count_answer(rpc, status);
+    core_.metrics().count_answer(rpc, status);
     reactor->Finish(status);
-}
-
-std::optional<shard_error> shard_service::check_key(const pb::RouteKey & key) const {
-    if (key.session_id().empty() || key.session_id().size() > 256) {
-        return make_error(error_reason::invalid_route_key, "session_id must hold 1..256 bytes");
-    }
-    if (key.route_id() != identity_.route_id) {
-        return make_error(error_reason::route_mismatch,
-            "this worker serves route '" + identity_.route_id + "', not '" + key.route_id() + "'",
-            {{"stage_route_id", identity_.route_id}});
-    }
-    if (key.epoch() != identity_.epoch) {
-        return make_error(error_reason::epoch_mismatch,
-            "this worker serves epoch " + std::to_string(identity_.epoch) + ", the request carries " +
-            std::to_string(key.epoch()),
-            {{"stage_epoch", std::to_string(identity_.epoch)}});
-    }
-    return std::nullopt;
-}
-
-std::optional<shard_error> shard_service::check_loop_drafts(const pb::ForwardRequest & request,
-                                                            bool streaming) const {
-    if (request.loop_drafts() == 0) {
-        if (request.draft_context_size() > 0) {
-            return make_error(error_reason::invalid_output_request,
-                              "draft_context is for a speculative loop (loop_drafts)");
-        }
-        return std::nullopt;
-    }
-    const char * problem =
-        !streaming || !info_.is_first() ? "loop_drafts is for a decode loop on the first stage (ForwardStream)" :
-        request.loop_drafts() > max_loop_drafts ? "loop_drafts is at most 7 (the widest exact verification step)" :
-        nullptr;
-    if (problem) {
-        return make_error(error_reason::invalid_output_request, problem);
-    }
-    if (!info_.can_discard) {
-        return make_error(error_reason::discard_unsupported,
-            "this stage cannot drop a suffix of a session's positions; a speculative loop needs it");
-    }
-    for (int32_t token : request.draft_context()) {
-        if (token < 0 || token >= info_.n_vocab) {
-            return make_error(error_reason::invalid_tokens,
-                "draft_context token id " + std::to_string(token) + " is outside the vocabulary");
-        }
-    }
-    return std::nullopt;
-}
-
-std::optional<shard_error> shard_service::prepare(const pb::ForwardRequest & request, step_job & job,
-                                                  output_plan & plan, bool streaming) {
-    const int64_t size = static_cast<int64_t>(request.ByteSizeLong());
-    if (size > identity_.max_message_bytes) {
-        return make_error(error_reason::message_too_large,
-            "request of " + std::to_string(size) + " bytes is over the limit",
-            {{"max_message_bytes", std::to_string(identity_.max_message_bytes)}});
-    }
-    if (!request.has_key()) {
-        return make_error(error_reason::invalid_route_key, "the request carries no RouteKey");
-    }
-    if (auto error = check_key(request.key())) {
-        return error;
-    }
-    if (request.has_expected_range() &&
-        (request.expected_range().begin() != info_.layer_begin || request.expected_range().end() != info_.layer_end)) {
-        const std::string mine = info_.layers().str();
-        const layer_range expected{request.expected_range().begin(), request.expected_range().end()};
-        return make_error(error_reason::range_mismatch,
-            "this stage owns layers " + mine + ", the route expects " + expected.str(),
-            {{"stage_range", mine}});
-    }
-
-    const int64_t n_past = request.n_past();
-    const int64_t n      = request.positions_size();
-    if (n == 0) {
-        return make_error(error_reason::invalid_positions, "a step needs at least one position");
-    }
-    if (n > identity_.max_step_tokens) {
-        return make_error(error_reason::step_too_large,
-            std::to_string(n) + " tokens in one step; split it",
-            {{"max_step_tokens", std::to_string(identity_.max_step_tokens)}});
-    }
-    if (n_past < 0) {
-        return make_error(error_reason::invalid_positions, "n_past must not be negative");
-    }
-    for (int64_t i = 0; i < n; ++i) {
-        if (request.positions(static_cast<int>(i)) != n_past + i) {
-            return make_error(error_reason::invalid_positions,
-                "positions must be n_past, n_past+1, ...: position " + std::to_string(i) + " is " +
-                std::to_string(request.positions(static_cast<int>(i))) + ", expected " + std::to_string(n_past + i));
-        }
-    }
-    if (auto error = check_discard(request, info_)) {
-        return error;
-    }
-    if (n_past + n > info_.n_ctx) {
-        return make_error(error_reason::context_overflow,
-            "positions up to " + std::to_string(n_past + n) + " exceed the context of " + std::to_string(info_.n_ctx),
-            {{"n_ctx", std::to_string(info_.n_ctx)}});
-    }
-
-    const bool wants_tokens = info_.is_first() || info_.needs_token_sideband;
-    if (wants_tokens || request.tokens_size() > 0) {
-        if (request.tokens_size() != n) {
-            return make_error(error_reason::invalid_tokens,
-                std::to_string(request.tokens_size()) + " token ids for " + std::to_string(n) + " positions");
-        }
-        for (int i = 0; i < request.tokens_size(); ++i) {
-            const int32_t token = request.tokens(i);
-            if (token < 0 || token >= info_.n_vocab) {
-                return make_error(error_reason::invalid_tokens,
-                    "token id " + std::to_string(token) + " is outside the vocabulary [0, " +
-                    std::to_string(info_.n_vocab) + ")");
-            }
-        }
-    }
-    if (info_.is_first()) {
-        if (request.has_boundary()) {
-            return make_error(error_reason::invalid_boundary, "the first stage takes token ids, not a boundary");
-        }
-    } else {
-        if (!request.has_boundary()) {
-            return make_error(error_reason::invalid_boundary, "this stage needs the previous stage's boundary");
-        }
-        const pb::Boundary & boundary = request.boundary();
-        if (boundary.schema() != schema_to_pb(info_.schema)) {
-            return make_error(error_reason::boundary_schema_mismatch,
-                std::string("boundary schema ") + pb::BoundarySchema_Name(boundary.schema()) + ", this stage takes " +
-                pb::BoundarySchema_Name(schema_to_pb(info_.schema)));
-        }
-        if (boundary.dtype() != dtype_to_pb(identity_.boundary_dtype)) {
-            return make_error(error_reason::boundary_schema_mismatch,
-                std::string("boundary dtype ") + pb::BoundaryDtype_Name(boundary.dtype()) + ", this stage takes " +
-                pb::BoundaryDtype_Name(dtype_to_pb(identity_.boundary_dtype)));
-        }
-        std::vector<int64_t> expected_shape{n};
-        for (int64_t dim : row_shape(info_)) expected_shape.push_back(dim);
-        const std::vector<int64_t> shape(boundary.shape().begin(), boundary.shape().end());
-        if (shape != expected_shape) {
-            std::string want, got;
-            for (int64_t d : expected_shape) want += (want.empty() ? "" : ",") + std::to_string(d);
-            for (int64_t d : shape) got += (got.empty() ? "" : ",") + std::to_string(d);
-            return make_error(error_reason::invalid_boundary, "boundary shape [" + got + "], expected [" + want + "]");
-        }
-        std::string error;
-        if (!boundary_decode(boundary.data(), static_cast<size_t>(n * info_.boundary_row), identity_.boundary_dtype,
-                             job.boundary, error)) {
-            return make_error(error_reason::invalid_boundary, error);
-        }
-        metrics_.add_boundary_bytes_in(static_cast<int64_t>(boundary.data().size()));
-    }
-
-    plan.last     = info_.is_last();
-    plan.kind     = request.output().kind();
-    plan.n_tokens = n;
-    plan.relay    = request.relay() && !plan.last;
-    if (plan.relay) {
-        if (!next_) {
-            return make_error(error_reason::relay_unavailable,
-                "this stage was started without --next-stage; call each stage in turn");
-        }
-        pb::ForwardRequest & next = plan.relay_request;
-        *next.mutable_key() = request.key();
-        next.set_n_past(n_past);
-        *next.mutable_positions() = request.positions();
-        *next.mutable_tokens()    = request.tokens();
-        *next.mutable_output()    = request.output();
-        next.set_relay(true);
-        if (request.has_discard_from()) {
-            next.set_discard_from(request.discard_from());
-        }
-        plan.kind = pb::OUTPUT_KIND_BOUNDARY;
-    } else if (!plan.last) {
-        if (plan.kind != pb::OUTPUT_KIND_UNSPECIFIED && plan.kind != pb::OUTPUT_KIND_BOUNDARY) {
-            return make_error(error_reason::invalid_output_request,
-                std::string(pb::OutputKind_Name(plan.kind)) + " asked of a non-last stage (layers " +
-                info_.layers().str() + " of " +
-                std::to_string(info_.n_layer) + "); it answers only its boundary");
-        }
-        plan.kind = pb::OUTPUT_KIND_BOUNDARY;
-    } else {
-        if (plan.kind == pb::OUTPUT_KIND_BOUNDARY) {
-            return make_error(error_reason::invalid_output_request, "the last stage answers logits, top-k or samples");
-        }
-        if (plan.kind == pb::OUTPUT_KIND_UNSPECIFIED) {
-            plan.kind = pb::OUTPUT_KIND_LOGITS;
-        }
-        // Rows in increasing order, each once: a request asks for at most its own rows,
-        // so what its answer holds is bounded by the step limit (rows x n_vocab).
-        for (int32_t row : request.output().rows()) {
-            if (row < 0 || row >= n) {
-                return make_error(error_reason::invalid_output_request,
-                    "row " + std::to_string(row) + " is outside the step's " + std::to_string(n) + " rows");
-            }
-            if (!plan.rows.empty() && row <= plan.rows.back()) {
-                return make_error(error_reason::invalid_output_request,
-                    "output rows must increase, each asked once (row " + std::to_string(row) + " after " +
-                    std::to_string(plan.rows.back()) + ")");
-            }
-            plan.rows.push_back(row);
-        }
-        if (plan.kind == pb::OUTPUT_KIND_VERIFIED) {
-            if (!plan.rows.empty() || request.tokens_size() != n) {
-                return make_error(error_reason::invalid_output_request,
-                    "VERIFIED checks every row against the step's tokens: no rows, and the tokens given");
-            }
-            plan.step_tokens.assign(request.tokens().begin(), request.tokens().end());
-            for (int32_t row = 0; row < n; ++row) plan.rows.push_back(row);
-        }
-        if (plan.rows.empty()) {
-            plan.rows.push_back(static_cast<int32_t>(n - 1));
-        }
-        for (int32_t row : plan.rows) {
-            plan.row_positions.push_back(request.positions(row));
-        }
-        if (plan.kind == pb::OUTPUT_KIND_TOP_K) {
-            plan.top_k = request.output().top_k();
-            if (plan.top_k < 1 || plan.top_k > info_.n_vocab) {
-                return make_error(error_reason::invalid_output_request, "top_k must be within [1, n_vocab]");
-            }
-        }
-        if (plan.kind == pb::OUTPUT_KIND_SAMPLED || plan.kind == pb::OUTPUT_KIND_VERIFIED) {
-            const pb::SamplingParams & sampling = request.output().sampling();
-            if (!(sampling.temperature() >= 0.0f) || sampling.top_k() < 0 ||
-                !(sampling.top_p() >= 0.0f && sampling.top_p() <= 1.0f)) {
-                return make_error(error_reason::invalid_output_request,
-                    "sampling needs temperature >= 0, top_k >= 0 and top_p within [0, 1]");
-            }
-            plan.sampling = sampling_params{sampling.temperature(), sampling.top_k(), sampling.top_p(), sampling.seed()};
-        }
-    }
-
-    if (auto error = check_loop_drafts(request, streaming)) {
-        return error;
-    }
-    if (request.continue_tokens() > 0) {
-        const bool last_row_only = request.output().rows().empty() ||
-            (request.output().rows_size() == 1 && request.output().rows(0) == n - 1);
-        const bool verified_loop = request.output().kind() == pb::OUTPUT_KIND_VERIFIED && request.loop_drafts() > 0;
-        const char * problem =
-            !streaming ? "continue_tokens works on ForwardStream only" :
-            !info_.is_first() ? "continue_tokens needs the first stage (it embeds the sampled tokens)" :
-            request.output().kind() != pb::OUTPUT_KIND_SAMPLED && !verified_loop ? "continue_tokens needs OUTPUT_KIND_SAMPLED" :
-            !last_row_only ? "continue_tokens samples the last row only" :
-            (!info_.is_last() && !plan.relay) ? "continue_tokens needs relay on a non-last stage" : nullptr;
-        if (problem) {
-            return make_error(error_reason::invalid_output_request, problem);
-        }
-        plan.continue_tokens = request.continue_tokens();
-    }
-    plan.key  = request.key();
-    plan.ring = request.ring();
-    if (plan.relay) {
-        // A decode loop's steps ride the ring while it is up; others go on as they came.
-        plan.relay_request.set_ring(request.ring() ||
-            (plan.continue_tokens > 0 && ring_link_ && !ring_link_->incarnation().empty()));
-    }
-
-    job.key         = key_of(request.key());
-    job.n_past      = n_past;
-    job.positions.assign(request.positions().begin(), request.positions().end());
-    if (wants_tokens) {
-        job.tokens.assign(request.tokens().begin(), request.tokens().end());
-    }
-    if (plan.last) {
-        job.output_rows = plan.rows;
-    }
-    job.discard_from = request.has_discard_from() ? request.discard_from() : -1;
-    return std::nullopt;
-}
-
-void shard_service::complete(output_plan & plan, step_outcome & outcome, pb::ForwardResponse & response,
-                             std::function<void(const grpc::Status &)> then) {
-    if (!plan.relay) {
-        answer(plan, outcome, response);
-        const bool sampled = plan.kind == pb::OUTPUT_KIND_SAMPLED && response.sampled_tokens_size() == 1;
-        if (plan.ring && plan.last && (sampled || plan.kind == pb::OUTPUT_KIND_VERIFIED)) {
-            // Straight to the first stage, before the answer starts back along the chain.
-            ring_hub_.publish(plan.key, response.n_past() - plan.n_tokens,
-                              {response.sampled_tokens().begin(), response.sampled_tokens().end()});
-        }
-        then(grpc::Status::OK);
-        return;
-    }
-    relay_entry entry;
-    entry.request  = std::move(plan.relay_request);
-    entry.key      = plan.key;
-    write_boundary(plan.n_tokens, outcome.boundary, *entry.request.mutable_boundary());
-    write_trace(outcome.engine_micros, entry.own);
-    entry.response = &response;
-    entry.then     = std::move(then);
-    std::lock_guard<std::mutex> lock(outbox_mutex_);
-    outbox_.push_back(std::move(entry));
-}
-
-void shard_service::release(const session_key & key, std::function<void(bool)> done) {
-    steps_.release(key, std::move(done));
-    if (next_) {
-        pb::RouteKey route_key;
-        route_key.set_route_id(key.route_id);
-        route_key.set_epoch(key.epoch);
-        route_key.set_session_id(key.session_id);
-        next_->release(route_key);
-    }
-}
-
-void shard_service::flush_relays() {
-    auto entries = std::make_shared<std::vector<relay_entry>>();
-    {
-        std::lock_guard<std::mutex> lock(outbox_mutex_);
-        entries->swap(outbox_);
-    }
-    if (entries->empty()) {
-        return;
-    }
-    std::vector<pb::ForwardRequest> steps;
-    steps.reserve(entries->size());
-    for (auto & entry : *entries) {
-        steps.push_back(std::move(entry.request));
-    }
-    const auto sent = std::chrono::steady_clock::now();
-    next_->send(std::move(steps), [this, entries, sent](std::vector<relay_answer> & answers) {
-        const int64_t round_trip = std::chrono::duration_cast<std::chrono::microseconds>(
-            std::chrono::steady_clock::now() - sent).count();
-        // Decode loops feed these answers straight back in: held, their next steps are
-        // all queued before the engine takes any, and run together as they came.
-        auto hold = steps_.hold();
-        for (size_t i = 0; i < entries->size(); ++i) {
-            relay_entry & entry = (*entries)[i];
-            if (answers[i].status.ok()) {
-                const int64_t hop = round_trip - answers[i].response.server_micros();
-                metrics_.observe_next_hop_seconds(static_cast<double>(std::max<int64_t>(hop, 0)) * 1e-6);
-                *entry.response = std::move(answers[i].response);
-                auto * chain = entry.response->mutable_chain();
-                *chain->Add() = entry.own;
-                std::rotate(chain->begin(), chain->end() - 1, chain->end()); // ours first
-            }
-            if (sessions_.find(key_of(entry.key)) < 0) {
-                // Released here (or evicted) while the step was downstream: the release
-                // sent on meanwhile may have come before the step made the session
-                // there, or found the next stage restarting.
-                next_->release(entry.key);
-            }
-            entry.then(answers[i].status);
-        }
-    });
-}
-
-void shard_service::write_boundary(int64_t n_tokens, const std::vector<float> & rows, pb::Boundary & out) {
-    out.set_schema(schema_to_pb(info_.schema));
-    out.set_dtype(dtype_to_pb(identity_.boundary_dtype));
-    out.add_shape(n_tokens);
-    for (int64_t dim : row_shape(info_)) out.add_shape(dim);
-    boundary_encode(rows.data(), rows.size(), identity_.boundary_dtype, *out.mutable_data());
-    metrics_.add_boundary_bytes_out(static_cast<int64_t>(out.data().size()));
-}
-
-void shard_service::record_served(pb::ForwardResponse & response, std::chrono::steady_clock::time_point arrived) {
-    const int64_t micros = std::chrono::duration_cast<std::chrono::microseconds>(
-        std::chrono::steady_clock::now() - arrived).count();
-    response.set_server_micros(micros);
-    metrics_.observe_forward_seconds(static_cast<double>(micros) * 1e-6);
-}
-
-void shard_service::write_trace(int64_t engine_micros, pb::StageTrace & out) const {
-    out.mutable_layers()->set_begin(info_.layer_begin);
-    out.mutable_layers()->set_end(info_.layer_end);
-    out.set_incarnation(identity_.incarnation);
-    out.set_engine_micros(engine_micros);
-}
-
-void shard_service::answer(const output_plan & plan, step_outcome & outcome, pb::ForwardResponse & response) {
-    response.set_n_past(outcome.n_past);
-    response.set_engine_micros(outcome.engine_micros);
-    write_trace(outcome.engine_micros, *response.add_chain());
-    if (!plan.last) {
-        write_boundary(plan.n_tokens, outcome.boundary, *response.mutable_boundary());
-        return;
-    }
-    const int32_t n_vocab = info_.n_vocab;
-    if (plan.kind == pb::OUTPUT_KIND_VERIFIED) {
-        const auto tokens = verify_drafts(outcome.logits.data(), n_vocab, plan.sampling, plan.row_positions,
-                                          plan.step_tokens);
-        response.mutable_sampled_tokens()->Add(tokens.begin(), tokens.end());
-        response.set_drafted_tokens(static_cast<uint32_t>(plan.step_tokens.size() - 1));
-        metrics_.count_drafts(static_cast<int64_t>(plan.step_tokens.size()) - 1,
-                              static_cast<int64_t>(tokens.size()) - 1);
-        return;
-    }
-    for (size_t i = 0; i < plan.rows.size(); ++i) {
-        const float * logits = outcome.logits.data() + i * static_cast<size_t>(n_vocab);
-        switch (plan.kind) {
-            case pb::OUTPUT_KIND_SAMPLED:
-                response.add_sampled_tokens(sample_token(logits, n_vocab, plan.sampling, plan.row_positions[i]));
-                break;
-            case pb::OUTPUT_KIND_TOP_K: {
-                pb::LogitsRow * row = response.add_rows();
-                row->set_row(plan.rows[i]);
-                for (const auto & entry : top_k_logits(logits, n_vocab, plan.top_k)) {
-                    row->add_token_ids(entry.first);
-                    row->add_logits(entry.second);
-                }
-                break;
-            }
-            default: {
-                pb::LogitsRow * row = response.add_rows();
-                row->set_row(plan.rows[i]);
-                row->mutable_logits()->Add(logits, logits + n_vocab);
-                break;
-            }
-        }
-    }
 }
 
 grpc::ServerUnaryReactor * shard_service::GetInfo(grpc::CallbackServerContext * ctx, const pb::GetInfoRequest *,
                                                   pb::GetInfoResponse * response) {
+    const service_identity & identity = core_.identity();
+    const engine_info &      info     = core_.info();
     response->set_protocol("meshnet.shard.v1");
-    response->set_worker_version(identity_.worker_version);
-    response->set_incarnation(identity_.incarnation);
-    response->set_route_id(identity_.route_id);
-    response->set_epoch(identity_.epoch);
-    response->set_manifest_digest(identity_.manifest_digest);
-    response->set_recipe_digest(identity_.recipe_digest);
-    response->set_route_digest(identity_.route_digest);
-    response->set_architecture(info_.arch);
-    response->set_n_layer(info_.n_layer);
-    response->mutable_layers()->set_begin(info_.layer_begin);
-    response->mutable_layers()->set_end(info_.layer_end);
-    response->set_n_embd(info_.n_embd);
-    response->set_n_vocab(info_.n_vocab);
-    response->set_has_vocab(info_.has_vocab);
+    response->set_worker_version(identity.worker_version);
+    response->set_incarnation(identity.incarnation);
+    response->set_route_id(identity.route_id);
+    response->set_epoch(identity.epoch);
+    response->set_manifest_digest(identity.manifest_digest);
+    response->set_recipe_digest(identity.recipe_digest);
+    response->set_route_digest(identity.route_digest);
+    response->set_architecture(info.arch);
+    response->set_n_layer(info.n_layer);
+    response->mutable_layers()->set_begin(info.layer_begin);
+    response->mutable_layers()->set_end(info.layer_end);
+    response->set_n_embd(info.n_embd);
+    response->set_n_vocab(info.n_vocab);
+    response->set_has_vocab(info.has_vocab);
     pb::BoundarySpec * boundary = response->mutable_boundary();
-    boundary->set_schema(schema_to_pb(info_.schema));
-    boundary->set_dtype(dtype_to_pb(identity_.boundary_dtype));
-    for (int64_t dim : row_shape(info_)) boundary->add_row_shape(dim);
-    boundary->set_needs_token_sideband(info_.needs_token_sideband);
-    response->set_n_ctx(info_.n_ctx);
-    response->set_n_slots(info_.n_slots);
-    response->set_max_step_tokens(identity_.max_step_tokens);
-    response->set_max_message_bytes(identity_.max_message_bytes);
-    response->mutable_eos_token_ids()->Add(identity_.eos_token_ids.begin(), identity_.eos_token_ids.end());
-    response->set_chat_template(identity_.chat_template);
-    response->set_next_stage(identity_.next_stage);
-    response->set_local_relay_port(static_cast<uint32_t>(identity_.local_relay_port));
-    response->set_local_relay_token(identity_.local_relay_token);
-    response->set_can_discard(info_.can_discard);
-    response->set_ring_last(identity_.ring_last);
-    response->set_ring_last_incarnation(ring_link_ ? ring_link_->incarnation() : std::string());
+    boundary->set_schema(schema_to_pb(info.schema));
+    boundary->set_dtype(dtype_to_pb(identity.boundary_dtype));
+    for (int64_t dim : row_shape(info)) boundary->add_row_shape(dim);
+    boundary->set_needs_token_sideband(info.needs_token_sideband);
+    response->set_n_ctx(info.n_ctx);
+    response->set_n_slots(info.n_slots);
+    response->set_max_step_tokens(identity.max_step_tokens);
+    response->set_max_message_bytes(identity.max_message_bytes);
+    response->mutable_eos_token_ids()->Add(identity.eos_token_ids.begin(), identity.eos_token_ids.end());
+    response->set_chat_template(identity.chat_template);
+    response->set_next_stage(identity.next_stage);
+    response->set_local_relay_port(static_cast<uint32_t>(identity.local_relay_port));
+    response->set_local_relay_token(identity.local_relay_token);
+    response->set_can_discard(info.can_discard);
+    response->set_ring_last(identity.ring_last);
+    response->set_ring_last_incarnation(core_.ring_last_incarnation());
     pb::ComputePlacement * placement = response->mutable_placement();
-    placement->set_host_id(identity_.placement.host_id);
-    placement->mutable_cpus()->Add(identity_.placement.cpus.begin(), identity_.placement.cpus.end());
-    placement->set_threads(identity_.placement.threads);
-    placement->set_gpu_layers(identity_.placement.gpu_layers);
+    placement->set_host_id(identity.placement.host_id);
+    placement->mutable_cpus()->Add(identity.placement.cpus.begin(), identity.placement.cpus.end());
+    placement->set_threads(identity.placement.threads);
+    placement->set_gpu_layers(identity.placement.gpu_layers);
     auto * reactor = ctx->DefaultReactor();
     finish(reactor, "GetInfo", grpc::Status::OK);
     return reactor;
@@ -579,13 +63,13 @@ grpc::ServerUnaryReactor * shard_service::GetInfo(grpc::CallbackServerContext * 
 
 grpc::ServerUnaryReactor * shard_service::GetCapacity(grpc::CallbackServerContext * ctx, const pb::GetCapacityRequest *,
                                                       pb::GetCapacityResponse * response) {
-    const auto now = gauges();
+    const auto now = core_.gauges();
     response->set_slots_total(static_cast<int32_t>(now.slots_total));
-    response->set_slots_free(sessions_.slots_free());
+    response->set_slots_free(core_.sessions().slots_free());
     response->set_kv_tokens_total(now.kv_tokens_total);
     response->set_kv_tokens_free(now.kv_tokens_total - now.kv_tokens_used);
     response->set_queue_depth(static_cast<int32_t>(now.queue_depth));
-    response->set_recent_tokens_per_second(steps_.recent_tokens_per_second());
+    response->set_recent_tokens_per_second(core_.steps().recent_tokens_per_second());
     response->set_active_sessions(static_cast<int32_t>(now.active_sessions));
     auto * reactor = ctx->DefaultReactor();
     finish(reactor, "GetCapacity", grpc::Status::OK);
@@ -598,7 +82,7 @@ grpc::ServerUnaryReactor * shard_service::Forward(grpc::CallbackServerContext * 
     const auto arrived = std::chrono::steady_clock::now();
     step_job    job;
     output_plan plan;
-    if (auto error = prepare(*request, job, plan)) {
+    if (auto error = core_.prepare(*request, job, plan)) {
         finish(reactor, "Forward", error_status(*error));
         return reactor;
     }
@@ -608,25 +92,25 @@ grpc::ServerUnaryReactor * shard_service::Forward(grpc::CallbackServerContext * 
             finish(reactor, "Forward", error_status(outcome.error));
             return;
         }
-        complete(plan, outcome, *response, [this, reactor, response, arrived](const grpc::Status & status) {
+        core_.complete(plan, outcome, *response, [this, reactor, response, arrived](const grpc::Status & status) {
             if (status.ok()) {
-                record_served(*response, arrived);
+                core_.record_served(*response, arrived);
             }
             finish(reactor, "Forward", status);
         });
     };
-    steps_.submit(std::move(job));
+    core_.steps().submit(std::move(job));
     return reactor;
 }
 
 
 grpc::ServerBidiReactor<pb::ForwardStreamRequest, pb::ForwardStreamResponse> *
 shard_service::ForwardStream(grpc::CallbackServerContext *) {
-    return forward_stream_open(*this);
+    return forward_stream_open(core_);
 }
 
 grpc::ServerBidiReactor<pb::RelayRequest, pb::RelayResponse> * shard_service::Relay(grpc::CallbackServerContext *) {
-    return relay_stream_open(*this);
+    return relay_stream_open(core_);
 }
 
 namespace {
@@ -644,29 +128,29 @@ grpc::ServerWriteReactor<pb::RingResponse> * shard_service::Ring(grpc::CallbackS
                                                               const pb::RingRequest * request) {
     pb::RouteKey key = request->key();
     key.set_session_id("ring"); // the subscription names no session; check_key wants one
-    std::optional<shard_error> error = check_key(key);
-    if (!error && !info_.is_last()) {
+    std::optional<shard_error> error = core_.check_key(key);
+    if (!error && !core_.info().is_last()) {
         error = make_error(error_reason::ring_unavailable,
-            "this stage (layers " + info_.layers().str() + " of " + std::to_string(info_.n_layer) +
+            "this stage (layers " + core_.info().layers().str() + " of " + std::to_string(core_.info().n_layer) +
             ") is not the route's last stage; subscribe at the last stage");
     }
     if (error) {
-        metrics_.count_answer("Ring", error_status(*error));
+        core_.metrics().count_answer("Ring", error_status(*error));
         return new ring_refusal(error_status(*error));
     }
-    return ring_hub_.subscribe(request->key());
+    return core_.subscribe_ring(request->key());
 }
 
 grpc::ServerUnaryReactor * shard_service::ReleaseSession(grpc::CallbackServerContext * ctx,
                                                          const pb::ReleaseSessionRequest * request,
                                                          pb::ReleaseSessionResponse * response) {
     auto * reactor = ctx->DefaultReactor();
-    if (auto error = check_key(request->key())) {
+    if (auto error = core_.check_key(request->key())) {
         finish(reactor, "ReleaseSession", error_status(*error));
         return reactor;
     }
     // down the chain too: a chain's client need only call its first stage
-    release(key_of(request->key()), [this, reactor, response](bool released) {
+    core_.release(key_of(request->key()), [this, reactor, response](bool released) {
         response->set_released(released);
         finish(reactor, "ReleaseSession", grpc::Status::OK);
     });
@@ -676,17 +160,17 @@ grpc::ServerUnaryReactor * shard_service::ReleaseSession(grpc::CallbackServerCon
 grpc::ServerUnaryReactor * shard_service::Tokenize(grpc::CallbackServerContext * ctx, const pb::TokenizeRequest * request,
                                                    pb::TokenizeResponse * response) {
     auto * reactor = ctx->DefaultReactor();
-    if (!info_.has_vocab) {
+    if (!core_.info().has_vocab) {
         finish(reactor, "Tokenize", error_status(make_error(error_reason::no_vocabulary, "this stage has no vocabulary")));
         return reactor;
     }
-    if (static_cast<int64_t>(request->ByteSizeLong()) > identity_.max_message_bytes) {
+    if (static_cast<int64_t>(request->ByteSizeLong()) > core_.identity().max_message_bytes) {
         finish(reactor, "Tokenize", error_status(make_error(error_reason::message_too_large, "text over the limit",
-            {{"max_message_bytes", std::to_string(identity_.max_message_bytes)}})));
+            {{"max_message_bytes", std::to_string(core_.identity().max_message_bytes)}})));
         return reactor;
     }
     std::vector<int32_t> tokens;
-    const engine_status status = engine_.tokenize(request->text(), request->add_special(), tokens);
+    const engine_status status = core_.engine().tokenize(request->text(), request->add_special(), tokens);
     if (status != engine_status::ok) {
         finish(reactor, "Tokenize", error_status(make_error(error_reason::engine_failure,
             std::string("tokenize: ") + engine_status_name(status))));
@@ -701,12 +185,12 @@ grpc::ServerUnaryReactor * shard_service::Detokenize(grpc::CallbackServerContext
                                                      const pb::DetokenizeRequest * request,
                                                      pb::DetokenizeResponse * response) {
     auto * reactor = ctx->DefaultReactor();
-    if (!info_.has_vocab) {
+    if (!core_.info().has_vocab) {
         finish(reactor, "Detokenize", error_status(make_error(error_reason::no_vocabulary, "this stage has no vocabulary")));
         return reactor;
     }
     for (int32_t token : request->tokens()) {
-        if (token < 0 || token >= info_.n_vocab) {
+        if (token < 0 || token >= core_.info().n_vocab) {
             finish(reactor, "Detokenize", error_status(make_error(error_reason::invalid_tokens,
                 "token id " + std::to_string(token) + " is outside the vocabulary")));
             return reactor;
@@ -714,7 +198,7 @@ grpc::ServerUnaryReactor * shard_service::Detokenize(grpc::CallbackServerContext
     }
     const std::vector<int32_t> tokens(request->tokens().begin(), request->tokens().end());
     std::string text;
-    const engine_status status = engine_.detokenize(tokens, text);
+    const engine_status status = core_.engine().detokenize(tokens, text);
     if (status != engine_status::ok) {
         finish(reactor, "Detokenize", error_status(make_error(error_reason::engine_failure,
             std::string("detokenize: ") + engine_status_name(status))));

@@ -1,78 +1,16 @@
-// shard_service.h - ShardService (meshnet.shard.v1) on the gRPC callback API: request
-// checks, the step scheduler, and the stage's answers (boundary, logits, samples).
+// shard_service.h - ShardService (meshnet.shard.v1) on the gRPC callback API: each RPC
+// adapts its call to the stage core (stage_core.h), which checks and runs the steps.
 #pragma once
 
-#include "boundary_codec.h"
-#include "engine.h"
-#include "error_info.h"
-#include "host_facts.h"
-#include "metrics.h"
-#include "relay_link.h"
-#include "ring.h"
-#include "sampling.h"
-#include "scheduler.h"
-#include "session_store.h"
+#include "stage_core.h"
 
 #include "meshnet/shard/v1/shard_service.grpc.pb.h"
 
-#include <grpcpp/channel.h>
-
-#include <chrono>
-#include <mutex>
-#include <optional>
-#include <string>
-#include <vector>
-
 namespace meshnet {
-
-namespace pb = ::meshnet::shard::v1;
-
-// What the service says about itself (GetInfo) besides the engine's facts.
-struct service_identity {
-    std::string route_id;
-    uint64_t    epoch = 0;
-    std::string manifest_digest;
-    std::string recipe_digest;
-    std::string route_digest;
-    std::string incarnation;
-    std::string worker_version;
-    wire_dtype  boundary_dtype    = wire_dtype::f32;
-    int64_t     max_message_bytes = 64ll << 20;
-    int32_t     max_step_tokens   = 512;
-    std::vector<int32_t> eos_token_ids; // from the GGUF vocabulary (engine_info has none)
-    std::string chat_template;          // the GGUF's tokenizer.chat_template ("" when none)
-    std::string next_stage;             // chain successor ("" when none)
-    std::string ring_last;              // the ring's last stage, as given ("" when none)
-    std::chrono::milliseconds stream_flush{100}; // decode loop answers are sent at least this often
-    compute_placement         placement;         // where the engine computes
-    int32_t                   local_relay_port = 0; // GetInfo: the local relay (0: none)
-    std::string               local_relay_token;    // GetInfo: what its connections open with
-};
-
-// How the answer to one accepted step is built once the engine ran it.
-struct output_plan {
-    bool                 last = false;
-    pb::OutputKind       kind = pb::OUTPUT_KIND_UNSPECIFIED;
-    std::vector<int32_t> rows;          // last stage: rows of the step
-    std::vector<int32_t> row_positions; // their positions (sampling seed)
-    int32_t              top_k = 0;
-    sampling_params      sampling;
-    int64_t              n_tokens = 0;
-    bool                 relay = false;  // pass the output on to the next stage
-    pb::ForwardRequest   relay_request;  // its request, less the boundary
-    uint32_t             continue_tokens = 0; // stream decode loop: tokens still to go
-    bool                 ring = false;   // last stage: also send the sampled token over Ring
-    pb::RouteKey         key;            // the step's session
-    std::vector<int32_t> step_tokens;   // VERIFIED: the step's tokens (the drafts after the first)
-};
 
 class shard_service final : public pb::ShardService::CallbackService {
 public:
-    shard_service(service_identity identity, engine_i & engine, session_store & sessions,
-                  scheduler & steps, metrics_registry & metrics,
-                  std::shared_ptr<grpc::Channel> next_stage = nullptr, bool next_stage_local = false,
-                  std::shared_ptr<grpc::Channel> ring_last = nullptr);
-    ~shard_service() override;
+    explicit shard_service(stage_core & core) : core_(core) {}
 
     grpc::ServerUnaryReactor * GetInfo(grpc::CallbackServerContext * ctx, const pb::GetInfoRequest * request,
                                        pb::GetInfoResponse * response) override;
@@ -92,67 +30,10 @@ public:
     grpc::ServerUnaryReactor * Detokenize(grpc::CallbackServerContext * ctx, const pb::DetokenizeRequest * request,
                                           pb::DetokenizeResponse * response) override;
 
-    // Checks a step and turns it into a job; the error answers the request otherwise.
-    std::optional<shard_error> prepare(const pb::ForwardRequest & request, step_job & job, output_plan & plan,
-                                       bool streaming = false);
-    // Fills the response of a step the engine ran.
-    void answer(const output_plan & plan, step_outcome & outcome, pb::ForwardResponse & response);
-    // Answers a step the engine ran: fills `response` (relaying it down the chain first
-    // when the plan says so), then calls `then` with the status, on any thread. Called
-    // from `done` on the engine thread: a relayed step waits in the outbox until the
-    // engine step's last `done`, and goes with the others as one batch.
-    void complete(output_plan & plan, step_outcome & outcome, pb::ForwardResponse & response,
-                  std::function<void(const grpc::Status &)> then);
-    // This stage's output boundary (n_tokens rows), encoded in its wire dtype.
-    void write_boundary(int64_t n_tokens, const std::vector<float> & rows, pb::Boundary & out);
-    // This stage's entry in a step's chain trace.
-    void write_trace(int64_t engine_micros, pb::StageTrace & out) const;
-    // A step answered: its time from `arrived` goes in `response` and the latency histogram.
-    void record_served(pb::ForwardResponse & response, std::chrono::steady_clock::time_point arrived);
-
-    std::optional<shard_error> check_key(const pb::RouteKey & key) const;
+private:
     void finish(grpc::ServerUnaryReactor * reactor, const char * rpc, const grpc::Status & status);
 
-    scheduler &        steps() { return steps_; }
-    int64_t            n_ctx() const { return info_.n_ctx; }
-    // Frees the session here (`done` gets whether it held it) and down the chain.
-    void release(const session_key & key, std::function<void(bool)> done = nullptr);
-    ring_waiters &     ring() { return ring_waiters_; }
-    // Ends the Ring subscribers' streams (the worker stops: they would hold it up).
-    void stop_ring() { ring_hub_.stop(); }
-    std::chrono::milliseconds stream_flush() const { return identity_.stream_flush; }
-    metrics_registry & metrics() { return metrics_; }
-    metrics_registry::gauges gauges() const;
-
-private:
-    // A step waiting to be relayed with the others of its engine step.
-    struct relay_entry {
-        pb::ForwardRequest                        request;
-        pb::RouteKey                              key;      // kept: `request` goes to the link
-        pb::StageTrace                            own;      // this stage's hop
-        pb::ForwardResponse *                     response = nullptr;
-        std::function<void(const grpc::Status &)> then;
-    };
-
-    // A speculative loop's request (ForwardRequest.loop_drafts) this stage can run.
-    std::optional<shard_error> check_loop_drafts(const pb::ForwardRequest & request, bool streaming) const;
-    // Sends the outbox as one batch (after every engine step, on the engine thread).
-    void flush_relays();
-
-    service_identity   identity_;
-    engine_i &         engine_;
-    const engine_info  info_;
-    session_store &    sessions_;
-    scheduler &        steps_;
-    metrics_registry & metrics_;
-    std::mutex               outbox_mutex_;
-    std::vector<relay_entry> outbox_;
-    ring_waiters             ring_waiters_;
-    ring_hub                 ring_hub_;   // last stage: the first stages subscribed to its tokens
-    std::unique_ptr<ring_link>  ring_link_; // first stage: its subscription at the last stage
-    std::unique_ptr<relay_link> next_; // declared last: it goes first, while the rest still stands
+    stage_core & core_;
 };
-
-const char * status_code_name(grpc::StatusCode code);
 
 } // namespace meshnet

@@ -172,8 +172,9 @@ bool worker_server::start(const worker_params & params, engine_i & engine, std::
                                              std::chrono::microseconds(params.batch_wait_us),
                                              pipeline_depth(params, info), exact_batch_rows(params));
     registry_  = std::make_unique<metrics_registry>();
-    service_   = std::make_unique<shard_service>(identity_, engine, *sessions_, *scheduler_, *registry_, next_stage,
-                                                 next_stage_local, ring_last);
+    core_      = std::make_unique<stage_core>(identity_, engine, *sessions_, *scheduler_, *registry_, next_stage,
+                                              next_stage_local, ring_last);
+    service_   = std::make_unique<shard_service>(*core_);
     scheduler_->start();
 
     grpc::EnableDefaultHealthCheckService(true);
@@ -193,7 +194,7 @@ bool worker_server::start(const worker_params & params, engine_i & engine, std::
     if (local_relay_) {
         local_relay_limits limits;
         limits.max_frame_bytes = static_cast<size_t>(transport_limit);
-        local_relay_->start(*service_, limits);
+        local_relay_->start(*core_, limits);
     }
     server_ = builder.BuildAndStart();
     if (!server_ || port_ == 0) {
@@ -206,10 +207,10 @@ bool worker_server::start(const worker_params & params, engine_i & engine, std::
     health->SetServingStatus(pb::ShardService::service_full_name(), true);
 
     if (!params.metrics_listen.empty()) {
-        shard_service * service = service_.get();
+        stage_core * core = core_.get();
         metrics_registry * registry = registry_.get();
         if (!metrics_.start(params.metrics_listen,
-                            [service, registry] { return registry->render(service->gauges()); }, error)) {
+                            [core, registry] { return registry->render(core->gauges()); }, error)) {
             stop(0);
             return false;
         }
@@ -218,8 +219,8 @@ bool worker_server::start(const worker_params & params, engine_i & engine, std::
 }
 
 void worker_server::stop(int grace_ms) {
-    if (service_) {
-        service_->stop_ring();
+    if (core_) {
+        core_->stop_ring();
     }
     if (server_) {
         auto * health = server_->GetHealthCheckService();

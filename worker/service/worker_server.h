@@ -1,4 +1,4 @@
-// worker_server.h - assembles a running worker: session store, scheduler, ShardService,
+// worker_server.h - assembles a running worker: session store, scheduler, stage core, ShardService,
 // health service, TLS/mTLS credentials and the /metrics server.
 #pragma once
 
@@ -9,6 +9,7 @@
 #include "session_store.h"
 #include "local_relay_server.h"
 #include "shard_service.h"
+#include "stage_core.h"
 #include "worker_params.h"
 
 #include <grpcpp/server.h>
@@ -39,7 +40,8 @@ private:
     std::unique_ptr<session_store>    sessions_;
     std::unique_ptr<scheduler>        scheduler_;
     std::unique_ptr<metrics_registry> registry_;
-    std::unique_ptr<shard_service>    service_;
+    std::unique_ptr<stage_core>       core_;
+    std::unique_ptr<shard_service>    service_; // the RPCs of core_
     std::unique_ptr<grpc::Server>     server_;
     std::unique_ptr<local_relay_server> local_relay_; // after the service it serves
     metrics_server                    metrics_;

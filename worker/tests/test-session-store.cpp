@@ -70,4 +70,45 @@ TEST("sessions used within the window count as mid-generation") {
     CHECK_EQ(store.recently_used(t + 210ms, 200ms), 2);
 }
 
+using refusal = session_store::admission::refusal;
+
+TEST("admission: a new session at n_past 0 gets a fresh slot, its next step the same one") {
+    session_store store(2, 0ms);
+    const auto t = session_clock::now();
+    const auto first = store.admit(key("a"), 0, {}, t);
+    CHECK(first.refused == refusal::none);
+    CHECK(first.fresh);
+    CHECK(first.slot >= 0);
+    const auto next = store.admit(key("a"), 3, {}, t);
+    CHECK(next.refused == refusal::none);
+    CHECK(!next.fresh); // its KV holds the positions the step builds on
+    CHECK_EQ(next.slot, first.slot);
+}
+
+TEST("admission: a step past n_past 0 of a session held nowhere is a cache miss, and takes no slot") {
+    session_store store(2, 0ms);
+    const auto t = session_clock::now();
+    const auto missed = store.admit(key("a"), 5, {}, t);
+    CHECK(missed.refused == refusal::cache_miss);
+    CHECK_EQ(missed.slot, -1);
+    CHECK(!missed.fresh);
+    CHECK_EQ(store.find(key("a")), -1);
+    CHECK_EQ(store.slots_free(), 2);
+}
+
+TEST("admission: with no slot free or evictable a new session is refused for capacity") {
+    session_store store(1, 1000ms);
+    const auto t = session_clock::now();
+    const int32_t slot = store.admit(key("a"), 0, {}, t).slot;
+    const auto refused = store.admit(key("b"), 0, {}, t + 10ms); // a is within the grace
+    CHECK(refused.refused == refusal::capacity_exhausted);
+    CHECK_EQ(refused.slot, -1);
+    CHECK(store.admit(key("b"), 0, {slot}, t + 2000ms).refused == refusal::capacity_exhausted); // busy
+    const auto evicting = store.admit(key("b"), 0, {}, t + 2000ms);
+    CHECK(evicting.refused == refusal::none);
+    CHECK(evicting.fresh); // the slot a held: the caller clears it
+    CHECK_EQ(evicting.slot, slot);
+    CHECK(store.admit(key("a"), 4, {}, t + 2000ms).refused == refusal::cache_miss); // a was evicted
+}
+
 TEST_MAIN()
