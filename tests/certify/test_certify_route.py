@@ -70,7 +70,9 @@ def test_a_route_served_over_mtls_is_certified_through_its_tls(
     try:
         certificate = certify(
             [w.endpoint for w in workers], LANE, Reference(shard_worker, smollm2, threads=1),
-            Gates(parity_steps=4, repeats=1), epoch=1,
+            # the gate's default best of two: one decode per side on two shared cores
+            # swings from 0.48 to 0.96 of the unsplit speed between rounds
+            Gates(parity_steps=4), epoch=1,
             tls=TlsFiles(ca=certificates["ca.pem"], cert=certificates["client.pem"],
                          key=certificates["client.key"]))
     finally:
