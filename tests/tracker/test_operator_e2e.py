@@ -89,7 +89,13 @@ def sample(metrics: OperatorMetrics, name: str, **labels: str) -> float:
 
 async def reports_until(tracker: LoopbackTracker, check: Callable[[list[Any]], bool],
                         timeout: float, what: str) -> list[Any]:
-    await eventually(lambda: check(tracker.accepted()), timeout, what)
+    try:
+        await eventually(lambda: check(tracker.accepted()), timeout, what)
+    except AssertionError as exc:  # say what the Tracker was told last (a failed certificate?)
+        last = (tracker.accepted() or [{}])[-1]
+        raise AssertionError(f"{exc}; last report: epoch {last.get('route', {}).get('epoch')}, "
+                             f"available {last.get('available')}, reasons "
+                             f"{last.get('unavailableReasons')}") from None
     return tracker.accepted()
 
 
