@@ -36,6 +36,7 @@ const char * error_reason_name(error_reason reason) {
         case error_reason::malformed_request:        return "MALFORMED_REQUEST";
         case error_reason::discard_unsupported:      return "DISCARD_UNSUPPORTED";
         case error_reason::ring_unavailable:         return "RING_UNAVAILABLE";
+        case error_reason::discard_too_deep:         return "DISCARD_TOO_DEEP";
     }
     return "UNSPECIFIED";
 }
@@ -50,6 +51,7 @@ grpc::StatusCode error_reason_code(error_reason reason) {
         case error_reason::relay_unavailable:
         case error_reason::discard_unsupported:
         case error_reason::ring_unavailable:
+        case error_reason::discard_too_deep:
             return grpc::StatusCode::FAILED_PRECONDITION;
         case error_reason::boundary_schema_mismatch:
         case error_reason::invalid_boundary:

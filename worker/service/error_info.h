@@ -35,6 +35,7 @@ enum class error_reason {
     malformed_request,
     discard_unsupported,
     ring_unavailable,
+    discard_too_deep,
 };
 
 extern const char * const error_domain; // "shard.meshnet.dev"
