@@ -22,6 +22,9 @@ from dataclasses import dataclass, field
 # each column computed exactly as alone), so a verification step of a draft of up to 7
 # computes every row exactly as a one-token decode step would.
 MAX_DRAFT = 7
+# Verify windows a decode loop keeps in flight at most (ForwardRequest.loop_windows); the
+# worker also caps them at drafts + 1, where a peer measured the gain saturate.
+MAX_WINDOWS = 8
 
 
 class PromptLookup:

@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from meshnet.route.drafts import MAX_DRAFT
+from meshnet.route.drafts import MAX_DRAFT, MAX_WINDOWS
 from meshnet.route.errors import PromptTooLong, RouteError, RouteRefused, StageError
 from meshnet.route.generation import Generation
 from meshnet.route.handshake import RouteInfo, check_route
@@ -42,6 +42,7 @@ class RouteDriver:
         topology: str = Topology.AUTO,
         decode_loop: bool = True,
         speculate: int = 0,
+        windows: int = 1,
     ) -> None:
         if topology not in tuple(Topology):
             raise RouteError(f"topology must be one of {', '.join(Topology)}, not {topology!r}")
@@ -55,6 +56,7 @@ class RouteDriver:
         self.topology = Topology(topology)
         self.decode_loop = decode_loop
         self.speculate = _draft_cap(speculate)
+        self.windows = _window_cap(windows)
         self._lock = threading.Lock()
         self._route: RouteInfo | None = None
 
@@ -104,14 +106,16 @@ class RouteDriver:
             time.sleep(delay)
             delay = min(delay * 2, 1.0)
 
-    def settings(self, speculate: int | None = None) -> SessionSettings:
-        """The settings a session started now runs with (`speculate`: None, the
-        driver's)."""
+    def settings(self, speculate: int | None = None,
+                 windows: int | None = None) -> SessionSettings:
+        """The settings a session started now runs with (`speculate`, `windows`: None,
+        the driver's)."""
         return SessionSettings(
             topology=self.topology, decode_loop=self.decode_loop,
             sample_locally=self.sample_locally, chunk_tokens=self.chunk_tokens,
             max_recoveries=self.max_recoveries, wait_seconds=self.wait_seconds,
             speculate=self.speculate if speculate is None else _draft_cap(speculate),
+            windows=self.windows if windows is None else _window_cap(windows),
         )
 
     def topology_of(self, route: RouteInfo) -> Topology:
@@ -142,10 +146,13 @@ class RouteDriver:
         stop_at_eos: bool = True,
         on_token: Callable[[int], None] | None = None,
         speculate: int | None = None,
+        windows: int | None = None,
     ) -> Generation:
         """Prefills `prompt` (text or token ids) and decodes up to `max_tokens`.
         `speculate`: draft up to that many tokens per step (prompt lookup, verified
-        exactly; None: the driver's default, 0: off); only where every stage can discard."""
+        exactly; None: the driver's default, 0: off); only where every stage can discard.
+        `windows`: a decode loop keeps up to that many verify windows in flight
+        (pipelined speculation; None: the driver's default, 1: one at a time)."""
         sampling = sampling or Sampling()
         route = self.route
         prompt_ids = self.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
@@ -155,7 +162,7 @@ class RouteDriver:
             raise PromptTooLong(
                 f"the prompt has {len(prompt_ids)} tokens, the route's context holds {route.n_ctx}"
             )
-        session = Session(self.clients, route, self.settings(speculate), self.connect,
+        session = Session(self.clients, route, self.settings(speculate, windows), self.connect,
                           prompt_ids, sampling)
         try:
             result = session.generate(max_tokens, stop_at_eos, on_token)
@@ -165,6 +172,12 @@ class RouteDriver:
             session.release()
         result.text = self.detokenize(result.tokens)
         return result
+
+
+def _window_cap(windows: int) -> int:
+    if not 1 <= windows <= MAX_WINDOWS:
+        raise RouteError(f"speculation keeps 1..{MAX_WINDOWS} windows in flight, not {windows}")
+    return windows
 
 
 def _draft_cap(speculate: int) -> int:

@@ -100,12 +100,13 @@ def relay_request(route: RouteInfo, key: pb.RouteKey, tokens: Sequence[int], n_p
 def loop_request(
     route: RouteInfo, key: pb.RouteKey, token: int, n_past: int, count: int,
     stop_ids: Iterable[int], answer: Answer, drafts: int = 0,
-    draft_context: Sequence[int] = (),
+    draft_context: Sequence[int] = (), windows: int = 1,
 ) -> pb.ForwardRequest:
     """The first stage decodes `count` tokens after `token` by itself (ForwardStream
     continue_tokens), relaying each step on when there are more stages, and stops after
     a stop id. `drafts`: it speculates, drafting up to that many tokens per step from
-    `draft_context` (the history) and what it decodes (ForwardRequest.loop_drafts)."""
+    `draft_context` (the history) and what it decodes (ForwardRequest.loop_drafts), with
+    up to `windows` verify windows in flight (ForwardRequest.loop_windows)."""
     request = stage_request(route, 0, key, [token], n_past, None, answer)
     request.relay = len(route.stages) > 1
     request.ClearField("output")
@@ -115,6 +116,8 @@ def loop_request(
     if drafts:
         request.loop_drafts = drafts
         request.draft_context.extend(draft_context)
+        if windows > 1:
+            request.loop_windows = windows
     return request
 
 

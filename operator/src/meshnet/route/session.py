@@ -53,6 +53,7 @@ class SessionSettings:
     max_recoveries: int = 4
     wait_seconds: float = 60.0
     speculate: int = 0  # the longest draft (0: off)
+    windows: int = 1  # verify windows a decode loop keeps in flight (pipelined speculation)
 
     @property
     def loop(self) -> bool:

@@ -38,7 +38,8 @@ class LoopWalk:
         the drafts that held and one more token."""
         route = session.route
         request = loop_request(route, session.key(), token, len(session.history), count,
-                               stop_ids, session.answer, drafts, session.history)
+                               stop_ids, session.answer, drafts, session.history,
+                               session.settings.windows)
         stream = session.clients[0].forward_stream(request)
         produced = 0
         try:
