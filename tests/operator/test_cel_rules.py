@@ -67,10 +67,53 @@ def test_gpus_on_a_lane_without_a_default_gpu_resource_need_its_name(
         " has no default GPU resource: set gpuResourceName"]
 
 
-def test_mtp_must_stay_disabled(make_route: MakeRoute) -> None:
-    route = make_route(recipe={"lane": "cpu", "mtp": "Enabled"})
-    assert problems(route) == ["spec.recipe.mtp: mtp is reserved and must be Disabled:"
-                               " multi-token prediction is not certified"]
+@pytest.mark.parametrize("speculation", [
+    {}, {"mode": "Disabled"}, {"mode": "Lookup"},
+    {"mode": "Lookup", "maxDrafts": 1, "maxWindows": 1},
+    {"mode": "Lookup", "maxDrafts": 7, "maxWindows": 8},
+])
+def test_a_route_speculates_by_prompt_lookup_or_not_at_all(
+        make_route: MakeRoute, speculation: dict[str, Any]) -> None:
+    route = make_route(recipe={"lane": "cpu", "speculation": speculation})
+    assert problems(route) == []
+    assert route_problems(ShardRouteSpec.model_validate(route["spec"]), None) == []
+
+
+@pytest.mark.parametrize(("mode", "message"), [
+    ("MTP", "mode MTP is reserved: drafting with the model's multi-token-prediction layers"
+            " on the last stage is not yet supported"),
+    ("DSpark", "mode DSpark is reserved: a DSpark drafter reading the last layers' hidden"
+               " states on the last stage is not yet supported"),
+])
+def test_the_reserved_speculation_modes_are_refused_saying_they_are_not_yet_supported(
+        make_route: MakeRoute, mode: str, message: str) -> None:
+    route = make_route(recipe={"lane": "cpu", "speculation": {"mode": mode}})
+    assert problems(route) == [f"spec.recipe.speculation.mode: {message}"]
+    spec = ShardRouteSpec.model_validate(route["spec"])  # the operator's own check says the same
+    assert [str(p) for p in route_problems(spec, None)] == [
+        f"spec.recipe.speculation.mode: {message}"]
+
+
+@pytest.mark.parametrize(("speculation", "message"), [
+    ({"mode": "Eagle"}, "spec.recipe.speculation.mode: 'Eagle' is not one of"
+                        " ['Disabled', 'Lookup', 'MTP', 'DSpark']"),
+    ({"maxDrafts": 0}, "spec.recipe.speculation.maxDrafts: 0 is less than the minimum of 1"),
+    ({"maxDrafts": 8}, "spec.recipe.speculation.maxDrafts: 8 is greater than the maximum of 7"),
+    ({"maxWindows": 0}, "spec.recipe.speculation.maxWindows: 0 is less than the minimum of 1"),
+    ({"maxWindows": 9}, "spec.recipe.speculation.maxWindows: 9 is greater than the maximum of 8"),
+    ({"mtp": "Disabled"}, "spec.recipe.speculation: Additional properties are not allowed"
+                          " ('mtp' was unexpected)"),
+])
+def test_speculation_out_of_range_or_unknown_is_refused(
+        make_route: MakeRoute, speculation: dict[str, Any], message: str) -> None:
+    route = make_route(recipe={"lane": "cpu", "speculation": {"mode": "Lookup", **speculation}})
+    assert problems(route) == [message]
+
+
+def test_the_reserved_mtp_field_is_gone_from_the_recipe(make_route: MakeRoute) -> None:
+    route = make_route(recipe={"lane": "cpu", "mtp": "Disabled"})
+    assert problems(route) == ["spec.recipe: Additional properties are not allowed"
+                               " ('mtp' was unexpected)"]
 
 
 @pytest.mark.parametrize("topology", ["hub", "chain", "ring"])

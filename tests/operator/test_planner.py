@@ -285,11 +285,11 @@ def test_a_spec_that_turns_invalid_removes_the_running_pods(
         make_route: MakeRoute, make_artifact: MakeArtifact) -> None:
     route, artifact, pods = make_route(), make_artifact(), {}
     converge(route, artifact, pods)
-    route["spec"]["recipe"]["mtp"] = "Enabled"
+    route["spec"]["recipe"]["speculation"] = {"mode": "MTP"}
     converge(route, artifact, pods)
     assert pods == {}
     assert condition(route, "Degraded")["reason"] == "InvalidSpec"
-    assert "mtp is reserved" in condition(route, "Degraded")["message"]
+    assert "mode MTP is reserved" in condition(route, "Degraded")["message"]
     assert route["status"]["epoch"] == 1
 
 

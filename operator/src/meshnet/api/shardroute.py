@@ -47,14 +47,76 @@ CONTIGUOUS_RULE = (
 )
 
 
-class Recipe(
+# Speculative decoding's bounds, as the route driver and the worker have them
+# (meshnet.route.drafts MAX_DRAFT and MAX_WINDOWS; a test keeps them equal): a verify
+# window of 8 rows is the widest whose rows the CPU lane computes exactly as one-row steps,
+# and a first stage keeps at most 8 windows in flight.
+MAX_DRAFTS = 7
+MAX_WINDOWS = 8
+SpeculationMode = Literal["Disabled", "Lookup", "MTP", "DSpark"]
+# Modes the schema names so that a route asking for them is told why it is refused,
+# rather than that the value is unknown.
+RESERVED_MODES = {
+    "MTP": "mode MTP is reserved: drafting with the model's multi-token-prediction layers"
+           " on the last stage is not yet supported",
+    "DSpark": "mode DSpark is reserved: a DSpark drafter reading the last layers' hidden"
+              " states on the last stage is not yet supported",
+}
+
+
+class Speculation(
     ApiModel,
-    json_schema_extra=validations(rule(
-        "!has(self.mtp) || self.mtp == 'Disabled'",
-        "mtp is reserved and must be Disabled: multi-token prediction is not certified",
-        fieldPath=".mtp",
-    )),
+    json_schema_extra=validations(*(
+        rule(f"!has(self.mode) || self.mode != '{mode}'", message, fieldPath=".mode")
+        for mode, message in RESERVED_MODES.items())),
 ):
+    """Speculative decoding on the route: drafts verified in one step through every stage.
+    Exact by construction (the tokens are those of plain decoding, greedy or sampled), so
+    it is not part of recipeDigest: changing it keeps the epoch and replaces the stage pods
+    (their worker flags change) and the gateway at the same epoch."""
+
+    mode: SpeculationMode = Field(
+        default="Disabled",
+        description="Disabled (no stage speculates, whatever a client asks), or Lookup:"
+                    " drafts by prompt lookup over the session's own context, verified"
+                    " exactly at the last stage. MTP and DSpark are reserved and refused.",
+    )
+    max_drafts: int = Field(
+        default=4, ge=1, le=MAX_DRAFTS,
+        description="Most draft tokens per verify window (the step is drafts + 1 rows; 7 is"
+                    " the widest whose rows compute exactly as one-row steps). The length"
+                    " adapts below it to how drafts fare; a rejected draft costs its rows on"
+                    " every stage.",
+    )
+    max_windows: int = Field(
+        default=2, ge=1, le=MAX_WINDOWS,
+        description="Most verify windows the first stage keeps in flight on a chain or ring"
+                    " (pipelined speculation: each assumes the ones before it accepted;"
+                    " a hub keeps one). A rejection drops every later window, so windows x"
+                    " (maxDrafts + 1) - 1 positions is what one rejection may drop at once:"
+                    " deepseek4 stages keep that many rollback snapshots per session.",
+    )
+
+    @property
+    def enabled(self) -> bool:
+        return self.mode != "Disabled"
+
+    def loop_drafts(self) -> int:
+        """The drafts a first stage's decode loop may take per window (0: none)."""
+        return self.max_drafts if self.enabled else 0
+
+    def loop_windows(self) -> int:
+        """The verify windows it may keep in flight (1 while disabled: windows without
+        drafts are plain steps, and the setting of a disabled mode changes no pod)."""
+        return self.max_windows if self.enabled else 1
+
+    def discard_depth(self) -> int:
+        """Positions one rejection may drop at once (0 while disabled): every window in
+        flight after the rejected one, each a token and its drafts."""
+        return self.max_windows * (self.max_drafts + 1) - 1 if self.enabled else 0
+
+
+class Recipe(ApiModel):
     """The runtime recipe: every input that changes numerics or capacity (recipeDigest)."""
 
     lane: Lane = Field(default="cpu", description="Backend lane: cpu, cuda, rocm or vulkan.")
@@ -67,10 +129,6 @@ class Recipe(
     session_slots: int = Field(
         default=4, ge=1, le=1024, description="Concurrent sessions each stage keeps KV for."
     )
-    mtp: str = Field(
-        default="Disabled", max_length=16,
-        description="Multi-token prediction: reserved, only Disabled is accepted.",
-    )
     image: str | None = Field(
         default=None, max_length=1024,
         description="Worker image override; defaults to the operator's image for the lane.",
@@ -82,11 +140,20 @@ class Recipe(
                     " relays to the next, 2(S-1)) or ring (a chain whose first stage also takes"
                     " the last stage's sampled tokens straight, S: the one for a WAN).",
     )
+    speculation: Speculation = Field(
+        default_factory=Speculation,
+        description="Speculative decoding (default: Disabled). Exact by construction: the"
+                    " tokens are those of plain decoding, so it is not part of recipeDigest"
+                    " and changing it keeps the epoch; it replaces the stage pods whose"
+                    " worker flags change (the first stage's drafts and windows, every"
+                    " stage's discard depth) and rolls the gateway, at the same epoch.",
+    )
 
     def identity(self) -> dict[str, Any]:
-        """The recipe fields that enter recipeDigest. The image is placement and the
-        topology the path a step takes, neither numerics: every topology gives the same
-        tokens, so changing either replaces the stage pods at the same epoch."""
+        """The recipe fields that enter recipeDigest. The image is placement, the topology
+        the path a step takes and speculation how many tokens a step tries, none numerics:
+        every topology and every speculation setting give the same tokens, so changing
+        them replaces the stage pods at the same epoch."""
         return {
             "lane": self.lane,
             "boundaryDtype": self.boundary_dtype,

@@ -1,0 +1,45 @@
+"""recipe.speculation: its defaults, the worker settings it stands for, and why it stays out
+of recipeDigest (the tokens are those of plain decoding)."""
+
+from __future__ import annotations
+
+from meshnet.api.shardroute import MAX_DRAFTS, MAX_WINDOWS, Recipe, Speculation
+from meshnet.identity import recipe_digest
+from meshnet.route import drafts
+
+
+def test_by_default_a_route_does_not_speculate_and_would_draft_4_in_2_windows() -> None:
+    speculation = Recipe().speculation
+    assert (speculation.mode, speculation.max_drafts, speculation.max_windows) == (
+        "Disabled", 4, 2)
+    assert not speculation.enabled
+    assert Recipe.model_validate({"speculation": {"mode": "Lookup"}}).speculation == Speculation(
+        mode="Lookup", max_drafts=4, max_windows=2)
+
+
+def test_the_recipe_bounds_are_the_route_drivers_and_the_workers() -> None:
+    assert (MAX_DRAFTS, MAX_WINDOWS) == (drafts.MAX_DRAFT, drafts.MAX_WINDOWS)
+
+
+def test_a_disabled_mode_lets_no_loop_draft_and_keeps_no_rollback_depth() -> None:
+    disabled = Speculation(max_drafts=7, max_windows=8)
+    assert (disabled.loop_drafts(), disabled.loop_windows(), disabled.discard_depth()) == (
+        0, 1, 0)
+
+
+def test_one_rejection_may_drop_every_window_in_flight_each_a_token_and_its_drafts() -> None:
+    assert Speculation(mode="Lookup").discard_depth() == 2 * (4 + 1) - 1
+    assert Speculation(mode="Lookup", max_drafts=1, max_windows=1).discard_depth() == 1
+    widest = Speculation(mode="Lookup", max_drafts=7, max_windows=8)
+    assert (widest.loop_drafts(), widest.loop_windows(), widest.discard_depth()) == (7, 8, 63)
+
+
+def test_speculation_is_not_part_of_the_recipe_digest() -> None:
+    plain = Recipe()
+    speculating = Recipe.model_validate(
+        {"speculation": {"mode": "Lookup", "maxDrafts": 7, "maxWindows": 8}})
+    assert "speculation" not in plain.identity()
+    assert recipe_digest("p" * 64, plain.identity()) == recipe_digest(
+        "p" * 64, speculating.identity())
+    assert recipe_digest("p" * 64, plain.identity()) != recipe_digest(
+        "p" * 64, Recipe(context_length=2048).identity())
