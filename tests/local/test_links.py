@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -30,10 +31,13 @@ from .conftest import EXAMPLE
 CONFIG = WorkerConfig(images={"cpu": "local"}, pin_digest="p" * 64)
 
 
-def planned(topology: str, stages: list[tuple[str, int, int]] | None = None) -> list[Create]:
+def planned(topology: str, stages: list[tuple[str, int, int]] | None = None,
+            speculation: dict[str, Any] | None = None) -> list[Create]:
     """The stage pods the planner creates for the example route file with `topology`."""
     artifact, route = yaml.safe_load_all(EXAMPLE.read_text())
     route["spec"]["recipe"]["topology"] = topology
+    if speculation is not None:
+        route["spec"]["recipe"]["speculation"] = speculation
     if stages:
         route["spec"]["stages"] = [{"name": n, "layers": {"begin": b, "end": e}}
                                    for n, b, e in stages]
@@ -70,6 +74,36 @@ def test_a_stage_relays_to_the_loopback_endpoints_of_the_stages_it_names(smollm2
         loopback_links(middle, {"middle": "127.0.0.1:7002"})
     with pytest.raises(ValueError, match=r"no loopback endpoint given for stage middle, tail"):
         launch_spec(head, smollm2, 1)  # a chain that silently became a hub
+
+
+SPECULATION_FLAGS = ("--max-loop-drafts", "--max-loop-windows", "--discard-depth")
+
+
+def speculation_flags(args: list[str]) -> list[str]:
+    """The speculation flags in a command line, each with its value."""
+    return [word for i, flag in enumerate(args) if flag in SPECULATION_FLAGS
+            for word in (flag, args[i + 1])]
+
+
+def test_meshnet_up_gives_its_workers_the_recipes_speculation_as_the_operator_does(
+        smollm2: Path) -> None:
+    created = planned("chain", speculation={"mode": "Lookup", "maxDrafts": 3, "maxWindows": 2})
+    head, middle, tail = (c.worker for c in created if c.worker is not None)
+    listening = {"middle": "127.0.0.1:7002", "tail": "127.0.0.1:7003"}
+    specs = [launch_spec(w, smollm2, 1, loopback_links(w, listening))
+             for w in (head, middle, tail)]
+    head_args, middle_args, tail_args = (speculation_flags(s.args()) for s in specs)
+    assert head_args == [
+        "--max-loop-drafts", "3", "--max-loop-windows", "2", "--discard-depth", "7"]
+    assert middle_args == tail_args == ["--discard-depth", "7"]
+    for spec, create in zip(specs, created, strict=True):  # the same flags as the pod's
+        assert speculation_flags(spec.args()) == speculation_flags(
+            create.obj["spec"]["containers"][0]["args"])
+    plain = planned("chain")[0].worker
+    assert plain is not None
+    plain_spec = launch_spec(plain, smollm2, 1, loopback_links(plain, listening))
+    assert speculation_flags(plain_spec.args()) == [
+        "--max-loop-drafts", "0", "--max-loop-windows", "1"]
 
 
 def test_a_ring_head_is_ready_only_once_it_is_subscribed_at_the_last_stage(

@@ -220,6 +220,33 @@ def test_a_topology_change_replaces_the_pods_it_relinks_at_the_same_epoch(
     assert condition(route, "Ready")["status"] == "True"
 
 
+def test_a_speculation_change_replaces_the_pods_whose_flags_change_at_the_same_epoch(
+        make_route: MakeRoute, make_artifact: MakeArtifact) -> None:
+    """Speculation gives the same tokens: no new routeDigest. Turning it on gives the first
+    stage its loop bounds and every stage its rollback depth (new pods, same epoch); the
+    bounds of a disabled mode change no pod."""
+    route, artifact, pods = make_route(), make_artifact(), {}
+    converge(route, artifact, pods)
+    digest = route["status"]["routeDigest"]
+
+    def replaced(speculation: dict[str, Any]) -> list[str]:
+        route["spec"]["recipe"]["speculation"] = speculation
+        plans = converge(route, artifact, pods)
+        assert (route["status"]["epoch"], route["status"]["routeDigest"]) == (1, digest)
+        assert "EpochAdvanced" not in reasons(plans)
+        assert condition(route, "Ready")["status"] == "True"
+        return [e.message for p in plans for e in p.events if e.reason == "StagePodReplaced"]
+
+    assert replaced({"maxDrafts": 6, "maxWindows": 3}) == []  # still Disabled
+    assert replaced({"mode": "Lookup", "maxDrafts": 6, "maxWindows": 3}) == [
+        "deleted pods r1-s0-e1, r1-s1-e1, r1-s2-e1: its pod template changed"]
+    head = pods["r1-s0-e1"]["spec"]["containers"][0]["args"]
+    at = head.index("--max-loop-drafts")
+    assert head[at:at + 6] == [
+        "--max-loop-drafts", "6", "--max-loop-windows", "3", "--discard-depth", "20"]
+    assert replaced({"mode": "Lookup", "maxDrafts": 6, "maxWindows": 3}) == []
+
+
 def test_a_route_waits_for_its_artifact_to_be_ready(
         make_route: MakeRoute, make_artifact: MakeArtifact) -> None:
     route = make_route()

@@ -101,6 +101,35 @@ def test_a_chained_stage_relays_to_its_next_stage_and_a_ring_head_also_subscribe
     assert ringed == [*hub, "--next-stage", NEXT, "--ring-last", LAST]
 
 
+def flags_of(worker: WorkerSpec) -> dict[str, str]:
+    args = worker_args(worker, ROUTE, CONFIG)
+    return {k: v for k, v in zip(args[::2], args[1::2], strict=True)
+            if k in ("--max-loop-drafts", "--max-loop-windows", "--discard-depth")}
+
+
+def route_workers(speculation: dict[str, Any]) -> list[WorkerSpec]:
+    stages = [Stage.model_validate({"name": f"s{i}", "layers": {"begin": b, "end": e}})
+              for i, (b, e) in enumerate(((0, 10), (10, 20), (20, 30)))]
+    recipe = Recipe.model_validate({"topology": "ring", "speculation": speculation})
+    return [stage_worker(stages, i, recipe, None, 3, Identities(DIGEST, "e" * 64, "f" * 64),
+                         "m.gguf", "ml/r1") for i in range(3)]
+
+
+def test_a_speculating_route_bounds_its_first_stages_loops_and_sizes_every_stages_rollback(
+) -> None:
+    head, middle, tail = map(flags_of, route_workers({"mode": "Lookup", "maxDrafts": 5,
+                                                       "maxWindows": 3}))
+    assert head == {"--max-loop-drafts": "5", "--max-loop-windows": "3",
+                    "--discard-depth": str(3 * (5 + 1) - 1)}
+    assert middle == tail == {"--discard-depth": "17"}
+
+
+def test_a_route_that_does_not_speculate_lets_no_loop_draft_and_keeps_no_rollback() -> None:
+    head, middle, tail = map(flags_of, route_workers({"maxDrafts": 5, "maxWindows": 3}))
+    assert head == {"--max-loop-drafts": "0", "--max-loop-windows": "1"}
+    assert middle == tail == {}
+
+
 @pytest.mark.parametrize("mtls", [False, True])
 def test_with_tls_a_chained_stage_trusts_its_next_stage_with_the_route_ca(mtls: bool) -> None:
     tls = RouteTls(secret_name="stage-tls", require_client_cert=mtls)

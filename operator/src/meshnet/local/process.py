@@ -65,6 +65,11 @@ class LaunchSpec:
     local_relay: bool = True  # off: the chain's Relay to and from this stage stays on gRPC
     exit_with_parent: bool = False  # the worker stops when the process starting it exits
     pipeline_depth: int = 0  # stages in the route; 0: the worker derives it from its range
+    # A first stage's speculative decode loops: most drafts per window (0: none) and
+    # windows in flight; None: the worker's defaults.
+    max_loop_drafts: int | None = None
+    max_loop_windows: int | None = None
+    discard_depth: int | None = None  # positions one rejection may drop; None: the default
     # CPUs for the engine's compute threads, in order (the worker's other threads stay on
     # the first); () leaves placement to the kernel. See cpu_binding_env.
     cpus: tuple[int, ...] = ()
@@ -105,6 +110,9 @@ class LaunchSpec:
             "--local-relay": None if self.local_relay else "off",
             "--gpu-layers": self.gpu_layers or None,
             "--pipeline-depth": self.pipeline_depth or None,
+            "--max-loop-drafts": self.max_loop_drafts,
+            "--max-loop-windows": self.max_loop_windows,
+            "--discard-depth": self.discard_depth,
             "--exit-with-parent": os.getpid() if self.exit_with_parent else None,
         }
         for flag, value in optional.items():

@@ -25,7 +25,7 @@ from meshnet.reconcile.route.podspec import (
     stage_pod,
 )
 from meshnet.reconcile.route.topology import stage_links
-from meshnet.reconcile.route.workerspec import Identities, WorkerSpec
+from meshnet.reconcile.route.workerspec import Identities, LoopSpeculation, WorkerSpec
 
 STATUS_KEYS = ("observedGeneration", "epoch", "routeDigest", "recipeDigest", "manifestDigest",
                "stages", "stagesReady", "coverage", "capacity", "endpoint", "conditions")
@@ -112,6 +112,7 @@ def stage_worker(stages: Sequence[Stage], index: int, recipe: Recipe, tls: Route
                  route_id: str) -> WorkerSpec:
     """The worker of `stages[index]` at `epoch`."""
     stage = stages[index]
+    speculation = recipe.speculation
     return WorkerSpec(
         stage=stage.name,
         layers=LayerRange(stage.layers.begin, stage.layers.end),
@@ -126,6 +127,9 @@ def stage_worker(stages: Sequence[Stage], index: int, recipe: Recipe, tls: Route
         offload=bool(stage.resources.gpus) and recipe.lane != "cpu",
         tls=tls,
         links=stage_links(recipe.topology, [s.name for s in stages], index),
+        loop=LoopSpeculation(speculation.loop_drafts(), speculation.loop_windows())
+        if index == 0 else None,
+        discard_depth=speculation.discard_depth(),
     )
 
 

@@ -65,6 +65,11 @@ def worker_args(worker: WorkerSpec, route: RouteRef, config: WorkerConfig) -> li
         "--boundary-dtype", worker.boundary_dtype,
         "--pipeline-depth", str(worker.pipeline_depth),
     ]
+    if worker.loop is not None:
+        args += ["--max-loop-drafts", str(worker.loop.drafts),
+                 "--max-loop-windows", str(worker.loop.windows)]
+    if worker.discard_depth:
+        args += ["--discard-depth", str(worker.discard_depth)]
     if worker.offload:
         args += ["--gpu-layers", str(OFFLOAD_ALL_LAYERS)]
     if worker.tls is not None:

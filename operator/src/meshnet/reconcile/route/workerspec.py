@@ -22,6 +22,15 @@ class Identities:
 
 
 @dataclass(frozen=True)
+class LoopSpeculation:
+    """What a first stage's decode loops may speculate: at most `drafts` per verify window
+    (0: they decode plainly, whatever a caller asks) and `windows` windows in flight."""
+
+    drafts: int
+    windows: int
+
+
+@dataclass(frozen=True)
 class WorkerSpec:
     """One stage's worker: its layers, what it serves them for and how it is linked."""
 
@@ -40,3 +49,7 @@ class WorkerSpec:
     # signed by the route's CA when it says so.
     tls: RouteTls | None = None
     links: StageLinks = UNLINKED  # the stages it relays to, by name
+    loop: LoopSpeculation | None = None  # the first stage's (the one whose loops draft)
+    # Positions one rejected draft may drop at once (0: the route does not speculate); a
+    # deepseek4 stage keeps that many rollback snapshots per session, a llama one none.
+    discard_depth: int = 0
