@@ -250,6 +250,24 @@ async def test_a_route_gets_a_gateway_that_follows_its_spec(
     assert requests["requests"] == {"cpu": "1", "memory": "256Mi"}
     assert route(cluster)["status"]["epoch"] == 1  # the gateway is not part of the identity
 
+    def serve_flags() -> dict[str, str]:
+        args = gateway(cluster)["spec"]["template"]["spec"]["containers"][0]["args"]
+        return {a: args[i + 1] for i, a in enumerate(args) if a in ("--speculate", "--windows")}
+
+    assert serve_flags() == {"--speculate": "0", "--windows": "1"}
+    await cluster.patch(f"{ROUTES}/r1", json={"spec": {"recipe": {"speculation": {
+        "mode": "Lookup", "maxDrafts": 5, "maxWindows": 3}}}})
+    await eventually(lambda: serve_flags() == {"--speculate": "5", "--windows": "3"},
+                     what="the gateway speculating as the recipe allows")
+    await eventually(lambda: all("--discard-depth" in p["spec"]["containers"][0]["args"]
+                                 for p in pods(cluster).values()) and len(pods(cluster)) == 3,
+                     what="the stage pods replaced with their rollback depth")
+    assert sorted(pods(cluster)) == ["r1-s0-e1", "r1-s1-e1", "r1-s2-e1"]
+    await mark_pods(cluster, NS)
+    await eventually(lambda: condition(route(cluster), "Ready").get("status") == "True",
+                     what="the route Ready again at the same epoch")
+    assert route(cluster)["status"]["epoch"] == 1  # the same tokens: the same identity
+
     await cluster.patch(f"{ROUTES}/r1", json={"spec": {"gateway": {"enabled": False}}})
     await eventually(lambda: not gateway(cluster) and "endpoint" not in route(cluster).get(
         "status", {}), what="the gateway to be removed")

@@ -11,7 +11,7 @@ from meshnet.cli.tls import tls_client_options
 from meshnet.gateway.chat import render_chat
 from meshnet.local.registry import lookup
 from meshnet.route import RouteDriver, Sampling, TlsFiles
-from meshnet.route.drafts import MAX_DRAFT
+from meshnet.route.drafts import MAX_DRAFT, MAX_WINDOWS
 
 
 @click.command("generate")
@@ -45,6 +45,10 @@ from meshnet.route.drafts import MAX_DRAFT
               help="Speculative decoding: draft up to K tokens per step from the context "
                    "(prompt lookup; --speculate alone: 7, the most), verified exactly by the "
                    "route. Tokens are unchanged; used only where every stage can discard.")
+@click.option("--windows", type=click.IntRange(1, MAX_WINDOWS), default=1, show_default=True,
+              help="With --speculate: verify windows a chain's or ring's first stage keeps in "
+                   "flight (pipelined speculation, each drafted as if the ones before it were "
+                   "accepted whole; a hub keeps one). Tokens are unchanged.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print one JSON object: text, token ids, timings, recoveries.")
 @tls_client_options
@@ -52,12 +56,12 @@ def command(stages: tuple[str, ...], route_name: str | None, prompt: str, chat: 
             max_tokens: int,
             temperature: float, top_k: int, top_p: float, seed: int, ignore_eos: bool,
             chunk: int | None, sample_locally: bool, topology: str, speculate: int,
-            as_json: bool, tls: TlsFiles | None) -> None:
+            windows: int, as_json: bool, tls: TlsFiles | None) -> None:
     """Generate text through a route's stages (streams the text as it comes)."""
     stages = _endpoints(stages, route_name)
     sampling = Sampling(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
     with RouteDriver(list(stages), tls=tls, chunk_tokens=chunk, sample_locally=sample_locally,
-                     topology=topology, speculate=speculate) as driver:
+                     topology=topology, speculate=speculate, windows=windows) as driver:
         route = driver.connect(wait=10.0)
         if chat:
             prompt = render_chat(route.chat_template, [{"role": "user", "content": prompt}])

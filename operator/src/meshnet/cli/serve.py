@@ -14,7 +14,7 @@ from meshnet.cli.tls import tls_client_options
 from meshnet.gateway.routes import RouteHandle, fixed_stages, local_route
 from meshnet.gateway.server import Gateway, GatewayConfig, build_app
 from meshnet.route import TlsFiles
-from meshnet.route.drafts import MAX_DRAFT
+from meshnet.route.drafts import MAX_DRAFT, MAX_WINDOWS
 
 
 def split_listen(listen: str, option: str = "--listen") -> tuple[str, int]:
@@ -44,10 +44,14 @@ def split_listen(listen: str, option: str = "--listen") -> tuple[str, int]:
               help="Speculative decoding for every request: draft up to K tokens per step "
                    "(--speculate alone: 7, the most); the text is unchanged. Counted in usage "
                    "(completion_tokens_details) and /metrics (spec_decode).")
+@click.option("--windows", type=click.IntRange(1, MAX_WINDOWS), default=1, show_default=True,
+              help="With --speculate: verify windows a chain's or ring's first stage keeps in "
+                   "flight (pipelined speculation, each drafted as if the ones before it were "
+                   "accepted whole; a hub keeps one). Tokens are unchanged.")
 @tls_client_options
 def command(route_name: str | None, stages: tuple[str, ...], model: str | None, listen: str,
             max_waiting: int, recovery_wait: float, exit_with_parent: int | None,
-            speculate: int, tls: TlsFiles | None) -> None:
+            speculate: int, windows: int, tls: TlsFiles | None) -> None:
     """Serve one route over an OpenAI-compatible HTTP API until interrupted.
 
     POST /v1/chat/completions and /v1/completions (streaming or not), GET /v1/models
@@ -60,8 +64,9 @@ def command(route_name: str | None, stages: tuple[str, ...], model: str | None, 
     resolve = local_route(route_name) if route_name else fixed_stages(stages)
     name = model or route_name or "meshnet"
     host, port = split_listen(listen)
-    gateway = Gateway(GatewayConfig(model=name, max_waiting=max_waiting, speculate=speculate),
-                      RouteHandle(resolve, tls, recovery_wait))
+    config = GatewayConfig(model=name, max_waiting=max_waiting, speculate=speculate,
+                           windows=windows)
+    gateway = Gateway(config, RouteHandle(resolve, tls, recovery_wait))
     app = build_app(gateway)
     if exit_with_parent is not None:
         app.cleanup_ctx.append(_exit_with_parent(exit_with_parent))

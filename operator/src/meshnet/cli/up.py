@@ -13,6 +13,7 @@ from types import FrameType
 import click
 from prometheus_client import start_http_server
 
+from meshnet.api.shardroute import ShardRouteSpec
 from meshnet.cli.serve import split_listen
 from meshnet.errors import MeshnetError
 from meshnet.local.backend import LocalBackend
@@ -22,6 +23,7 @@ from meshnet.local.restarts import DEFAULT_BUDGET
 from meshnet.operator.metrics import OperatorMetrics
 from meshnet.paths import cache_dir, repo_root
 from meshnet.pin.manifest import load_manifest
+from meshnet.reconcile.route.gatewayspec import speculation_args
 
 
 def say(message: str) -> None:
@@ -35,12 +37,20 @@ def _pin_digest() -> str:
         return "unknown"
 
 
-def _start_gateway(name: str, listen: str) -> subprocess.Popen[bytes]:
+def _start_gateway(name: str, listen: str, flags: list[str]) -> subprocess.Popen[bytes]:
     """`meshnet serve --route NAME`: it follows the route across epochs and restarts."""
     return subprocess.Popen(
         [sys.executable, "-m", "meshnet.cli", "serve", "--route", name, "--listen", listen,
-         "--exit-with-parent", str(os.getpid())]
+         "--exit-with-parent", str(os.getpid()), *flags]
     )
+
+
+def _gateway_flags(backend: LocalBackend) -> list[str]:
+    """The gateway's flags from the route's recipe, as the operator renders them: it
+    speculates as the recipe allows."""
+    assert backend.route_file is not None
+    spec = ShardRouteSpec.model_validate(backend.route_file.route["spec"])
+    return speculation_args(spec.recipe.speculation)
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
@@ -146,6 +156,7 @@ def command(
     seen_mtime = -1.0
     announced: tuple[object, object] | None = None
     gateway: subprocess.Popen[bytes] | None = None
+    gateway_flags: list[str] = []
     try:
         while True:
             mtime = path.stat().st_mtime
@@ -159,9 +170,18 @@ def command(
                     say(f"ignoring the changed file: {exc}")
             backend.reconcile()
             state = (backend.status.get("epoch"), backend.ready())
+            if backend.ready() and serve and gateway is not None:
+                flags = _gateway_flags(backend)
+                if flags != gateway_flags:  # a speculation edit: rolled as a Deployment would be
+                    say(f"restarting the gateway with {' '.join(flags)}")
+                    _stop(gateway)
+                    gateway_flags = flags
+                    gateway = _start_gateway(str(backend.route_entry()["name"]), serve, flags)
             if backend.ready() and state != announced:
                 if serve and (gateway is None or gateway.poll() is not None):
-                    gateway = _start_gateway(str(backend.route_entry()["name"]), serve)
+                    gateway_flags = _gateway_flags(backend)
+                    gateway = _start_gateway(str(backend.route_entry()["name"]), serve,
+                                             gateway_flags)
                 _print_route(backend)
             announced = state
             time.sleep(interval)

@@ -46,6 +46,7 @@ class GatewayConfig:
     max_waiting: int = 16  # queued requests beyond the route's slots before 429
     probe_seconds: float = 2.0  # how often the route's stages are checked
     speculate: int = 0  # speculative decoding: longest draft per step (0: off)
+    windows: int = 1  # verify windows a chain's or ring's decode loop keeps in flight
 
 
 @dataclass
@@ -289,7 +290,8 @@ class _Generation:
                                         sampling=self.job.sampling,
                                         stop_at_eos=not self.job.ignore_eos,
                                         on_token=self._on_token,
-                                        speculate=self.gateway.config.speculate)
+                                        speculate=self.gateway.config.speculate,
+                                        windows=self.gateway.config.windows)
         finally:
             self.loop.call_soon_threadsafe(self.tokens.put_nowait, None)
 

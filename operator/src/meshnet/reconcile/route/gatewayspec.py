@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from meshnet.api import labels
-from meshnet.api.shardroute import Gateway, RouteTls, Stage
+from meshnet.api.shardroute import Gateway, RouteTls, Speculation, Stage
 from meshnet.reconcile.children import CONTAINER_SECURITY, POD_SECURITY, template_hash
 from meshnet.reconcile.naming import endpoint, gateway_name
 from meshnet.reconcile.route.podspec import TLS_DIR, RouteRef, WorkerConfig, owner_reference
@@ -27,10 +27,17 @@ def gateway_url(route: RouteRef, config: WorkerConfig) -> str:
     return f"http://{gateway_name(route.name)}.{route.namespace}.svc:{config.gateway_port}/v1"
 
 
+def speculation_args(speculation: Speculation) -> list[str]:
+    """`meshnet serve`'s flags for the recipe's speculation, so that every request
+    speculates as the recipe allows (0 drafts while it is disabled)."""
+    return ["--speculate", str(speculation.loop_drafts()),
+            "--windows", str(speculation.loop_windows())]
+
+
 def gateway_args(route: RouteRef, stages: list[Stage], gateway: Gateway, tls: RouteTls | None,
-                 config: WorkerConfig) -> list[str]:
+                 speculation: Speculation, config: WorkerConfig) -> list[str]:
     args = ["serve", "--model", route.name, "--listen", f"0.0.0.0:{config.gateway_port}",
-            "--max-waiting", str(gateway.max_waiting)]
+            "--max-waiting", str(gateway.max_waiting), *speculation_args(speculation)]
     for stage in stages:
         args += ["--stage", endpoint(stage.name, route.name, route.namespace, config.grpc_port)]
     if tls is not None:
@@ -46,14 +53,15 @@ def _http_probe(path: str, period: int, failures: int, port: int) -> dict[str, A
 
 
 def gateway_deployment(route: RouteRef, stages: list[Stage], gateway: Gateway,
-                       tls: RouteTls | None, config: WorkerConfig) -> dict[str, Any]:
+                       tls: RouteTls | None, speculation: Speculation,
+                       config: WorkerConfig) -> dict[str, Any]:
     assert config.gateway_image is not None
     pod_labels = gateway_labels(route)
     container: dict[str, Any] = {
         "name": "gateway",
         "image": config.gateway_image,
         "imagePullPolicy": config.image_pull_policy,
-        "args": gateway_args(route, stages, gateway, tls, config),
+        "args": gateway_args(route, stages, gateway, tls, speculation, config),
         "ports": [{"name": "http", "containerPort": config.gateway_port, "protocol": "TCP"}],
         "resources": {
             "requests": {**DEFAULT_REQUESTS,

@@ -209,7 +209,8 @@ def _gateway_actions(observed: Observed, ref: RouteRef, spec: ShardRouteSpec,
     if not _has_gateway(spec, config):
         return _delete_gateway(observed)
     wanted = (
-        (gateway_deployment(ref, spec.stages, spec.gateway, spec.tls, config),
+        (gateway_deployment(ref, spec.stages, spec.gateway, spec.tls, spec.recipe.speculation,
+                            config),
          observed.gateway_deployment_hash),
         (gateway_service(ref, config), observed.gateway_service_hash),
     )
