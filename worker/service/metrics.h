@@ -48,6 +48,10 @@ public:
     void count_relay_batch(bool local) { (local ? relay_batches_local_ : relay_batches_grpc_)++; }
     // A speculative step verified at this (last) stage: its drafts, and how many held.
     void count_drafts(int64_t verified, int64_t accepted) { drafts_verified_ += verified; drafts_accepted_ += accepted; }
+    // Since start: the draft tokens verified here and those accepted (GetCapacity reports
+    // them, so the operator shows the route's acceptance without scraping /metrics).
+    int64_t drafts_verified() const { return drafts_verified_.load(); }
+    int64_t drafts_accepted() const { return drafts_accepted_.load(); }
 
     // Gauges and counters owned elsewhere, read at scrape time.
     struct gauges {

@@ -71,6 +71,8 @@ grpc::ServerUnaryReactor * shard_service::GetCapacity(grpc::CallbackServerContex
     response->set_queue_depth(static_cast<int32_t>(now.queue_depth));
     response->set_recent_tokens_per_second(core_.steps().recent_tokens_per_second());
     response->set_active_sessions(static_cast<int32_t>(now.active_sessions));
+    response->set_draft_tokens_verified(core_.metrics().drafts_verified());
+    response->set_draft_tokens_accepted(core_.metrics().drafts_accepted());
     auto * reactor = ctx->DefaultReactor();
     finish(reactor, "GetCapacity", grpc::Status::OK);
     return reactor;

@@ -159,6 +159,12 @@ TEST("a verified step answers the accepted drafts and one more token; discard_fr
     CHECK_EQ(response.n_past(), 6);
     CHECK_EQ(sampled(response), (std::vector<int32_t>{next_of(next_of(d1, 4), 5)}));
     CHECK_EQ(only.engine.slot_n_past(0), 6);
+    // GetCapacity counts what this last stage verified: three drafts, one accepted.
+    pb::GetCapacityResponse capacity;
+    grpc::ClientContext context;
+    CHECK(only.stub->GetCapacity(&context, pb::GetCapacityRequest{}, &capacity).ok());
+    CHECK_EQ(capacity.draft_tokens_verified(), 3);
+    CHECK_EQ(capacity.draft_tokens_accepted(), 1);
 }
 
 TEST("discard_from must equal n_past, and a stage holding less answers CACHE_MISS") {
