@@ -70,7 +70,7 @@ def test_crds_have_status_short_names_and_the_printer_columns_operators_expect()
         assert spec["scope"] == "Namespaced" and spec["group"] == "meshnet.dev"
         assert spec["versions"][0]["subresources"] == {"status": {}}
     columns = [c["name"] for c in route["versions"][0]["additionalPrinterColumns"]]
-    assert columns == ["Ready", "Epoch", "Stages", "Coverage", "Endpoint", "Age"]
+    assert columns == ["Ready", "Epoch", "Stages", "Coverage", "Acceptance", "Endpoint", "Age"]
     columns = [c["name"] for c in artifact["versions"][0]["additionalPrinterColumns"]]
     assert columns == ["Ready", "Files", "Size", "Digest", "Age"]
 

@@ -1,6 +1,7 @@
 """Sampling real workers: every stage's GetInfo and GetCapacity at once, a stopped or
-dead worker costs one deadline, not a hang, and a worker started for another artifact
-is refused by the driver and reported as a mismatch."""
+dead worker costs one deadline, not a hang, a worker started for another artifact
+is refused by the driver and reported as a mismatch, and the last stage's draft counters
+give the acceptance a route's speculation achieved."""
 
 from __future__ import annotations
 
@@ -13,11 +14,13 @@ from pathlib import Path
 
 import pytest
 
+from meshnet.api.shardroute import Recipe
 from meshnet.api.tracker import Provider
 from meshnet.certify import lane as lanes
 from meshnet.layers import LayerRange
 from meshnet.local.process import LaunchSpec, WorkerProcess, start_route
 from meshnet.route import RouteDriver, RouteRefused
+from meshnet.tracker.acceptance import route_speculation
 from meshnet.tracker.collect import StageChannels, sample_stages
 from meshnet.tracker.inputs import PinFacts, StageView
 from meshnet.tracker.report import build_report
@@ -50,6 +53,41 @@ def test_real_workers_answer_their_range_epoch_slots_and_kv(
     assert (a.info.boundary_dtype, a.info.boundary_row_elements) == ("f32", 576)
     assert (a.capacity.slots_total, a.capacity.kv_tokens_total) == (3, 3 * 1024)
     assert a.capacity.slots_free == 3 and a.info.incarnation != b.info.incarnation
+
+
+# Code the model goes on repeating (edits of the same lines): prompt-lookup drafts hold.
+CODE = (
+    "# Original:\ndef sum_list(values):\n    total = 0\n    for value in values:\n"
+    "        total = total + value\n    return total\n\ndef mean(values):\n"
+    "    total = sum_list(values)\n    return total / len(values)\n\n"
+    "# The same code with type hints added:\ndef sum_list(values: list[float]) -> float:\n"
+)
+
+
+def test_the_last_stage_counts_the_drafts_a_speculating_driver_had_verified(
+        workers: list[WorkerProcess]) -> None:
+    endpoints = {"a": workers[0].endpoint, "b": workers[1].endpoint}
+    before = asyncio.run(sample_stages(endpoints, timeout=5.0))
+    with RouteDriver(list(endpoints.values()), speculate=4) as driver:
+        generation = driver.generate(CODE, max_tokens=48, stop_at_eos=False)
+    after = asyncio.run(sample_stages(endpoints, timeout=5.0))
+
+    first, last = after["a"].capacity, after["b"].capacity
+    earlier = before["b"].capacity
+    assert first is not None and last is not None and earlier is not None
+    assert generation.accepted_draft_tokens > 0
+    assert (last.draft_tokens_verified - earlier.draft_tokens_verified,
+            last.draft_tokens_accepted - earlier.draft_tokens_accepted) == (
+        generation.draft_tokens, generation.accepted_draft_tokens)
+    assert (first.draft_tokens_verified, first.draft_tokens_accepted) == (0, 0)  # not a verifier
+    stages = [StageView(name, begin, end, endpoints[name], ready=True)
+              for name, (begin, end) in (("a", (0, 15)), ("b", (15, 30)))]
+    shown = route_speculation(Recipe.model_validate({"speculation": {"mode": "Lookup"}}),
+                              stages, after)
+    assert shown == {"acceptance": round(last.draft_tokens_accepted / last.draft_tokens_verified,
+                                         3),
+                     "draftTokensVerified": last.draft_tokens_verified,
+                     "draftTokensAccepted": last.draft_tokens_accepted}
 
 
 def test_a_stopped_worker_costs_one_deadline_and_the_other_still_answers(

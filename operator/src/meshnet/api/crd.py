@@ -118,6 +118,7 @@ def crd_documents() -> dict[str, dict[str, Any]]:
         [{"name": "Epoch", "type": "integer", "jsonPath": ".status.epoch"},
          {"name": "Stages", "type": "string", "jsonPath": ".status.stagesReady"},
          {"name": "Coverage", "type": "string", "jsonPath": ".status.coverage"},
+         {"name": "Acceptance", "type": "number", "jsonPath": ".status.speculation.acceptance"},
          {"name": "Endpoint", "type": "string", "jsonPath": ".status.endpoint",
           "priority": 1}],
     )

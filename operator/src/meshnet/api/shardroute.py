@@ -316,6 +316,23 @@ class RouteCapacity(StatusModel):
     )
 
 
+class RouteSpeculation(StatusModel):
+    """Speculative decoding as the route's last stage counted it since its worker started
+    (GetCapacity): the drafts it verified and how many held."""
+
+    acceptance: float | None = Field(
+        default=None, ge=0,
+        description="draftTokensAccepted / draftTokensVerified, to 3 decimals; absent until"
+                    " a draft was verified.",
+    )
+    draft_tokens_verified: int = Field(
+        default=0, ge=0, description="Draft tokens the last stage verified since it started."
+    )
+    draft_tokens_accepted: int = Field(
+        default=0, ge=0, description="Of those, the ones plain decoding would have produced."
+    )
+
+
 class ShardRouteStatus(StatusModel):
     """Observed state, rebuilt by the operator from the stage pods on every reconcile."""
 
@@ -346,6 +363,11 @@ class ShardRouteStatus(StatusModel):
     tracker: TrackerStatus | None = Field(
         default=None, description="Availability and measured capacity as last reported to"
                                   " the Tracker.")
+    speculation: RouteSpeculation | None = Field(
+        default=None, description="The acceptance the route's speculation achieves, from its"
+                                  " last stage's counters (absent while the route does not"
+                                  " speculate and no draft was verified, or that stage does"
+                                  " not answer).")
 
 
 class ShardRoute(ApiModel):

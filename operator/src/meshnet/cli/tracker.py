@@ -103,8 +103,8 @@ async def _report(name: str, url: str, token_file: Path | None, provider: Provid
         while count is None or samples < count:
             route = local.local_route(name)
             view, stages = local.views(route)
-            report, delivery = await step(reporting, cadence, view, stages,
-                                          local.certification(route))
+            stepped = await step(reporting, cadence, view, stages, local.certification(route))
+            report, delivery = stepped.report, stepped.delivery
             samples += 1
             state = "available" if report.available else "NOT available: " + "; ".join(
                 r.reason for r in report.unavailable_reasons)

@@ -1,7 +1,8 @@
 """A daemon per ShardRoute, beside the reconcile and never in its way: every few seconds
 it asks the stages for their capacity, runs the lane's certification Job when needed,
-shows the outcome in status (Certified condition, certification, tracker) and reports
-to the Tracker. A slow stage or a down Tracker delays only this route's daemon.
+shows the outcome in status (Certified condition, certification, tracker, and the
+acceptance of the route's speculation) and reports to the Tracker. A slow stage or a
+down Tracker delays only this route's daemon.
 
 Steady state costs the API server nothing: the route body is kopf's live copy, stage
 pods, artifacts, certification Jobs and their pods come from indices fed by the watches,
@@ -33,6 +34,7 @@ from meshnet.operator.kube import path
 from meshnet.reconcile.route.podspec import RouteRef
 from meshnet.timestamps import now_rfc3339
 from meshnet.tracker import kubernetes as kube_inputs
+from meshnet.tracker.acceptance import route_speculation
 from meshnet.tracker.client import TrackerClient
 from meshnet.tracker.collect import StageChannels
 from meshnet.tracker.inputs import StageView
@@ -210,7 +212,9 @@ async def _pass(shared: Shared, namespace: str, name: str, cadence: Cadence,
     decision = await _certification(shared, seen, view.ready and not deleting, lane, pods,
                                     stages)
     state = lanes.state(lane, decision.certificate)
-    report, delivery = await step(shared.reporting, cadence, view, stages, state)
+    stepped = await step(shared.reporting, cadence, view, stages, state)
+    report, delivery = stepped.report, stepped.delivery
+    speculation = route_speculation(spec.recipe, stages, stepped.samples)
     if delivery is not None and not delivery.ok:
         log.warning("report of %s/%s did not reach the Tracker after %d attempts: %s",
                     namespace, name, delivery.attempts, delivery.error)
@@ -221,7 +225,7 @@ async def _pass(shared: Shared, namespace: str, name: str, cadence: Cadence,
 
     def patch_of(current: Mapping[str, Any]) -> list[dict[str, Any]] | None:
         return kube_inputs.status_patch(current, decision.certificate, decision.condition,
-                                        report, error, now)
+                                        report, error, now, speculation)
 
     if patch_of(body) is not None and not deleting:
         await _patch_status(shared, namespace, name, body, patch_of)

@@ -107,4 +107,6 @@ def worker_capacity(capacity: pb.GetCapacityResponse) -> WorkerCapacity:
         kv_tokens_free=int(capacity.kv_tokens_free),
         kv_tokens_total=int(capacity.kv_tokens_total),
         queue_depth=int(capacity.queue_depth), active_sessions=int(capacity.active_sessions),
-        recent_tokens_per_second=float(capacity.recent_tokens_per_second))
+        recent_tokens_per_second=float(capacity.recent_tokens_per_second),
+        draft_tokens_verified=int(capacity.draft_tokens_verified),
+        draft_tokens_accepted=int(capacity.draft_tokens_accepted))

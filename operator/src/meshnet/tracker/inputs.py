@@ -71,6 +71,9 @@ class WorkerCapacity:
     queue_depth: int
     active_sessions: int
     recent_tokens_per_second: float
+    # A last stage's speculative draft tokens since it started: verified, and accepted.
+    draft_tokens_verified: int = 0
+    draft_tokens_accepted: int = 0
 
 
 @dataclass(frozen=True)

@@ -126,9 +126,11 @@ def stored_certificate(body: Mapping[str, Any]) -> Certificate | None:
 
 def status_patch(body: Mapping[str, Any], certificate: Certificate | None,
                  condition: tuple[str, str, str], report: CapacityReport | None,
-                 delivery_error: str | None, now: str) -> list[dict[str, Any]] | None:
-    """JSON-patch operations setting status.certification, status.tracker and the
-    Certified condition; None when nothing changed. The first operation tests
+                 delivery_error: str | None, now: str,
+                 speculation: Mapping[str, Any] | None = None) -> list[dict[str, Any]] | None:
+    """JSON-patch operations setting status.certification, status.tracker, the Certified
+    condition and status.speculation (as observed: removed when None); None when nothing
+    changed. The first operation tests
     resourceVersion: when the reconcile wrote status meanwhile the patch is refused (and
     redone on the next pass) rather than writing back conditions it has changed."""
     status = body.get("status") or {}
@@ -147,6 +149,7 @@ def status_patch(body: Mapping[str, Any], certificate: Certificate | None,
         if certificate else None,
         "tracker": _tracker_status(report, delivery_error) if report else status.get("tracker"),
         "conditions": conditions,
+        "speculation": dict(speculation) if speculation else None,
     }
     if all(status.get(k) == v for k, v in wanted.items()):
         return None

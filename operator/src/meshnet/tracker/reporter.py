@@ -4,13 +4,13 @@ report`: sample the stages, build the report, send it when due."""
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from meshnet.api.tracker import CapacityReport, CertificationState, Provider
 from meshnet.tracker.client import Delivery, TrackerClient
 from meshnet.tracker.collect import StageChannels, sample_stages
-from meshnet.tracker.inputs import PinFacts, RouteView, StageView
+from meshnet.tracker.inputs import PinFacts, RouteView, StageSample, StageView
 from meshnet.tracker.metrics import TrackerMetrics
 from meshnet.tracker.report import build_report, withdrawn
 from meshnet.tracker.schedule import Cadence, fingerprint
@@ -28,10 +28,19 @@ class Reporting:
     channels: StageChannels | None = None  # None: channels opened for each step
 
 
+@dataclass(frozen=True)
+class Stepped:
+    """One step's outcome: the report as of now, the delivery when one was due (None
+    otherwise), and what each stage answered (by stage name)."""
+
+    report: CapacityReport
+    delivery: Delivery | None
+    samples: Mapping[str, StageSample]
+
+
 async def step(reporting: Reporting, cadence: Cadence, route: RouteView,
-               stages: Sequence[StageView], certification: CertificationState
-               ) -> tuple[CapacityReport, Delivery | None]:
-    """The report as of now, and the delivery when one was due (None otherwise)."""
+               stages: Sequence[StageView], certification: CertificationState) -> Stepped:
+    """Sample the stages, build the report and send it when due."""
     samples = await sample_stages({s.name: s.endpoint for s in stages}, reporting.stage_timeout,
                                   channels=reporting.channels)
     reporting.metrics.collect_errors.inc(sum(1 for s in samples.values() if s.error))
@@ -44,12 +53,12 @@ async def step(reporting: Reporting, cadence: Cadence, route: RouteView,
                                       report.available and not route.deleting)
     print_ = fingerprint(report)
     if reporting.client is None or not cadence.due(print_, time.monotonic()):
-        return report, None
+        return Stepped(report, None, samples)
     cadence.next_sequence()
     delivery = await reporting.client.send(report.model_dump(mode="json", by_alias=True))
     if delivery.ok:
         cadence.delivered(print_, time.monotonic())
-    return report, delivery
+    return Stepped(report, delivery, samples)
 
 
 async def withdraw(reporting: Reporting, cadence: Cadence, last: CapacityReport
