@@ -1,8 +1,8 @@
 """Speculative decoding through real SmolLM2 routes (1, 2 and 3 stages, hub, chain and
-ring; on a route whose first stage loops, inside its loop):
-the tokens are exactly plain decoding's - greedy and sampled - drafts on a repetitive
-prompt are accepted, every stage drops the rejected drafts' positions, and a stage that
-restarts mid-generation is recovered from with the same tokens."""
+ring; on a route whose first stage loops, inside its loop, one verify window at a time or
+several in flight): the tokens are exactly plain decoding's - greedy and sampled - drafts
+on a repetitive prompt are accepted, every stage drops the rejected drafts' positions, and
+a stage that restarts mid-generation is recovered from with the same tokens."""
 
 from __future__ import annotations
 
@@ -117,8 +117,12 @@ def test_greedy_tokens_are_plain_greedys_with_speculation(
             speculated = driver.generate(prompt, max_tokens=TOKENS, stop_at_eos=False,
                                          speculate=4)
             after = forward_calls(workers[0])
+            pipelined = driver.generate(prompt, max_tokens=TOKENS, stop_at_eos=False,
+                                        speculate=4, windows=3)
             assert speculated.speculate == 4
             assert speculated.tokens == plain.tokens == reference(plain.prompt_tokens, TOKENS)
+            assert pipelined.tokens == plain.tokens
+            assert pipelined.recoveries == 0
             assert speculated.recoveries == 0
             assert speculated.topology == {"chain": "chain", "ring": "ring"}.get(topology, "hub")
             assert speculated.decode_loop == (topology != "hub")
@@ -128,6 +132,9 @@ def test_greedy_tokens_are_plain_greedys_with_speculation(
                 # the repetitive prompt: most drafted tokens hold, fewer steps than tokens
                 assert speculated.acceptance_rate > 0.5, speculated.to_json()
                 assert speculated.speculative_steps < TOKENS / 2
+                # a loop keeps windows in flight on it; the hub verifies one at a time
+                assert speculated.loop_depth <= 1
+                assert (pipelined.loop_depth > 1) == speculated.decode_loop, pipelined.to_json()
 
 
 def draft_counts(worker: WorkerProcess) -> dict[str, float]:
@@ -154,17 +161,21 @@ def test_the_last_stage_counts_the_drafts_it_verified_and_accepted(
     assert after["accepted"] - before["accepted"] == speculated.accepted_draft_tokens
 
 
-@pytest.mark.parametrize("local", [False, True])
+@pytest.mark.parametrize(("route", "local", "windows"),
+                         [("2", False, 1), ("2", True, 1), ("2", False, 4), ("3 ringed", False, 4)])
 def test_sampled_tokens_are_plain_samplings_with_speculation(
-    routes: dict[str, list[WorkerProcess]], local: bool,
+    routes: dict[str, list[WorkerProcess]], route: str, local: bool, windows: int,
 ) -> None:
     """Positional draws make the accept/reject rule yield the very tokens plain sampling
-    draws; the driver's own verification (--sample-locally) agrees with the worker's."""
+    draws, in whatever order the windows run; the driver's own verification
+    (--sample-locally) agrees with the worker's."""
     sampling = Sampling(temperature=0.7, top_k=40, top_p=0.95, seed=11)
-    with RouteDriver(endpoints(routes["2"]), topology="chain", sample_locally=local) as driver:
+    topology = "ring" if route == "3 ringed" else "chain"
+    with RouteDriver(endpoints(routes[route]), topology=topology,
+                     sample_locally=local) as driver:
         plain = driver.generate(CODE, max_tokens=TOKENS, stop_at_eos=False, sampling=sampling)
         speculated = driver.generate(CODE, max_tokens=TOKENS, stop_at_eos=False,
-                                     sampling=sampling, speculate=5)
+                                     sampling=sampling, speculate=5, windows=windows)
     assert speculated.tokens == plain.tokens
     assert speculated.accepted_draft_tokens > 0
 
@@ -221,6 +232,8 @@ def test_every_stage_drops_the_rejected_drafts_and_goes_on_as_plain_decoding(
 def test_a_stage_restarted_mid_generation_is_recovered_with_the_same_tokens(
     shard_worker: Path, smollm2: Path, tmp_path: Path, topology: str,
 ) -> None:
+    """On the chain and the ring with windows in flight (pipelined): one recovery, the
+    same text."""
     workers = start(shard_worker, smollm2, [(0, 15), (15, 30)], tmp_path,
                     ring=topology == "ring")
     try:
@@ -235,8 +248,9 @@ def test_a_stage_restarted_mid_generation_is_recovered_with_the_same_tokens(
                     threading.Timer(0.3, workers[1].start).start()
 
             speculated = driver.generate(CODE, max_tokens=TOKENS, stop_at_eos=False,
-                                         speculate=4, on_token=restart_the_last_stage)
-        assert speculated.recoveries >= 1
+                                         speculate=4, windows=3,
+                                         on_token=restart_the_last_stage)
+        assert speculated.recoveries == 1
         assert speculated.tokens == expected.tokens
         assert speculated.accepted_draft_tokens > 0
     finally:

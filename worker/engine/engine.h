@@ -67,6 +67,7 @@ struct engine_info {
     size_t          weight_bytes = 0;    // bytes of weights actually allocated
     size_t          kv_bytes     = 0;    // bytes of KV/state actually allocated
     bool            can_discard  = false; // slot_discard can drop a suffix of a slot's positions
+    int32_t         discard_depth = 0;    // with can_discard: positions one discard may drop (0: any)
 
     layer_range layers() const { return {layer_begin, layer_end}; }
     bool is_first() const { return layer_begin == 0; }

@@ -1,13 +1,14 @@
 // forward_stream.cpp - the ForwardStream reactor: one stream of steps, answered in order,
 // and the first stage's decode loop (plain or speculative) that it runs by itself.
 #include "forward_stream.h"
-#include "loop_drafts.h"
+#include "loop_pipeline.h"
 #include "write_queue.h"
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <deque>
+#include <optional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -20,7 +21,8 @@ namespace {
 
 // One stream of steps, answered in order; cancelling it releases its sessions. A step
 // with continue_tokens runs a decode loop here: every sampled token is answered and fed
-// back in as the next step until the count, a stop token, an error or a cancellation.
+// back in as the next step until the count, a stop token, an error or a cancellation; a
+// speculative loop keeps its verify windows in flight as its loop_pipeline says.
 class forward_stream_reactor final
     : public grpc::ServerBidiReactor<pb::ForwardStreamRequest, pb::ForwardStreamResponse> {
 public:
@@ -77,7 +79,7 @@ private:
         pb::ForwardRequest request = std::move(pending_.front());
         pending_.pop_front();
         read_more();
-        submit(lock, std::move(request));
+        submit_request(lock, std::move(request));
     }
 
     // Reads the next request unless enough wait already: a client that sends faster than
@@ -91,57 +93,123 @@ private:
         StartRead(&request_);
     }
 
-    // One step of the stream: whether its loop went on already (by the ring's token or its
-    // answer, whichever came first), and where its answer goes in the stream's order.
-    struct step_state {
-        uint64_t seq      = 0;
-        bool     advanced = false;
-        bool     ring     = false;   // waits for the ring's token too
-        session_key key;
-        int64_t  position = 0;       // the step's n_past: the ring's key (a loop's steps
-                                     // start ever later; after rejected drafts they can
-                                     // end at the same place)
-        std::shared_ptr<loop_drafter> drafter; // a speculative loop's drafts (else null)
+    // A decode loop on this stream: its windows and the caller's step they are made from.
+    struct step_state;
+    struct decode_loop {
+        loop_pipeline      pipeline;
+        pb::ForwardRequest base; // the caller's step, less its draft context
+        std::map<uint64_t, std::weak_ptr<step_state>> steps; // its windows not written yet
     };
 
+    // One step of the stream: where its answer goes in the stream's order, whether its
+    // tokens reached its loop yet (by the ring or the answer, whichever came first), and
+    // whether its answer is the loop's text or a dropped window's.
+    struct step_state {
+        uint64_t            seq    = 0;
+        session_key         key;
+        uint64_t            window = 0;     // ForwardRequest.window: the ring's key
+        bool                ring   = false; // waits for the ring's token too
+        bool                heard  = false; // its tokens reached the loop
+        std::optional<bool> emit;           // known once its loop resolved it
+        uint32_t            depth  = 1;     // its loop's windows in flight when it was sent
+        std::shared_ptr<decode_loop> loop;  // null outside a decode loop
+    };
+
+    // A caller's step: a decode loop's first window when it continues, else a step alone.
+    void submit_request(std::unique_lock<std::recursive_mutex> & lock, pb::ForwardRequest request) {
+        if (request.continue_tokens() == 0) {
+            submit(lock, std::move(request), nullptr);
+            return;
+        }
+        const auto & identity = core_.identity();
+        loop_limits limits;
+        limits.drafts  = std::min<int>(static_cast<int>(request.loop_drafts()), identity.max_loop_drafts);
+        limits.windows = std::clamp<int>(static_cast<int>(request.loop_windows()), 1, identity.max_loop_windows);
+        limits.n_ctx   = core_.n_ctx();
+        limits.discard_depth = core_.info().discard_depth;
+        loop_window first;
+        first.id     = next_window_++;
+        first.n_past = request.n_past();
+        first.tokens.assign(request.tokens().begin(), request.tokens().end());
+        first.verify = request.output().kind() == pb::OUTPUT_KIND_VERIFIED;
+        const std::vector<int32_t> context(request.draft_context().begin(), request.draft_context().end());
+        auto loop = std::make_shared<decode_loop>(decode_loop{
+            loop_pipeline(limits, context, first, static_cast<int64_t>(request.continue_tokens()) + 1,
+                          {request.stop_token_ids().begin(), request.stop_token_ids().end()}),
+            {}, {}});
+        request.clear_draft_context(); // in the drafter now; the windows copy the request
+        request.set_window(first.id);
+        loop->base = request;
+        submit(lock, std::move(request), loop);
+        run_loop(lock, loop);
+    }
+
+    // Submits the windows the loop's pipeline has room for, in order.
+    void run_loop(std::unique_lock<std::recursive_mutex> & lock, const std::shared_ptr<decode_loop> & loop) {
+        while (!cancelled_ && !finishing_) {
+            const std::optional<loop_window> window = loop->pipeline.next();
+            if (!window) {
+                return;
+            }
+            pb::ForwardRequest next = loop->base;
+            next.set_window(window->id);
+            next.set_n_past(window->n_past);
+            next.clear_positions();
+            next.clear_tokens();
+            next.mutable_tokens()->Add(window->tokens.begin(), window->tokens.end());
+            for (size_t i = 0; i < window->tokens.size(); ++i) {
+                next.add_positions(static_cast<int32_t>(window->n_past + static_cast<int64_t>(i)));
+            }
+            if (window->discard_from >= 0) {
+                next.set_discard_from(window->discard_from);
+            } else {
+                next.clear_discard_from();
+            }
+            next.mutable_output()->clear_rows();
+            next.mutable_output()->set_kind(window->verify ? pb::OUTPUT_KIND_VERIFIED : pb::OUTPUT_KIND_SAMPLED);
+            next.set_continue_tokens(1); // a loop's step: it rides the ring (the pipeline counts)
+            submit(lock, std::move(next), loop);
+        }
+    }
+
+    // Queues one step on the engine (the caller holds the lock, which it keeps: a loop's
+    // windows must reach the scheduler in the order the pipeline made them).
     void submit(std::unique_lock<std::recursive_mutex> & lock, pb::ForwardRequest request,
-                std::shared_ptr<loop_drafter> drafter = nullptr) {
+                std::shared_ptr<decode_loop> loop) {
         step_job job;
         auto plan = std::make_shared<output_plan>();
         if (auto error = core_.prepare(request, job, *plan, /*streaming =*/ true)) {
             fail(lock, error_status(*error));
             return;
         }
-        if (!drafter && request.loop_drafts() > 0 && plan->continue_tokens > 0) {
-            std::vector<int32_t> context(request.draft_context().begin(), request.draft_context().end());
-            context.insert(context.end(), request.tokens().begin(), request.tokens().end());
-            drafter = std::make_shared<loop_drafter>(static_cast<int>(request.loop_drafts()), context);
-            request.clear_draft_context(); // in the drafter now; the loop's steps copy the request
-        }
         ++in_flight_;
         keys_.insert(job.key);
         const auto arrived = std::chrono::steady_clock::now();
         auto step = std::make_shared<step_state>();
-        step->seq      = next_seq_++;
-        step->key      = job.key;
-        step->position = request.n_past();
-        step->ring     = plan->relay && plan->relay_request.ring() && plan->continue_tokens > 0;
-        step->drafter  = std::move(drafter);
-        auto template_request = std::make_shared<pb::ForwardRequest>(std::move(request));
+        step->seq    = next_seq_++;
+        step->key    = job.key;
+        step->window = request.window();
+        step->ring   = loop && plan->relay && plan->relay_request.ring();
+        step->loop   = std::move(loop);
+        if (step->loop) {
+            step->loop->steps[step->window] = step;
+            step->depth = static_cast<uint32_t>(step->loop->pipeline.in_flight());
+        } else {
+            step->emit = true;
+        }
         if (step->ring) {
             ++ring_waiting_;
-            core_.ring().expect(step->key, step->position, [this, plan, template_request, step](
-                                       std::vector<int32_t> tokens) {
+            core_.ring().expect(step->key, step->window, [this, step](std::vector<int32_t> tokens) {
                 std::unique_lock<std::recursive_mutex> inner(mutex_);
                 --ring_waiting_;
-                if (advance(inner, *plan, *template_request, *step, std::move(tokens))) {
+                if (heard(inner, *step, std::move(tokens))) {
                     core_.metrics().count_request("Ring", "OK");
                 }
                 maybe_finish(inner);
             });
         }
         job.cancelled = [this] { return cancelled_.load(); };
-        job.done = [this, plan, arrived, template_request, step](step_outcome & outcome) {
+        job.done = [this, arrived, step, plan](step_outcome & outcome) {
             if (!outcome.ok) {
                 std::unique_lock<std::recursive_mutex> inner(mutex_);
                 settle(*step);
@@ -150,100 +218,94 @@ private:
             }
             auto response = std::make_shared<pb::ForwardStreamResponse>();
             core_.complete(*plan, outcome, *response->mutable_forward(),
-                [this, plan, arrived, template_request, response, step](const grpc::Status & status) {
-                    on_step_answered(status, *plan, arrived, *template_request, *response, *step);
+                [this, arrived, response, step](const grpc::Status & status) {
+                    on_step_answered(status, arrived, *response, step);
                 });
         };
-        lock.unlock();
         core_.steps().submit(std::move(job));
-        lock.lock();
     }
 
     // A step's answer (or failure) is in: it no longer waits for the ring's token (the
     // caller holds the lock).
     void settle(const step_state & step) {
         --in_flight_;
-        if (step.ring && core_.ring().forget(step.key, step.position)) {
+        if (step.ring && core_.ring().forget(step.key, step.window)) {
             --ring_waiting_;
         }
     }
 
-    // The loop's next step after `step` (fed `previous`), which answered `tokens` (one,
-    // or a speculative step's accepted drafts and one more), unless the loop is done or
-    // another path went on already; true when it went on.
-    bool advance(std::unique_lock<std::recursive_mutex> & lock, const output_plan & plan,
-                 const pb::ForwardRequest & previous, step_state & step, std::vector<int32_t> tokens) {
-        if (step.advanced) {
+    // A loop's step answered `tokens` (one, or a speculative step's accepted drafts and one
+    // more), by the ring or its answer: the loop learns which of its windows are its text
+    // and which are dropped, and goes on. True when these were the step's first tokens.
+    bool heard(std::unique_lock<std::recursive_mutex> & lock, step_state & step, std::vector<int32_t> tokens) {
+        if (step.heard || !step.loop) {
             return false;
         }
-        step.advanced = true;
-        const auto & stops = previous.stop_token_ids();
-        const auto stop = std::find_first_of(tokens.begin(), tokens.end(), stops.begin(), stops.end());
-        // The step may answer at most what was left (its drafts were cut to fit).
-        const int64_t left = static_cast<int64_t>(plan.continue_tokens) + 1 - static_cast<int64_t>(tokens.size());
-        if (tokens.empty() || stop != tokens.end() || left <= 0 || cancelled_ || finishing_) {
-            return false;
+        step.heard = true;
+        const std::shared_ptr<decode_loop> loop = step.loop;
+        for (const auto & [window, verdict] : loop->pipeline.answered(step.window, std::move(tokens))) {
+            mark(*loop, window, verdict.answer);
+            for (uint64_t dropped : verdict.dropped) {
+                mark(*loop, dropped, false);
+            }
         }
-        // What the stages keep of the step: all it was fed, or after a verification its
-        // first token and the drafts that held; they drop the rest (the rejected drafts)
-        // before the next step.
-        const bool    verified = previous.output().kind() == pb::OUTPUT_KIND_VERIFIED;
-        const int64_t held     = previous.n_past() + previous.tokens_size();
-        const int64_t n_past   = verified ? previous.n_past() + static_cast<int64_t>(tokens.size()) : held;
-        std::vector<int32_t> drafts;
-        if (step.drafter) {
-            step.drafter->answered({previous.tokens().begin(), previous.tokens().end()}, tokens);
-            const int64_t room = std::min<int64_t>(left - 1, core_.n_ctx() - n_past - 1);
-            drafts = step.drafter->next(static_cast<int>(std::max<int64_t>(room, 0)));
-        }
-        pb::ForwardRequest next = previous;
-        next.set_n_past(n_past);
-        next.clear_positions();
-        next.clear_tokens();
-        next.add_tokens(tokens.back());
-        next.mutable_tokens()->Add(drafts.begin(), drafts.end());
-        for (int64_t i = 0; i < next.tokens_size(); ++i) {
-            next.add_positions(static_cast<int32_t>(n_past + i));
-        }
-        if (held > n_past) {
-            next.set_discard_from(n_past);
-        } else {
-            next.clear_discard_from(); // the first step dropped what there was to drop
-        }
-        next.mutable_output()->clear_rows();
-        next.mutable_output()->set_kind(drafts.empty() ? pb::OUTPUT_KIND_SAMPLED : pb::OUTPUT_KIND_VERIFIED);
-        next.set_continue_tokens(static_cast<uint32_t>(left - 1));
-        submit(lock, std::move(next), step.drafter);
+        // The next windows first, then the answers: the engine starts while they are written.
+        run_loop(lock, loop);
+        write_ready(lock);
         return true;
     }
 
-    void on_step_answered(const grpc::Status & status, const output_plan & plan,
-                          std::chrono::steady_clock::time_point arrived, const pb::ForwardRequest & previous,
-                          pb::ForwardStreamResponse & response, step_state & step) {
+    static void mark(decode_loop & loop, uint64_t window, bool emit) {
+        const auto found = loop.steps.find(window);
+        if (found == loop.steps.end()) {
+            return;
+        }
+        if (const std::shared_ptr<step_state> step = found->second.lock(); step && !step->emit) {
+            step->emit = emit;
+        }
+    }
+
+    void on_step_answered(const grpc::Status & status, std::chrono::steady_clock::time_point arrived,
+                          pb::ForwardStreamResponse & response, const std::shared_ptr<step_state> & step) {
         std::unique_lock<std::recursive_mutex> lock(mutex_);
-        settle(step);
+        settle(*step);
         if (!status.ok()) {
             fail(lock, status);
             return;
         }
         core_.record_served(*response.mutable_forward(), arrived);
         core_.metrics().count_request("ForwardStream", "OK");
-        const auto & sampled = response.forward().sampled_tokens();
-        // The next step first, then the answer: the engine starts while the token is
-        // written to the caller, not after.
-        advance(lock, plan, previous, step, {sampled.begin(), sampled.end()});
-        held_.emplace(step.seq, std::move(response));
-        while (!held_.empty() && held_.begin()->first == next_write_seq_) { // answers in the steps' order
-            writes_.push(std::move(held_.begin()->second));
-            held_.erase(held_.begin());
-            ++next_write_seq_;
+        if (step->loop) {
+            response.mutable_forward()->set_loop_depth(step->depth);
         }
-        const bool more_coming = in_flight_ > 0;
-        write_next(lock, more_coming);
-        if (!more_coming) {
+        const auto & sampled = response.forward().sampled_tokens();
+        held_.emplace(step->seq, held_answer{std::move(response), step});
+        heard(lock, *step, {sampled.begin(), sampled.end()});
+        write_ready(lock);
+        if (in_flight_ == 0) {
             start_next(lock);
         }
         maybe_finish(lock);
+    }
+
+    // Queues the answers that are due in the steps' order: a loop's answer once its loop
+    // knows whether it is its text (a dropped window's answer is never sent).
+    void write_ready(std::unique_lock<std::recursive_mutex> & lock) {
+        while (!held_.empty() && held_.begin()->first == next_write_seq_) {
+            held_answer & held = held_.begin()->second;
+            if (!held.step->emit) {
+                break; // an earlier window's tokens have not come yet
+            }
+            if (*held.step->emit) {
+                writes_.push(std::move(held.response));
+            }
+            if (held.step->loop) {
+                held.step->loop->steps.erase(held.step->window);
+            }
+            held_.erase(held_.begin());
+            ++next_write_seq_;
+        }
+        write_next(lock, in_flight_ > 0);
     }
 
     // `more_coming`: the decode loop goes on. Its answers then wait here until stream_flush
@@ -317,7 +379,12 @@ private:
     int                                   ring_waiting_ = 0; // of those, still waiting for the ring's token
     uint64_t                              next_seq_       = 0; // steps in the order they were submitted
     uint64_t                              next_write_seq_ = 0; // the step whose answer goes next
-    std::map<uint64_t, pb::ForwardStreamResponse> held_;      // answers that came before an earlier one
+    uint64_t                              next_window_    = 1; // a loop's window numbers, stream-wide
+    struct held_answer {
+        pb::ForwardStreamResponse   response;
+        std::shared_ptr<step_state> step;
+    };
+    std::map<uint64_t, held_answer>       held_;      // answers not written yet, by step
     bool                                  reads_done_ = false;
     bool                                  finishing_  = false;
     bool                                  finished_   = false;

@@ -16,17 +16,26 @@ void prompt_lookup::extend(const std::vector<int32_t> & tokens) {
     }
 }
 
-std::vector<int32_t> prompt_lookup::draft(int length) const {
+std::vector<int32_t> prompt_lookup::draft_after(const std::vector<int32_t> & tail, int length) const {
     if (length <= 0) {
         return {};
     }
-    const size_t end = tokens_.size();
+    // The sequence as if `tail` were appended, read without copying the committed part.
+    const size_t end = tokens_.size() + tail.size();
+    auto at = [&](size_t i) { return i < tokens_.size() ? tokens_[i] : tail[i - tokens_.size()]; };
     for (size_t n = std::min<size_t>(max_ngram, end); n >= 1; --n) {
-        const auto found = index_.find(std::vector<int32_t>(tokens_.end() - static_cast<std::ptrdiff_t>(n), tokens_.end()));
+        std::vector<int32_t> suffix;
+        for (size_t i = end - n; i < end; ++i) {
+            suffix.push_back(at(i));
+        }
+        const auto found = index_.find(suffix);
         if (found != index_.end()) {
             const size_t stop = std::min(end, found->second + static_cast<size_t>(length));
-            return std::vector<int32_t>(tokens_.begin() + static_cast<std::ptrdiff_t>(found->second),
-                                        tokens_.begin() + static_cast<std::ptrdiff_t>(stop));
+            std::vector<int32_t> out;
+            for (size_t i = found->second; i < stop; ++i) {
+                out.push_back(at(i));
+            }
+            return out;
         }
     }
     return {};

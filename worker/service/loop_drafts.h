@@ -24,7 +24,11 @@ public:
 
     void extend(const std::vector<int32_t> & tokens);
     // Up to `length` tokens that followed the longest earlier match of the suffix.
-    std::vector<int32_t> draft(int length) const;
+    std::vector<int32_t> draft(int length) const { return draft_after({}, length); }
+    // The same for the sequence followed by `tail` (tokens not committed yet: the drafts of
+    // windows still in flight), matched against the sequence's n-grams; what follows a match
+    // may run on into `tail`.
+    std::vector<int32_t> draft_after(const std::vector<int32_t> & tail, int length) const;
 
 private:
     std::vector<int32_t>                      tokens_;
@@ -63,6 +67,13 @@ public:
     void answered(const std::vector<int32_t> & fed, const std::vector<int32_t> & produced);
     // Drafts for the next step, at most `room` tokens.
     std::vector<int32_t> next(int room) const;
+    // Up to `room` tokens after the context and `tail` (windows in flight), whatever the
+    // draft length says: a pipelined window's first token is one of them.
+    std::vector<int32_t> after(const std::vector<int32_t> & tail, int room) const {
+        return lookup_.draft_after(tail, room);
+    }
+    // The draft length the adaptation wants now (0 while paused).
+    int wanted() const { return length_.wanted(); }
 
 private:
     prompt_lookup lookup_;

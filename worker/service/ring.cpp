@@ -114,7 +114,8 @@ grpc::ServerWriteReactor<pb::RingResponse> * ring_hub::subscribe(const pb::Route
     return subscriber;
 }
 
-void ring_hub::publish(const pb::RouteKey & key, int64_t position, const std::vector<int32_t> & tokens) {
+void ring_hub::publish(const pb::RouteKey & key, int64_t position, uint64_t window,
+                       const std::vector<int32_t> & tokens) {
     if (tokens.empty()) {
         return;
     }
@@ -124,6 +125,7 @@ void ring_hub::publish(const pb::RouteKey & key, int64_t position, const std::ve
             pb::RingResponse message;
             *message.mutable_key() = key;
             message.set_position(position);
+            message.set_window(window);
             message.set_token(tokens.front());
             message.mutable_tokens()->Add(tokens.begin(), tokens.end());
             subscriber->push(std::move(message));
@@ -213,21 +215,21 @@ void ring_link::run() {
     }
 }
 
-void ring_waiters::expect(const session_key & key, int64_t position, then_fn then) {
+void ring_waiters::expect(const session_key & key, uint64_t window, then_fn then) {
     std::lock_guard<std::mutex> lock(mutex_);
-    waiting_[{key, position}] = std::move(then);
+    waiting_[{key, window}] = std::move(then);
 }
 
-bool ring_waiters::forget(const session_key & key, int64_t position) {
+bool ring_waiters::forget(const session_key & key, uint64_t window) {
     std::lock_guard<std::mutex> lock(mutex_);
-    return waiting_.erase({key, position}) > 0;
+    return waiting_.erase({key, window}) > 0;
 }
 
-void ring_waiters::deliver(const session_key & key, int64_t position, std::vector<int32_t> tokens) {
+void ring_waiters::deliver(const session_key & key, uint64_t window, std::vector<int32_t> tokens) {
     then_fn then;
     {
         std::lock_guard<std::mutex> lock(mutex_);
-        auto found = waiting_.find({key, position});
+        auto found = waiting_.find({key, window});
         if (found == waiting_.end()) {
             return; // the chain's answer came first, or the loop ended
         }

@@ -39,8 +39,9 @@ public:
 
     // The Ring RPC's stream for a subscriber whose key was checked.
     grpc::ServerWriteReactor<pb::RingResponse> * subscribe(const pb::RouteKey & key);
-    // Sends the token to every subscriber of the key's route and epoch.
-    void publish(const pb::RouteKey & key, int64_t position, const std::vector<int32_t> & tokens);
+    // Sends the token to every subscriber of the key's route and epoch; `window` is the
+    // step's ForwardRequest.window.
+    void publish(const pb::RouteKey & key, int64_t position, uint64_t window, const std::vector<int32_t> & tokens);
     // Ends every stream (the worker stops) and waits until they are gone.
     void stop();
 
@@ -87,21 +88,23 @@ private:
     std::thread                             thread_;
 };
 
-// The first stage's decode loops waiting for the ring's token of (session, position).
+// The first stage's decode loops waiting for the ring's token of (session, window): a
+// loop's window numbers never repeat, while a step that replaces dropped windows can
+// start at a position one of them had.
 class ring_waiters {
 public:
     using then_fn = std::function<void(std::vector<int32_t> tokens)>;
 
-    void expect(const session_key & key, int64_t position, then_fn then);
+    void expect(const session_key & key, uint64_t window, then_fn then);
     // True when it was still waiting (then is never called); false when the token came
     // first (then is running or ran).
-    bool forget(const session_key & key, int64_t position);
+    bool forget(const session_key & key, uint64_t window);
     // Calls the waiting loop's `then`, if any, outside the lock.
-    void deliver(const session_key & key, int64_t position, std::vector<int32_t> tokens);
+    void deliver(const session_key & key, uint64_t window, std::vector<int32_t> tokens);
 
 private:
     std::mutex                                             mutex_;
-    std::map<std::pair<session_key, int64_t>, then_fn>     waiting_;
+    std::map<std::pair<session_key, uint64_t>, then_fn>    waiting_;
 };
 
 } // namespace meshnet

@@ -49,7 +49,7 @@ stage_core::stage_core(service_identity identity, engine_i & engine, session_sto
             if (token.key().route_id() != identity_.route_id || token.key().epoch() != identity_.epoch) {
                 return; // never another route's or epoch's token (the last stage checks too)
             }
-            ring_waiters_.deliver(key_of(token.key()), token.position(), ring_tokens_of(token));
+            ring_waiters_.deliver(key_of(token.key()), token.window(), ring_tokens_of(token));
         });
     }
 }
@@ -90,6 +90,7 @@ output_plan plan_output(const pb::ForwardRequest & request, const engine_info & 
     plan.continue_tokens = request.continue_tokens();
     plan.key             = request.key();
     plan.ring            = request.ring();
+    plan.window          = request.window();
     if (!plan.last) {
         plan.kind = pb::OUTPUT_KIND_BOUNDARY;
         return plan;
@@ -129,6 +130,7 @@ pb::ForwardRequest relay_request_of(const pb::ForwardRequest & request, bool rin
         next.set_discard_from(request.discard_from());
     }
     next.set_ring(ring);
+    next.set_window(request.window());
     return next;
 }
 
@@ -193,7 +195,7 @@ void stage_core::complete(output_plan & plan, step_outcome & outcome, pb::Forwar
         const bool sampled = plan.kind == pb::OUTPUT_KIND_SAMPLED && response.sampled_tokens_size() == 1;
         if (plan.ring && plan.last && (sampled || plan.kind == pb::OUTPUT_KIND_VERIFIED)) {
             // Straight to the first stage, before the answer starts back along the chain.
-            ring_hub_.publish(plan.key, response.n_past() - plan.n_tokens,
+            ring_hub_.publish(plan.key, response.n_past() - plan.n_tokens, plan.window,
                               {response.sampled_tokens().begin(), response.sampled_tokens().end()});
         }
         then(grpc::Status::OK);

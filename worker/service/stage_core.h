@@ -50,6 +50,8 @@ struct service_identity {
     std::string next_stage;             // chain successor ("" when none)
     std::string ring_last;              // the ring's last stage, as given ("" when none)
     std::chrono::milliseconds stream_flush{100}; // decode loop answers are sent at least this often
+    int32_t                   max_loop_drafts  = 7; // a speculative loop's drafts per window at most
+    int32_t                   max_loop_windows = 8; // its verify windows in flight at most
     compute_placement         placement;         // where the engine computes
     int32_t                   local_relay_port = 0; // GetInfo: the local relay (0: none)
     std::string               local_relay_token;    // GetInfo: what its connections open with
@@ -68,6 +70,7 @@ struct output_plan {
     pb::ForwardRequest   relay_request;  // its request, less the boundary
     uint32_t             continue_tokens = 0; // stream decode loop: tokens still to go
     bool                 ring = false;   // last stage: also send the sampled token over Ring
+    uint64_t             window = 0;     // ForwardRequest.window, carried back on the ring
     pb::RouteKey         key;            // the step's session
     std::vector<int32_t> step_tokens;   // VERIFIED: the step's tokens (the drafts after the first)
 };

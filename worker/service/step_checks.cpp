@@ -5,6 +5,7 @@
 #include "draft_verify.h"
 #include "layer_range.h"
 #include "loop_drafts.h"
+#include "loop_pipeline.h"
 #include "proto_convert.h"
 
 #include <vector>
@@ -181,15 +182,16 @@ std::optional<shard_error> check_output(const pb::ForwardRequest & request, cons
 std::optional<shard_error> check_loop_drafts(const pb::ForwardRequest & request, const engine_info & info,
                                              bool streaming) {
     if (request.loop_drafts() == 0) {
-        if (request.draft_context_size() > 0) {
+        if (request.draft_context_size() > 0 || request.loop_windows() > 0) {
             return make_error(error_reason::invalid_output_request,
-                              "draft_context is for a speculative loop (loop_drafts)");
+                              "draft_context and loop_windows are for a speculative loop (loop_drafts)");
         }
         return std::nullopt;
     }
     const char * problem =
         !streaming || !info.is_first() ? "loop_drafts is for a decode loop on the first stage (ForwardStream)" :
         request.loop_drafts() > max_loop_drafts ? "loop_drafts is at most 7 (the widest exact verification step)" :
+        request.loop_windows() > max_loop_windows ? "loop_windows is at most 8" :
         nullptr;
     if (problem) {
         return make_error(error_reason::invalid_output_request, problem);

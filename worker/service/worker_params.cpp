@@ -2,6 +2,7 @@
 #include "worker_params.h"
 
 #include "layer_range.h"
+#include "loop_pipeline.h"
 
 #include <cstdlib>
 #include <functional>
@@ -42,6 +43,11 @@ const char * worker_params_usage() {
         "  --pipeline-depth N        stages in the route: concurrent sessions are split into N\n"
         "                            groups so that every stage computes one at a time (default:\n"
         "                            the model's layers / this stage's layers, rounded)\n"
+        "  --max-loop-drafts N       first stage: a speculative decode loop drafts at most N tokens\n"
+        "                            per verify window (the recipe's maxDrafts; 0: loops decode\n"
+        "                            plainly; default: 7, the widest exact window)\n"
+        "  --max-loop-windows N      first stage: a speculative decode loop keeps at most N verify\n"
+        "                            windows in flight (the recipe's maxWindows; default: 8)\n"
         "  --stream-flush-ms N       decode loop: hold its answers for up to N ms and send them\n"
         "                            together, so that fewer sends interrupt the engine; the last\n"
         "                            one goes at once (default: 100; 0: send each at once)\n"
@@ -108,6 +114,12 @@ bool worker_params_parse(int argc, char ** argv, worker_params & params, std::st
         {"--gpu-layers",      int32_into(params.n_gpu_layers, 0)},
         {"--pipeline-depth",  int32_into(params.pipeline_depth, 1)},
         {"--exact-batch-rows", int32_into(params.exact_batch_rows, 0)},
+        {"--max-loop-drafts", [&](const std::string & v) {
+            return int32_into(params.max_loop_drafts, 0)(v) && params.max_loop_drafts <= static_cast<int32_t>(max_loop_drafts);
+        }},
+        {"--max-loop-windows", [&](const std::string & v) {
+            return int32_into(params.max_loop_windows, 1)(v) && params.max_loop_windows <= static_cast<int32_t>(max_loop_windows);
+        }},
         {"--epoch", [&](const std::string & v) {
             int64_t n;
             if (!parse_int64(v, n) || n < 0) return false;

@@ -36,6 +36,8 @@ struct worker_params {
     int32_t     pipeline_depth  = 0;            // stages in the route; 0: n_layer / owned layers
     int32_t     exact_batch_rows = -1;          // batch invariance (batch_limits); 0: off, -1: auto
     int64_t     stream_flush_ms = 100;          // decode loop: send its answers at least this often
+    int32_t     max_loop_drafts  = 7;           // a speculative loop's drafts per window at most
+    int32_t     max_loop_windows = 8;           // its verify windows in flight at most
     std::string tls_cert;
     std::string tls_key;
     std::string tls_client_ca;                  // set: clients must present a cert (mTLS)

@@ -111,6 +111,8 @@ bool worker_server::start(const worker_params & params, engine_i & engine, std::
     identity_.max_message_bytes = params.max_message_bytes;
     identity_.max_step_tokens   = params.n_batch;
     identity_.stream_flush      = std::chrono::milliseconds(params.stream_flush_ms);
+    identity_.max_loop_drafts   = params.max_loop_drafts;
+    identity_.max_loop_windows  = params.max_loop_windows;
     identity_.eos_token_ids     = std::move(vocab.eos_token_ids);
     identity_.chat_template     = std::move(vocab.chat_template);
     identity_.next_stage        = params.next_stage;

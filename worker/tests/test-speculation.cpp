@@ -93,7 +93,7 @@ struct loop_run {
 };
 
 loop_run decode_loop(stage & first, const std::string & session, uint32_t drafts, uint32_t count,
-                     int32_t stop = -1) {
+                     int32_t stop = -1, uint32_t windows = 0) {
     grpc::ClientContext context;
     auto stream = first.stub->ForwardStream(&context);
     pb::ForwardStreamRequest request;
@@ -104,6 +104,7 @@ loop_run decode_loop(stage & first, const std::string & session, uint32_t drafts
     request.mutable_forward()->set_relay(true);
     request.mutable_forward()->set_continue_tokens(count - 1);
     request.mutable_forward()->set_loop_drafts(drafts);
+    request.mutable_forward()->set_loop_windows(windows);
     if (stop >= 0) request.mutable_forward()->add_stop_token_ids(stop);
     stream->Write(request);
     stream->WritesDone();
@@ -253,6 +254,23 @@ TEST("a speculative decode loop gives the plain loop's tokens, its stages droppi
     // Both sessions hold the prompt and the tokens fed after it, nothing of a rejected draft.
     CHECK_EQ(last.engine.slot_n_past(1), first.engine.slot_n_past(1));
     CHECK_EQ(first.engine.slot_n_past(1), first.engine.slot_n_past(0));
+}
+
+TEST("a pipelined speculative loop gives the plain loop's tokens, one discard dropping every voided window") {
+    stage last(4, n_layer);
+    stage first(0, 4, true, last.endpoint());
+    const loop_run plain = decode_loop(first, "plain", 0, 40);
+    for (uint32_t windows : {2u, 4u, 8u}) {
+        const std::string session = "windows-" + std::to_string(windows);
+        const loop_run piped = decode_loop(first, session, 3, 40, -1, windows);
+        CHECK(piped.status.ok());
+        CHECK_EQ(piped.tokens, plain.tokens);
+        CHECK(piped.drafted > 0);
+    }
+    // Every session holds the prompt and the tokens fed after it on both stages.
+    for (int32_t slot = 1; slot <= 3; ++slot) {
+        CHECK_EQ(last.engine.slot_n_past(slot), first.engine.slot_n_past(slot));
+    }
 }
 
 TEST("a speculative decode loop stops at a stop token, even one inside an accepted run") {

@@ -34,6 +34,10 @@ class Generation:
     draft_tokens: int = 0
     accepted_draft_tokens: int = 0
     speculative_steps: int = 0
+    # Pipelined speculation in a decode loop: the verify windows it could keep in flight,
+    # and the most it did (ForwardResponse.loop_depth).
+    windows: int = 1
+    loop_depth: int = 0
 
     @property
     def acceptance_rate(self) -> float:

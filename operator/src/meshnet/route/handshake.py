@@ -55,6 +55,8 @@ class RouteInfo:
     n_slots: int = 0  # sessions at once: the smallest stage's
     chat_template: str = ""  # the model's (GGUF tokenizer.chat_template), "" when none
     can_discard: bool = False  # every stage can drop rejected drafts (speculation)
+    # Positions one discard may drop on every stage (0: any; deepseek4's rollback snapshots).
+    discard_depth: int = 0
 
     @property
     def chained(self) -> bool:
@@ -167,6 +169,8 @@ def check_route(answers: Sequence[tuple[str, pb.GetInfoResponse]]) -> RouteInfo:
         n_slots=min(info.n_slots for _, info in answers),
         chat_template=next((i.chat_template for _, i in answers if i.chat_template), ""),
         can_discard=all(info.can_discard for _, info in answers),
+        discard_depth=min((info.discard_depth for _, info in answers if info.discard_depth > 0),
+                          default=0),
         boundary_schema=first.boundary.schema,
         boundary_dtype=first.boundary.dtype,
         boundary_row_shape=tuple(first.boundary.row_shape),

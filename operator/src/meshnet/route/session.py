@@ -80,6 +80,8 @@ class Session:
         self.session_id = uuid.uuid4().hex
         self.result = Generation(session_id=self.session_id, prompt_tokens=list(prompt_ids))
         self.result.speculate = settings.speculate if route.can_discard else 0
+        self.result.windows = pipelined_windows(settings.windows, self.result.speculate,
+                                                route.discard_depth)
         self.engine_seconds = 0.0  # every answered step's engine time, over its stages
 
     # -- a generation -----------------------------------------------------------------
@@ -242,6 +244,17 @@ class Session:
             self.result.draft_tokens += drafted
             self.result.accepted_draft_tokens += accepted
             self.result.speculative_steps += 1
+
+
+def pipelined_windows(windows: int, drafts: int, discard_depth: int) -> int:
+    """Verify windows a speculating loop may keep in flight: one rejection drops all but
+    the oldest window's first token on every stage at once, so where the stages can drop
+    only `discard_depth` positions, no more windows of `drafts` + 1 rows than fit."""
+    if drafts <= 0:
+        return 1
+    if discard_depth > 0:
+        windows = min(windows, (discard_depth + 1) // (drafts + 1))
+    return max(1, windows)
 
 
 def drafter(context: list[int], cap: int) -> tuple[PromptLookup, DraftLength]:

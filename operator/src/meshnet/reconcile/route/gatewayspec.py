@@ -10,7 +10,13 @@ from meshnet.api import labels
 from meshnet.api.shardroute import Gateway, RouteTls, Speculation, Stage
 from meshnet.reconcile.children import CONTAINER_SECURITY, POD_SECURITY, template_hash
 from meshnet.reconcile.naming import endpoint, gateway_name
-from meshnet.reconcile.route.podspec import TLS_DIR, RouteRef, WorkerConfig, owner_reference
+from meshnet.reconcile.route.podspec import (
+    TLS_DIR,
+    RouteRef,
+    WorkerConfig,
+    owned_service,
+    owner_reference,
+)
 
 DEFAULT_REQUESTS = {"cpu": "100m", "memory": "256Mi"}
 DEFAULT_LIMITS = {"memory": "1Gi"}
@@ -110,10 +116,4 @@ def gateway_service(route: RouteRef, config: WorkerConfig) -> dict[str, Any]:
         "selector": {labels.GATEWAY: route.name},
         "ports": [{"name": "http", "port": config.gateway_port, "targetPort": "http"}],
     }
-    return {
-        "apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": gateway_name(route.name), "namespace": route.namespace,
-                     "labels": {**gateway_labels(route), labels.TEMPLATE: template_hash(spec)},
-                     "ownerReferences": [owner_reference(route)]},
-        "spec": spec,
-    }
+    return owned_service(route, gateway_name(route.name), gateway_labels(route), spec)

@@ -213,10 +213,16 @@ def headless_service(route: RouteRef, config: WorkerConfig) -> dict[str, Any]:
         "ports": [{"name": "grpc", "port": config.grpc_port, "targetPort": "grpc"},
                   {"name": "metrics", "port": config.metrics_port, "targetPort": "metrics"}],
     }
+    return owned_service(route, service_name(route.name), child_labels(route), spec)
+
+
+def owned_service(route: RouteRef, name: str, child: Mapping[str, str],
+                  spec: dict[str, Any]) -> dict[str, Any]:
+    """A Service the route owns, labelled with `child` and its spec's template hash."""
     return {
         "apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": service_name(route.name), "namespace": route.namespace,
-                     "labels": {**child_labels(route), labels.TEMPLATE: template_hash(spec)},
+        "metadata": {"name": name, "namespace": route.namespace,
+                     "labels": {**child, labels.TEMPLATE: template_hash(spec)},
                      "ownerReferences": [owner_reference(route)]},
         "spec": spec,
     }

@@ -39,7 +39,7 @@ class LoopWalk:
         route = session.route
         request = loop_request(route, session.key(), token, len(session.history), count,
                                stop_ids, session.answer, drafts, session.history,
-                               session.settings.windows)
+                               session.result.windows)
         stream = session.clients[0].forward_stream(request)
         produced = 0
         try:
@@ -51,6 +51,7 @@ class LoopWalk:
                 session.remember([pending[0], *sampled[:-1]])  # the fed token, the drafts that held
                 pending[0] = sampled[-1]
                 session.count_drafts(response.drafted_tokens, len(sampled) - 1)
+                session.result.loop_depth = max(session.result.loop_depth, response.loop_depth)
                 session.result.boundary_bytes += route.seam_bytes_per_token * (
                     len(route.stages) - 1) * (1 + response.drafted_tokens)
                 for token_out in sampled:
