@@ -77,9 +77,10 @@ class Speculation(
 
     mode: SpeculationMode = Field(
         default="Disabled",
-        description="Disabled (no stage speculates, whatever a client asks), or Lookup:"
-                    " drafts by prompt lookup over the session's own context, verified"
-                    " exactly at the last stage. MTP and DSpark are reserved and refused.",
+        description="Disabled (the gateway does not speculate, and the first stage's decode"
+                    " loops decode plainly whatever a client asks), or Lookup: drafts by"
+                    " prompt lookup over the session's own context, verified exactly at the"
+                    " last stage. MTP and DSpark are reserved and refused.",
     )
     max_drafts: int = Field(
         default=4, ge=1, le=MAX_DRAFTS,
