@@ -2,10 +2,12 @@
 kubelet stand-in running each stage pod as a real worker, and a Job stand-in running the
 certification Job's `meshnet certify`. Must show: reports of a certified route, every one
 valid against the published JSON schema; and a down Tracker costs retries and a failure
-metric, never the reconcile."""
+metric, never the reconcile; and a route whose last stage verified drafts shows its
+acceptance in status."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -19,6 +21,7 @@ from meshnet.local.process import free_port
 from meshnet.operator.metrics import OperatorMetrics
 from meshnet.operator.settings import OperatorSettings
 from meshnet.paths import repo_root
+from meshnet.route import Generation, RouteDriver
 from meshnet.route.stage import StageClient
 from meshnet.tracker.client import RetryPolicy
 from meshnet.tracker.schema import SCHEMA_FILE
@@ -177,8 +180,8 @@ async def test_a_tracker_that_is_down_costs_retries_and_a_failure_metric_never_t
     down = LoopbackTracker(token=TOKEN, port=free_port())  # nothing listens there yet
     metrics = OperatorMetrics()
     kubelet = Kubelet(cluster, shard_worker, smollm2, tmp_path)
-    async with running_operator(cluster, settings(down.url, certify=False), metrics), \
-            running(kubelet):
+    operator_settings = settings(down.url, certify=False)
+    async with running_operator(cluster, operator_settings, metrics), running(kubelet):
         await start_route(cluster, smollm2, [(0, 15), (15, 30)])
         await eventually(lambda: sample(metrics, "meshnet_tracker_reports_failed_total",
                                         reason="transport") >= 2, 60, "failed reports")
@@ -205,4 +208,32 @@ async def test_a_tracker_that_is_down_costs_retries_and_a_failure_metric_never_t
             assert "LaneNotCertified" in reasons(reports[-1])
             await eventually(lambda: "deliveryError" not in route(cluster)["status"]["tracker"],
                              30, "the delivery error to clear")
+            assert "speculation" not in route(cluster)["status"]  # nothing verified yet
+
+            # A client speculating over the hub by itself: the last stage verifies its
+            # drafts, and the status shows what they achieved.
+            endpoints = [f"{kubelet.addresses[pod]}:{operator_settings.worker_grpc_port}"
+                         for pod in ("r1-s0-e2", "r1-s1-e2")]
+            generation = await asyncio.to_thread(speculate, endpoints)
+            await eventually(lambda: (route(cluster)["status"].get("speculation") or {}).get(
+                "draftTokensVerified") == generation.draft_tokens, 30, "status.speculation")
+            shown = route(cluster)["status"]["speculation"]
+            assert shown == {"acceptance": round(
+                generation.accepted_draft_tokens / generation.draft_tokens, 3),
+                "draftTokensVerified": generation.draft_tokens,
+                "draftTokensAccepted": generation.accepted_draft_tokens}
+            assert generation.accepted_draft_tokens > 0
         assert sample(metrics, "meshnet_tracker_reports_sent_total") >= 1
+
+
+CODE = (  # code the model goes on repeating: prompt-lookup drafts hold
+    "# Original:\ndef sum_list(values):\n    total = 0\n    for value in values:\n"
+    "        total = total + value\n    return total\n\ndef mean(values):\n"
+    "    total = sum_list(values)\n    return total / len(values)\n\n"
+    "# The same code with type hints added:\ndef sum_list(values: list[float]) -> float:\n"
+)
+
+
+def speculate(endpoints: list[str]) -> Generation:
+    with RouteDriver(endpoints, topology="hub", speculate=4) as driver:
+        return driver.generate(CODE, max_tokens=48, stop_at_eos=False)
