@@ -67,6 +67,11 @@ class UpSession:
         docs[1]["spec"]["recipe"]["topology"] = topology
         self.route_file.write_text(yaml.safe_dump_all(docs, sort_keys=False))
 
+    def set_speculation(self, speculation: dict[str, Any]) -> None:
+        docs = list(yaml.safe_load_all(self.route_file.read_text()))
+        docs[1]["spec"]["recipe"]["speculation"] = speculation
+        self.route_file.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+
     def generate_command(self, prompt: str, max_tokens: int = 24) -> list[str]:
         return [sys.executable, "-m", "meshnet.cli", "generate", "--route", "smollm2",
                 "--prompt", prompt, "--max-tokens", str(max_tokens), "--ignore-eos", "--json"]

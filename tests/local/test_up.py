@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from meshnet.gateway.routes import RouteHandle, local_route
+from meshnet.local.process import worker_binary
 from meshnet.local.registry import process_alive as pid_alive
 from meshnet.route import StageClient
 
@@ -220,3 +221,65 @@ def test_up_serves_the_route_over_the_openai_api(up: UpSession) -> None:
         "model": "smollm2", "prompt": PROMPT, "max_tokens": 8, "temperature": 0}).json()
     assert answer["usage"]["completion_tokens"] == 8
     assert f"OpenAI-compatible API: {up.gateway}" in up.log.read_text()
+
+
+CODE = (  # code the model goes on repeating: prompt-lookup drafts hold
+    "# Original:\ndef sum_list(values):\n    total = 0\n    for value in values:\n"
+    "        total = total + value\n    return total\n\ndef mean(values):\n"
+    "    total = sum_list(values)\n    return total / len(values)\n\n"
+    "# The same code with type hints added:\ndef sum_list(values: list[float]) -> float:\n"
+)
+
+
+def worker_flags(pid: int) -> dict[str, str]:
+    """The speculation flags a running worker was started with."""
+    args = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+    return {a: args[i + 1] for i, a in enumerate(args)
+            if a in ("--max-loop-drafts", "--max-loop-windows", "--discard-depth")}
+
+
+def knows_discard_depth() -> bool:
+    """Whether the built worker takes --discard-depth (being added beside this test)."""
+    try:
+        shown = subprocess.run([str(worker_binary()), "--help"], capture_output=True, text=True)
+    except Exception:  # no worker built: the shard_worker fixture says so where one is used
+        return False
+    return "--discard-depth" in shown.stdout + shown.stderr
+
+
+@pytest.mark.skipif(not knows_discard_depth(), reason="the built worker has no --discard-depth"
+                    " yet: a speculating recipe gives every stage one")
+def test_a_speculation_edit_keeps_the_epoch_and_restarts_workers_and_gateway_speculating(
+    make_up: Callable[..., UpSession],
+) -> None:
+    up = make_up(topology="ring")
+    plain = up.wait_for(lambda r: r["epoch"] == 1 and len(r["stages"]) == 3)
+    assert [worker_flags(s["pid"]) for s in plain["stages"]] == [
+        {"--max-loop-drafts": "0", "--max-loop-windows": "1"}, {}, {}]
+    up.set_speculation({"mode": "Lookup", "maxDrafts": 4, "maxWindows": 2})
+
+    edited = up.wait_for(lambda r: len(r["stages"]) == 3 and all(
+        s["pid"] != old["pid"] for s, old in zip(r["stages"], plain["stages"], strict=True)))
+
+    assert (edited["epoch"], edited["routeDigest"]) == (1, plain["routeDigest"])
+    assert [worker_flags(s["pid"]) for s in edited["stages"]] == [
+        {"--max-loop-drafts": "4", "--max-loop-windows": "2", "--discard-depth": "9"},
+        {"--discard-depth": "9"}, {"--discard-depth": "9"}]
+    deadline = time.monotonic() + 60
+    while "restarting the gateway with --speculate 4 --windows 2" not in up.log.read_text():
+        assert time.monotonic() < deadline, up.log.read_text()
+        time.sleep(0.3)
+    while True:  # the restarted gateway, once it sees the route
+        try:
+            if httpx.get(up.gateway + "/models", timeout=5).json()["data"]:
+                break
+        except httpx.HTTPError:
+            pass
+        assert time.monotonic() < deadline, up.log.read_text()
+        time.sleep(0.3)
+    answer = httpx.post(up.gateway + "/completions", timeout=120, json={
+        "model": "smollm2", "prompt": CODE, "max_tokens": 32, "temperature": 0,
+        "ignore_eos": True}).json()
+    details = answer["usage"]["completion_tokens_details"]
+    assert details["accepted_prediction_tokens"] > 0
+    assert answer["choices"][0]["text"] == up.generate(CODE, 32)["text"]  # plain decoding's
