@@ -4,6 +4,7 @@ proxy adding a one-way delay, side by side with llama.cpp's RPC backend through 
 proxies, against the physical limit compute + S x one-way.
 
     .venv/bin/python bench/wan_bench.py [--stages 2,3,4] [--delays 0,5,10,25] [--tokens 32]
+        [--rounds 3] [--windows 4]
 
 Rows per (S, delay), all in one run (the proxies change their delay in place):
   hub                 the driver calls each stage in turn            2S legs per token
@@ -11,12 +12,16 @@ Rows per (S, delay), all in one run (the proxies change their delay in place):
   chain loop          the first stage decodes by itself              2(S-1)
   ring                the last stage hands each token to the first   S
   ring + speculation  the ring's loop drafting from prompt lookup at the first stage,
-                      each draft verified by the last stage in the same pass;
-                      on a repetitive (code) workload and on free text
+                      each draft verified by the last stage in the same pass, one
+                      verify window at a time; on a repetitive (code) workload and on
+                      free text
+  ring + pipelined    the same with up to --windows verify windows in flight (the depth
+                      reached is printed); its ratio to the serial row and to the ring
   llama.cpp RPC       ggml-rpc-server per stage, llama-bench -ngl 99
 "Legs" is what the timings say: (ms per token - compute) / one-way delay, where compute
 is the unsplit model's ms per token on one worker. Every worker runs 1 thread with the
-local relay off, so no leg bypasses its proxy.
+local relay off, so no leg bypasses its proxy. The ring's rows run in --rounds
+interleaved rounds (this machine is noisy) and print each row's median.
 """
 
 from __future__ import annotations
@@ -40,9 +45,14 @@ from meshnet.local.process import LaunchSpec, WorkerProcess, free_port, start_ro
 from meshnet.paths import workspace
 from meshnet.route import RouteDriver
 
-CODE = ("def total_price(items):\n    total = 0\n    for item in items:\n"
+CODE = ("def parse_line(line):\n    fields = line.strip().split(',')\n    name = fields[0]\n"
+        "    price = float(fields[1])\n    quantity = int(fields[2])\n"
+        "    return name, price, quantity\n\n"
+        "def total_price(items):\n    total = 0\n    for item in items:\n"
         "        total += item.price * item.quantity\n    return total\n")
-REPETITIVE = f"# version 1\n{CODE}\n# version 2\n{CODE}\n# version 3\n"
+# Code the model copies (acceptance ~0.88 on SmolLM2): the workload pipelining is for.
+REPETITIVE = (f"# file a.py\n{CODE}\n# file b.py (an exact copy of a.py)\n{CODE}\n"
+              "# file c.py (an exact copy of a.py)\n")
 FREE_TEXT = "The history of printing begins"
 SPECULATE = 6  # drafts per verification step, at most
 
@@ -54,6 +64,7 @@ class Row:
     label: str
     rate: float  # decode tokens/s
     acceptance: float | None = None
+    depth: int | None = None  # verify windows a pipelined loop kept in flight, at most
 
 
 def spans(stages: int, layers: int = 30) -> list[tuple[int, int]]:
@@ -105,15 +116,24 @@ def delayed_route(binary: Path, model: Path, stages: int, ring: bool,
             proxy.stop()
 
 
-def decode(endpoints: list[str], prompt: str, tokens: int, topology: str, loop: bool = True,
-           speculate: int = 0) -> tuple[float, float | None]:
-    with RouteDriver(endpoints, topology=topology, decode_loop=loop,
-                     speculate=speculate) as driver:
+@dataclass
+class Decoded:
+    rate: float  # decode tokens/s
+    acceptance: float | None
+    depth: int | None
+    tokens: list[int]
+
+
+def decode(endpoints: list[str], prompt: str | list[int], tokens: int, topology: str,
+           loop: bool = True, speculate: int = 0, windows: int = 1) -> Decoded:
+    with RouteDriver(endpoints, topology=topology, decode_loop=loop, speculate=speculate,
+                     windows=windows) as driver:
         driver.connect(wait=30)
         driver.generate([1, 2, 3], max_tokens=2, stop_at_eos=False)  # warm the channels
         generation = driver.generate(prompt, max_tokens=tokens, stop_at_eos=False)
-    return generation.decode_tokens_per_second, (generation.acceptance_rate if speculate
-                                                 else None)
+    return Decoded(generation.decode_tokens_per_second,
+                   generation.acceptance_rate if speculate else None,
+                   generation.loop_depth if windows > 1 else None, generation.tokens)
 
 
 def llama_tool(name: str) -> Path:
@@ -158,19 +178,21 @@ def unsplit_ms(binary: Path, model: Path, tokens: int, log_dir: Path) -> float:
     (worker,) = start_route(binary, [LaunchSpec(model=model, layers=LayerRange(0, 30), threads=1)],
                             log_dir)
     try:
-        rate, _ = decode([worker.endpoint], FREE_TEXT, tokens, "hub")
+        rate = decode([worker.endpoint], FREE_TEXT, tokens, "hub").rate
     finally:
         worker.stop()
     return 1000.0 / rate
 
 
 def measure(binary: Path, model: Path, stages: int, delays: list[float], tokens: int,
-            spec_tokens: int, rpc: bool, log_dir: Path) -> list[Row]:
+            spec_tokens: int, rpc: bool, log_dir: Path, rounds: int, windows: int) -> list[Row]:
     rows: list[Row] = []
 
-    def add(delay: float, label: str, result: tuple[float, float | None]) -> None:
-        rows.append(Row(stages, delay, label, *result))
-        print(f"  S={stages} {delay:>4g} ms  {label:<30} {result[0]:7.1f} tok/s", flush=True)
+    def add(delay: float, label: str, result: Decoded) -> None:
+        rows.append(Row(stages, delay, label, result.rate, result.acceptance, result.depth))
+        depth = f" depth {result.depth}" if result.depth is not None else ""
+        print(f"  S={stages} {delay:>4g} ms  {label:<30} {result.rate:7.1f} tok/s{depth}",
+              flush=True)
 
     with delayed_route(binary, model, stages, False, log_dir / f"chain{stages}") as route:
         for delay in delays:
@@ -181,38 +203,81 @@ def measure(binary: Path, model: Path, stages: int, delays: list[float], tokens:
     with delayed_route(binary, model, stages, True, log_dir / f"ring{stages}") as route:
         for delay in delays:
             route.set_delay(delay / 1000)
-            add(delay, "ring", decode(route.endpoints, FREE_TEXT, tokens, "ring"))
-            add(delay, "ring + speculation, code", decode(
-                route.endpoints, REPETITIVE, spec_tokens, "ring", speculate=SPECULATE))
-            add(delay, "ring + speculation, free text", decode(
-                route.endpoints, FREE_TEXT, spec_tokens, "ring", speculate=SPECULATE))
+            rows += ring_rows(route.endpoints, stages, delay, tokens, spec_tokens, rounds,
+                              windows)
     if rpc:
         with rpc_servers(stages) as (proxies, endpoints):
             for delay in delays:
                 for proxy in proxies:
                     proxy.delay = delay / 1000
-                add(delay, "llama.cpp RPC", (rpc_decode(model, endpoints, tokens), None))
+                add(delay, "llama.cpp RPC", Decoded(rpc_decode(model, endpoints, tokens),
+                                                    None, None, []))
     return rows
+
+
+def ring_rows(endpoints: list[str], stages: int, delay: float, tokens: int, spec_tokens: int,
+              rounds: int, windows: int, free_text: str | list[int] = FREE_TEXT,
+              code: str | list[int] = REPETITIVE, label: str = "") -> list[Row]:
+    """The ring plain, with serial and with pipelined speculation, in interleaved rounds:
+    each row's median. Every speculating row must give the plain row's tokens."""
+    setups = {
+        "ring": (free_text, tokens, 0, 1),
+        "ring + speculation, code": (code, spec_tokens, SPECULATE, 1),
+        "ring + pipelined, code": (code, spec_tokens, SPECULATE, windows),
+        "ring + speculation, free text": (free_text, spec_tokens, SPECULATE, 1),
+        "ring + pipelined, free text": (free_text, spec_tokens, SPECULATE, windows),
+    }
+    runs: dict[str, list[Decoded]] = {name: [] for name in setups}
+    plain = {prompt_key(p): decode(endpoints, p, n, "ring").tokens
+             for p, n in ((code, spec_tokens), (free_text, spec_tokens))}
+    for _ in range(rounds):
+        for name, (prompt, count, speculate, depth) in setups.items():
+            result = decode(endpoints, prompt, count, "ring", speculate=speculate,
+                            windows=depth)
+            if speculate and result.tokens != plain[prompt_key(prompt)]:
+                raise SystemExit(f"{name}: the tokens differ from plain decoding")
+            runs[name].append(result)
+            depth_note = f" depth {result.depth}" if result.depth is not None else ""
+            print(f"  S={stages} {delay:>4g} ms  {label}{name:<30} {result.rate:7.1f} tok/s"
+                  f"{depth_note}", flush=True)
+    rows = []
+    for name, results in runs.items():
+        middle = sorted(results, key=lambda r: r.rate)[len(results) // 2]
+        depths = [r.depth for r in results if r.depth is not None]
+        rows.append(Row(stages, delay, label + name, middle.rate, middle.acceptance,
+                        max(depths) if depths else None))
+    return rows
+
+
+def prompt_key(prompt: str | list[int]) -> str:
+    return prompt if isinstance(prompt, str) else ",".join(map(str, prompt))
 
 
 def report(rows: list[Row], compute_ms: float) -> None:
     print(f"\ncompute (unsplit, 1 thread): {compute_ms:.1f} ms/token; limit = compute + "
           "S x one-way")
     print(f"{'S':>2} {'one-way':>8} {'row':<30} {'tok/s':>7} {'ms/tok':>7} {'legs':>5} "
-          f"{'limit':>7} {'of limit':>9} {'accept':>7}")
+          f"{'limit':>7} {'of limit':>9} {'accept':>7} {'depth':>5}")
     for row in rows:
         ms = 1000.0 / row.rate
         legs = f"{(ms - compute_ms) / row.delay_ms:5.1f}" if row.delay_ms else "    -"
         limit = 1000.0 / (compute_ms + row.stages * row.delay_ms)
         accept = f"{row.acceptance:7.2f}" if row.acceptance is not None else "       "
+        depth = f"{row.depth:5d}" if row.depth is not None else "     "
         print(f"{row.stages:>2} {row.delay_ms:>6g}ms {row.label:<30} {row.rate:7.1f} {ms:7.1f} "
-              f"{legs} {limit:7.1f} {100 * row.rate / limit:8.1f}% {accept}")
+              f"{legs} {limit:7.1f} {100 * row.rate / limit:8.1f}% {accept} {depth}")
     by = {(r.stages, r.delay_ms, r.label): r.rate for r in rows}
     print()
     for (stages, delay, label), rate in by.items():
         rpc = by.get((stages, delay, "llama.cpp RPC"))
         if label == "ring" and rpc:
             print(f"S={stages} {delay:g} ms: ring x{rate / rpc:.2f} llama.cpp RPC")
+        if label.endswith("ring + pipelined, code"):
+            serial = by[(stages, delay, label.replace("pipelined", "speculation"))]
+            print(f"S={stages} {delay:g} ms: {label} x{rate / serial:.2f} serial speculation")
+        if label.endswith("ring + pipelined, free text"):
+            ring = by[(stages, delay, label.replace("ring + pipelined, free text", "ring"))]
+            print(f"S={stages} {delay:g} ms: {label} x{rate / ring:.2f} the plain ring")
 
 
 def main() -> None:
@@ -220,10 +285,14 @@ def main() -> None:
     parser.add_argument("--stages", default="2,3,4", help="Stage counts, comma separated.")
     parser.add_argument("--delays", default="0,5,10,25", help="One-way ms per leg.")
     parser.add_argument("--tokens", type=int, default=32, help="Decoded tokens per row.")
-    parser.add_argument("--spec-tokens", type=int, default=96,
+    parser.add_argument("--spec-tokens", type=int, default=128,
                         help="Decoded tokens of the speculation rows (drafting adapts as it "
                              "goes: short runs show mostly its start).")
     parser.add_argument("--no-rpc", action="store_true", help="Leave llama.cpp RPC out.")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="Interleaved rounds of the ring's rows (each row's median).")
+    parser.add_argument("--windows", type=int, default=4,
+                        help="Verify windows the pipelined rows keep in flight at most.")
     parser.add_argument("--bin-dir", type=Path, default=None)
     options = parser.parse_args()
     binary = options.bin_dir / "meshnet-shard-worker" if options.bin_dir else worker_binary()
@@ -237,7 +306,7 @@ def main() -> None:
     rows: list[Row] = []
     for stages in (int(s) for s in options.stages.split(",")):
         rows += measure(binary, model, stages, delays, options.tokens, options.spec_tokens,
-                        not options.no_rpc, log_dir)
+                        not options.no_rpc, log_dir, options.rounds, options.windows)
     report(rows, compute_ms)
 
 

@@ -277,7 +277,8 @@ def test_a_tls_chain_relays_with_server_only_tls_and_with_mtls(
     shard_worker: Path, smollm2: Path, certificates: dict[str, Path], tmp_path: Path,
     reference: Callable[..., list[int]], mode: str, topology: str,
 ) -> None:
-    """Also the ring, whose back edge is a link like --next-stage's, with its security."""
+    """Also the ring, whose back edge is a link like --next-stage's, with its security; and
+    pipelined speculation over either, with the plain tokens."""
     certs = certificates
     mutual = mode == "mutual"
     stage = LaunchSpec(model=smollm2, layers=LayerRange(0, 15), threads=1,
@@ -296,8 +297,14 @@ def test_a_tls_chain_relays_with_server_only_tls_and_with_mtls(
             driver.connect(wait=30.0)
             prompt = driver.tokenize("The capital of France is")
             generation = driver.generate(prompt, max_tokens=8, stop_at_eos=False)
+            copied = "a = 1\nb = 2\nc = 3\n# again:\na = 1\nb = 2\nc = 3\n# again:\n"
+            plain = driver.generate(copied, max_tokens=16, stop_at_eos=False)
+            piped = driver.generate(copied, max_tokens=16, stop_at_eos=False, speculate=4,
+                                    windows=3)
         assert generation.tokens == reference(prompt, 8)
         assert generation.topology == topology
+        assert piped.tokens == plain.tokens
+        assert piped.accepted_draft_tokens > 0
     finally:
         for worker in workers:
             worker.stop()

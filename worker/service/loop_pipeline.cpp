@@ -10,8 +10,10 @@ namespace {
 // Pipelining pays only while most drafts hold: one rejection voids every later window
 // (a peer measured pipelined speculation collapse below a per-token acceptance of ~0.8).
 constexpr double pipelining_acceptance = 0.8;
-// Weight of the latest window in the acceptance average.
-constexpr double acceptance_weight = 0.25;
+// The acceptance is drafts accepted over drafts checked, each window's counts weighing
+// this much less per later window: token-weighted, so one short failing window does not
+// outweigh the long runs before it.
+constexpr double acceptance_decay = 0.8;
 
 std::vector<int32_t> joined(std::vector<int32_t> a, const std::vector<int32_t> & b) {
     a.insert(a.end(), b.begin(), b.end());
@@ -24,16 +26,16 @@ loop_pipeline::loop_pipeline(loop_limits limits, const std::vector<int32_t> & co
                              int64_t wanted, std::vector<int32_t> stops)
     : limits_(limits), stops_(std::move(stops)), drafter_(std::max(1, limits.drafts), joined(context, first.tokens)),
       next_pos_(first.n_past + static_cast<int64_t>(first.tokens.size())), held_(next_pos_), wanted_(wanted),
-      next_id_(first.id + 1) {
+      next_id_(first.id + 1), run_(limits.windows) {
     const size_t fed = first.tokens.size();
     live_.push_back(live_window{std::move(first), fed, std::nullopt});
 }
 
 int loop_pipeline::depth() const {
-    if (limits_.drafts <= 0 || acceptance_ < pipelining_acceptance) {
+    if (limits_.drafts <= 0 || (checked_ > 0 && accepted_ < pipelining_acceptance * checked_)) {
         return 1;
     }
-    return std::max(1, std::min(limits_.windows, limits_.drafts + 1));
+    return std::max(1, std::min({limits_.windows, limits_.drafts + 1, run_ + 1}));
 }
 
 int64_t loop_pipeline::rows_in_flight() const {
@@ -142,12 +144,15 @@ loop_answer loop_pipeline::resolve_front() {
     const int checked  = (window.verify ? static_cast<int>(rows) - 1 : 0) + (live_.empty() ? 0 : 1);
     const int accepted = (window.verify ? static_cast<int>(sampled.size()) - 1 : 0) + (confirmed ? 1 : 0);
     if (checked > 0) {
-        acceptance_ = (1 - acceptance_weight) * acceptance_ +
-                      acceptance_weight * static_cast<double>(accepted) / checked;
+        accepted_ = acceptance_decay * accepted_ + accepted;
+        checked_  = acceptance_decay * checked_ + checked;
     }
     drafter_.answered(window.verify ? window.tokens : std::vector<int32_t>{window.tokens.back()}, sampled);
 
     const bool stop = std::find_first_of(sampled.begin(), sampled.end(), stops_.begin(), stops_.end()) != sampled.end();
+    // Each window accepted whole lets one more window into the pipe; a rejection, which
+    // voids what is behind it, starts it over from one.
+    run_ = whole && (confirmed || live_.empty()) ? run_ + 1 : 0;
     if (confirmed && !stop && wanted_ > 0) {
         live_.front().known = 1; // its first token is the one just answered
         return answer;

@@ -9,8 +9,9 @@
 // its predecessor will answer last. An answer that confirms the whole window, and the
 // next window's first token, lets the pipeline run on; any other answer drops every later
 // window (their answers are ignored) and the next window starts from the answered token,
-// discarding on every stage what the dropped windows left there. The depth adapts to the
-// acceptance: one window while the drafts fail too often for pipelining to pay.
+// discarding on every stage what the dropped windows left there. The depth adapts: one
+// more window after each window accepted whole, back to one at a rejection, and one while
+// the drafts fail too often for pipelining to pay.
 #pragma once
 
 #include "loop_drafts.h"
@@ -91,7 +92,9 @@ private:
     int64_t              held_;         // positions the stages hold once every window ran
     int64_t              wanted_;       // tokens the loop may still answer
     uint64_t             next_id_;
-    double               acceptance_ = 1.0; // recent share of drafts accepted
+    double               accepted_ = 0;     // recent drafts accepted and checked (decaying)
+    double               checked_  = 0;
+    int                  run_;              // windows accepted whole in a row (optimistic at first)
     int                  deepest_    = 1;
     bool                 done_       = false;
 };

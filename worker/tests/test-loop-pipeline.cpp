@@ -106,11 +106,28 @@ TEST("answers taken out of order resolve nothing until the window before comes")
     CHECK(resolved.size() == 2 && resolved[0].first == 1 && resolved[1].first == 2);
 }
 
-TEST("the depth falls to one window while drafts fail, and the stages' discard depth bounds the rows in flight") {
+TEST("the depth falls to one window at a rejection and grows by one per window accepted whole") {
+    loop_pipeline loop = pipeline(2, 3);
+    loop.next();
+    loop.next();
+    loop.answered(1, {4});
+    loop.next();                 // the fourth window, [2, 3, 4]
+    loop.answered(2, {5, 6, 7});
+    CHECK_EQ(loop.depth(), 3);
+    loop.answered(3, {8, 1, 0}); // the drafted 2 of the fourth window failed
+    CHECK_EQ(loop.depth(), 1);
+    auto window = loop.next();   // [0] at 17, nothing to draft after (0)
+    CHECK(window && window->tokens == (tokens{0}));
+    CHECK(!loop.next());
+    loop.answered(window->id, {1});
+    CHECK_EQ(loop.depth(), 2);
+}
+
+TEST("the depth stays at one while drafts fail, and the stages' discard depth bounds the rows in flight") {
     loop_pipeline failing = pipeline(2, 3);
     failing.next();
     failing.next();
-    failing.answered(1, {0}); // the second window's first token was wrong: acceptance 0.75
+    failing.answered(1, {0}); // the second window's first token was wrong
     CHECK_EQ(failing.depth(), 1);
 
     loop_pipeline shallow = pipeline(2, 3, 40, /*discard_depth =*/ 3);
