@@ -1,0 +1,79 @@
+"""Speculation on deepseek4 routes (tiny random-weight models, real workers on loopback):
+with rollback snapshots (--discard-depth) every stage can drop rejected drafts exactly, so
+serial and pipelined speculation give plain decoding's tokens, greedy and sampled, on the
+small model and on V4's depth split inside the hash-routed layers."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from meshnet.layers import LayerRange
+from meshnet.local.process import LaunchSpec, WorkerProcess, start_route
+from meshnet.route import RouteDriver, Sampling
+
+pytestmark = pytest.mark.slow
+
+ROUTE_ID = "test/deepseek4-speculation"
+# Random weights: what repeats is what the model was shown, so drafts come from the prompt.
+PROMPT = "the map of the world and the story of the sea coast line chart. " * 4
+DRAFTS, WINDOWS = 3, 3
+# One rejection may drop every window in flight but the oldest one's first token.
+DISCARD_DEPTH = WINDOWS * (DRAFTS + 1) - 1
+TOKENS = 40
+
+
+def ring(binary: Path, model: Path, split: list[tuple[int, int]], logs: Path,
+         ) -> list[WorkerProcess]:
+    specs = [LaunchSpec(model=model, layers=LayerRange(*span), route_id=ROUTE_ID, threads=1,
+                        ctx=1024, discard_depth=DISCARD_DEPTH)
+             for span in split]
+    return start_route(binary, specs, logs, chain=True, ring=True)
+
+
+@pytest.fixture(scope="module")
+def small_ring(shard_worker: Path, ds4_small: Path, tmp_path_factory: pytest.TempPathFactory,
+               ) -> Iterator[list[WorkerProcess]]:
+    """0:2, 2:3, 3:8: the middle stage owns a hash-routed layer."""
+    workers = ring(shard_worker, ds4_small, [(0, 2), (2, 3), (3, 8)],
+                   tmp_path_factory.mktemp("ds4-spec-small"))
+    yield workers
+    for worker in workers:
+        worker.stop()
+
+
+@pytest.fixture(scope="module")
+def v4_ring(shard_worker: Path, ds4_v4: Path, tmp_path_factory: pytest.TempPathFactory,
+            ) -> Iterator[list[WorkerProcess]]:
+    """43 layers as 0:2, 2:22, 22:43: a seam inside the hash-routed layers 0-2."""
+    workers = ring(shard_worker, ds4_v4, [(0, 2), (2, 22), (22, 43)],
+                   tmp_path_factory.mktemp("ds4-spec-v4"))
+    yield workers
+    for worker in workers:
+        worker.stop()
+
+
+@pytest.mark.parametrize("model", ["small", "v4"])
+@pytest.mark.parametrize("sampling", [Sampling(), Sampling(temperature=0.8, top_k=20, seed=7)],
+                         ids=["greedy", "sampled"])
+def test_serial_and_pipelined_speculation_give_the_plain_tokens(
+    small_ring: list[WorkerProcess], v4_ring: list[WorkerProcess], model: str,
+    sampling: Sampling,
+) -> None:
+    workers = small_ring if model == "small" else v4_ring
+    with RouteDriver([w.endpoint for w in workers], topology="ring") as driver:
+        route = driver.connect(wait=30)
+        assert route.can_discard and route.discard_depth == DISCARD_DEPTH
+        plain = driver.generate(PROMPT, max_tokens=TOKENS, stop_at_eos=False, sampling=sampling)
+        serial = driver.generate(PROMPT, max_tokens=TOKENS, stop_at_eos=False,
+                                 sampling=sampling, speculate=DRAFTS)
+        piped = driver.generate(PROMPT, max_tokens=TOKENS, stop_at_eos=False,
+                                sampling=sampling, speculate=DRAFTS, windows=WINDOWS)
+    assert serial.tokens == plain.tokens
+    assert piped.tokens == plain.tokens
+    assert serial.recoveries == piped.recoveries == 0
+    assert serial.draft_tokens > 0 and piped.draft_tokens > 0, serial.to_json()
+    print(f"{model} {sampling}: acceptance serial {serial.acceptance_rate:.2f} "
+          f"pipelined {piped.acceptance_rate:.2f}, depth {piped.loop_depth}")
