@@ -206,22 +206,33 @@ TEST("what the snapshots cost per slot: measured, and all of the memory they add
     }
 }
 
-TEST("a step that fails after a discard leaves an empty slot, never a half-restored one") {
-    llama_model_params mparams = llama_model_default_params();
-    mparams.load_mode       = LLAMA_LOAD_MODE_NONE;
-    mparams.use_extra_bufts = false;
-    llama_model * model = llama_model_load_from_file(selecting().c_str(), mparams);
-    CHECK(model != nullptr);
-    llama_context_params cparams = llama_context_default_params();
-    cparams.n_ctx     = 512;
-    cparams.n_seq_max = 1;
-    cparams.n_batch   = 512;
-    cparams.n_ubatch  = 512;
-    cparams.n_threads = cparams.n_threads_batch = 1;
-    cparams.n_rs_seq  = 7;
-    llama_context * ctx = llama_init_from_model(model, cparams);
-    CHECK(ctx != nullptr);
-    const auto decode = [&](const std::vector<int32_t> & ids, int32_t pos0) {
+// a raw one-slot llama.cpp context with 7 snapshots, and decoding into it
+struct raw_context {
+    llama_model *   model = nullptr;
+    llama_context * ctx   = nullptr;
+
+    raw_context() {
+        llama_model_params mparams = llama_model_default_params();
+        mparams.load_mode       = LLAMA_LOAD_MODE_NONE;
+        mparams.use_extra_bufts = false;
+        model = llama_model_load_from_file(selecting().c_str(), mparams);
+        llama_context_params cparams = llama_context_default_params();
+        cparams.n_ctx     = 512;
+        cparams.n_seq_max = 1;
+        cparams.n_batch   = 512;
+        cparams.n_ubatch  = 512;
+        cparams.n_threads = cparams.n_threads_batch = 1;
+        cparams.n_rs_seq  = 7;
+        ctx = model ? llama_init_from_model(model, cparams) : nullptr;
+    }
+    ~raw_context() {
+        llama_free(ctx);
+        llama_model_free(model);
+    }
+    raw_context(const raw_context &) = delete;
+    raw_context & operator=(const raw_context &) = delete;
+
+    int32_t decode(const std::vector<int32_t> & ids, int32_t pos0) {
         llama_batch_ext * batch = llama_batch_ext_init(ctx);
         for (size_t i = 0; i < ids.size(); ++i) {
             const int32_t index = llama_batch_ext_add_token(batch, 0, ids[i]);
@@ -232,7 +243,35 @@ TEST("a step that fails after a discard leaves an empty slot, never a half-resto
         const int32_t rc = llama_process(ctx, LLAMA_PROCESS_TYPE_DECODE, batch);
         llama_batch_ext_free(batch);
         return rc;
-    };
+    }
+};
+
+TEST("llama.cpp itself refuses a rollback deeper than the snapshots written since the last") {
+    raw_context raw;
+    CHECK(raw.ctx != nullptr);
+    if (!raw.ctx) {
+        return;
+    }
+    const std::vector<int32_t> ids = ds4_test::tokens(40, 4);
+    llama_memory_t memory = llama_get_memory(raw.ctx);
+    CHECK(raw.decode(std::vector<int32_t>(ids.begin(), ids.begin() + 30), 0) == 0);
+    CHECK(!llama_memory_seq_rm(memory, 0, 22, -1)); // 8 > 7
+    CHECK(llama_memory_seq_rm(memory, 0, 27, -1));  // 3, leaving 4 behind them
+    CHECK(!llama_memory_seq_rm(memory, 0, 26, -1)); // a second before a step
+    CHECK(raw.decode({ids[27]}, 27) == 0);          // 4 + 1
+    CHECK(!llama_memory_seq_rm(memory, 0, 22, -1)); // 6 > 5 (n_rs_seq alone would allow it)
+    CHECK(llama_memory_seq_rm(memory, 0, 23, -1));
+    CHECK(llama_memory_seq_pos_max(memory, 0) == 22);
+}
+
+TEST("a step that fails after a discard leaves an empty slot, never a half-restored one") {
+    raw_context raw;
+    CHECK(raw.ctx != nullptr);
+    if (!raw.ctx) {
+        return;
+    }
+    llama_context * ctx = raw.ctx;
+    const auto decode = [&](const std::vector<int32_t> & ids, int32_t pos0) { return raw.decode(ids, pos0); };
     const std::vector<int32_t> ids = ds4_test::tokens(140, 3);
     CHECK(decode(std::vector<int32_t>(ids.begin(), ids.begin() + 130), 0) == 0);
     llama_memory_t memory = llama_get_memory(ctx);
@@ -250,8 +289,6 @@ TEST("a step that fails after a discard leaves an empty slot, never a half-resto
     // codes that fail before the memory is touched keep the slot
     CHECK(decode(std::vector<int32_t>(ids.begin(), ids.begin() + 10), 0) == 0);
     CHECK(slot_rollback(memory, 0, 10, 1, false) && llama_memory_seq_pos_max(memory, 0) == 9);
-    llama_free(ctx);
-    llama_model_free(model);
 }
 
 int main(int argc, char ** argv) {
