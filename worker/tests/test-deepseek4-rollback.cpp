@@ -111,6 +111,56 @@ TEST("discards go on exactly where the sliding window's cache wraps around") {
     CHECK(march(*engine, 64, 600) == 0);
 }
 
+TEST("sessions restoring in one shared decode step each get their own snapshots") {
+    // slots 0 and 1 speculate, 2 and 3 never see a dropped row; decode steps of one token are
+    // shared (the scheduler batches them), multi-token windows run alone
+    ds4_test::stage_params stage;
+    stage.path          = selecting();
+    stage.discard_depth = 15;
+    stage.n_slots       = 4;
+    engine_ptr engine = ds4_test::load(stage);
+    if (!engine) {
+        CHECK(false);
+        return;
+    }
+    const std::vector<int32_t> head = ds4_test::tokens(120, 21);
+    for (int32_t slot = 0; slot < 4; ++slot) {
+        CHECK(ds4_test::run(*engine, ds4_test::token_step(slot, head, 0)).status == engine_status::ok);
+    }
+    int32_t pos = 120;
+    int32_t differ = 0;
+    for (uint32_t round = 0; round < 6; ++round) {
+        // two windows of 8 rows in slot 0 and of 5 in slot 1, then each keeps `keep` rows
+        const std::vector<int32_t> ids = ds4_test::tokens(16, 30 + round);
+        const int32_t keep = 1 + static_cast<int32_t>(round % 4);
+        for (int32_t slot : {0, 1}) {
+            const int32_t w = slot == 0 ? 8 : 5;
+            for (int32_t i = 0; i < 2; ++i) {
+                const std::vector<int32_t> part(ids.begin() + i * w, ids.begin() + (i + 1) * w);
+                CHECK(ds4_test::run(*engine, ds4_test::token_step(slot, part, pos + i * w)).status == engine_status::ok);
+            }
+            CHECK(engine->slot_discard(slot, pos + keep).status == discard_status::done);
+        }
+        const std::vector<int32_t> kept(ids.begin(), ids.begin() + keep);
+        for (int32_t slot : {2, 3}) {
+            CHECK(ds4_test::run(*engine, ds4_test::token_step(slot, kept, pos)).status == engine_status::ok);
+        }
+        // one shared step restores both speculating slots; the references share one too
+        const int32_t next = ids[15];
+        const std::vector<step_result> spec = engine->step({ds4_test::token_step(0, {next}, pos + keep),
+                                                            ds4_test::token_step(1, {next}, pos + keep)});
+        const std::vector<step_result> never = engine->step({ds4_test::token_step(2, {next}, pos + keep),
+                                                             ds4_test::token_step(3, {next}, pos + keep)});
+        for (size_t i = 0; i < 2; ++i) {
+            CHECK(spec[i].status == engine_status::ok && never[i].status == engine_status::ok);
+            differ += spec[i].logits != never[i].logits;
+        }
+        pos += keep + 1;
+    }
+    std::printf("  %d of 12 restored rows differ\n", differ);
+    CHECK(differ == 0);
+}
+
 TEST("a discard deeper than the snapshots, or a second before a step, is refused and changes nothing") {
     ds4_test::stage_params stage;
     stage.path          = selecting();
