@@ -73,16 +73,31 @@ lint: venv proto
 test-python: build
 	$(BIN)/pytest
 
-# A tiny deepseek4 GGUF for the engine tests of patch 0009, written by our generator.
+# Tiny deepseek4 GGUFs for the engine tests of patches 0009-0012, written by our generator:
+# the 8-layer model, one whose indexer selects at test lengths (top-k 4, Q8_0 experts) and
+# one with V4-Flash's top-k of 512.
 DS4_TEST_MODEL := .work/test-models/tiny-deepseek4-8L.gguf
+DS4_SELECTING_MODEL := .work/test-models/tiny-deepseek4-8L-topk4-q8.gguf
+DS4_TOPK512_MODEL := .work/test-models/tiny-deepseek4-8L-topk512.gguf
+DS4_GENERATOR := operator/src/meshnet/devtools/tiny_deepseek4.py operator/src/meshnet/devtools/__main__.py
 
-$(DS4_TEST_MODEL): operator/src/meshnet/devtools/tiny_deepseek4.py | venv
+$(DS4_TEST_MODEL): $(DS4_GENERATOR) | venv
 	mkdir -p $(dir $@)
 	$(BIN)/python -m meshnet.devtools tiny-deepseek4 $@ --layers 8 --seed 1
 
+$(DS4_SELECTING_MODEL): $(DS4_GENERATOR) | venv
+	mkdir -p $(dir $@)
+	$(BIN)/python -m meshnet.devtools tiny-deepseek4 $@ --layers 8 --indexer-top-k 4 --experts q8_0 --seed 2
+
+$(DS4_TOPK512_MODEL): $(DS4_GENERATOR) | venv
+	mkdir -p $(dir $@)
+	$(BIN)/python -m meshnet.devtools tiny-deepseek4 $@ --layers 8 --indexer-top-k 512 --seed 3
+
 # The engine tests' model from this checkout's .venv (the build may be a cached one).
-test-cpp: worker $(DS4_TEST_MODEL)
+test-cpp: worker $(DS4_TEST_MODEL) $(DS4_SELECTING_MODEL) $(DS4_TOPK512_MODEL)
 	MESHNET_TEST_DS4_MODEL="$(abspath $(DS4_TEST_MODEL))" \
+	MESHNET_TEST_DS4_SELECTING_MODEL="$(abspath $(DS4_SELECTING_MODEL))" \
+	MESHNET_TEST_DS4_TOPK512_MODEL="$(abspath $(DS4_TOPK512_MODEL))" \
 	MESHNET_TEST_MODEL="$$($(BIN)/python -c 'from meshnet.bundled import smollm2_gguf as m; print(m())')" \
 	    ctest --test-dir .work/worker-build/build --output-on-failure --no-tests=error
 

@@ -19,6 +19,7 @@ from meshnet.artifacts.splitset import order_split_set
 from meshnet.devtools.tiny_deepseek4 import (
     SMALL,
     V4_DEPTH,
+    V4_FLASH_INDEXER_TOP_K,
     v4_compress_ratios,
     write_tiny_deepseek4,
 )
@@ -86,11 +87,14 @@ def test_the_header_facts_of_a_deepseek4_model(ds4_v4: Path) -> None:
 def test_the_devtools_command_writes_a_model_and_refuses_bad_input(tmp_path: Path) -> None:
     out = tmp_path / "m.gguf"
     proc = subprocess.run([sys.executable, "-m", "meshnet.devtools", "tiny-deepseek4", str(out),
-                           "--layers", "5", "--experts", "q8_0", "--seed", "3"],
+                           "--layers", "5", "--experts", "q8_0", "--seed", "3",
+                           "--indexer-top-k", str(V4_FLASH_INDEXER_TOP_K)],
                           capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
     assert "deepseek4, 5 layers" in proc.stdout
     assert model_facts(order_split_set([read_header(out)])).layers == 5
+    top_k = GGUFReader(out).fields["deepseek4.attention.indexer.top_k"].contents()
+    assert int(top_k) == V4_FLASH_INDEXER_TOP_K == 512
     bad = subprocess.run([sys.executable, "-m", "meshnet.devtools", "tiny-deepseek4",
                           str(tmp_path / "n.gguf"), "--embd", "48", "--experts", "q8_0"],
                          capture_output=True, text=True, timeout=120, check=False)

@@ -49,6 +49,8 @@ struct engine_params {
     int32_t     n_batch      = 512;  // max tokens in one step
     int32_t     n_threads    = 0;    // 0: hardware concurrency
     int32_t     n_gpu_layers = 0;
+    int32_t     discard_depth = 0;   // deepseek4: compressor-state snapshots per slot, the most
+                                     // positions one discard may drop; 0: it cannot discard
 };
 
 struct engine_info {
@@ -67,7 +69,9 @@ struct engine_info {
     size_t          weight_bytes = 0;    // bytes of weights actually allocated
     size_t          kv_bytes     = 0;    // bytes of KV/state actually allocated
     bool            can_discard  = false; // slot_discard can drop a suffix of a slot's positions
-    int32_t         discard_depth = 0;    // with can_discard: positions one discard may drop (0: any)
+    int32_t         discard_depth = 0;    // with can_discard: the most positions one discard may
+                                          // drop (fewer where recent steps hold fewer); 0: any
+    size_t          discard_bytes = 0;    // memory the snapshots behind discard_depth cost per slot
 
     layer_range layers() const { return {layer_begin, layer_end}; }
     bool is_first() const { return layer_begin == 0; }
@@ -83,6 +87,19 @@ struct step_request {
     std::vector<int32_t> tokens;
     std::vector<float>   boundary;
     std::vector<int32_t> output_rows; // last stage: rows whose logits are wanted
+};
+
+// What slot_discard did. A refusal leaves the slot untouched.
+enum class discard_status {
+    done,         // the positions are dropped (or the slot held none of them)
+    unsupported,  // the memory cannot drop a suffix (info().can_discard is false)
+    too_deep,     // more positions than the slot can restore now, or a second discard
+                  // before a step ran (deepseek4's snapshots)
+};
+
+struct discard_result {
+    discard_status status     = discard_status::done;
+    int32_t        restorable = 0; // too_deep: the most positions the slot could drop now
 };
 
 // A non-last stage returns the residual leaving its last layer for every row; the
@@ -111,9 +128,11 @@ struct engine_i {
     // forget everything the slot holds
     virtual void slot_clear(int32_t slot) = 0;
 
-    // drop the slot's positions >= `from` (speculative decoding's rejected drafts); false,
-    // with the slot untouched, when the memory cannot drop a suffix (info().can_discard)
-    virtual bool slot_discard(int32_t /*slot*/, int32_t /*from*/) { return false; }
+    // drop the slot's positions >= `from` (speculative decoding's rejected drafts); a
+    // refusal says why and leaves the slot untouched
+    virtual discard_result slot_discard(int32_t /*slot*/, int32_t /*from*/) {
+        return {discard_status::unsupported, 0};
+    }
 
     // KV cells in use / total, summed over slots
     virtual int64_t kv_used() const = 0;

@@ -1,9 +1,11 @@
 // llama_engine.cpp - engine_i on the patched llama.cpp: one layer range of a GGUF model in
 // one context whose sequences are the session slots; a step is batched into one decode.
 #include "cpu_backend.h"
+#include "discard_bytes.h"
 #include "engine.h"
 #include "gguf_facts.h"
 #include "layer_range.h"
+#include "rollback_depth.h"
 #include "slot_memory.h"
 
 #include "llama-cpp.h"
@@ -74,7 +76,7 @@ class llama_engine final : public engine_i {
 public:
     llama_engine(engine_info info, llama_model_ptr model, llama_context_ptr ctx, int32_t n_batch)
         : info_(std::move(info)), model_(std::move(model)), ctx_(std::move(ctx)), n_batch_(n_batch),
-          batch_(llama_batch_ext_init(ctx_.get())) {}
+          batch_(llama_batch_ext_init(ctx_.get())), depth_(info_.n_slots, info_.discard_depth) {}
 
     const engine_info & info() const override { return info_; }
 
@@ -88,17 +90,11 @@ public:
     void slot_clear(int32_t slot) override {
         std::lock_guard<std::mutex> lock(mutex_);
         if (slot >= 0 && slot < info_.n_slots) {
-            llama_memory_seq_rm(memory(), slot, -1, -1);
+            clear(slot);
         }
     }
 
-    bool slot_discard(int32_t slot, int32_t from) override {
-        std::lock_guard<std::mutex> lock(mutex_);
-        if (!info_.can_discard || slot < 0 || slot >= info_.n_slots) {
-            return false;
-        }
-        return llama_memory_seq_rm(memory(), slot, from, -1);
-    }
+    discard_result slot_discard(int32_t slot, int32_t from) override;
 
     int64_t kv_used() const override {
         std::lock_guard<std::mutex> lock(mutex_);
@@ -126,6 +122,17 @@ private:
         return llama_memory_seq_pos_max(memory(), slot) + 1;
     }
 
+    // empties the slot: no positions, nothing to restore
+    void clear(int32_t slot) {
+        llama_memory_seq_rm(memory(), slot, -1, -1);
+        depth_.cleared(slot);
+    }
+
+    // deepseek4 drops positions only as far back as its snapshots reach
+    bool snapshots_limit_discards() const { return info_.discard_depth > 0; }
+    // an attention KV cache drops any suffix exactly
+    bool drops_any_suffix() const { return info_.can_discard && info_.discard_depth == 0; }
+
     step_result check(const step_request & request) const;
 
     // decodes the requests as one batch; false when the decode failed as a whole, with
@@ -138,8 +145,34 @@ private:
     llama_context_ptr ctx_;
     int32_t           n_batch_;
     llama_batch_ext_ptr batch_;
+    rollback_depth    depth_;    // deepseek4: what each slot can drop now (unused at depth 0)
     mutable std::mutex mutex_;
 };
+
+discard_result llama_engine::slot_discard(int32_t slot, int32_t from) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!info_.can_discard || slot < 0 || slot >= info_.n_slots) {
+        return {discard_status::unsupported, 0};
+    }
+    const int32_t held = n_past(slot);
+    if (from >= held) {
+        return {};
+    }
+    if (from <= 0) {
+        clear(slot); // dropping everything is exact on any memory
+        return {};
+    }
+    const int32_t n = held - from;
+    if (snapshots_limit_discards() && !depth_.can_drop(slot, n)) {
+        return {discard_status::too_deep, depth_.restorable(slot)};
+    }
+    if (!llama_memory_seq_rm(memory(), slot, from, -1)) {
+        // the memory keeps the same account as depth_; refused, it changed nothing
+        return {discard_status::too_deep, 0};
+    }
+    depth_.dropped(slot, n);
+    return {};
+}
 
 step_result llama_engine::check(const step_request & request) const {
     if (request.slot < 0 || request.slot >= info_.n_slots) {
@@ -261,14 +294,20 @@ bool llama_engine::decode(const std::vector<step_request> & requests, const std:
     rc = llama_process(ctx_.get(), LLAMA_PROCESS_TYPE_DECODE, batch);
     if (rc != 0) {
         // 1 and -1 leave the memory as it was; other failures may keep finished ubatches, and a
-        // memory that cannot drop them (deepseek4's compressor state) loses the whole slot
+        // memory that cannot drop them exactly (deepseek4's compressor state and snapshots, maybe
+        // half written) loses the whole slot
         for (size_t r : group) {
-            if (!slot_rollback(memory(), requests[r].slot, requests[r].positions[0])) {
+            const int32_t slot = requests[r].slot;
+            if (!slot_rollback(memory(), slot, requests[r].positions[0], rc, drops_any_suffix())) {
+                depth_.cleared(slot);
                 results[r] = failure(engine_status::cache_miss, "the failed step could not be undone in slot " +
-                                     std::to_string(requests[r].slot) + "; the slot was cleared");
+                                     std::to_string(slot) + "; the slot was cleared");
             }
         }
         return false;
+    }
+    for (size_t r : group) {
+        depth_.stepped(requests[r].slot, static_cast<int32_t>(requests[r].positions.size()));
     }
 
     for (size_t g = 0; g < group.size(); ++g) {
@@ -280,7 +319,7 @@ bool llama_engine::decode(const std::vector<step_request> & requests, const std:
                 const float * row = llama_get_boundary_ith(ctx_.get(), first_index[g] + static_cast<int32_t>(i));
                 if (row == nullptr) {
                     result = failure(engine_status::internal, "llama.cpp returned no boundary row");
-                    llama_memory_seq_rm(memory(), request.slot, -1, -1);
+                    clear(request.slot);
                     break;
                 }
                 std::memcpy(result.boundary.data() + i * row_floats, row, row_floats * sizeof(float));
@@ -293,7 +332,7 @@ bool llama_engine::decode(const std::vector<step_request> & requests, const std:
             const float * row = llama_get_logits_ith(ctx_.get(), first_index[g] + request.output_rows[k]);
             if (row == nullptr) {
                 result = failure(engine_status::internal, "llama.cpp returned no logits row");
-                llama_memory_seq_rm(memory(), request.slot, -1, -1);
+                clear(request.slot);
                 break;
             }
             std::memcpy(result.logits.data() + k * n_vocab, row, n_vocab * sizeof(float));
@@ -351,7 +390,7 @@ std::vector<step_result> llama_engine::step(const std::vector<step_request> & re
             } else if (rc == -1) {
                 results[r] = failure(engine_status::invalid_argument, "llama.cpp refused the batch");
             } else {
-                llama_memory_seq_rm(memory(), requests[r].slot, -1, -1);
+                clear(requests[r].slot);
                 results[r] = failure(engine_status::internal,
                                      "decode failed (" + std::to_string(rc) + "); the slot was cleared");
             }
@@ -460,6 +499,15 @@ engine_ptr llama_engine_init(const engine_params & params, std::string & error) 
     cparams.n_threads       = n_threads;
     cparams.n_threads_batch = n_threads;
     cparams.no_perf         = true;
+    // deepseek4 drops a session's last positions by restoring snapshots of its compressed
+    // state, discard_depth of them per slot; other memories drop any suffix, or none
+    const bool snapshots = facts.arch == "deepseek4";
+    if (snapshots && (params.discard_depth < 0 || params.discard_depth >= params.n_batch)) {
+        error = "the discard depth must be between 0 and the batch less one (" +
+                std::to_string(params.n_batch - 1) + "), got " + std::to_string(params.discard_depth);
+        return nullptr;
+    }
+    cparams.n_rs_seq        = snapshots ? static_cast<uint32_t>(params.discard_depth) : 0;
 
     llama_context_ptr ctx;
     {
@@ -495,9 +543,14 @@ engine_ptr llama_engine_init(const engine_params & params, std::string & error) 
     info.weight_bytes = llama_model_buffer_size(model.get());
     info.kv_bytes     = llama_memory_buffer_size(llama_get_memory(ctx.get()));
     // An attention KV cache drops any suffix of a sequence; recurrent state cannot go back,
-    // and deepseek4's compressed caches go back only a few positions, once.
-    info.can_discard  = !llama_model_is_recurrent(model.get()) && !llama_model_is_hybrid(model.get()) &&
-                        info.arch != "deepseek4";
+    // and deepseek4's compressed caches go back only as far as their snapshots, once.
+    if (snapshots) {
+        info.can_discard   = llama_n_rs_seq(ctx.get()) > 0;
+        info.discard_depth = static_cast<int32_t>(llama_n_rs_seq(ctx.get()));
+        info.discard_bytes = info.can_discard ? discard_bytes_per_slot(model.get(), cparams, llama_n_rs_seq(ctx.get())) : 0;
+    } else {
+        info.can_discard   = !llama_model_is_recurrent(model.get()) && !llama_model_is_hybrid(model.get());
+    }
 
     const int32_t n_batch = static_cast<int32_t>(llama_n_batch(ctx.get()));
     return std::make_unique<llama_engine>(std::move(info), std::move(model), std::move(ctx), n_batch);

@@ -23,15 +23,27 @@ std::optional<shard_error> check_discard(const ::meshnet::shard::v1::ForwardRequ
 }
 
 std::optional<shard_error> discard_suffix(engine_i & engine, int32_t slot, int64_t from) {
-    if (slot < 0 || from < 0 || engine.slot_n_past(slot) <= from) {
+    const int32_t held = slot < 0 ? 0 : engine.slot_n_past(slot);
+    if (slot < 0 || from < 0 || held <= from) {
         return std::nullopt;
     }
-    if (!engine.slot_discard(slot, static_cast<int32_t>(from))) {
-        return make_error(error_reason::discard_unsupported,
-            "the stage's memory could not drop positions from " + std::to_string(from) +
-            "; the session is as it was");
+    const discard_result result = engine.slot_discard(slot, static_cast<int32_t>(from));
+    const std::string positions = std::to_string(held - from);
+    switch (result.status) {
+        case discard_status::done:
+            return std::nullopt;
+        case discard_status::too_deep:
+            return make_error(error_reason::discard_too_deep,
+                "the stage can restore its last " + std::to_string(result.restorable) + " positions now (at most " +
+                std::to_string(engine.info().discard_depth) + ", and once before the next step), not " + positions +
+                "; the session is as it was",
+                {{"discard_depth", std::to_string(result.restorable)}, {"positions", positions}});
+        case discard_status::unsupported:
+            break;
     }
-    return std::nullopt;
+    return make_error(error_reason::discard_unsupported,
+        "the stage's memory could not drop positions from " + std::to_string(from) +
+        "; the session is as it was");
 }
 
 std::vector<int32_t> verify_drafts(const float * logits, int32_t n_vocab, const sampling_params & params,

@@ -22,7 +22,8 @@ std::optional<shard_error> check_discard(const ::meshnet::shard::v1::ForwardRequ
 
 // On the engine thread, before the step's n_past check: drops the slot's positions >= `from`.
 // A slot holding no more than `from` is left alone (holding fewer is the CACHE_MISS the
-// n_past check then answers).
+// n_past check then answers). DISCARD_TOO_DEEP (metadata: discard_depth, the positions the
+// slot can drop now; positions, those asked) where the memory cannot restore that far.
 std::optional<shard_error> discard_suffix(engine_i & engine, int32_t slot, int64_t from);
 
 // Verification of a step's tokens [t0, d1, .., dk] from its rows' logits (row i predicts

@@ -101,14 +101,17 @@ void fake_engine::slot_clear(int32_t slot) {
     slot_n_past_.at(static_cast<size_t>(slot)) = 0;
 }
 
-bool fake_engine::slot_discard(int32_t slot, int32_t from) {
+discard_result fake_engine::slot_discard(int32_t slot, int32_t from) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!info_.can_discard) {
-        return false;
+        return {discard_status::unsupported, 0};
     }
     int32_t & held = slot_n_past_.at(static_cast<size_t>(slot));
+    if (info_.discard_depth > 0 && held - from > info_.discard_depth) {
+        return {discard_status::too_deep, info_.discard_depth};
+    }
     held = std::min(held, from);
-    return true;
+    return {};
 }
 
 int64_t fake_engine::kv_used() const {

@@ -25,7 +25,7 @@ public:
     std::vector<step_result> step(const std::vector<step_request> & requests) override;
     int32_t slot_n_past(int32_t slot) const override;
     void    slot_clear(int32_t slot) override;
-    bool    slot_discard(int32_t slot, int32_t from) override;
+    discard_result slot_discard(int32_t slot, int32_t from) override;
     int64_t kv_used() const override;
     int64_t kv_total() const override;
     engine_status tokenize(const std::string & text, bool add_special, std::vector<int32_t> & out) const override;
@@ -36,8 +36,12 @@ public:
     std::function<void()> before_step;
     void fail_next_step_of(int32_t slot);
     std::vector<size_t> batch_sizes() const;
-    // Whether the fake memory can drop a suffix (GetInfo can_discard); before serving.
-    void set_can_discard(bool can) { info_.can_discard = can; }
+    // Whether the fake memory can drop a suffix (GetInfo can_discard), and how many
+    // positions at most per discard (GetInfo discard_depth; 0: any); before serving.
+    void set_can_discard(bool can, int32_t depth = 0) {
+        info_.can_discard   = can;
+        info_.discard_depth = depth;
+    }
 
     // The token the last stage predicts after a row (for assertions).
     static int32_t expected_token(int32_t token, int32_t position, int32_t n_layer);

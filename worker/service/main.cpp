@@ -53,6 +53,7 @@ int main(int argc, char ** argv) {
     engine_params.n_batch      = params.n_batch;
     engine_params.n_threads    = params.n_threads;
     engine_params.n_gpu_layers = params.n_gpu_layers;
+    engine_params.discard_depth = params.discard_depth;
     meshnet::engine_ptr engine = meshnet::llama_engine_init(engine_params, error);
     if (!engine) {
         std::fprintf(stderr, "error: cannot load %s: %s\n", params.model_path.c_str(), error.c_str());
@@ -69,6 +70,10 @@ int main(int argc, char ** argv) {
                  info.layer_begin, info.layer_end, info.n_layer, info.arch.c_str(), params.route_id.c_str(),
                  static_cast<unsigned long long>(params.epoch), server.incarnation().c_str());
     std::fprintf(stderr, "meshnet-shard-worker: cpu backend %s\n", meshnet::cpu_backend_describe().c_str());
+    if (info.discard_depth > 0) {
+        std::fprintf(stderr, "meshnet-shard-worker: discard depth %d: %zu bytes of state snapshots per slot "
+                     "(%zu bytes of KV and state in all)\n", info.discard_depth, info.discard_bytes, info.kv_bytes);
+    }
     if (server.metrics_port() > 0) {
         std::fprintf(stderr, "meshnet-shard-worker: metrics on port %d\n", server.metrics_port());
     }

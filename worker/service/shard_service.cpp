@@ -49,6 +49,7 @@ grpc::ServerUnaryReactor * shard_service::GetInfo(grpc::CallbackServerContext * 
     response->set_local_relay_port(static_cast<uint32_t>(identity.local_relay_port));
     response->set_local_relay_token(identity.local_relay_token);
     response->set_can_discard(info.can_discard);
+    response->set_discard_depth(info.discard_depth);
     response->set_ring_last(identity.ring_last);
     response->set_ring_last_incarnation(core_.ring_last_incarnation());
     pb::ComputePlacement * placement = response->mutable_placement();

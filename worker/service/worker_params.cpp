@@ -28,6 +28,11 @@ const char * worker_params_usage() {
         "  --batch N                 most tokens per engine step (default: 512)\n"
         "  --threads N               CPU threads (default: all)\n"
         "  --gpu-layers N            layers to offload (default: 0)\n"
+        "  --discard-depth N         deepseek4: keep N snapshots of each session's compressed state,\n"
+        "                            so that one discard (speculative decoding's rejected drafts)\n"
+        "                            may drop up to its last N positions, once before the next\n"
+        "                            step; below --batch (default: 0: deepseek4 cannot discard;\n"
+        "                            other architectures drop any suffix and ignore it)\n"
         "  --boundary-dtype T        f32 | f16 | bf16 on the wire (default: f32)\n"
         "  --max-message-bytes N     largest accepted request (default: 67108864)\n"
         "  --evict-idle-ms N         grace before an idle session may be evicted (default: 1000)\n"
@@ -112,6 +117,7 @@ bool worker_params_parse(int argc, char ** argv, worker_params & params, std::st
         {"--batch",           int32_into(params.n_batch, 1)},
         {"--threads",         int32_into(params.n_threads, 0)},
         {"--gpu-layers",      int32_into(params.n_gpu_layers, 0)},
+        {"--discard-depth",   int32_into(params.discard_depth, 0)},
         {"--pipeline-depth",  int32_into(params.pipeline_depth, 1)},
         {"--exact-batch-rows", int32_into(params.exact_batch_rows, 0)},
         {"--max-loop-drafts", [&](const std::string & v) {

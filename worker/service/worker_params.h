@@ -29,6 +29,7 @@ struct worker_params {
     int32_t     n_batch         = 512;          // max tokens per step (and per Forward)
     int32_t     n_threads       = 0;
     int32_t     n_gpu_layers    = 0;
+    int32_t     discard_depth   = 0;            // deepseek4: snapshots per slot (positions a discard may drop)
     wire_dtype  boundary_dtype  = wire_dtype::f32;
     int64_t     max_message_bytes = 64ll << 20;
     int64_t     evict_idle_ms   = 1000;

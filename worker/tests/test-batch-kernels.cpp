@@ -3,7 +3,8 @@
 // one-row dots bit for bit, and a product over the few columns of a step (one per
 // session) still gives each column exactly what it gets alone, for the test model's
 // weight types (Q4_1 layers, Q8_0 output head), so a session's numbers do not depend on
-// who shares its step.
+// who shares its step. The same for F32 (patch 0011) and K-quant weights (0013), whose
+// products of up to 8 columns a speculative verify step makes.
 #include "service_test.h"
 
 #include <ggml-cpu.h>
@@ -112,8 +113,8 @@ static std::vector<float> product(ggml_context * ctx, ggml_tensor * weights, con
 
 TEST("a step's product of 2 to 8 columns gives each column what it gets alone") {
     ggml_cpu_init();
-    const int n = 576, rows = 256;
-    for (ggml_type type : {GGML_TYPE_Q4_1, GGML_TYPE_Q8_0}) {
+    const int n = 768, rows = 256; // whole K-quant blocks of 256
+    for (ggml_type type : {GGML_TYPE_Q4_1, GGML_TYPE_Q8_0, GGML_TYPE_F32, GGML_TYPE_Q4_K, GGML_TYPE_Q6_K}) {
         ggml_init_params params = {256 * 1024 * 1024, nullptr, false};
         ggml_context * ctx = ggml_init(params);
         ggml_tensor * weights = ggml_new_tensor_2d(ctx, type, n, rows);
@@ -123,7 +124,11 @@ TEST("a step's product of 2 to 8 columns gives each column what it gets alone") 
         for (auto & v : values) {
             v = uniform(gen);
         }
-        ggml_quantize_chunk(type, values.data(), weights->data, 0, rows, n, nullptr);
+        if (type == GGML_TYPE_F32) {
+            std::memcpy(weights->data, values.data(), ggml_nbytes(weights));
+        } else {
+            ggml_quantize_chunk(type, values.data(), weights->data, 0, rows, n, nullptr);
+        }
         std::vector<float> columns(static_cast<size_t>(n) * 8);
         for (auto & v : columns) {
             v = 2.0f * uniform(gen);

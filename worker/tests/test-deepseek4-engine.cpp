@@ -248,34 +248,29 @@ TEST("a step that fails after it touched the compressor state leaves an empty sl
     CHECK(rc == 2);
     llama_set_abort_callback(ctx, nullptr, nullptr);
 
-    // deepseek4's memory cannot take back committed positions: the slot is cleared whole
+    // deepseek4's memory cannot take back what the aborted graph wrote: the slot is cleared
     llama_memory_t memory = llama_get_memory(ctx);
-    const bool kept = slot_rollback(memory, 0, N_PROMPT);
-    std::printf("  after the aborted step: rollback %s, slot holds %d positions\n",
-                kept ? "kept the slot" : "cleared the slot", llama_memory_seq_pos_max(memory, 0) + 1);
-    CHECK(kept ? llama_memory_seq_pos_max(memory, 0) + 1 == N_PROMPT
-               : llama_memory_seq_pos_max(memory, 0) == -1);
+    CHECK(!slot_rollback(memory, 0, N_PROMPT, rc, /*drops_any_suffix =*/ false));
+    CHECK(llama_memory_seq_pos_max(memory, 0) == -1);
 
-    // whatever it kept computes as new: the same logits as a fresh context
-    if (kept) {
-        CHECK(decode_raw(ctx, tail, N_PROMPT) == 0);
-    } else {
-        CHECK(decode_raw(ctx, tokens, 0) == 0);
-    }
+    // and computes as new: the same logits as a fresh context
+    CHECK(decode_raw(ctx, tokens, 0) == 0);
     CHECK(last_logits(ctx) == expected);
     llama_free(ctx);
     llama_model_free(model);
 }
 
-TEST("slot_rollback on a committed deepseek4 step clears the slot") {
+TEST("slot_rollback clears a deepseek4 slot unless the step failed before the memory") {
     llama_model * model = load_raw(0, 8);
     llama_context * ctx = context_raw(model, 1, false);
     const std::vector<int32_t> tokens = prompt_tokens(N_PROMPT);
     CHECK(decode_raw(ctx, tokens, 0) == 0);
     llama_memory_t memory = llama_get_memory(ctx);
-    CHECK(!slot_rollback(memory, 0, N_PROMPT - 10));
+    // 1 (no room) and -1 (a refused batch) fail before the memory is touched
+    CHECK(slot_rollback(memory, 0, N_PROMPT, 1, false) && llama_memory_seq_pos_max(memory, 0) + 1 == N_PROMPT);
+    CHECK(slot_rollback(memory, 0, N_PROMPT, -1, false) && llama_memory_seq_pos_max(memory, 0) + 1 == N_PROMPT);
+    CHECK(!slot_rollback(memory, 0, N_PROMPT - 10, -3, false));
     CHECK(llama_memory_seq_pos_max(memory, 0) == -1);
-    CHECK(slot_rollback(memory, 0, 0)); // nothing to take back: kept (empty)
     llama_free(ctx);
     llama_model_free(model);
 }

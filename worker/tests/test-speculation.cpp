@@ -1,7 +1,8 @@
 // test-speculation.cpp - the worker's part of speculative decoding over real gRPC on
 // 127.0.0.1 with fake engines: OUTPUT_KIND_VERIFIED answers the accepted drafts and one
 // more token, `discard_from` drops the rejected drafts' positions (down a chain too), and
-// a stage that cannot discard refuses with DISCARD_UNSUPPORTED, leaving the session as it was.
+// a stage that cannot discard refuses with DISCARD_UNSUPPORTED, one that cannot discard that
+// deep with DISCARD_TOO_DEEP, leaving the session as it was.
 #include "draft_verify.h"
 #include "loop_drafts.h"
 #include "error_info.h"
@@ -26,9 +27,10 @@ struct stage {
     worker_server                           server;
     std::unique_ptr<pb::ShardService::Stub> stub;
 
-    stage(int32_t begin, int32_t end, bool can_discard = true, const std::string & next_stage = "")
+    stage(int32_t begin, int32_t end, bool can_discard = true, const std::string & next_stage = "",
+          int32_t discard_depth = 0)
         : engine(n_layer, begin, end, 4, 64) {
-        engine.set_can_discard(can_discard);
+        engine.set_can_discard(can_discard, discard_depth);
         worker_params params;
         params.n_slots        = 4;
         params.n_ctx          = 64;
@@ -227,6 +229,33 @@ TEST("a stage that cannot discard says so in GetInfo and refuses with DISCARD_UN
     grpc::ClientContext context;
     CHECK(able.stub->GetInfo(&context, pb::GetInfoRequest{}, &info).ok());
     CHECK(info.can_discard());
+}
+
+TEST("a stage with snapshots says how deep in GetInfo and refuses a deeper discard with DISCARD_TOO_DEEP") {
+    stage deep(0, n_layer, true, "", /*discard_depth =*/ 3);
+    pb::GetInfoResponse info;
+    {
+        grpc::ClientContext context;
+        CHECK(deep.stub->GetInfo(&context, pb::GetInfoRequest{}, &info).ok());
+    }
+    CHECK(info.can_discard() && info.discard_depth() == 3);
+    pb::ForwardResponse response;
+    CHECK(forward(deep, step(0, {5, 6, 7, 8, 9}), response).ok());
+    pb::ForwardRequest next = step(1, {1});
+    next.set_discard_from(1);
+    const grpc::Status status = forward(deep, next, response);
+    CHECK_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    std::string why;
+    std::map<std::string, std::string> metadata;
+    CHECK(error_info_decode(status, why, metadata));
+    CHECK_EQ(why, std::string("DISCARD_TOO_DEEP"));
+    CHECK_EQ(metadata["discard_depth"], std::string("3"));
+    CHECK_EQ(metadata["positions"], std::string("4"));
+    CHECK_EQ(deep.engine.slot_n_past(0), 5); // the session is as it was
+    next = step(2, {1});
+    next.set_discard_from(2);
+    CHECK(forward(deep, next, response).ok());
+    CHECK_EQ(deep.engine.slot_n_past(0), 3);
 }
 
 TEST("VERIFIED needs the step's tokens and no rows") {

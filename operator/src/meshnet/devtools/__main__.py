@@ -31,17 +31,23 @@ def install_kube_tools() -> None:
               help="Residual width n_embd (a multiple of 32 for quantized experts).")
 @click.option("--experts", "expert_type", type=click.Choice(sorted(QUANT_TYPES)), default="f32",
               show_default=True, help="Tensor type of the routed and shared experts.")
+@click.option("--indexer-top-k", type=click.IntRange(1), default=SMALL.indexer_top_k,
+              show_default=True,
+              help="Compressed rows the indexer selects per query: it truly selects only past "
+                   "4 x top-k positions (V4-Flash: 512).")
 @click.option("--seed", type=int, default=0, show_default=True,
               help="Weights are drawn from this seed: the same seed writes the same bytes.")
-def tiny_deepseek4(out: Path, layers: int, embd: int, expert_type: str, seed: int) -> None:
+def tiny_deepseek4(out: Path, layers: int, embd: int, expert_type: str, indexer_top_k: int,
+                   seed: int) -> None:
     """Write a tiny random-weight deepseek4 GGUF to OUT (for tests and trials)."""
-    model = dataclasses.replace(SMALL, n_layer=layers, n_embd=embd, expert_type=expert_type)
+    model = dataclasses.replace(SMALL, n_layer=layers, n_embd=embd, expert_type=expert_type,
+                                indexer_top_k=indexer_top_k)
     try:
         write_tiny_deepseek4(out, model, seed)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
     click.echo(f"{out}: deepseek4, {layers} layers, n_embd {embd}, experts {expert_type}, "
-               f"seed {seed}, {out.stat().st_size} bytes")
+               f"indexer top-k {indexer_top_k}, seed {seed}, {out.stat().st_size} bytes")
 
 
 if __name__ == "__main__":

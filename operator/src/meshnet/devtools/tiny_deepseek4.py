@@ -51,6 +51,7 @@ class TinyDeepseek4:
     expert_ff: int = 64
     indexer_heads: int = 4
     indexer_dim: int = 64
+    # compressed rows the indexer keeps per query; it selects only past 4 x top-k positions
     indexer_top_k: int = 2048
     sliding_window: int = 16
     hash_layers: int = 3
@@ -64,6 +65,9 @@ class TinyDeepseek4:
 
 SMALL = TinyDeepseek4(n_layer=8)
 V4_DEPTH = TinyDeepseek4(n_layer=43)
+# V4-Flash's index_topk (its config.json; the pinned convert script writes it unchanged as
+# deepseek4.attention.indexer.top_k): with it the indexer selects past 2048 positions.
+V4_FLASH_INDEXER_TOP_K = 512
 
 
 # --- vocabulary ------------------------------------------------------------------------------
