@@ -40,6 +40,7 @@ from pathlib import Path
 
 from meshnet.bundled import smollm2_gguf
 from meshnet.devtools.delay_proxy import DelayProxy
+from meshnet.devtools.tiny_deepseek4 import V4_DEPTH, write_tiny_deepseek4
 from meshnet.layers import LayerRange
 from meshnet.local.process import LaunchSpec, WorkerProcess, free_port, start_route, worker_binary
 from meshnet.paths import workspace
@@ -67,7 +68,7 @@ class Row:
     depth: int | None = None  # verify windows a pipelined loop kept in flight, at most
 
 
-def spans(stages: int, layers: int = 30) -> list[tuple[int, int]]:
+def spans(stages: int, layers: int) -> list[tuple[int, int]]:
     cuts = [round(i * layers / stages) for i in range(stages + 1)]
     return list(itertools.pairwise(cuts))
 
@@ -84,8 +85,8 @@ class DelayedRoute:
 
 
 @contextmanager
-def delayed_route(binary: Path, model: Path, stages: int, ring: bool,
-                  log_dir: Path) -> Iterator[DelayedRoute]:
+def delayed_route(binary: Path, model: Path, stages: int, ring: bool, log_dir: Path,
+                  layers: int = 30, discard_depth: int | None = None) -> Iterator[DelayedRoute]:
     """S chained stages, each leg through its own proxy. The proxies listen first and the
     workers bind ports the kernel picks, last stage first, each proxy aimed at its worker
     once that listens (no port is reserved ahead, so none can be taken meanwhile)."""
@@ -95,9 +96,9 @@ def delayed_route(binary: Path, model: Path, stages: int, ring: bool,
     back = [DelayProxy()] if ring and stages > 1 else []
     workers: dict[int, WorkerProcess] = {}
     try:
-        for index, span in reversed(list(enumerate(spans(stages)))):
+        for index, span in reversed(list(enumerate(spans(stages, layers)))):
             spec = LaunchSpec(model=model, layers=LayerRange(*span), threads=1, local_relay=False,
-                              pipeline_depth=stages,
+                              pipeline_depth=stages, discard_depth=discard_depth, ctx=1024,
                               next_stage=links[index].endpoint if index < stages - 1 else "",
                               ring_last=back[0].endpoint if back and index == 0 else "")
             worker = WorkerProcess(binary, spec, log_dir / f"worker-{index}.log").start()
@@ -217,19 +218,21 @@ def measure(binary: Path, model: Path, stages: int, delays: list[float], tokens:
 
 def ring_rows(endpoints: list[str], stages: int, delay: float, tokens: int, spec_tokens: int,
               rounds: int, windows: int, free_text: str | list[int] = FREE_TEXT,
-              code: str | list[int] = REPETITIVE, label: str = "") -> list[Row]:
+              code: str | list[int] | None = REPETITIVE, label: str = "") -> list[Row]:
     """The ring plain, with serial and with pipelined speculation, in interleaved rounds:
     each row's median. Every speculating row must give the plain row's tokens."""
-    setups = {
+    setups: dict[str, tuple[str | list[int], int, int, int]] = {
         "ring": (free_text, tokens, 0, 1),
-        "ring + speculation, code": (code, spec_tokens, SPECULATE, 1),
-        "ring + pipelined, code": (code, spec_tokens, SPECULATE, windows),
+        "ring + speculation, code": (code or free_text, spec_tokens, SPECULATE, 1),
+        "ring + pipelined, code": (code or free_text, spec_tokens, SPECULATE, windows),
         "ring + speculation, free text": (free_text, spec_tokens, SPECULATE, 1),
         "ring + pipelined, free text": (free_text, spec_tokens, SPECULATE, windows),
     }
+    if code is None:  # no workload the model copies
+        setups = {name: setup for name, setup in setups.items() if "code" not in name}
     runs: dict[str, list[Decoded]] = {name: [] for name in setups}
-    plain = {prompt_key(p): decode(endpoints, p, n, "ring").tokens
-             for p, n in ((code, spec_tokens), (free_text, spec_tokens))}
+    plain = {prompt_key(p): decode(endpoints, p, spec_tokens, "ring").tokens
+             for p in {prompt_key(s[0]): s[0] for s in setups.values()}.values()}
     for _ in range(rounds):
         for name, (prompt, count, speculate, depth) in setups.items():
             result = decode(endpoints, prompt, count, "ring", speculate=speculate,
@@ -246,6 +249,26 @@ def ring_rows(endpoints: list[str], stages: int, delay: float, tokens: int, spec
         depths = [r.depth for r in results if r.depth is not None]
         rows.append(Row(stages, delay, label + name, middle.rate, middle.acceptance,
                         max(depths) if depths else None))
+    return rows
+
+
+def deepseek4_rows(binary: Path, stages: int, delays: list[float], tokens: int, rounds: int,
+                   windows: int, log_dir: Path) -> list[Row]:
+    """The ring's rows on a tiny random-weight V4 (43 layers, mHC boundary, hash-routed
+    layers) over the same delayed legs, its stages keeping rollback snapshots for the
+    drafts and windows in flight. Random weights repeat little of what they are shown, so
+    prompt lookup seldom drafts what they say: the rows show the ring's cost and that
+    speculation costs nothing where it cannot help, not what V4 itself would accept."""
+    model = write_tiny_deepseek4(log_dir / "tiny-v4.gguf", V4_DEPTH, seed=3)
+    prompt = "the map of the world and the story of the sea coast line chart. " * 4
+    rows: list[Row] = []
+    with delayed_route(binary, model, stages, True, log_dir / f"ds4-ring{stages}",
+                       layers=V4_DEPTH.n_layer,
+                       discard_depth=windows * (SPECULATE + 1) - 1) as route:
+        for delay in delays:
+            route.set_delay(delay / 1000)
+            rows += ring_rows(route.endpoints, stages, delay, tokens, tokens, rounds, windows,
+                              free_text=prompt, code=None, label="tiny V4 ")
     return rows
 
 
@@ -293,6 +316,8 @@ def main() -> None:
                         help="Interleaved rounds of the ring's rows (each row's median).")
     parser.add_argument("--windows", type=int, default=4,
                         help="Verify windows the pipelined rows keep in flight at most.")
+    parser.add_argument("--deepseek4", action="store_true",
+                        help="Also the ring's rows on a tiny random-weight V4 (43 layers).")
     parser.add_argument("--bin-dir", type=Path, default=None)
     options = parser.parse_args()
     binary = options.bin_dir / "meshnet-shard-worker" if options.bin_dir else worker_binary()
@@ -307,6 +332,9 @@ def main() -> None:
     for stages in (int(s) for s in options.stages.split(",")):
         rows += measure(binary, model, stages, delays, options.tokens, options.spec_tokens,
                         not options.no_rpc, log_dir, options.rounds, options.windows)
+        if options.deepseek4:
+            rows += deepseek4_rows(binary, stages, delays, options.tokens, options.rounds,
+                                   options.windows, log_dir)
     report(rows, compute_ms)
 
 

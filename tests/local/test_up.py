@@ -15,7 +15,6 @@ import httpx
 import pytest
 
 from meshnet.gateway.routes import RouteHandle, local_route
-from meshnet.local.process import worker_binary
 from meshnet.local.registry import process_alive as pid_alive
 from meshnet.route import StageClient
 
@@ -238,17 +237,6 @@ def worker_flags(pid: int) -> dict[str, str]:
             if a in ("--max-loop-drafts", "--max-loop-windows", "--discard-depth")}
 
 
-def knows_discard_depth() -> bool:
-    """Whether the built worker takes --discard-depth (being added beside this test)."""
-    try:
-        shown = subprocess.run([str(worker_binary()), "--help"], capture_output=True, text=True)
-    except Exception:  # no worker built: the shard_worker fixture says so where one is used
-        return False
-    return "--discard-depth" in shown.stdout + shown.stderr
-
-
-@pytest.mark.skipif(not knows_discard_depth(), reason="the built worker has no --discard-depth"
-                    " yet: a speculating recipe gives every stage one")
 def test_a_speculation_edit_keeps_the_epoch_and_restarts_workers_and_gateway_speculating(
     make_up: Callable[..., UpSession],
 ) -> None:

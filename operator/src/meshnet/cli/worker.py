@@ -22,6 +22,7 @@ from meshnet.paths import repo_root, workspace
 from meshnet.pin.build import build_dir_for
 from meshnet.pin.manifest import load_manifest
 from meshnet.pin.workspace import Workspace
+from meshnet.route.drafts import MAX_DRAFT, MAX_WINDOWS
 
 
 @click.group("worker")
@@ -100,6 +101,16 @@ def bundle_cmd(lane: str, out: Path) -> None:
 @click.option("--pipeline-depth", type=click.IntRange(0), default=0, show_default=True,
               help="Stages in the route: concurrent sessions run as that many groups, so "
                    "every stage computes one (0: the model's layers / this stage's layers).")
+@click.option("--max-loop-drafts", type=click.IntRange(0, MAX_DRAFT), default=None,
+              help="First stage: a speculative decode loop drafts at most N tokens per verify "
+                   "window (0: loops decode plainly). Default: the worker's (7).")
+@click.option("--max-loop-windows", type=click.IntRange(1, MAX_WINDOWS), default=None,
+              help="First stage: a speculative decode loop keeps at most N verify windows in "
+                   "flight. Default: the worker's (8).")
+@click.option("--discard-depth", type=click.IntRange(0), default=None,
+              help="deepseek4: keep N rollback snapshots per session, so that speculation can "
+                   "drop up to N rejected positions at once (windows x (drafts + 1) - 1). "
+                   "Default: 0, no speculation on deepseek4.")
 @click.option("--cpus", default="", metavar="LIST",
               help="Bind the engine's compute threads to these CPUs, in order (e.g. 0,1); "
                    "the worker's other threads stay on the first. Default: unbound.")
@@ -110,8 +121,9 @@ def run_cmd(model: Path, layers: str, route_id: str, epoch: int, listen: str, me
             manifest_digest: str | None, recipe_digest: str | None, route_digest: str,
             evict_idle_ms: int | None, tls_cert: str | None, tls_key: str | None,
             tls_client_ca: str | None, next_stage: str, ring_last: str,
-            next_stage_ca: str | None, local_relay: bool, pipeline_depth: int, cpus: str,
-            dev: bool, lane: str) -> None:
+            next_stage_ca: str | None, local_relay: bool, pipeline_depth: int,
+            max_loop_drafts: int | None, max_loop_windows: int | None,
+            discard_depth: int | None, cpus: str, dev: bool, lane: str) -> None:
     """Start a built meshnet-shard-worker serving LAYERS of MODEL (replaces this process)."""
     begin_text, _, end_text = layers.partition(":")
     try:
@@ -145,6 +157,8 @@ def run_cmd(model: Path, layers: str, route_id: str, epoch: int, listen: str, me
         next_stage=next_stage, ring_last=ring_last,
         next_stage_ca=Path(next_stage_ca) if next_stage_ca else None,
         local_relay=local_relay, pipeline_depth=pipeline_depth, cpus=cpu_list,
+        max_loop_drafts=max_loop_drafts, max_loop_windows=max_loop_windows,
+        discard_depth=discard_depth,
     )
     binary = worker_binary(dev=dev)
     click.echo(f"[worker] {binary} {' '.join(spec.args())}", err=True)
