@@ -35,7 +35,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from meshnet.bundled import smollm2_gguf
@@ -66,6 +66,7 @@ class Row:
     rate: float  # decode tokens/s
     acceptance: float | None = None
     depth: int | None = None  # verify windows a pipelined loop kept in flight, at most
+    compute_ms: float | None = None  # its model's unsplit ms per token (None: SmolLM2's)
 
 
 def spans(stages: int, layers: int) -> list[tuple[int, int]]:
@@ -173,13 +174,14 @@ def rpc_decode(model: Path, endpoints: str, tokens: int) -> float:
     return float(json.loads(done.stdout)[0]["avg_ts"])
 
 
-def unsplit_ms(binary: Path, model: Path, tokens: int, log_dir: Path) -> float:
+def unsplit_ms(binary: Path, model: Path, tokens: int, log_dir: Path, layers: int = 30,
+               prompt: str = FREE_TEXT) -> float:
     """The compute of one token: the whole model on one worker, no network."""
     log_dir.mkdir(parents=True, exist_ok=True)
-    (worker,) = start_route(binary, [LaunchSpec(model=model, layers=LayerRange(0, 30), threads=1)],
-                            log_dir)
+    (worker,) = start_route(binary, [LaunchSpec(model=model, layers=LayerRange(0, layers),
+                                                threads=1)], log_dir)
     try:
-        rate = decode([worker.endpoint], FREE_TEXT, tokens, "hub").rate
+        rate = decode([worker.endpoint], prompt, tokens, "hub").rate
     finally:
         worker.stop()
     return 1000.0 / rate
@@ -261,6 +263,9 @@ def deepseek4_rows(binary: Path, stages: int, delays: list[float], tokens: int, 
     speculation costs nothing where it cannot help, not what V4 itself would accept."""
     model = write_tiny_deepseek4(log_dir / "tiny-v4.gguf", V4_DEPTH, seed=3)
     prompt = "the map of the world and the story of the sea coast line chart. " * 4
+    compute_ms = unsplit_ms(binary, model, tokens, log_dir / "ds4-unsplit", V4_DEPTH.n_layer,
+                            prompt)
+    print(f"tiny V4 compute (unsplit, 1 thread): {compute_ms:.1f} ms/token", flush=True)
     rows: list[Row] = []
     with delayed_route(binary, model, stages, True, log_dir / f"ds4-ring{stages}",
                        layers=V4_DEPTH.n_layer,
@@ -269,7 +274,7 @@ def deepseek4_rows(binary: Path, stages: int, delays: list[float], tokens: int, 
             route.set_delay(delay / 1000)
             rows += ring_rows(route.endpoints, stages, delay, tokens, tokens, rounds, windows,
                               free_text=prompt, code=None, label="tiny V4 ")
-    return rows
+    return [replace(row, compute_ms=compute_ms) for row in rows]
 
 
 def prompt_key(prompt: str | list[int]) -> str:
@@ -283,8 +288,9 @@ def report(rows: list[Row], compute_ms: float) -> None:
           f"{'limit':>7} {'of limit':>9} {'accept':>7} {'depth':>5}")
     for row in rows:
         ms = 1000.0 / row.rate
-        legs = f"{(ms - compute_ms) / row.delay_ms:5.1f}" if row.delay_ms else "    -"
-        limit = 1000.0 / (compute_ms + row.stages * row.delay_ms)
+        compute = row.compute_ms or compute_ms
+        legs = f"{(ms - compute) / row.delay_ms:5.1f}" if row.delay_ms else "    -"
+        limit = 1000.0 / (compute + row.stages * row.delay_ms)
         accept = f"{row.acceptance:7.2f}" if row.acceptance is not None else "       "
         depth = f"{row.depth:5d}" if row.depth is not None else "     "
         print(f"{row.stages:>2} {row.delay_ms:>6g}ms {row.label:<30} {row.rate:7.1f} {ms:7.1f} "
