@@ -124,4 +124,19 @@ inline int main(int argc, char ** argv, const char * required) {
     return meshnet_test::run_all(argc, argv);
 }
 
+// Decodes `tokens` at pos0.. in sequence 0 of a raw llama.cpp context (no engine), with the
+// last row's logits; llama_process's code.
+inline int32_t decode_raw(llama_context * ctx, const std::vector<int32_t> & tokens, int32_t pos0) {
+    llama_batch_ext * batch = llama_batch_ext_init(ctx);
+    for (size_t i = 0; i < tokens.size(); ++i) {
+        const int32_t index = llama_batch_ext_add_token(batch, 0, tokens[i]);
+        const llama_pos pos = pos0 + static_cast<int32_t>(i);
+        llama_batch_ext_set_pos(batch, index, &pos);
+        llama_batch_ext_set_output_logits(batch, index, i + 1 == tokens.size());
+    }
+    const int32_t rc = llama_process(ctx, LLAMA_PROCESS_TYPE_DECODE, batch);
+    llama_batch_ext_free(batch);
+    return rc;
+}
+
 } // namespace ds4_test

@@ -3,6 +3,7 @@
 // tiny-deepseek4`: 8 layers, compress ratios 0,0,4,128,4,128,4,0, layers 0-2 hash-routed;
 // skipped when unset): the hazards of splitting it, each refused or handled.
 #include "cpu_backend.h"
+#include "deepseek4_test.h"
 #include "engine.h"
 #include "service_test.h"
 #include "slot_memory.h"
@@ -84,19 +85,6 @@ llama_context * context_raw(llama_model * model, uint32_t n_seq, bool unified) {
     return llama_init_from_model(model, params);
 }
 
-// decodes `tokens` at pos0.. in sequence 0 with the last row's logits; llama_process's code
-int32_t decode_raw(llama_context * ctx, const std::vector<int32_t> & tokens, int32_t pos0) {
-    llama_batch_ext * batch = llama_batch_ext_init(ctx);
-    for (size_t i = 0; i < tokens.size(); ++i) {
-        const int32_t index = llama_batch_ext_add_token(batch, 0, tokens[i]);
-        const llama_pos pos = pos0 + static_cast<int32_t>(i);
-        llama_batch_ext_set_pos(batch, index, &pos);
-        llama_batch_ext_set_output_logits(batch, index, i + 1 == tokens.size());
-    }
-    const int32_t rc = llama_process(ctx, LLAMA_PROCESS_TYPE_DECODE, batch);
-    llama_batch_ext_free(batch);
-    return rc;
-}
 
 std::vector<float> last_logits(llama_context * ctx) {
     const int32_t n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(llama_get_model(ctx)));
@@ -234,17 +222,17 @@ TEST("a step that fails after it touched the compressor state leaves an empty sl
     const std::vector<int32_t> tail(tokens.begin() + N_PROMPT, tokens.end());
 
     llama_context * fresh = context_raw(model, 1, false);
-    CHECK(decode_raw(fresh, tokens, 0) == 0);
+    CHECK(ds4_test::decode_raw(fresh, tokens, 0) == 0);
     const std::vector<float> expected = last_logits(fresh);
     llama_free(fresh);
 
     llama_context * ctx = context_raw(model, 1, false);
-    CHECK(decode_raw(ctx, head, 0) == 0);
+    CHECK(ds4_test::decode_raw(ctx, head, 0) == 0);
     // abort the next step's graph part-way, after some of its nodes ran
     static int nodes_left = 0;
     nodes_left = 200;
     llama_set_abort_callback(ctx, [](void *) { return --nodes_left < 0; }, nullptr);
-    const int32_t rc = decode_raw(ctx, tail, N_PROMPT);
+    const int32_t rc = ds4_test::decode_raw(ctx, tail, N_PROMPT);
     CHECK(rc == 2);
     llama_set_abort_callback(ctx, nullptr, nullptr);
 
@@ -254,7 +242,7 @@ TEST("a step that fails after it touched the compressor state leaves an empty sl
     CHECK(llama_memory_seq_pos_max(memory, 0) == -1);
 
     // and computes as new: the same logits as a fresh context
-    CHECK(decode_raw(ctx, tokens, 0) == 0);
+    CHECK(ds4_test::decode_raw(ctx, tokens, 0) == 0);
     CHECK(last_logits(ctx) == expected);
     llama_free(ctx);
     llama_model_free(model);
@@ -264,7 +252,7 @@ TEST("slot_rollback clears a deepseek4 slot unless the step failed before the me
     llama_model * model = load_raw(0, 8);
     llama_context * ctx = context_raw(model, 1, false);
     const std::vector<int32_t> tokens = prompt_tokens(N_PROMPT);
-    CHECK(decode_raw(ctx, tokens, 0) == 0);
+    CHECK(ds4_test::decode_raw(ctx, tokens, 0) == 0);
     llama_memory_t memory = llama_get_memory(ctx);
     // 1 (no room) and -1 (a refused batch) fail before the memory is touched
     CHECK(slot_rollback(memory, 0, N_PROMPT, 1, false) && llama_memory_seq_pos_max(memory, 0) + 1 == N_PROMPT);

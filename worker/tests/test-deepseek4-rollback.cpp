@@ -282,18 +282,7 @@ struct raw_context {
     raw_context(const raw_context &) = delete;
     raw_context & operator=(const raw_context &) = delete;
 
-    int32_t decode(const std::vector<int32_t> & ids, int32_t pos0) {
-        llama_batch_ext * batch = llama_batch_ext_init(ctx);
-        for (size_t i = 0; i < ids.size(); ++i) {
-            const int32_t index = llama_batch_ext_add_token(batch, 0, ids[i]);
-            const llama_pos pos = pos0 + static_cast<int32_t>(i);
-            llama_batch_ext_set_pos(batch, index, &pos);
-            llama_batch_ext_set_output_logits(batch, index, i + 1 == ids.size());
-        }
-        const int32_t rc = llama_process(ctx, LLAMA_PROCESS_TYPE_DECODE, batch);
-        llama_batch_ext_free(batch);
-        return rc;
-    }
+    int32_t decode(const std::vector<int32_t> & ids, int32_t pos0) { return ds4_test::decode_raw(ctx, ids, pos0); }
 };
 
 TEST("llama.cpp itself refuses a rollback deeper than the snapshots written since the last") {
