@@ -9,6 +9,8 @@
 
 #include "slot_memory.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -328,6 +330,38 @@ TEST("a step that fails after a discard leaves an empty slot, never a half-resto
     // codes that fail before the memory is touched keep the slot
     CHECK(decode(std::vector<int32_t>(ids.begin(), ids.begin() + 10), 0) == 0);
     CHECK(slot_rollback(memory, 0, 10, 1, false) && llama_memory_seq_pos_max(memory, 0) == 9);
+}
+
+TEST("a state saved with a discard pending is the state the discard restores") {
+    // A drops 5 positions across the HCA block at 127 and saves its sequence before the step
+    // that restores them; B loads that, C never saw the dropped positions: one token at a time,
+    // all three go on with the same logits
+    raw_context a, b, c;
+    CHECK(a.ctx != nullptr && b.ctx != nullptr && c.ctx != nullptr);
+    if (!a.ctx || !b.ctx || !c.ctx) {
+        return;
+    }
+    const std::vector<int32_t> ids = ds4_test::tokens(130, 5);
+    const std::vector<int32_t> next = ds4_test::tokens(12, 6);
+    CHECK(a.decode(ids, 0) == 0);
+    CHECK(llama_memory_seq_rm(llama_get_memory(a.ctx), 0, 125, -1));
+    std::vector<uint8_t> saved(llama_state_seq_get_size(a.ctx, 0));
+    CHECK(!saved.empty() && llama_state_seq_get_data(a.ctx, saved.data(), saved.size(), 0) == saved.size());
+    CHECK(llama_state_seq_set_data(b.ctx, saved.data(), saved.size(), 0) == saved.size());
+    CHECK(c.decode(std::vector<int32_t>(ids.begin(), ids.begin() + 125), 0) == 0);
+    const size_t n_vocab = static_cast<size_t>(llama_vocab_n_tokens(llama_model_get_vocab(a.model)));
+    int32_t differ = 0;
+    for (size_t i = 0; i < next.size(); ++i) {
+        const int32_t pos = 125 + static_cast<int32_t>(i);
+        CHECK(a.decode({next[i]}, pos) == 0 && b.decode({next[i]}, pos) == 0 && c.decode({next[i]}, pos) == 0);
+        const float * la = llama_get_logits_ith(a.ctx, -1);
+        const float * lb = llama_get_logits_ith(b.ctx, -1);
+        const float * lc = llama_get_logits_ith(c.ctx, -1);
+        if (!la || !lb || !lc || !std::equal(la, la + n_vocab, lc) || !std::equal(lb, lb + n_vocab, lc)) {
+            ++differ;
+        }
+    }
+    CHECK_EQ(differ, 0);
 }
 
 int main(int argc, char ** argv) {
