@@ -24,8 +24,8 @@ def serve_flags(speculation: Speculation) -> dict[str, str]:
 
 @pytest.mark.parametrize(("speculation", "flags"), [
     (Speculation(), {"--speculate": "0", "--windows": "1"}),
-    (Speculation(max_drafts=6, max_windows=4), {"--speculate": "0", "--windows": "1"}),
-    (Speculation(mode="Lookup"), {"--speculate": "4", "--windows": "2"}),
+    (Speculation(max_drafts=3, max_windows=2), {"--speculate": "0", "--windows": "1"}),
+    (Speculation(mode="Lookup"), {"--speculate": "6", "--windows": "4"}),
     (Speculation(mode="Lookup", max_drafts=7, max_windows=8),
      {"--speculate": "7", "--windows": "8"}),
 ])

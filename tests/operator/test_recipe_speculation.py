@@ -8,13 +8,13 @@ from meshnet.identity import recipe_digest
 from meshnet.route import drafts
 
 
-def test_by_default_a_route_does_not_speculate_and_would_draft_4_in_2_windows() -> None:
+def test_by_default_a_route_does_not_speculate_and_would_draft_6_in_4_windows() -> None:
     speculation = Recipe().speculation
     assert (speculation.mode, speculation.max_drafts, speculation.max_windows) == (
-        "Disabled", 4, 2)
+        "Disabled", 6, 4)
     assert not speculation.enabled
     assert Recipe.model_validate({"speculation": {"mode": "Lookup"}}).speculation == Speculation(
-        mode="Lookup", max_drafts=4, max_windows=2)
+        mode="Lookup", max_drafts=6, max_windows=4)
 
 
 def test_the_recipe_bounds_are_the_route_drivers_and_the_workers() -> None:
@@ -28,7 +28,7 @@ def test_a_disabled_mode_lets_no_loop_draft_and_keeps_no_rollback_depth() -> Non
 
 
 def test_one_rejection_may_drop_every_window_in_flight_each_a_token_and_its_drafts() -> None:
-    assert Speculation(mode="Lookup").discard_depth() == 2 * (4 + 1) - 1
+    assert Speculation(mode="Lookup").discard_depth() == 4 * (6 + 1) - 1
     assert Speculation(mode="Lookup", max_drafts=1, max_windows=1).discard_depth() == 1
     widest = Speculation(mode="Lookup", max_drafts=7, max_windows=8)
     assert (widest.loop_drafts(), widest.loop_windows(), widest.discard_depth()) == (7, 8, 63)

@@ -83,14 +83,14 @@ class Speculation(
                     " last stage. MTP and DSpark are reserved and refused.",
     )
     max_drafts: int = Field(
-        default=4, ge=1, le=MAX_DRAFTS,
+        default=6, ge=1, le=MAX_DRAFTS,
         description="Most draft tokens per verify window (the step is drafts + 1 rows; 7 is"
                     " the widest whose rows compute exactly as one-row steps). The length"
                     " adapts below it to how drafts fare; a rejected draft costs its rows on"
                     " every stage.",
     )
     max_windows: int = Field(
-        default=2, ge=1, le=MAX_WINDOWS,
+        default=4, ge=1, le=MAX_WINDOWS,
         description="Most verify windows the first stage keeps in flight on a chain or ring"
                     " (pipelined speculation: each assumes the ones before it accepted;"
                     " a hub keeps one). A rejection drops every later window, so windows x"
