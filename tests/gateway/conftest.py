@@ -66,10 +66,17 @@ def start_gateway(endpoints: list[str], log: Path, *extra: str) -> Gateway:
 
 
 @pytest.fixture(scope="module")
-def route(shard_worker: Path, smollm2: Path, tmp_path_factory: pytest.TempPathFactory,
-          ) -> Iterator[list[WorkerProcess]]:
+def context_length() -> int:
+    """The route's per-session context; a module may override it (a small one makes the
+    end of the context cheap to reach)."""
+    return 4096
+
+
+@pytest.fixture(scope="module")
+def route(shard_worker: Path, smollm2: Path, context_length: int,
+          tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[WorkerProcess]]:
     specs = [LaunchSpec(model=smollm2, layers=LayerRange(*span), route_id="test/gateway", threads=1,
-                        slots=SLOTS) for span in [(0, 15), (15, 30)]]
+                        slots=SLOTS, ctx=context_length) for span in [(0, 15), (15, 30)]]
     workers = start_route(shard_worker, specs, tmp_path_factory.mktemp("gateway-route"),
                           chain=True)
     yield workers

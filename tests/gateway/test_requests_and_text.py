@@ -5,24 +5,27 @@ from __future__ import annotations
 
 import pytest
 
+from meshnet.gateway.limits import RouteBounds
 from meshnet.gateway.requests import BadRequest, chat_job, completion_job
 from meshnet.gateway.text import TextStream
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+ROUTE = RouteBounds(n_ctx=2048, n_vocab=49152)
+SMALL = RouteBounds(n_ctx=64, n_vocab=49152)
 
 
 def test_a_chat_body_becomes_a_job_with_its_sampling_and_stream_options() -> None:
     job = chat_job({**CHAT, "temperature": 0.5, "top_p": 0.9, "top_k": 40, "seed": 7,
                     "max_completion_tokens": 12, "stop": "END", "stream": True,
-                    "stream_options": {"include_usage": True}}, max_context=2048)
+                    "stream_options": {"include_usage": True}}, ROUTE)
     assert (job.kind, job.model, job.max_tokens, job.stop) == ("chat", "m", 12, ("END",))
     assert (job.sampling.temperature, job.sampling.top_p, job.sampling.top_k,
             job.sampling.seed) == (0.5, 0.9, 40, 7)
     assert job.stream and job.include_usage and not job.ignore_eos
     parts = chat_job({**CHAT, "messages": [{"role": "user", "content": [
-        {"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]}, 2048)
+        {"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]}, ROUTE)
     assert parts.messages[0]["content"] == "ab"
-    assert chat_job(CHAT, 2048, default_seed=99).sampling.seed == 99
+    assert chat_job(CHAT, ROUTE, default_seed=99).sampling.seed == 99
 
 
 @pytest.mark.parametrize(("body", "param"), [
@@ -41,17 +44,17 @@ def test_a_chat_body_becomes_a_job_with_its_sampling_and_stream_options() -> Non
 def test_what_cannot_be_served_as_asked_is_refused_naming_the_field(
         body: dict[str, object], param: str) -> None:
     with pytest.raises(BadRequest) as refused:
-        chat_job(body, max_context=2048)
+        chat_job(body, ROUTE)
     assert refused.value.param == param
 
 
 def test_a_completion_takes_text_or_token_ids() -> None:
-    assert completion_job({"model": "m", "prompt": "x"}, 64).prompt == "x"
-    assert completion_job({"model": "m", "prompt": ["x"]}, 64).prompt == "x"
-    assert completion_job({"model": "m", "prompt": [1, 2, 3]}, 64).prompt == (1, 2, 3)
-    for bad in ("", [], [1, -2], [True], None):
+    assert completion_job({"model": "m", "prompt": "x"}, SMALL).prompt == "x"
+    assert completion_job({"model": "m", "prompt": ["x"]}, SMALL).prompt == "x"
+    assert completion_job({"model": "m", "prompt": [1, 2, 3]}, SMALL).prompt == (1, 2, 3)
+    for bad in ("", [], [True], None, ["x", "y"]):
         with pytest.raises(BadRequest):
-            completion_job({"model": "m", "prompt": bad}, 64)
+            completion_job({"model": "m", "prompt": bad}, SMALL)
 
 
 def test_a_stop_string_cut_between_tokens_is_never_shown() -> None:

@@ -1,11 +1,15 @@
 """What a gateway client sees when the route loses a stage: a clear 503 while it is down,
-and the same text when a stage is killed and comes back in the middle of a stream."""
+the same text when a stage is killed and comes back in the middle of a stream, and a
+/v1/models that answers while a stage is frozen."""
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -14,6 +18,7 @@ import pytest
 
 from meshnet.layers import LayerRange
 from meshnet.local.process import LaunchSpec, WorkerProcess, start_route
+from meshnet.route.driver import INFO_TIMEOUT
 
 from .conftest import MODEL, Gateway, start_gateway
 
@@ -90,3 +95,27 @@ def test_a_stage_killed_mid_stream_costs_no_text(
         threading.Timer(0.5, workers[1].start).start()
 
     assert stream_text(gateway, kill_middle_then_restart) == expected
+
+
+def test_models_answers_from_the_last_check_while_a_stage_is_frozen(
+    served: tuple[list[WorkerProcess], Gateway],
+) -> None:
+    """A handshake would wait INFO_TIMEOUT on the frozen stage for each of 32 clients; the
+    last probe's answer comes at once, and the route is listed again once it thaws."""
+    workers, gateway = served
+    assert [m.id for m in client(gateway).models.list().data] == [MODEL]
+
+    def models() -> int:
+        return httpx.get(gateway.base_url + "/models", timeout=INFO_TIMEOUT - 1).status_code
+
+    os.kill(workers[1].pid, signal.SIGSTOP)
+    try:
+        with ThreadPoolExecutor(32) as pool:
+            assert list(pool.map(lambda _: models(), range(32))) == [200] * 32
+        assert wait_for_ready(gateway, 503)  # the probe found the frozen stage
+        assert client(gateway).models.list().data == []
+    finally:
+        os.kill(workers[1].pid, signal.SIGCONT)
+    assert wait_for_ready(gateway, 200)
+    assert [m.id for m in client(gateway).models.list().data] == [MODEL]
+    assert stream_text(gateway)  # the route serves again

@@ -14,7 +14,7 @@
     ├── BuildError          a CMake step of our native build failed (meshnet.native.cmake)
     ├── RouteError          the data plane (meshnet.route.errors)
     │   ├── RouteRefused        the handshake found the stages are not one route
-    │   ├── PromptTooLong       the prompt does not fit the route's context
+    │   ├── PromptTooLong       the prompt does not fit the route's context (generate: exit 3)
     │   ├── StageError          a stage answered with an ErrorInfo reason
     │   └── RecoveryFailed      re-prefilling after CACHE_MISS/EPOCH_MISMATCH did not help
     └── the local backend (meshnet.local): RouteFileError, ProvisionError, RouteNotFound,

@@ -10,8 +10,12 @@ import click
 from meshnet.cli.tls import tls_client_options
 from meshnet.gateway.chat import render_chat
 from meshnet.local.registry import lookup
-from meshnet.route import RouteDriver, Sampling, TlsFiles
+from meshnet.route import PromptTooLong, RouteDriver, Sampling, TlsFiles
 from meshnet.route.drafts import MAX_DRAFT, MAX_WINDOWS
+
+# The prompt does not fit the route's context: the request's fault, not the route's (1,
+# as every meshnet error; 2, click's usage errors), so retrying as it is cannot help.
+EXIT_PROMPT_TOO_LONG = 3
 
 
 @click.command("generate")
@@ -57,7 +61,11 @@ def command(stages: tuple[str, ...], route_name: str | None, prompt: str, chat: 
             temperature: float, top_k: int, top_p: float, seed: int, ignore_eos: bool,
             chunk: int | None, sample_locally: bool, topology: str, speculate: int,
             windows: int, as_json: bool, tls: TlsFiles | None) -> None:
-    """Generate text through a route's stages (streams the text as it comes)."""
+    """Generate text through a route's stages (streams the text as it comes).
+
+    A generation stops at the end of the route's context (`stop: context`). Exit status:
+    0 done, 1 the route failed, 2 a usage error, 3 the prompt alone is longer than the
+    route's context."""
     stages = _endpoints(stages, route_name)
     sampling = Sampling(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
     with RouteDriver(list(stages), tls=tls, chunk_tokens=chunk, sample_locally=sample_locally,
@@ -66,10 +74,14 @@ def command(stages: tuple[str, ...], route_name: str | None, prompt: str, chat: 
         if chat:
             prompt = render_chat(route.chat_template, [{"role": "user", "content": prompt}])
         printer = _TextStream(driver) if not as_json else None
-        generation = driver.generate(
-            prompt, max_tokens=max_tokens, sampling=sampling, stop_at_eos=not ignore_eos,
-            on_token=printer.add if printer else None,
-        )
+        try:
+            generation = driver.generate(
+                prompt, max_tokens=max_tokens, sampling=sampling, stop_at_eos=not ignore_eos,
+                on_token=printer.add if printer else None,
+            )
+        except PromptTooLong as exc:
+            click.secho(f"error: {exc}", fg="red", err=True)
+            sys.exit(EXIT_PROMPT_TOO_LONG)
         if printer:
             printer.finish(generation.text)
             click.echo(

@@ -69,7 +69,7 @@ def sse(data: dict[str, Any] | str) -> bytes:
 
 
 # OpenAI error types by HTTP status.
-ERROR_TYPES = {400: "invalid_request_error", 404: "not_found_error",
+ERROR_TYPES = {400: "invalid_request_error", 404: "not_found_error", 413: "invalid_request_error",
                429: "rate_limit_exceeded", 500: "server_error", 503: "service_unavailable"}
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import secrets
 import threading
 import time
@@ -29,8 +28,9 @@ from meshnet.errors import MeshnetError
 from meshnet.gateway import responses
 from meshnet.gateway.admission import Admission, QueueFull
 from meshnet.gateway.chat import ChatTemplateError, render_chat
+from meshnet.gateway.limits import MAX_BODY_BYTES, RouteBounds
 from meshnet.gateway.metrics import GatewayMetrics
-from meshnet.gateway.requests import BadRequest, Job, chat_job, completion_job
+from meshnet.gateway.requests import BadRequest, Job, chat_job, completion_job, read_json
 from meshnet.gateway.routes import RouteHandle
 from meshnet.gateway.text import TextStream
 from meshnet.route import PromptTooLong, RouteDriver, RouteInfo, StageError
@@ -117,8 +117,9 @@ class Gateway:
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def models(self, _: web.Request) -> web.Response:
-        """The route, only while every stage answers the handshake now."""
-        info = await self.check_route()
+        """The route, while it is servable as of the last check (as /ready: a request here
+        never waits on a stage)."""
+        info = self.info
         data = [] if info is None else [{
             "id": self.config.model, "object": "model", "created": 0, "owned_by": "meshnet",
             "meshnet": {"epoch": info.epoch, "architecture": info.architecture,
@@ -143,17 +144,20 @@ class Gateway:
     async def _generate(self, request: web.Request, kind: str) -> web.StreamResponse:
         arrived = time.monotonic()
         try:
-            body = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return self._error(400, "the body is not valid JSON", "bad_request")
+            body = read_json(await request.read())
+        except web.HTTPRequestEntityTooLarge:
+            return self._error(413, f"the body is larger than {MAX_BODY_BYTES} bytes",
+                               "bad_request")
+        except BadRequest as exc:
+            return self._error(400, str(exc), "bad_request")
         info = self.info or await self.check_route()
         if info is None:
             return self._error(503, self.problem, "unavailable", "route_unavailable")
         try:
             parse = chat_job if kind == "chat" else completion_job
-            job = parse(body, info.n_ctx, secrets.randbits(63))
+            job = parse(body, RouteBounds(info.n_ctx, info.n_vocab), secrets.randbits(63))
         except BadRequest as exc:
-            return self._error(400, str(exc), "bad_request", param=exc.param)
+            return self._error(400, str(exc), "bad_request", exc.code, exc.param)
         if job.model != self.config.model:
             return self._error(404, f"the model {job.model!r} does not exist: this gateway "
                                f"serves {self.config.model!r}", "bad_request", "model_not_found",
@@ -170,6 +174,7 @@ class Gateway:
         driver: RouteDriver = self.route.driver()
         try:
             prompt = await self._call(self._prompt_ids, driver, job)
+            job = job.within_context(len(prompt))
         except PromptTooLong as exc:
             return self._error(400, str(exc), "bad_request", "context_length_exceeded")
         except ChatTemplateError as exc:
@@ -363,7 +368,7 @@ class _Generation:
 
 
 def build_app(gateway: Gateway) -> web.Application:
-    app = web.Application(client_max_size=8 << 20)
+    app = web.Application(client_max_size=MAX_BODY_BYTES)
     app.router.add_get("/health", gateway.health)
     app.router.add_get("/ready", gateway.ready)
     app.router.add_get("/metrics", gateway.prometheus)

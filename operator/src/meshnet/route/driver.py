@@ -26,6 +26,8 @@ from meshnet.route.topology.walk import walk_for
 
 __all__ = ["Generation", "RouteDriver"]
 
+INFO_TIMEOUT = 5.0  # seconds each stage has to answer the handshake's GetInfo
+
 
 class RouteDriver:
     """Drives generations over the stages at `endpoints`, in pipeline order."""
@@ -91,7 +93,7 @@ class RouteDriver:
         delay = 0.05
         while True:
             try:
-                answers = [(c.endpoint, c.info(timeout=5.0)) for c in self.clients]
+                answers = [(c.endpoint, c.info(timeout=INFO_TIMEOUT)) for c in self.clients]
                 route = check_route(answers)
                 if self.topology in (Topology.CHAIN, Topology.RING) and not route.chained:
                     raise RouteRefused([f"topology {self.topology} needs every stage but the "
@@ -159,9 +161,7 @@ class RouteDriver:
         if not prompt_ids:
             raise RouteError("the prompt is empty")
         if len(prompt_ids) > route.n_ctx:
-            raise PromptTooLong(
-                f"the prompt has {len(prompt_ids)} tokens, the route's context holds {route.n_ctx}"
-            )
+            raise PromptTooLong(len(prompt_ids), route.n_ctx)
         session = Session(self.clients, route, self.settings(speculate, windows), self.connect,
                           prompt_ids, sampling)
         try:

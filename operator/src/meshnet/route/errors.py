@@ -28,7 +28,22 @@ class RouteRefused(RouteError):
 
 
 class PromptTooLong(RouteError):
-    """The prompt alone is longer than the per-session context."""
+    """The prompt (with the completion asked for, when `max_tokens` is given) does not fit
+    the per-session context: a request error, never the route's failure."""
+
+    def __init__(self, prompt_tokens: int, n_ctx: int, max_tokens: int | None = None) -> None:
+        if max_tokens is None:
+            message = (f"the prompt has {prompt_tokens} tokens, the route's context holds "
+                       f"{n_ctx}: shorten the prompt")
+        else:
+            message = (f"the prompt has {prompt_tokens} tokens and max_tokens is "
+                       f"{max_tokens}, the route's context holds {n_ctx} (at most "
+                       f"{max(0, n_ctx - prompt_tokens + 1)} tokens after this prompt): "
+                       "shorten the prompt or ask for fewer tokens")
+        super().__init__(message)
+        self.prompt_tokens = prompt_tokens
+        self.n_ctx = n_ctx
+        self.max_tokens = max_tokens
 
 
 # Reasons after which the session's state on some stage is gone or stale.
