@@ -198,6 +198,18 @@ def test_the_manifest_command_reports_the_drafter_or_refuses_it(
                      r"5, 6, 7, 5 tokens per pass, vocabulary 175, [\d,]+ bytes", both.stdout)
     assert "name: small\n" in both.stdout  # named for the model, not its drafter
     assert both.stdout.count("sha256:") == 2
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+    for path in (ds4_small, ds4_dspark):
+        (folder / path.name).symlink_to(path)
+    (tmp_path / "artifact.yaml").write_text(both.stdout)
+    verified = subprocess.run([sys.executable, "-m", "meshnet.cli", "artifact", "verify",
+                               str(folder), "--artifact", str(tmp_path / "artifact.yaml")],
+                              capture_output=True, text=True, timeout=120, check=False)
+    assert verified.returncode == 0, verified.stderr
+    assert re.search(r"drafter +DSpark in small-dspark.gguf, 3 stages reading main layers "
+                     r"5, 6, 7", verified.stdout)
     shallow = write_tiny_deepseek4(tmp_path / "five.gguf", dataclasses.replace(SMALL, n_layer=5))
     refused = manifest(shallow, ds4_dspark)
     assert refused.returncode == 1

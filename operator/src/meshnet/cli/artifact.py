@@ -278,8 +278,9 @@ def verify_cmd(
     size and mtime, so bytes changed in place with the mtime restored pass until --full.
     The others are hashed and get a marker, so an interrupted verify resumes where it
     stopped. Only spec.files and spec.expectations are read. Facts come from the GGUF
-    headers: architecture, block count, embedding length, boundary schema and shape, and
-    bytes per layer for computing any stage's footprint.
+    headers: architecture, block count, embedding length, boundary schema and shape,
+    bytes per layer for computing any stage's footprint, and the drafter (MTP blocks or a
+    DSpark GGUF among the files) if the model has one.
     """
     ranges = [_parse_range(text) for text in stages]
     try:
