@@ -1,7 +1,8 @@
 """The drafter test models: a tiny deepseek4 with an MTP block and a tiny DSpark drafter GGUF
 are deterministic, carry what the pinned loaders read, load there (the MTP model through our
-worker and reference tool, the drafter through llama.cpp's own loader), and the artifact
-facts and `meshnet artifact manifest` report the drafter or refuse one that does not fit."""
+worker and reference tool, the drafter through llama.cpp's own loader) and draft in the
+pin's own draft paths, and the artifact facts and `meshnet artifact manifest` report the
+drafter or refuse one that does not fit."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from gguf import GGMLQuantizationType, GGUFReader
 from meshnet.artifacts.drafter import DSPARK, MTP
 from meshnet.artifacts.facts import artifact_facts, stage_footprint
 from meshnet.artifacts.gguf_header import read_header
+from meshnet.devtools.pinned_draft import build_speculative_example, run_draft
 from meshnet.devtools.tiny_deepseek4 import SMALL, vocabulary, write_tiny_deepseek4
 from meshnet.devtools.tiny_dspark import DSPARK as TINY_DSPARK
 from meshnet.devtools.tiny_dspark import write_tiny_dspark
@@ -257,3 +259,21 @@ def test_the_pinned_loader_loads_the_drafter_and_wants_the_targets_context(
     tensor_bytes = sum(read_header(ds4_dspark).tensor_bytes.values())
     assert abs(float(loaded.group(1)) - tensor_bytes / 2**20) < 0.01  # every tensor, mapped
     assert "dflash requires ctx_other to be set" in log  # loaded; drafting needs the target
+
+
+def test_the_pinned_draft_paths_draft_with_both_test_models(
+    ds4_small: Path, ds4_small_mtp: Path, ds4_dspark: Path, tmp_path: Path,
+) -> None:
+    """llama.cpp's own draft-mtp and draft-dspark run on them; greedy verification keeps the
+    target's text whatever the (random) drafts, with or without the MTP block."""
+    binary = build_speculative_example(tmp_path)
+    prompt = "Hello the map of the world and the story of the sea coast line chart."
+    mtp = run_draft(binary, ds4_small_mtp, "draft-mtp", None, prompt, 16, 4)
+    dspark = run_draft(binary, ds4_small_mtp, "draft-dspark", ds4_dspark, prompt, 16, 4)
+    plain_target = run_draft(binary, ds4_small, "draft-dspark", ds4_dspark, prompt, 16, 4)
+    assert (mtp.kind, dspark.kind) == ("draft-mtp", "draft-dspark")
+    for run in (mtp, dspark, plain_target):
+        assert run.passes > 0 and run.passes <= run.drafted <= 4 * run.passes
+        text = run.text.strip()
+        assert text.startswith("<s> " + prompt) and len(text) > len(prompt) + 8
+    assert mtp.text == dspark.text == plain_target.text
