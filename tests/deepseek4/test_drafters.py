@@ -218,6 +218,22 @@ def test_the_manifest_command_reports_the_drafter_or_refuses_it(
     assert "main layers 0..4" in refused.stderr
 
 
+def test_a_split_model_and_its_drafter_make_one_artifact(tmp_path: Path, ds4_small: Path,
+                                                          ds4_dspark: Path) -> None:
+    split_tool = workspace() / "llama-build" / "install" / "bin" / "llama-gguf-split"
+    folder = tmp_path / "model"
+    folder.mkdir()
+    subprocess.run([str(split_tool), "--split-max-size", "2M", str(ds4_small),
+                    str(folder / "small")], check=True, capture_output=True, timeout=120)
+    (folder / ds4_dspark.name).symlink_to(ds4_dspark)
+    proc = subprocess.run([sys.executable, "-m", "meshnet.cli", "artifact", "manifest",
+                           str(folder)], capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("# 4 file(s)")  # 3 splits and the drafter
+    assert "# drafter: DSpark in small-dspark.gguf" in proc.stdout
+    assert "name: small\n" in proc.stdout
+
+
 # --- the pinned llama.cpp loads them ---------------------------------------------------------
 
 
