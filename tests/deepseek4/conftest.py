@@ -1,5 +1,6 @@
 """Tiny random-weight deepseek4 GGUFs, written once per test session by our generator: an
-8-layer model (F32, and with Q8_0 experts) and one of V4's depth and layer pattern."""
+8-layer model (F32, with Q8_0 experts, with an MTP block), one of V4's depth and layer
+pattern, and a DSpark drafter for the 8-layer model."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from meshnet.devtools.tiny_deepseek4 import SMALL, V4_DEPTH, write_tiny_deepseek4
+from meshnet.devtools.tiny_dspark import DSPARK, write_tiny_dspark
 
 
 @pytest.fixture(scope="session")
@@ -34,3 +36,17 @@ def ds4_v4(ds4_dir: Path) -> Path:
     """43 layers: 0-1 and 42 sliding-window only, 2-41 CSA (even) and HCA (odd), the first
     three hash-routed."""
     return write_tiny_deepseek4(ds4_dir / "v4-43.gguf", V4_DEPTH, seed=3)
+
+
+@pytest.fixture(scope="session")
+def ds4_small_mtp(ds4_dir: Path) -> Path:
+    """`ds4_small` (the same seed, so the same main weights) with one MTP block after layer 7."""
+    return write_tiny_deepseek4(ds4_dir / "small-mtp.gguf",
+                                dataclasses.replace(SMALL, mtp_layers=1), seed=1)
+
+
+@pytest.fixture(scope="session")
+def ds4_dspark(ds4_dir: Path) -> Path:
+    """A DSpark drafter for `ds4_small`: 3 stages reading layers 5-7, block size 5, Q8_0
+    experts."""
+    return write_tiny_dspark(ds4_dir / "small-dspark.gguf", SMALL, DSPARK, seed=4)

@@ -8,7 +8,8 @@
     │   ├── StorageRefused      destination under /home, unwritable, or too little space
     │   ├── DownloadFailed      the source could not deliver the bytes (after retries)
     │   ├── HashMismatch        bytes arrived but their sha256 is not the manifest's
-    │   └── ExpectationMismatch GGUF headers contradict spec.expectations
+    │   ├── ExpectationMismatch GGUF headers contradict spec.expectations
+    │   └── DrafterMismatch     the drafter GGUF does not fit the model it drafts for
     ├── OperatorError       operator settings or cluster access refused
     │   └── KubeApiError    the Kubernetes API answered with an error status
     ├── BuildError          a CMake step of our native build failed (meshnet.native.cmake)
@@ -69,6 +70,10 @@ class HashMismatch(ArtifactError):
 
 class ExpectationMismatch(ArtifactError):
     reason = "ExpectationMismatch"
+
+
+class DrafterMismatch(ArtifactError):
+    reason = "DrafterMismatch"
 
 
 class OperatorError(MeshnetError):

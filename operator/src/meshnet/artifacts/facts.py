@@ -3,6 +3,8 @@
 Stage footprints follow the range-ownership rule of docs/architecture.md: a stage loads its
 own layers, the token embeddings only when it starts at layer 0, and the output
 head only when it ends at the last layer (a tied head needs the embeddings there too).
+A drafter (MTP blocks, or a DSpark GGUF among the files) belongs to no stage's footprint:
+only the last stage loads it, when the recipe turns it on.
 """
 
 from __future__ import annotations
@@ -12,7 +14,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from meshnet.artifacts.drafter import (
+    DrafterFacts,
+    check_drafter,
+    dspark_drafter,
+    mtp_drafter,
+    split_drafter,
+    vocab_size,
+)
 from meshnet.artifacts.gguf_header import GGUFHeader, ScalarValue
+from meshnet.artifacts.splitset import order_split_set
 from meshnet.errors import IncompleteSplitSet
 
 DENSE_RESIDUAL = "DENSE_RESIDUAL"
@@ -46,10 +57,12 @@ class ModelFacts:
     shared_bytes: int  # other global tensors every stage loads
     mtp_bytes: int  # MTP blocks: reserved, never loaded while MTP is off
     tied_output: bool  # no output.weight: the head reuses the token embeddings
-    total_bytes: int
+    total_bytes: int  # the model's files, the drafter GGUF not included
+    vocab_size: int = 0
+    drafter: DrafterFacts | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        document = {
             "architecture": self.architecture,
             "blockCount": self.block_count,
             "layers": self.layers,
@@ -67,7 +80,11 @@ class ModelFacts:
             "mtpBytes": self.mtp_bytes,
             "tiedOutput": self.tied_output,
             "tensorBytes": self.total_bytes,
+            "vocabSize": self.vocab_size,
         }
+        if self.drafter:
+            document["drafter"] = self.drafter.to_json()
+        return document
 
 
 def _required_int(metadata: dict[str, ScalarValue], key: str, file: str) -> int:
@@ -77,15 +94,26 @@ def _required_int(metadata: dict[str, ScalarValue], key: str, file: str) -> int:
     return value
 
 
-def model_facts(ordered: Sequence[GGUFHeader]) -> ModelFacts:
-    """Facts of a complete split set given in split order (see `order_split_set`)."""
+def artifact_facts(headers: Sequence[GGUFHeader]) -> ModelFacts:
+    """Facts of an artifact's GGUF files: one complete model (split or not) and at most one
+    DSpark drafter GGUF, which must fit the model (DrafterMismatch otherwise)."""
+    model, drafter = split_drafter(headers)
+    if not model:
+        raise IncompleteSplitSet("a drafter GGUF but no model to draft for")
+    return model_facts(order_split_set(model), drafter)
+
+
+def model_facts(ordered: Sequence[GGUFHeader], drafter: GGUFHeader | None = None) -> ModelFacts:
+    """Facts of a complete split set given in split order (see `order_split_set`), and of
+    its drafter: the DSpark GGUF given, else the model's own MTP blocks."""
     first = ordered[0]
     arch = first.architecture or ""
     meta = first.metadata
     block_count = _required_int(meta, f"{arch}.block_count", first.name)
     n_embd = _required_int(meta, f"{arch}.embedding_length", first.name)
-    mtp_blocks = meta.get(f"{arch}.nextn_predict_layers", 0)
-    layers = block_count - (mtp_blocks if isinstance(mtp_blocks, int) else 0)
+    nextn = meta.get(f"{arch}.nextn_predict_layers", 0)
+    mtp_blocks = nextn if isinstance(nextn, int) and not isinstance(nextn, bool) else 0
+    layers = block_count - mtp_blocks
     hc_mult = meta.get(f"{arch}.hyper_connection.count")
     hashed = meta.get(f"{arch}.hash_layer_count", 0)
     hash_layers = hashed if isinstance(hashed, int) and not isinstance(hashed, bool) else 0
@@ -114,6 +142,13 @@ def model_facts(ordered: Sequence[GGUFHeader]) -> ModelFacts:
                 head_bytes += size
             else:
                 shared_bytes += size
+    vocab = vocab_size(first)
+    drafted = None
+    if drafter is not None:
+        drafted = dspark_drafter(drafter)
+        check_drafter(drafted, layers, vocab)
+    elif mtp_blocks:
+        drafted = mtp_drafter(mtp_blocks, layers, vocab, mtp_bytes)
     return ModelFacts(
         architecture=arch,
         block_count=block_count,
@@ -127,6 +162,8 @@ def model_facts(ordered: Sequence[GGUFHeader]) -> ModelFacts:
         mtp_bytes=mtp_bytes,
         tied_output="output.weight" not in names,
         total_bytes=total,
+        vocab_size=vocab,
+        drafter=drafted,
     )
 
 

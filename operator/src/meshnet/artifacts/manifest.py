@@ -10,11 +10,12 @@ from typing import Any
 
 import yaml
 
-from meshnet.artifacts.facts import ModelFacts, model_facts
+from meshnet.artifacts.drafter import describe_drafter
+from meshnet.artifacts.facts import ModelFacts, artifact_facts
 from meshnet.artifacts.gguf_header import read_header
 from meshnet.artifacts.hashing import sha256_file
 from meshnet.artifacts.spec import API_VERSION, DIGEST_ANNOTATION, KIND
-from meshnet.artifacts.splitset import check_split_names, order_split_set, parse_split_name
+from meshnet.artifacts.splitset import check_split_names, parse_split_name
 from meshnet.artifacts.verify import MeterFactory
 from meshnet.errors import ArtifactSpecError, IncompleteSplitSet
 from meshnet.identity import manifest_digest
@@ -31,6 +32,12 @@ class ManifestEntry:
 class Manifest:
     entries: tuple[ManifestEntry, ...]
     facts: ModelFacts
+
+    @property
+    def model_file(self) -> str:
+        """The first file of the model itself (not its drafter)."""
+        drafter = self.facts.drafter.file if self.facts.drafter else None
+        return next(e.name for e in self.entries if e.name != drafter)
 
     @property
     def digest(self) -> str:
@@ -59,11 +66,12 @@ def collect_files(paths: Sequence[Path]) -> list[Path]:
 
 
 def build_manifest(paths: Sequence[Path], meters: MeterFactory) -> Manifest:
-    """Check the set is one complete model (headers first, cheap), then hash every file."""
+    """Check the set is one complete model and at most one drafter that fits it (headers
+    first, cheap), then hash every file."""
     files = collect_files(paths)
     check_split_names([f.name for f in files])
     headers = [read_header(f) for f in files]
-    facts = model_facts(order_split_set(headers))
+    facts = artifact_facts(headers)
     entries = []
     with meters(sum(f.stat().st_size for f in files), "hash") as meter:
         for file in files:
@@ -105,7 +113,8 @@ def render_document(document: dict[str, Any], manifest: Manifest) -> str:
         f"manifestDigest {manifest.digest}\n"
         f"# {facts.architecture}, {facts.block_count} blocks, embedding length "
         f"{facts.embedding_length}\n"
-        "# Add spec.source (if not given) and spec.storage (a PVC or a host path,\n"
+        + (f"# drafter: {describe_drafter(facts.drafter)}\n" if facts.drafter else "")
+        + "# Add spec.source (if not given) and spec.storage (a PVC or a host path,\n"
         "# never under /home) before applying it.\n"
     )
     return header + yaml.safe_dump(document, sort_keys=False)

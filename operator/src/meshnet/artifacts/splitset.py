@@ -49,7 +49,7 @@ def check_split_names(names: Sequence[str]) -> None:
         listed = ", ".join(f"{prefix} ({count} splits)" for prefix, count in sorted(groups))
         raise IncompleteSplitSet(f"files of more than one split set: {listed}")
     unsplit = [name for name, split in parsed if split is None]
-    if unsplit:
+    if len(unsplit) > 1:  # one may be a drafter GGUF beside the split model: its header says
         raise IncompleteSplitSet(
             f"split files mixed with unsplit GGUF files: {', '.join(sorted(unsplit))}"
         )

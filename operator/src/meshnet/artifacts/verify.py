@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import Any
 
 from meshnet.api.modelartifact import ArtifactExpectations, ArtifactManifest
-from meshnet.artifacts.facts import ModelFacts, model_facts
+from meshnet.artifacts.facts import ModelFacts, artifact_facts
 from meshnet.artifacts.gguf_header import read_header
 from meshnet.artifacts.hashing import sha256_file
 from meshnet.artifacts.markers import Layout, check_file_names, has_valid_marker, write_marker
 from meshnet.artifacts.progress import Meter
 from meshnet.artifacts.spec import Artifact
-from meshnet.artifacts.splitset import check_split_names, order_split_set
+from meshnet.artifacts.splitset import check_split_names
 from meshnet.errors import ExpectationMismatch, HashMismatch, IncompleteSplitSet
 
 MeterFactory = Callable[[int, str], AbstractContextManager[Meter]]
@@ -37,11 +37,12 @@ def check_expectations(facts: ModelFacts, expected: ArtifactExpectations) -> Non
 def read_model_facts(
     folder: Path, names: Sequence[str], expected: ArtifactExpectations
 ) -> ModelFacts:
-    """GGUF facts of the model in `folder` made of the GGUF files among `names`."""
+    """GGUF facts of the model (and drafter) in `folder` made of the GGUF files among
+    `names`."""
     headers = [read_header(folder / name) for name in names if name.endswith(".gguf")]
     if not headers:
         raise IncompleteSplitSet("the manifest lists no .gguf file")
-    facts = model_facts(order_split_set(headers))
+    facts = artifact_facts(headers)
     check_expectations(facts, expected)
     return facts
 

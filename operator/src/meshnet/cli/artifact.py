@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 
+from meshnet.artifacts.drafter import describe_drafter
 from meshnet.artifacts.facts import ModelFacts, stage_footprint
 from meshnet.artifacts.manifest import (
     artifact_document,
@@ -85,9 +86,12 @@ def manifest_cmd(
     PATHS are GGUF files or folders (their *.gguf files). The set must be exactly one
     complete model: every split present once, consistent split headers, one
     architecture; otherwise nothing is written and the message says what is missing.
+    It may add one DSpark drafter GGUF (architecture dflash) for that model: the header
+    comment reports it, or the model's own MTP blocks (kind, the layers it reads, its
+    vocabulary, its bytes); a drafter that does not fit the model is refused.
     """
     manifest = build_manifest(list(paths), _meter)
-    document = artifact_document(manifest, name or default_name(manifest.entries[0].name), base_url)
+    document = artifact_document(manifest, name or default_name(manifest.model_file), base_url)
     text = render_document(document, manifest)
     if out:
         out.write_text(text)
@@ -242,6 +246,8 @@ def _format_facts(facts: ModelFacts, stages: list[tuple[int, int]]) -> list[str]
     lines.append(f"output head        {facts.head_bytes:,} (last stage)")
     if facts.shared_bytes:
         lines.append(f"shared tensors     {facts.shared_bytes:,} (every stage)")
+    if facts.drafter:
+        lines.append(f"drafter            {describe_drafter(facts.drafter)} (last stage, when on)")
     for begin, end in stages or [(0, facts.layers)]:
         lines.append(
             f"stage [{begin}, {end})".ljust(19) + f"{stage_footprint(facts, begin, end):,} bytes"
@@ -272,8 +278,9 @@ def verify_cmd(
     size and mtime, so bytes changed in place with the mtime restored pass until --full.
     The others are hashed and get a marker, so an interrupted verify resumes where it
     stopped. Only spec.files and spec.expectations are read. Facts come from the GGUF
-    headers: architecture, block count, embedding length, boundary schema and shape, and
-    bytes per layer for computing any stage's footprint.
+    headers: architecture, block count, embedding length, boundary schema and shape,
+    bytes per layer for computing any stage's footprint, and the drafter (MTP blocks or a
+    DSpark GGUF among the files) if the model has one.
     """
     ranges = [_parse_range(text) for text in stages]
     try:

@@ -4,8 +4,9 @@ deterministic from a seed (the same seed writes the same bytes).
 
 Two shapes matter to the tests: a small model (8 layers) for fast checks, and one with V4's
 real depth and pattern (43 layers, the first 3 hash-routed, sliding-window, CSA and HCA
-layers across the depth). The PyPI `gguf` package has no deepseek4 helpers, so the keys
-are written by name."""
+layers across the depth). Either may carry an MTP block after its main layers, drawn from
+its own random stream so that the main weights are the same bytes with or without it. The
+PyPI `gguf` package has no deepseek4 helpers, so the keys are written by name."""
 
 from __future__ import annotations
 
@@ -58,9 +59,16 @@ class TinyDeepseek4:
     context_length: int = 4096
     compress_ratios: tuple[int, ...] = field(default=())
     expert_type: str = "f32"  # f32 | q8_0: the routed and shared experts' tensor type
+    # MTP (`nextn`) blocks after the main layers; the pinned MTP graph runs exactly one
+    mtp_layers: int = 0
 
     def ratios(self) -> tuple[int, ...]:
+        """One per main layer; MTP blocks attend uncompressed (ratio 0)."""
         return self.compress_ratios or v4_compress_ratios(self.n_layer)
+
+    @property
+    def block_count(self) -> int:
+        return self.n_layer + self.mtp_layers
 
 
 SMALL = TinyDeepseek4(n_layer=8)
@@ -91,15 +99,31 @@ def vocabulary() -> tuple[list[str], list[float], list[int]]:
     return tokens, scores, [int(t) for t in types]
 
 
+def add_vocabulary(writer: GGUFWriter) -> int:
+    """The tokenizer keys; returns the vocabulary size."""
+    tokens, scores, types = vocabulary()
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(tokens)
+    writer.add_token_scores(scores)
+    writer.add_token_types(types)
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+    writer.add_unk_token_id(0)
+    writer.add_add_bos_token(True)
+    return len(tokens)
+
+
 # --- weights ---------------------------------------------------------------------------------
 
 
-class _Weights:
-    """Random tensors in ggml's shape order (ne0 first), written as numpy's reverse."""
+class Weights:
+    """Random tensors in ggml's shape order (ne0 first), written as numpy's reverse. Each
+    `stream` of a seed is its own sequence: adding tensors drawn from one stream leaves the
+    bytes of the others unchanged."""
 
-    def __init__(self, writer: GGUFWriter, seed: int) -> None:
+    def __init__(self, writer: GGUFWriter, seed: int, stream: int = 0) -> None:
         self.writer = writer
-        self.rng = np.random.default_rng(seed)
+        self.rng = np.random.default_rng([seed, stream] if stream else seed)
 
     def matrix(self, name: str, ne: Sequence[int], qtype: str = "f32") -> None:
         fan_in = ne[0]
@@ -127,7 +151,7 @@ class _Weights:
             self.writer.add_tensor(name, quantize(data, kind), raw_dtype=kind)
 
 
-def _layer(w: _Weights, m: TinyDeepseek4, il: int, ratio: int, n_vocab: int) -> None:
+def layer_tensors(w: Weights, m: TinyDeepseek4, il: int, ratio: int, n_vocab: int) -> None:
     n, hd, mix = m.n_embd, m.head_dim, (2 + HC_MULT) * HC_MULT
     blk = f"blk.{il}"
     w.norm(f"{blk}.attn_norm.weight", n)
@@ -173,13 +197,27 @@ def _layer(w: _Weights, m: TinyDeepseek4, il: int, ratio: int, n_vocab: int) -> 
     w.matrix(f"{blk}.ffn_down_shexp.weight", [shared, n], m.expert_type)
 
 
+def _mtp_block(w: Weights, m: TinyDeepseek4, il: int, n_vocab: int) -> None:
+    """A full uncompressed layer plus the `nextn` projection that mixes the token's embedding
+    into the main model's last hidden state; the embeddings and head are the model's own."""
+    layer_tensors(w, m, il, 0, n_vocab)
+    blk = f"blk.{il}.nextn"
+    w.matrix(f"{blk}.eh_proj.weight", [2 * m.n_embd, m.n_embd], "q8_0")  # Q8_0 as converted
+    w.norm(f"{blk}.enorm.weight", m.n_embd)
+    w.norm(f"{blk}.hnorm.weight", m.n_embd)
+    w.norm(f"{blk}.shared_head_norm.weight", m.n_embd)
+
+
 def _keys(writer: GGUFWriter, m: TinyDeepseek4) -> None:
     k = f"{ARCH}."
-    writer.add_string("general.name", f"tiny-deepseek4-{m.n_layer}L")
+    suffix = f"-mtp{m.mtp_layers}" if m.mtp_layers else ""
+    writer.add_string("general.name", f"tiny-deepseek4-{m.n_layer}L{suffix}")
     writer.add_uint32(k + "context_length", m.context_length)
     writer.add_uint32(k + "embedding_length", m.n_embd)
     writer.add_uint32(k + "embedding_length_out", HC_MULT * m.n_embd)
-    writer.add_uint32(k + "block_count", m.n_layer)
+    writer.add_uint32(k + "block_count", m.block_count)
+    if m.mtp_layers:
+        writer.add_uint32(k + "nextn_predict_layers", m.mtp_layers)
     writer.add_uint32(k + "expert_count", m.n_expert)
     writer.add_uint32(k + "expert_used_count", m.n_expert_used)
     writer.add_uint32(k + "expert_feed_forward_length", m.expert_ff)
@@ -187,8 +225,8 @@ def _keys(writer: GGUFWriter, m: TinyDeepseek4) -> None:
     writer.add_float32(k + "expert_weights_scale", 1.5)
     writer.add_bool(k + "expert_weights_norm", True)
     writer.add_uint32(k + "expert_gating_func", GATING_SQRT_SOFTPLUS)
-    writer.add_array(k + "swiglu_clamp_exp", [10.0] * m.n_layer)
-    writer.add_array(k + "swiglu_clamp_shexp", [10.0] * m.n_layer)
+    writer.add_array(k + "swiglu_clamp_exp", [10.0] * m.block_count)
+    writer.add_array(k + "swiglu_clamp_shexp", [10.0] * m.block_count)
     writer.add_uint32(k + "attention.head_count", m.n_head)
     writer.add_uint32(k + "attention.head_count_kv", 1)
     writer.add_uint32(k + "attention.key_length", m.head_dim)
@@ -199,7 +237,7 @@ def _keys(writer: GGUFWriter, m: TinyDeepseek4) -> None:
     writer.add_uint32(k + "attention.output_group_count", m.o_groups)
     writer.add_uint32(k + "attention.output_lora_rank", m.o_lora_rank)
     writer.add_float32(k + "attention.compress_rope_freq_base", 160000.0)
-    writer.add_array(k + "attention.compress_ratios", list(m.ratios()))
+    writer.add_array(k + "attention.compress_ratios", [*m.ratios(), *(0,) * m.mtp_layers])
     writer.add_uint32(k + "attention.indexer.head_count", m.indexer_heads)
     writer.add_uint32(k + "attention.indexer.key_length", m.indexer_dim)
     writer.add_uint32(k + "attention.indexer.top_k", m.indexer_top_k)
@@ -223,23 +261,20 @@ def write_tiny_deepseek4(path: Path, model: TinyDeepseek4 = SMALL, seed: int = 0
         raise ValueError("the indexer's key length must be at least the rotary dimensions")
     if model.expert_type != "f32" and (model.n_embd % 32 or model.expert_ff % 32):
         raise ValueError("quantized experts need n_embd and the expert width to be multiples of 32")
-    tokens, scores, types = vocabulary()
+    if model.mtp_layers not in (0, 1):
+        raise ValueError(f"{model.mtp_layers} MTP blocks: the pinned MTP graph runs exactly one")
     writer = GGUFWriter(path, ARCH)
     _keys(writer, model)
-    writer.add_tokenizer_model("llama")
-    writer.add_token_list(tokens)
-    writer.add_token_scores(scores)
-    writer.add_token_types(types)
-    writer.add_bos_token_id(1)
-    writer.add_eos_token_id(2)
-    writer.add_unk_token_id(0)
-    writer.add_add_bos_token(True)
+    n_vocab = add_vocabulary(writer)
 
-    weights = _Weights(writer, seed)
-    n_vocab, n, hc = len(tokens), model.n_embd, HC_MULT
+    weights = Weights(writer, seed)
+    n, hc = model.n_embd, HC_MULT
     weights.matrix("token_embd.weight", [n, n_vocab])
     for il, ratio in enumerate(ratios):
-        _layer(weights, model, il, ratio, n_vocab)
+        layer_tensors(weights, model, il, ratio, n_vocab)
+    mtp_weights = Weights(writer, seed, stream=1)
+    for il in range(model.n_layer, model.block_count):
+        _mtp_block(mtp_weights, model, il, n_vocab)
     weights.matrix("output_hc_fn.weight", [hc * n, hc])
     weights.small("output_hc_base.weight", [hc])
     weights.small("output_hc_scale.weight", [1])

@@ -25,6 +25,7 @@ from meshnet.api.modelartifact import (
 from meshnet.errors import (
     ArtifactSpecError,
     DownloadFailed,
+    DrafterMismatch,
     ExpectationMismatch,
     HashMismatch,
     IncompleteSplitSet,
@@ -44,6 +45,7 @@ FAILURE_REASONS = RETRYABLE_REASONS | {
     StorageRefused.reason,
     ArtifactSpecError.reason,
     ExpectationMismatch.reason,
+    DrafterMismatch.reason,
 }
 _FACT_KEYS = (
     "architecture",
