@@ -16,7 +16,12 @@ from meshnet.reconcile.naming import gateway_name, service_name
 from meshnet.reconcile.plan import Action, Create, Delete, Event, Patch, Plan, steps
 from meshnet.reconcile.route import status as derive
 from meshnet.reconcile.route.gatewayspec import gateway_deployment, gateway_service, gateway_url
-from meshnet.reconcile.route.observed import Observed, ObservedPod
+from meshnet.reconcile.route.observed import (
+    Observed,
+    ObservedPod,
+    ObservedRoute,
+    ReferencedArtifact,
+)
 from meshnet.reconcile.route.podspec import (
     RouteRef,
     StageInputs,
@@ -39,7 +44,7 @@ def plan(observed: Observed, config: WorkerConfig, now: datetime) -> Plan:
     route = observed.route
     if route.deleting:
         return Plan(steps=steps(_delete_children(observed)))
-    problems = _problems(observed, config)
+    problems = spec_problems(route, observed.artifact, config)
     if route.spec is None or problems:
         return _invalid(observed, problems, config, now)
     artifact = observed.artifact
@@ -50,11 +55,13 @@ def plan(observed: Observed, config: WorkerConfig, now: datetime) -> Plan:
     return _rollout(observed, route.spec, artifact.manifest_digest, config, now)
 
 
-def _problems(observed: Observed, config: WorkerConfig) -> list[str]:
-    spec = observed.route.spec
+def spec_problems(route: ObservedRoute, artifact: ReferencedArtifact | None,
+                  config: WorkerConfig) -> list[str]:
+    """Why the route's spec cannot be planned (with this artifact); empty when it can."""
+    spec = route.spec
     if spec is None:
-        return list(observed.route.spec_errors)
-    block_count = observed.artifact.block_count if observed.artifact else None
+        return list(route.spec_errors)
+    block_count = artifact.block_count if artifact else None
     problems = [str(p) for p in route_problems(spec, block_count)]
     lane = spec.recipe.lane
     if spec.recipe.image is None and lane not in config.images:
