@@ -55,12 +55,28 @@ class UpSession:
             time.sleep(0.2)
         pytest.fail(f"timed out waiting for the route:\n{self.log.read_text()}")
 
-    def set_stages(self, stages: list[tuple[str, int, int]]) -> None:
+    def said(self, text: str, timeout: float = 60) -> str:
+        """The first line of up's output holding `text`, once it says it."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                pytest.fail(f"meshnet up exited {self.process.returncode}:\n{self.log.read_text()}")
+            found = [line for line in self.log.read_text().splitlines() if text in line]
+            if found:
+                return found[0]
+            time.sleep(0.1)
+        pytest.fail(f"meshnet up never said {text!r}:\n{self.log.read_text()}")
+
+    def stages_text(self, stages: list[tuple[str, int, int]]) -> str:
+        """The route file's text with these stages (not written)."""
         docs = list(yaml.safe_load_all(self.route_file.read_text()))
         docs[1]["spec"]["stages"] = [
             {"name": n, "layers": {"begin": b, "end": e}} for n, b, e in stages
         ]
-        self.route_file.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+        return yaml.safe_dump_all(docs, sort_keys=False)
+
+    def set_stages(self, stages: list[tuple[str, int, int]]) -> None:
+        self.route_file.write_text(self.stages_text(stages))
 
     def set_topology(self, topology: str) -> None:
         docs = list(yaml.safe_load_all(self.route_file.read_text()))

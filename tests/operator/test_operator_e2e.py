@@ -330,6 +330,40 @@ async def test_a_route_beyond_or_short_of_the_models_layers_is_degraded_and_gets
     await eventually(lambda: "InvalidSpec" in event_reasons(cluster), what="an InvalidSpec event")
 
 
+async def test_a_ready_route_edited_to_an_invalid_layout_keeps_serving_until_it_is_fixed(
+        cluster: Emulator, metrics: OperatorMetrics, make_route: MakeRoute,
+        make_artifact: MakeArtifact) -> None:
+    """As a Deployment keeps its old pods when an update cannot roll out: an edit the
+    operator (not CEL) finds invalid deletes nothing and says why; fixed, it rolls out."""
+    await ready_route(cluster, make_route, make_artifact)
+    serving = {name: pod["metadata"]["uid"] for name, pod in pods(cluster).items()}
+    addresses = [s["endpoint"] for s in route(cluster)["status"]["stages"]]
+    short = make_route(ranges=[(0, 10), (10, 20), (20, 29)])["spec"]["stages"]
+    await cluster.patch(f"{ROUTES}/r1", json={"spec": {"stages": short}})
+    await eventually(lambda: condition(route(cluster), "Degraded").get("reason") == "InvalidSpec",
+                     what="the InvalidSpec condition")
+    await eventually(lambda: "InvalidSpec" in event_reasons(cluster), what="an InvalidSpec event")
+    body = route(cluster)
+    assert "layer 29 would never run" in condition(body, "Degraded")["message"]
+    assert "the pods of epoch 1 keep serving" in condition(body, "Degraded")["message"]
+    assert {name: pod["metadata"]["uid"] for name, pod in pods(cluster).items()} == serving
+    assert [s["endpoint"] for s in body["status"]["stages"]] == addresses
+    assert body["status"]["stagesReady"] == "3/3" and body["status"]["epoch"] == 1
+    assert gateway(cluster)["spec"]["replicas"] >= 1  # the stable addresses stay
+    assert sorted(s["metadata"]["name"] for s in cluster.live("v1/services", NS)) == [
+        "r1-gateway", "r1-workers"]
+
+    fixed = make_route(ranges=[(0, 15), (15, 30)])["spec"]["stages"]
+    await cluster.patch(f"{ROUTES}/r1", json={"spec": {"stages": fixed}})
+    await eventually(lambda: sorted(pods(cluster)) == ["r1-s0-e2", "r1-s1-e2"],
+                     what="the pods of epoch 2")
+    await mark_pods(cluster, NS)
+    await eventually(lambda: condition(route(cluster), "Ready").get("status") == "True",
+                     what="epoch 2 to be Ready")
+    assert route(cluster)["status"]["epoch"] == 2
+    assert condition(route(cluster), "Degraded")["reason"] == "AsExpected"
+
+
 async def test_a_route_waits_for_its_artifact_and_starts_once_it_is_ready(
         cluster: Emulator, metrics: OperatorMetrics, make_route: MakeRoute,
         make_artifact: MakeArtifact) -> None:

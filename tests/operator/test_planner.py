@@ -308,16 +308,56 @@ def test_a_model_with_mtp_blocks_is_covered_by_its_main_layers(
     assert result.conditions["Degraded"] == "True"
 
 
-def test_a_spec_that_turns_invalid_removes_the_running_pods(
+def test_a_spec_that_turns_invalid_keeps_the_last_valid_epochs_pods_and_says_why(
         make_route: MakeRoute, make_artifact: MakeArtifact) -> None:
     route, artifact, pods = make_route(), make_artifact(), {}
     converge(route, artifact, pods)
+    serving, stages = dict(pods), route["status"]["stages"]
     route["spec"]["recipe"]["speculation"] = {"mode": "MTP"}
+    plans = converge(route, artifact, pods)
+    assert pods == serving  # nothing deleted, nothing created
+    degraded = condition(route, "Degraded")
+    assert (degraded["status"], degraded["reason"]) == ("True", "InvalidSpec")
+    assert "mode MTP is reserved" in degraded["message"]
+    assert "the pods of epoch 1 keep serving until the spec is fixed" in degraded["message"]
+    assert (condition(route, "Ready")["status"], condition(route, "Ready")["reason"]) == (
+        "False", "InvalidSpec")
+    assert [e.reason for p in plans for e in p.events] == ["InvalidSpec"]  # once
+    status = route["status"]
+    assert (status["epoch"], status["stages"], status["stagesReady"]) == (1, stages, "3/3")
+    assert status["capacity"]["sessionSlots"] == 0  # not Ready
+    del route["spec"]["recipe"]["speculation"]
+    plans = converge(route, artifact, pods)
+    assert pods == serving and reasons(plans) == []  # the same digest: the same pods
+    assert condition(route, "Ready")["status"] == "True"
+
+
+def test_an_invalid_layout_keeps_the_old_one_running_and_the_fixed_one_rolls_to_epoch_two(
+        make_route: MakeRoute, make_artifact: MakeArtifact) -> None:
+    route, artifact, pods = make_route(), make_artifact(block_count=30), {}
     converge(route, artifact, pods)
-    assert pods == {}
-    assert condition(route, "Degraded")["reason"] == "InvalidSpec"
-    assert "mode MTP is reserved" in condition(route, "Degraded")["message"]
-    assert route["status"]["epoch"] == 1
+    route["spec"]["stages"][2]["layers"]["end"] = 29  # layer 29 would never run
+    converge(route, artifact, pods)
+    assert sorted(pods) == ["r1-s0-e1", "r1-s1-e1", "r1-s2-e1"]
+    status = route["status"]
+    assert [s["layers"] for s in status["stages"]] == [  # what runs, not the invalid edit
+        {"begin": 0, "end": 10}, {"begin": 10, "end": 20}, {"begin": 20, "end": 30}]
+    assert status["coverage"] == "0-30/30" and status["observedGeneration"] == 1
+    assert "layer 29 would never run" in condition(route, "Degraded")["message"]
+    route["spec"]["stages"] = make_route(ranges=[(0, 15), (15, 30)])["spec"]["stages"]
+    plans = converge(route, artifact, pods)
+    assert sorted(pods) == ["r1-s0-e2", "r1-s1-e2"]
+    assert reasons(plans).count("EpochAdvanced") == 1
+    assert condition(route, "Ready")["status"] == "True"
+    assert condition(route, "Degraded")["reason"] == "AsExpected"
+
+
+def test_a_spec_invalid_from_the_start_reports_no_stages(
+        make_route: MakeRoute, make_artifact: MakeArtifact) -> None:
+    route = make_route(ranges=[(0, 10), (10, 29)])
+    result = plan(observe(route, make_artifact(), {}, service=False), CONFIG, NOW)
+    assert result.actions == () and result.status is not None
+    assert "stages" not in result.status and "keep serving" not in result.events[0].message
 
 
 def test_a_crash_looping_stage_makes_the_route_degraded_naming_the_stage(

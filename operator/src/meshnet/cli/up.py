@@ -17,7 +17,7 @@ from meshnet.api.shardroute import ShardRouteSpec
 from meshnet.cli.serve import split_listen
 from meshnet.errors import MeshnetError
 from meshnet.local.backend import LocalBackend
-from meshnet.local.manifests import load_route_file
+from meshnet.local.manifests import FileVersion, RouteFileError, file_version, load_route_file
 from meshnet.local.process import worker_binary
 from meshnet.local.restarts import DEFAULT_BUDGET
 from meshnet.operator.metrics import OperatorMetrics
@@ -74,6 +74,19 @@ def _print_route(backend: LocalBackend) -> None:
     click.echo(f"try: meshnet generate --route {entry['name']} --prompt 'Hello'   (or {stages})")
     if entry["gateway"]:
         click.echo(f"OpenAI-compatible API: {entry['gateway']}   (model {entry['name']!r})")
+
+
+def _reload(backend: LocalBackend, path: Path, version: FileVersion) -> None:
+    """Load the changed file; one that cannot be read or served is reported and ignored
+    (the route runs on as it was), except the first, which there is nothing to run without."""
+    try:
+        if isinstance(version, str):
+            raise RouteFileError(version)
+        backend.load(load_route_file(path))
+    except MeshnetError as exc:
+        if backend.route_file is None:
+            raise
+        say(f"ignoring the changed file (epoch {backend.status.get('epoch')} runs on): {exc}")
 
 
 def _stop_on_sigterm(_signum: int, _frame: FrameType | None) -> None:
@@ -134,10 +147,11 @@ def command(
     Verifies (and copies to its storage hostPath) the ModelArtifact, starts one worker
     per stage on 127.0.0.1, and prints the route once every stage is ready. The file is
     watched: a changed stage layout starts epoch + 1, whose workers replace the old ones
-    once they are ready. A worker that dies is restarted with backoff, within a budget
-    (--restart-budget); its log stays in the cache's logs/ folder. Once the route
-    is ready, its OpenAI-compatible gateway serves it on --serve. Ctrl-C stops the
-    gateway and every worker.
+    once they are ready. An edit that cannot be used (the file gone or unreadable, an
+    invalid spec) is reported once and the route runs on as it was. A worker that dies
+    is restarted with backoff, within a budget (--restart-budget); its log stays in the
+    cache's logs/ folder. Once the route is ready, its OpenAI-compatible gateway serves
+    it on --serve. Ctrl-C stops the gateway and every worker.
     """
     signal.signal(signal.SIGTERM, _stop_on_sigterm)
     metrics = OperatorMetrics()
@@ -153,21 +167,16 @@ def command(
         metrics=metrics, gateway_url=f"http://{serve}/v1" if serve else None,
         restart_budget=restart_budget,
     )
-    seen_mtime = -1.0
+    seen: FileVersion | None = None
     announced: tuple[object, object] | None = None
     gateway: subprocess.Popen[bytes] | None = None
     gateway_flags: list[str] = []
     try:
         while True:
-            mtime = path.stat().st_mtime
-            if mtime != seen_mtime:
-                seen_mtime = mtime
-                try:
-                    backend.load(load_route_file(path))
-                except MeshnetError as exc:
-                    if backend.route_file is None:
-                        raise
-                    say(f"ignoring the changed file: {exc}")
+            version = file_version(path)
+            if version != seen:  # once per save, and once while it cannot be read
+                seen = version
+                _reload(backend, path, version)
             backend.reconcile()
             state = (backend.status.get("epoch"), backend.ready())
             if backend.ready() and serve and gateway is not None:

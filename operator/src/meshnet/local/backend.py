@@ -19,7 +19,7 @@ from typing import Any
 from meshnet.api import labels
 from meshnet.errors import MeshnetError
 from meshnet.local.links import NotListening, loopback_links, start_order
-from meshnet.local.manifests import RouteFile
+from meshnet.local.manifests import RouteFile, RouteFileError
 from meshnet.local.process import WorkerProcess, WorkerStartError
 from meshnet.local.provision import LocalArtifact, provision
 from meshnet.local.registry import publish, withdraw
@@ -34,6 +34,7 @@ from meshnet.reconcile.route import (
     WorkerSpec,
     observe_route,
     plan,
+    spec_problems,
 )
 from meshnet.timestamps import utc_now
 
@@ -84,19 +85,29 @@ class LocalBackend:
 
     # ---- inputs ----------------------------------------------------------------
     def load(self, route_file: RouteFile) -> None:
-        """Take a (re)read route file: re-provision a changed artifact, bump the generation."""
-        previous = self.route_file
+        """Take a (re)read route file: re-provision a changed artifact, bump the generation.
+
+        A ShardRoute the planner cannot serve is refused (RouteFileError) before anything
+        changes: the route loaded before runs on, as a Deployment keeps its pods when an
+        update cannot roll out."""
+        previous, artifact = self.route_file, self.artifact
         if previous is None or previous.artifact.get("spec") != route_file.artifact.get("spec"):
             self.say(f"provisioning ModelArtifact {route_file.artifact['metadata']['name']} ...")
-            self.artifact = provision(route_file.artifact)
+            artifact = provision(route_file.artifact)
+            self.say(
+                f"artifact ready: {artifact.model_path} "
+                f"(manifestDigest {artifact.observed.manifest_digest})"
+            )
+        assert artifact is not None
+        problems = spec_problems(observe_route(route_file.route), artifact.observed, self.config)
+        if problems:
+            raise RouteFileError(f"{route_file.path}: invalid spec: {'; '.join(problems)}")
+        if artifact is not self.artifact:
             meta = route_file.artifact["metadata"]
             self.metrics.status.artifact(
-                (meta.get("namespace") or "default", meta["name"]), self.artifact.status
+                (meta.get("namespace") or "default", meta["name"]), artifact.status
             )
-            self.say(
-                f"artifact ready: {self.artifact.model_path} "
-                f"(manifestDigest {self.artifact.observed.manifest_digest})"
-            )
+            self.artifact = artifact
         if previous is None or previous.route.get("spec") != route_file.route.get("spec"):
             self.generation += 1
         self.route_file = route_file

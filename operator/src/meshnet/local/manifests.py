@@ -13,7 +13,8 @@ from meshnet.errors import MeshnetError
 
 
 class RouteFileError(MeshnetError):
-    """The route file cannot be read or lacks one of its two resources."""
+    """The route file cannot be read, lacks one of its two resources, or holds a
+    ShardRoute that cannot be served."""
 
 
 @dataclass(frozen=True)
@@ -31,7 +32,7 @@ def load_route_file(path: Path) -> RouteFile:
     """Exactly one ModelArtifact and one ShardRoute (referring to it) from a YAML file."""
     try:
         documents = [d for d in yaml.safe_load_all(path.read_text()) if d]
-    except (OSError, yaml.YAMLError) as exc:
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise RouteFileError(f"cannot read {path}: {exc}") from exc
     by_kind: dict[str, list[dict[str, Any]]] = {}
     for doc in documents:
@@ -47,13 +48,32 @@ def load_route_file(path: Path) -> RouteFile:
     artifact, route = artifacts[0], routes[0]
     for doc in (artifact, route):
         meta = doc.setdefault("metadata", {})
-        if not meta.get("name"):
+        if not isinstance(meta, dict) or not meta.get("name"):
             raise RouteFileError(f"{path}: a {doc['kind']} has no metadata.name")
         meta.setdefault("namespace", "local")
-    wanted = ((route.get("spec") or {}).get("artifactRef") or {}).get("name")
+        if not isinstance(doc.get("spec") or {}, dict):  # e.g. `spec: [1, 2]`
+            raise RouteFileError(f"{path}: invalid spec: the spec of {doc['kind']} "
+                                 f"{meta['name']} is a {type(doc['spec']).__name__}, not a mapping")
+    ref = (route.get("spec") or {}).get("artifactRef")
+    wanted = ref.get("name") if isinstance(ref, dict) else None
     if wanted != artifact["metadata"]["name"]:
         raise RouteFileError(
             f"{path}: ShardRoute {route['metadata']['name']} refers to ModelArtifact "
             f"{wanted!r}, but the file holds {artifact['metadata']['name']!r}"
         )
     return RouteFile(path, artifact, route)
+
+
+FileVersion = tuple[int, int, int, int] | str
+
+
+def file_version(path: Path) -> FileVersion:
+    """What tells one save of `path` from the next (a rename-over changes the inode, a
+    quick rewrite the size, a chmod the ctime), or why it cannot be read now: editors save
+    by renaming a new file over it or by deleting and rewriting it, so for a moment there
+    may be none."""
+    try:
+        info = path.stat()
+    except OSError as exc:
+        return f"cannot read {path}: {exc.strerror or exc}"
+    return (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)

@@ -9,7 +9,7 @@ from meshnet.reconcile.route.observed import (
     observe_referenced_artifact,
     observe_route,
 )
-from meshnet.reconcile.route.planner import STATUS_KEYS, next_epoch, plan
+from meshnet.reconcile.route.planner import STATUS_KEYS, next_epoch, plan, spec_problems
 from meshnet.reconcile.route.podspec import WorkerConfig, headless_service, stage_pod, worker_args
 from meshnet.reconcile.route.workerspec import Identities, WorkerSpec
 
@@ -28,6 +28,7 @@ __all__ = [
     "observe_referenced_artifact",
     "observe_route",
     "plan",
+    "spec_problems",
     "stage_pod",
     "worker_args",
 ]

@@ -4,6 +4,7 @@ reconcile. No I/O; `meshnet.operator.executor` carries the plan out."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -16,7 +17,12 @@ from meshnet.reconcile.naming import gateway_name, service_name
 from meshnet.reconcile.plan import Action, Create, Delete, Event, Patch, Plan, steps
 from meshnet.reconcile.route import status as derive
 from meshnet.reconcile.route.gatewayspec import gateway_deployment, gateway_service, gateway_url
-from meshnet.reconcile.route.observed import Observed, ObservedPod
+from meshnet.reconcile.route.observed import (
+    Observed,
+    ObservedPod,
+    ObservedRoute,
+    ReferencedArtifact,
+)
 from meshnet.reconcile.route.podspec import (
     RouteRef,
     StageInputs,
@@ -39,22 +45,26 @@ def plan(observed: Observed, config: WorkerConfig, now: datetime) -> Plan:
     route = observed.route
     if route.deleting:
         return Plan(steps=steps(_delete_children(observed)))
-    problems = _problems(observed, config)
+    problems = spec_problems(route, observed.artifact, config)
     if route.spec is None or problems:
         return _invalid(observed, problems, config, now)
     artifact = observed.artifact
     if artifact is None or not artifact.ready or artifact.manifest_digest is None:
         why = artifact.message if artifact else "it does not exist"
         message = f"waiting for ModelArtifact {route.spec.artifact_ref.name} to be Ready: {why}"
-        return _finish(observed, derive.waiting_for_artifact(message), config, now, {})
+        served = _served(observed, route.spec, {}, config)
+        return _finish(observed, derive.waiting_for_artifact(message), config, now, {},
+                       served)
     return _rollout(observed, route.spec, artifact.manifest_digest, config, now)
 
 
-def _problems(observed: Observed, config: WorkerConfig) -> list[str]:
-    spec = observed.route.spec
+def spec_problems(route: ObservedRoute, artifact: ReferencedArtifact | None,
+                  config: WorkerConfig) -> list[str]:
+    """Why the route's spec cannot be planned (with this artifact); empty when it can."""
+    spec = route.spec
     if spec is None:
-        return list(observed.route.spec_errors)
-    block_count = observed.artifact.block_count if observed.artifact else None
+        return list(route.spec_errors)
+    block_count = artifact.block_count if artifact else None
     problems = [str(p) for p in route_problems(spec, block_count)]
     lane = spec.recipe.lane
     if spec.recipe.image is None and lane not in config.images:
@@ -64,15 +74,24 @@ def _problems(observed: Observed, config: WorkerConfig) -> list[str]:
 
 def _invalid(observed: Observed, problems: Sequence[str], config: WorkerConfig,
              now: datetime) -> Plan:
+    """A spec that cannot be planned rolls nothing out and deletes nothing: the pods
+    already running keep serving the last valid spec (its stages as status recorded
+    them) until the spec is fixed, as a Deployment keeps its old pods when an update
+    cannot roll out. Conditions and one event per distinct message say why."""
+    route = observed.route
+    epoch = int(route.status.get("epoch") or 0)
+    running = [p for p in observed.pods if not p.terminating]
     message = "; ".join(problems)
-    verdict = derive.invalid(message)
-    old = {c.get("type"): c for c in observed.route.status.get("conditions") or []}
+    if running:
+        message += f"; the pods of epoch {epoch} keep serving until the spec is fixed"
+    old = {c.get("type"): c for c in route.status.get("conditions") or []}
     seen = (old.get("Degraded") or {}).get("message") == message
     events = () if seen else (Event("Warning", "InvalidSpec", message),)
-    pods = tuple(Delete("Pod", p.name) for p in observed.pods if not p.terminating)
-    result = _finish(observed, verdict, config, now, {})
-    return Plan(steps=steps(pods), events=events, status=result.status,
-                conditions=result.conditions)
+    layout = derive.recorded_layout(route.status) if running else ()
+    current = {p.stage: p for p in running if p.epoch == epoch}
+    served = Served(layout, current, 0, route.status.get("endpoint"))  # no slots: not Ready
+    result = _finish(observed, derive.invalid(message), config, now, {}, served)
+    return Plan(events=events, status=result.status, conditions=result.conditions)
 
 
 def _rollout(observed: Observed, spec: ShardRouteSpec, manifest: str, config: WorkerConfig,
@@ -103,7 +122,8 @@ def _rollout(observed: Observed, spec: ShardRouteSpec, manifest: str, config: Wo
     verdict = derive.from_stages(spec, current, rolling, epoch)
     identity = {"epoch": epoch, "routeDigest": digest, "recipeDigest": recipe,
                 "manifestDigest": manifest}
-    result = _finish(observed, verdict, config, now, identity, current)
+    result = _finish(observed, verdict, config, now, identity,
+                     _served(observed, spec, current, config))
     return Plan(steps(actions), tuple(events), result.status, advanced, result.conditions)
 
 
@@ -243,8 +263,26 @@ def _delete_children(observed: Observed) -> tuple[Action, ...]:
     return (*actions, *_delete_gateway(observed))
 
 
+@dataclass(frozen=True)
+class Served:
+    """What status.stages and its neighbours describe: a layout and its pods at the epoch."""
+
+    layout: tuple[derive.StageLayers, ...]
+    current: Mapping[str, ObservedPod]
+    session_slots: int  # when every stage is ready
+    endpoint: str | None  # the gateway's URL, None without one
+
+
+def _served(observed: Observed, spec: ShardRouteSpec, current: Mapping[str, ObservedPod],
+            config: WorkerConfig) -> Served:
+    route = observed.route
+    url = gateway_url(RouteRef(route.name, route.namespace, route.uid), config) \
+        if _has_gateway(spec, config) else None
+    return Served(derive.layout_of(spec), current, spec.recipe.session_slots, url)
+
+
 def _finish(observed: Observed, verdict: derive.Verdicts, config: WorkerConfig, now: datetime,
-            identity: dict[str, Any], current: Mapping[str, ObservedPod] | None = None) -> Plan:
+            identity: dict[str, Any], served: Served) -> Plan:
     """The new status (kept epoch/digests unless given) and whether it changed."""
     route, old = observed.route, observed.route.status
     status: dict[str, Any] = {k: old[k] for k in ("epoch", "routeDigest", "recipeDigest",
@@ -255,25 +293,25 @@ def _finish(observed: Observed, verdict: derive.Verdicts, config: WorkerConfig, 
         status["observedGeneration"] = route.generation
     status["conditions"] = derive.conditions(verdict, old.get("conditions") or [],
                                              route.generation, now)
-    if route.spec is not None:
-        _stage_status(status, observed, route.spec, current or {}, config.grpc_port)
-        if _has_gateway(route.spec, config) and "routeDigest" in status:
-            ref = RouteRef(route.name, route.namespace, route.uid)
-            status["endpoint"] = gateway_url(ref, config)
+    if served.layout:
+        _stage_status(status, observed, served, config.grpc_port)
+    if served.endpoint and "routeDigest" in status:
+        status["endpoint"] = served.endpoint
     changed = {k: old.get(k) for k in STATUS_KEYS} != {k: status.get(k) for k in STATUS_KEYS}
     summary = {c["type"]: c["status"] for c in status["conditions"]}
     return Plan(status=status if changed else None, conditions=summary)
 
 
-def _stage_status(status: dict[str, Any], observed: Observed, spec: ShardRouteSpec,
-                  current: Mapping[str, ObservedPod], port: int) -> None:
+def _stage_status(status: dict[str, Any], observed: Observed, served: Served,
+                  port: int) -> None:
     route = observed.route
-    stages = derive.stage_entries(spec, current, route.name, route.namespace, port)
+    stages = derive.stage_entries(served.layout, served.current, route.name, route.namespace,
+                                  port)
     ready = sum(1 for s in stages if s["ready"])
     block_count = observed.artifact.block_count if observed.artifact else None
     status.update(
         stages=stages, stagesReady=f"{ready}/{len(stages)}",
-        coverage=derive.coverage(spec, block_count),
+        coverage=derive.coverage(served.layout, block_count),
         capacity={"readyStages": ready, "totalStages": len(stages),
-                  "sessionSlots": spec.recipe.session_slots if ready == len(stages) else 0},
+                  "sessionSlots": served.session_slots if ready == len(stages) else 0},
     )

@@ -4,6 +4,7 @@ epoch bookkeeping and the transition times of conditions that did not change).""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -61,12 +62,37 @@ def conditions(verdicts: Verdicts, previous: Sequence[Mapping[str, Any]],
     return ours + [dict(c) for c in previous if c.get("type") not in OWN_CONDITIONS]
 
 
-def stage_entries(spec: ShardRouteSpec, current: Mapping[str, ObservedPod], route: str,
-                  namespace: str, port: int) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class StageLayers:
+    """A stage's name and layer range, as a spec (or the status of the last valid one) says."""
+
+    name: str
+    begin: int
+    end: int
+
+
+def layout_of(spec: ShardRouteSpec) -> tuple[StageLayers, ...]:
+    return tuple(StageLayers(s.name, s.layers.begin, s.layers.end) for s in spec.stages)
+
+
+def recorded_layout(status: Mapping[str, Any]) -> tuple[StageLayers, ...]:
+    """The stages status.stages recorded: those of the last valid spec, which its pods
+    keep serving while the spec is invalid."""
+    layout = []
+    for entry in status.get("stages") or []:
+        layers = entry.get("layers") or {}
+        if isinstance(entry.get("name"), str) and all(
+                isinstance(layers.get(k), int) for k in ("begin", "end")):
+            layout.append(StageLayers(entry["name"], layers["begin"], layers["end"]))
+    return tuple(layout)
+
+
+def stage_entries(layout: Sequence[StageLayers], current: Mapping[str, ObservedPod],
+                  route: str, namespace: str, port: int) -> list[dict[str, Any]]:
     entries = []
-    for stage in spec.stages:
+    for stage in layout:
         entry: dict[str, Any] = {"name": stage.name,
-                                 "layers": {"begin": stage.layers.begin, "end": stage.layers.end},
+                                 "layers": {"begin": stage.begin, "end": stage.end},
                                  "ready": False, "restarts": 0}
         pod = current.get(stage.name)
         if pod is not None:
@@ -77,7 +103,7 @@ def stage_entries(spec: ShardRouteSpec, current: Mapping[str, ObservedPod], rout
     return entries
 
 
-def coverage(spec: ShardRouteSpec, block_count: int | None) -> str:
+def coverage(layout: Sequence[StageLayers], block_count: int | None) -> str:
     """'0-30/30': the layers this route serves out of the model's block count."""
-    first, last = spec.stages[0].layers.begin, spec.stages[-1].layers.end
+    first, last = layout[0].begin, layout[-1].end
     return f"{first}-{last}/{block_count if block_count is not None else '?'}"

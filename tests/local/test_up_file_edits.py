@@ -1,0 +1,98 @@
+"""`meshnet up` follows its route file however it is saved, and an edit it cannot use
+(a missing file, a wrong shape, a layout that cannot be served) leaves the route serving
+as it was, said once, until the file is fixed."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import yaml
+
+from meshnet.local.registry import process_alive as pid_alive
+
+from .conftest import EXAMPLE, UpSession
+
+PROMPT = "The three primary colors are"
+MISSING = "cannot read"
+
+
+def assert_serving(up: UpSession, pids: list[int], epoch: int,
+                   reference: Callable[..., list[int]]) -> None:
+    """The same workers run and answer with the reference tokens at `epoch`."""
+    assert all(pid_alive(p) for p in pids)
+    assert [s["pid"] for s in up.wait_for(lambda r: True)["stages"]] == pids
+    answer = up.generate(PROMPT, max_tokens=8)
+    assert answer["route"]["epoch"] == epoch
+    assert answer["tokens"] == reference(answer["prompt_tokens"], len(answer["tokens"]))
+
+
+def test_up_runs_on_while_its_file_is_gone_and_reads_it_again_once_saved(
+    up: UpSession, reference: Callable[..., list[int]]
+) -> None:
+    first = up.wait_for(lambda r: r["epoch"] == 1 and len(r["stages"]) == 3)
+    pids = [s["pid"] for s in first["stages"]]
+    two = up.stages_text([("front", 0, 15), ("back", 15, 30)])
+
+    up.route_file.unlink()  # delete, and for a while write nothing
+    said = up.said(MISSING)
+    time.sleep(10 * 0.3)  # ten more looks at the file (--interval 0.3) while it stays gone
+    assert_serving(up, pids, 1, reference)
+    assert "epoch 1 runs on" in said and "No such file or directory" in said
+    assert up.log.read_text().count(MISSING) == 1  # said once, not at every look
+
+    up.route_file.write_text(two)  # ... then write it again
+    second = up.wait_for(lambda r: r["epoch"] == 2)
+    assert [s["layers"] for s in second["stages"]] == ["0:15", "15:30"]
+
+    saved = up.route_file.with_name(".route.yaml.swp")  # write beside, rename over it
+    saved.write_text(up.stages_text([("head", 0, 12), ("middle", 12, 20), ("tail", 20, 30)]))
+    os.replace(saved, up.route_file)
+    third = up.wait_for(lambda r: r["epoch"] == 3)
+    assert [s["layers"] for s in third["stages"]] == ["0:12", "12:20", "20:30"]
+    assert up.process.poll() is None
+
+
+def test_an_invalid_edit_is_reported_and_the_route_serves_on_until_the_file_is_fixed(
+    up: UpSession, reference: Callable[..., list[int]]
+) -> None:
+    first = up.wait_for(lambda r: r["epoch"] == 1 and len(r["stages"]) == 3)
+    pids = [s["pid"] for s in first["stages"]]
+    short = up.stages_text([("head", 0, 10), ("middle", 10, 20), ("tail", 20, 29)])
+    fixed = up.stages_text([("front", 0, 15), ("back", 15, 30)])
+
+    docs = list(yaml.safe_load_all(up.route_file.read_text()))
+    docs[1]["spec"] = [1, 2]  # readable YAML of the wrong shape
+    up.route_file.write_text(yaml.safe_dump_all(docs))
+    said = up.said("the spec of ShardRoute smollm2 is a list, not a mapping")
+    assert "ignoring the changed file (epoch 1 runs on)" in said and "invalid spec" in said
+
+    up.route_file.write_text(short)  # layer 29 would be served by no stage
+    said = up.said("layer 29 would never run")
+    assert "invalid spec: spec.stages[2].layers: stage 'tail' ends at layer 29" in said
+    assert_serving(up, pids, 1, reference)  # the last good epoch, its workers untouched
+
+    up.route_file.write_text(fixed)  # rolls out as usual
+    second = up.wait_for(lambda r: r["epoch"] == 2)
+    assert [s["layers"] for s in second["stages"]] == ["0:15", "15:30"]
+    assert not any(pid_alive(p) for p in pids)
+
+
+def test_up_refuses_a_route_file_that_cannot_be_served_from_the_start(tmp_path: Path) -> None:
+    docs = list(yaml.safe_load_all(EXAMPLE.read_text()))
+    docs[0]["spec"]["storage"]["hostPath"]["path"] = str(tmp_path / "models")
+    docs[1]["spec"]["stages"][0]["layers"]["begin"] = 2
+    route_file = tmp_path / "route.yaml"
+    route_file.write_text(yaml.safe_dump_all(docs))
+    result = subprocess.run(
+        [sys.executable, "-m", "meshnet.cli", "up", "-f", str(route_file), "--serve", ""],
+        env={**os.environ, "MESHNET_CACHE": str(tmp_path / "cache")},
+        capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 1
+    assert "invalid spec: spec.stages[0].layers: stage 'head' begins at layer 2" in result.stderr
+    assert "Traceback" not in result.stderr
