@@ -186,6 +186,25 @@ def test_a_message_over_the_transport_limit_is_refused_by_grpc_itself(route: Rou
     assert error.code == "RESOURCE_EXHAUSTED"  # documented: no ErrorInfo from the transport
 
 
+def test_an_answer_over_the_message_limit_is_refused_before_it_is_computed(route: Route) -> None:
+    # A row of SmolLM2's logits is 192 KiB: one fits the 256 KiB limit, two do not.
+    session = uuid.uuid4().hex
+    mid = route.first.forward(route.tokens_request(session, 0, [1, 2, 3]))
+    request = route.boundary_request(session, 0, mid.boundary)
+    request.output.kind = pb.OUTPUT_KIND_LOGITS
+    request.output.rows[:] = [0, 1, 2]
+    error = refused(route.last.forward, request)
+    assert (error.code, error.reason) == ("INVALID_ARGUMENT", "RESPONSE_TOO_LARGE")
+    assert error.metadata == {"max_message_bytes": str(256 << 10), "max_rows": "1"}
+    assert "3 rows of logits" in error.detail and "ask for at most 1 rows" in error.detail
+    # Nothing ran: the session starts at 0 on the last stage, one row at a time.
+    request.output.rows[:] = [2]
+    answer = route.last.forward(request)
+    assert (answer.n_past, len(answer.rows), len(answer.rows[0].logits)) == (3, 1, route.info_last.n_vocab)
+    route.first.release(route.key(session))
+    route.last.release(route.key(session))
+
+
 def test_a_step_over_the_batch_limit_is_refused(route: Route) -> None:
     n = route.info_first.max_step_tokens + 1
     error = refused(route.first.forward, route.tokens_request(uuid.uuid4().hex, 0, [1] * n))
