@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import struct
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -327,3 +328,23 @@ def test_bytes_that_do_not_parse_are_refused_as_malformed_with_one_log_line_per_
     assert f"ShardService/{method}" in errors[0].detail
     logged = [line for line in worker.lines if "refused unparseable requests" in line]
     assert 1 <= len(logged) <= 10  # rate-limited: not one line per request
+
+
+def test_a_flood_of_requests_protobuf_cannot_decode_logs_a_bounded_number_of_lines(
+        two_stages: list[WorkerProcess]) -> None:
+    # A string that is not UTF-8: protobuf itself logs a line for each such request.
+    worker = two_stages[0]
+    before, started = len(worker.lines), time.monotonic()
+    with grpc.insecure_channel(worker.endpoint) as channel:
+        call = channel.unary_unary("/meshnet.shard.v1.ShardService/Tokenize",
+                                   request_serializer=lambda raw: raw,
+                                   response_deserializer=lambda raw: raw)
+        for _ in range(500):
+            with pytest.raises(grpc.RpcError) as caught:
+                call(b"\x0a\x02\xff\xfe", timeout=10)  # text: two bytes that are not UTF-8
+            assert stage_error(worker.endpoint, caught.value).reason == "MALFORMED_REQUEST"
+    elapsed = time.monotonic() - started
+    logged = worker.lines[before:]
+    # Two rate-limited topics (protobuf's and the refusals), each a line per 10 s at most.
+    assert len(logged) <= 2 * (1 + int(elapsed / 10) + 1), logged
+    assert not any(line.startswith("[libprotobuf") for line in logged)

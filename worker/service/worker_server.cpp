@@ -184,6 +184,7 @@ bool worker_server::start(const worker_params & params, engine_i & engine, std::
     builder.AddListeningPort(params.listen, credentials, &port_);
     builder.RegisterService(service_.get());
     builder.experimental().SetInterceptorCreators(malformed_request_interceptors());
+    rate_limit_protobuf_log();
     // The transport limit sits above the service's own so oversize requests get the
     // documented MESSAGE_TOO_LARGE answer; only far larger ones hit gRPC's plain one.
     const int64_t transport_limit = std::min<int64_t>(INT32_MAX, 2 * params.max_message_bytes + (1 << 20));
