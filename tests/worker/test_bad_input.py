@@ -201,7 +201,8 @@ def test_an_answer_over_the_message_limit_is_refused_before_it_is_computed(route
     # Nothing ran: the session starts at 0 on the last stage, one row at a time.
     request.output.rows[:] = [2]
     answer = route.last.forward(request)
-    assert (answer.n_past, len(answer.rows), len(answer.rows[0].logits)) == (3, 1, route.info_last.n_vocab)
+    assert (answer.n_past, len(answer.rows)) == (3, 1)
+    assert len(answer.rows[0].logits) == route.info_last.n_vocab
     route.first.release(route.key(session))
     route.last.release(route.key(session))
 
