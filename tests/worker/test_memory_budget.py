@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import grpc
@@ -20,9 +21,11 @@ from meshnet.route.stage import stage_error
 MIB = 1 << 20
 MAX_MESSAGE = 4 * MIB
 TRANSPORT_LIMIT = 2 * MAX_MESSAGE + MIB  # what gRPC takes before the service's own check
-BUDGET = 2 * TRANSPORT_LIMIT  # the worker's default here (a step of its one slot is smaller)
-BURST, REQUEST = 64, 8 * MIB  # 512 MiB offered at once
+# The worker's default budget here: a step of every slot (8 x 256 tokens of boundary) is less.
+BUDGET = 2 * TRANSPORT_LIMIT
+REQUEST = 8 * MIB  # over the service's limit, under the transport's
 TRIM_THRESHOLD = 16 * MIB  # freed memory a worker may keep before it gives it back
+ROUTE_ID = "test/memory"
 
 
 def rss(pid: int) -> int:
@@ -32,64 +35,120 @@ def rss(pid: int) -> int:
     raise AssertionError("no VmRSS")
 
 
+@pytest.fixture(scope="module")
+def worker(shard_worker: Path, smollm2: Path) -> Iterator[WorkerProcess]:
+    spec = LaunchSpec(model=smollm2, layers=LayerRange(0, 30), route_id=ROUTE_ID, slots=8,
+                      ctx=64, batch=256, threads=1, max_message_bytes=MAX_MESSAGE)
+    with WorkerProcess(shard_worker, spec).start() as started:
+        yield started
+
+
+def key() -> pb.RouteKey:
+    return pb.RouteKey(route_id=ROUTE_ID, epoch=1, session_id=uuid.uuid4().hex)
+
+
+def oversized(session: pb.RouteKey) -> bytes:
+    request = pb.ForwardRequest(key=session, n_past=1, positions=[1], tokens=[2])
+    request.boundary.data = b"\0" * REQUEST
+    return request.SerializeToString()
+
+
+def burst(worker: WorkerProcess, callers: int, call: Callable[[], None]) -> tuple[int, int, int]:
+    """RSS before, at the peak while `callers` threads run `call`, and once the worker
+    gave back what it could (or 10 s passed); then checks it still serves."""
+    client = StageClient(worker.endpoint)
+    session = key()
+    client.forward(pb.ForwardRequest(key=session, n_past=0, positions=[0], tokens=[1]))
+    baseline = rss(worker.pid)
+    peak, done = [baseline], threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], rss(worker.pid))
+            time.sleep(0.005)
+
+    watcher = threading.Thread(target=watch)
+    threads = [threading.Thread(target=call) for _ in range(callers)]
+    watcher.start()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    done.set()
+    watcher.join()
+    deadline = time.monotonic() + 10
+    while rss(worker.pid) - baseline > TRIM_THRESHOLD and time.monotonic() < deadline:
+        time.sleep(0.1)
+    after = rss(worker.pid)
+    print(f"RSS baseline {baseline / MIB:.0f} MiB, peak {peak[0] / MIB:.0f}, "
+          f"after {after / MIB:.0f}")
+    step = pb.ForwardRequest(key=session, n_past=1, positions=[1], tokens=[2])
+    assert client.forward(step).n_past == 2
+    client.release(session)
+    client.close()
+    return baseline, peak[0], after
+
+
+def held_to_the_budget(baseline: int, peak: int, after: int) -> None:
+    # gRPC holds about the budget (a soft one: it reads on until it cancels), and each
+    # request it hands on is decoded once more; then what was freed goes back.
+    assert peak - baseline < 2 * BUDGET + 8 * REQUEST, f"{(peak - baseline) / MIB:.0f} MiB"
+    assert after - baseline <= 2 * TRIM_THRESHOLD, f"{(after - baseline) / MIB:.0f} MiB held"
+
+
 def test_a_burst_of_large_requests_is_held_to_the_budget_and_memory_is_given_back(
-        shard_worker: Path, smollm2: Path) -> None:
-    spec = LaunchSpec(model=smollm2, layers=LayerRange(0, 30), route_id="test/memory", slots=1,
-                      ctx=64, threads=1, max_message_bytes=MAX_MESSAGE)
-    with WorkerProcess(shard_worker, spec).start() as worker:
-        client = StageClient(worker.endpoint)
-        key = pb.RouteKey(route_id="test/memory", epoch=1, session_id=uuid.uuid4().hex)
-        client.forward(pb.ForwardRequest(key=key, n_past=0, positions=[0], tokens=[1]))
-        baseline = rss(worker.pid)
+        worker: WorkerProcess) -> None:
+    raw, codes = oversized(key()), []
 
-        # Over the service's limit, under the transport's: each is refused, by the
-        # service (MESSAGE_TOO_LARGE) or, past the budget, by gRPC before it is whole.
-        request = pb.ForwardRequest(key=key, n_past=1, positions=[1], tokens=[2])
-        request.boundary.data = b"\0" * REQUEST
-        raw = request.SerializeToString()
-        peak, done = [baseline], threading.Event()
-        codes: list[str] = []
+    def send() -> None:
+        with grpc.insecure_channel(worker.endpoint) as channel:
+            call = channel.unary_unary("/meshnet.shard.v1.ShardService/Forward",
+                                       request_serializer=lambda r: r,
+                                       response_deserializer=lambda r: r)
+            with pytest.raises(grpc.RpcError) as caught:
+                call(raw, timeout=60)
+            codes.append(stage_error(worker.endpoint, caught.value).code)
 
-        def watch() -> None:
-            while not done.is_set():
-                peak[0] = max(peak[0], rss(worker.pid))
-                time.sleep(0.005)
+    held_to_the_budget(*burst(worker, 64, send))  # 512 MiB offered at once
+    # Refused by the service (MESSAGE_TOO_LARGE) or, past the budget, by gRPC before it
+    # is whole; gRPC then also closes idle connections (GOAWAY): a call sent on one just
+    # then is UNAVAILABLE, for the client to send again.
+    assert set(codes) <= {"RESOURCE_EXHAUSTED", "UNAVAILABLE"}
+    assert codes.count("RESOURCE_EXHAUSTED") > 64 // 2
 
-        def send() -> None:
-            with grpc.insecure_channel(worker.endpoint) as channel:
-                call = channel.unary_unary("/meshnet.shard.v1.ShardService/Forward",
-                                           request_serializer=lambda r: r,
-                                           response_deserializer=lambda r: r)
-                with pytest.raises(grpc.RpcError) as caught:
-                    call(raw, timeout=60)
-                codes.append(stage_error(worker.endpoint, caught.value).code)
 
-        watcher = threading.Thread(target=watch)
-        senders = [threading.Thread(target=send) for _ in range(BURST)]
-        watcher.start()
-        for sender in senders:
-            sender.start()
-        for sender in senders:
-            sender.join()
-        done.set()
-        watcher.join()
-        # Past the budget gRPC also closes idle connections (GOAWAY): a call sent on one
-        # just then is UNAVAILABLE, for the client to send again.
-        assert set(codes) <= {"RESOURCE_EXHAUSTED", "UNAVAILABLE"}
-        assert codes.count("RESOURCE_EXHAUSTED") > BURST // 2
+def loop_then_oversized(worker: WorkerProcess, count: int) -> tuple[int, str, str]:
+    """A stream running a decode loop of 24 tokens, `count` oversized steps sent behind
+    it: the answers it got, then its status code and reason."""
+    session = key()
+    loop = pb.ForwardRequest(key=session, n_past=0, positions=[0], tokens=[1], continue_tokens=24)
+    loop.output.kind = pb.OUTPUT_KIND_SAMPLED
+    big = pb.ForwardStreamRequest(forward=pb.ForwardRequest.FromString(oversized(session)))
+    messages = [pb.ForwardStreamRequest(forward=loop).SerializeToString()]
+    messages += [big.SerializeToString()] * count
+    answers = 0
+    with grpc.insecure_channel(worker.endpoint) as channel:
+        call = channel.stream_stream("/meshnet.shard.v1.ShardService/ForwardStream",
+                                     request_serializer=lambda r: r,
+                                     response_deserializer=pb.ForwardStreamResponse.FromString)
+        with pytest.raises(grpc.RpcError) as caught:
+            for _ in call(iter(messages), timeout=60):
+                answers += 1
+    error = stage_error(worker.endpoint, caught.value)
+    return answers, error.code, error.reason
 
-        # gRPC holds about the budget (a soft one: it reads on until it cancels), and
-        # each request it hands on is decoded once more; without it all 512 MiB came in.
-        rise = peak[0] - baseline
-        assert rise < 2 * BUDGET + 8 * REQUEST, f"{rise / MIB:.0f} MiB over {baseline / MIB:.0f}"
-        deadline = time.monotonic() + 10
-        while rss(worker.pid) - baseline > TRIM_THRESHOLD and time.monotonic() < deadline:
-            time.sleep(0.1)
-        after = rss(worker.pid)
-        print(f"RSS baseline {baseline / MIB:.0f} MiB, peak {peak[0] / MIB:.0f}, "
-              f"after {after / MIB:.0f}")
-        assert after - baseline <= 2 * TRIM_THRESHOLD, f"{(after - baseline) / MIB:.0f} MiB held"
 
-        step = pb.ForwardRequest(key=key, n_past=1, positions=[1], tokens=[2])
-        assert client.forward(step).n_past == 2
-        client.close()
+def test_an_oversized_step_behind_a_decode_loop_is_refused_after_the_loop_answers(
+        worker: WorkerProcess) -> None:
+    # Refused as it comes (not kept until its turn), answered in its turn.
+    assert loop_then_oversized(worker, 1) == (25, "RESOURCE_EXHAUSTED", "MESSAGE_TOO_LARGE")
+
+
+def test_streams_queueing_large_requests_behind_decode_loops_are_held_too(
+        worker: WorkerProcess) -> None:
+    outcomes: list[tuple[int, str, str]] = []
+    # 8 x 6 x 8 MiB offered
+    held_to_the_budget(*burst(worker, 8, lambda: outcomes.append(loop_then_oversized(worker, 6))))
+    # Refused by the service after the loop's answers, or past the budget by gRPC.
+    assert {code for _, code, _ in outcomes} == {"RESOURCE_EXHAUSTED"}
+    assert all(answers == 25 for answers, _, reason in outcomes if reason), outcomes
