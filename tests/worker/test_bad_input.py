@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import struct
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -186,6 +187,26 @@ def test_a_message_over_the_transport_limit_is_refused_by_grpc_itself(route: Rou
     assert error.code == "RESOURCE_EXHAUSTED"  # documented: no ErrorInfo from the transport
 
 
+def test_an_answer_over_the_message_limit_is_refused_before_it_is_computed(route: Route) -> None:
+    # A row of SmolLM2's logits is 192 KiB: one fits the 256 KiB limit, two do not.
+    session = uuid.uuid4().hex
+    mid = route.first.forward(route.tokens_request(session, 0, [1, 2, 3]))
+    request = route.boundary_request(session, 0, mid.boundary)
+    request.output.kind = pb.OUTPUT_KIND_LOGITS
+    request.output.rows[:] = [0, 1, 2]
+    error = refused(route.last.forward, request)
+    assert (error.code, error.reason) == ("INVALID_ARGUMENT", "RESPONSE_TOO_LARGE")
+    assert error.metadata == {"max_message_bytes": str(256 << 10), "max_rows": "1"}
+    assert "3 rows of logits" in error.detail and "ask for at most 1 rows" in error.detail
+    # Nothing ran: the session starts at 0 on the last stage, one row at a time.
+    request.output.rows[:] = [2]
+    answer = route.last.forward(request)
+    assert (answer.n_past, len(answer.rows)) == (3, 1)
+    assert len(answer.rows[0].logits) == route.info_last.n_vocab
+    route.first.release(route.key(session))
+    route.last.release(route.key(session))
+
+
 def test_a_step_over_the_batch_limit_is_refused(route: Route) -> None:
     n = route.info_first.max_step_tokens + 1
     error = refused(route.first.forward, route.tokens_request(uuid.uuid4().hex, 0, [1] * n))
@@ -308,3 +329,23 @@ def test_bytes_that_do_not_parse_are_refused_as_malformed_with_one_log_line_per_
     assert f"ShardService/{method}" in errors[0].detail
     logged = [line for line in worker.lines if "refused unparseable requests" in line]
     assert 1 <= len(logged) <= 10  # rate-limited: not one line per request
+
+
+def test_a_flood_of_requests_protobuf_cannot_decode_logs_a_bounded_number_of_lines(
+        two_stages: list[WorkerProcess]) -> None:
+    # A string that is not UTF-8: protobuf itself logs a line for each such request.
+    worker = two_stages[0]
+    before, started = len(worker.lines), time.monotonic()
+    with grpc.insecure_channel(worker.endpoint) as channel:
+        call = channel.unary_unary("/meshnet.shard.v1.ShardService/Tokenize",
+                                   request_serializer=lambda raw: raw,
+                                   response_deserializer=lambda raw: raw)
+        for _ in range(500):
+            with pytest.raises(grpc.RpcError) as caught:
+                call(b"\x0a\x02\xff\xfe", timeout=10)  # text: two bytes that are not UTF-8
+            assert stage_error(worker.endpoint, caught.value).reason == "MALFORMED_REQUEST"
+    elapsed = time.monotonic() - started
+    logged = worker.lines[before:]
+    # Two rate-limited topics (protobuf's and the refusals), each a line per 10 s at most.
+    assert len(logged) <= 2 * (1 + int(elapsed / 10) + 1), logged
+    assert not any(line.startswith("[libprotobuf") for line in logged)

@@ -37,6 +37,7 @@ const char * error_reason_name(error_reason reason) {
         case error_reason::discard_unsupported:      return "DISCARD_UNSUPPORTED";
         case error_reason::ring_unavailable:         return "RING_UNAVAILABLE";
         case error_reason::discard_too_deep:         return "DISCARD_TOO_DEEP";
+        case error_reason::response_too_large:       return "RESPONSE_TOO_LARGE";
     }
     return "UNSPECIFIED";
 }
@@ -62,6 +63,7 @@ grpc::StatusCode error_reason_code(error_reason reason) {
         case error_reason::invalid_route_key:
         case error_reason::duplicate_session:
         case error_reason::malformed_request:
+        case error_reason::response_too_large:
             return grpc::StatusCode::INVALID_ARGUMENT;
         case error_reason::context_overflow:
             return grpc::StatusCode::OUT_OF_RANGE;

@@ -36,6 +36,7 @@ enum class error_reason {
     discard_unsupported,
     ring_unavailable,
     discard_too_deep,
+    response_too_large,
 };
 
 extern const char * const error_domain; // "shard.meshnet.dev"

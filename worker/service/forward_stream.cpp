@@ -39,7 +39,17 @@ public:
             maybe_finish(lock);
             return;
         }
-        pending_.push_back(request_.forward());
+        // Checked as it comes: a refused request waits its turn as its error alone, so
+        // that streams cannot pile up requests that will be refused (many large ones
+        // took GBs). What was read goes: a message keeps its fields' memory when cleared.
+        waiting next;
+        next.refused = core_.check(request_.forward(), /*streaming =*/ true);
+        if (!next.refused) {
+            next.request.Swap(request_.mutable_forward());
+        }
+        pb::ForwardStreamRequest().Swap(&request_);
+        refused_waiting_ = refused_waiting_ || next.refused.has_value();
+        pending_.push_back(std::move(next));
         if (in_flight_ == 0) {
             start_next(lock);
         }
@@ -76,17 +86,21 @@ private:
         if (pending_.empty() || finishing_) {
             return;
         }
-        pb::ForwardRequest request = std::move(pending_.front());
+        waiting next = std::move(pending_.front());
         pending_.pop_front();
+        if (next.refused) { // the stream ends at it, after the answers before it
+            fail(lock, error_status(*next.refused));
+            return;
+        }
         read_more();
-        submit_request(lock, std::move(request));
+        submit_request(lock, std::move(next.request));
     }
 
     // Reads the next request unless enough wait already: a client that sends faster than
     // the steps run is held back by the transport's flow control, so what one stream
     // holds here stays bounded (the caller holds the lock).
     void read_more() {
-        if (finishing_ || reads_done_ || reading_ || pending_.size() >= max_waiting_requests) {
+        if (finishing_ || reads_done_ || reading_ || refused_waiting_ || pending_.size() >= max_waiting_requests) {
             return;
         }
         reading_ = true;
@@ -366,7 +380,12 @@ private:
     pb::ForwardStreamRequest              request_;
     write_queue<pb::ForwardStreamResponse> writes_;
     static constexpr size_t               max_waiting_requests = 4;
-    std::deque<pb::ForwardRequest>        pending_;
+    struct waiting {
+        pb::ForwardRequest         request;
+        std::optional<shard_error> refused; // the request is gone: its turn fails the stream
+    };
+    std::deque<waiting>                   pending_;
+    bool                                  refused_waiting_ = false; // no read after a refusal
     bool                                  reading_ = false; // a StartRead is outstanding
     std::atomic<bool>                     cancelled_{false};
     // Recursive: a reaction the library runs inline from StartWrite/Finish must not

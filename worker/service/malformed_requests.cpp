@@ -3,6 +3,9 @@
 #include "error_info.h"
 #include "rate_limited_log.h"
 
+#include <google/protobuf/stubs/logging.h>
+
+#include <cstdio>
 #include <string>
 
 namespace meshnet {
@@ -14,6 +17,16 @@ using grpc::experimental::InterceptionHookPoints;
 rate_limited_log & refusals() {
     static rate_limited_log log("refused unparseable requests");
     return log;
+}
+
+// One line per request a stranger sends otherwise (500 requests: 500 lines).
+void protobuf_log(google::protobuf::LogLevel level, const char * file, int line, const std::string & message) {
+    if (level >= google::protobuf::LOGLEVEL_FATAL) { // protobuf aborts next: say why, whatever the rate
+        std::fprintf(stderr, "[libprotobuf FATAL %s:%d] %s\n", file, line, message.c_str());
+        return;
+    }
+    static rate_limited_log log("libprotobuf");
+    log.say(message.substr(0, message.find_last_not_of(" \n") + 1));
 }
 
 class malformed_request_interceptor final : public grpc::experimental::Interceptor {
@@ -56,6 +69,10 @@ std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterfac
     std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> factories;
     factories.push_back(std::make_unique<malformed_request_factory>());
     return factories;
+}
+
+void rate_limit_protobuf_log() {
+    google::protobuf::SetLogHandler(protobuf_log);
 }
 
 } // namespace meshnet

@@ -5,6 +5,9 @@
 //
 // Streams are not covered: a stream message that does not parse looks to the reactor
 // like the client's half-close, so it ends that stream (documented at the reason).
+//
+// protobuf itself logs a line for some bytes that do not parse (a string field that is
+// not UTF-8); rate_limit_protobuf_log sends those through a rate-limited log as well.
 #pragma once
 
 #include <grpcpp/support/server_interceptor.h>
@@ -15,5 +18,8 @@
 namespace meshnet {
 
 std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> malformed_request_interceptors();
+
+// From now on protobuf's log lines, but for fatal ones, are rate-limited (process-wide).
+void rate_limit_protobuf_log();
 
 } // namespace meshnet

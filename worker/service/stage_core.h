@@ -102,6 +102,10 @@ public:
     // A step answered: its time from `arrived` goes in `response` and the latency histogram.
     void record_served(pb::ForwardResponse & response, std::chrono::steady_clock::time_point arrived);
     std::optional<shard_error> check_key(const pb::RouteKey & key) const;
+    // The checks of prepare that need neither session nor engine (step_checks).
+    std::optional<shard_error> check(const pb::ForwardRequest & request, bool streaming) const {
+        return check_step(request, stage_, streaming);
+    }
     // Frees the session here (`done` gets whether it held it) and down the chain.
     void release(const session_key & key, std::function<void(bool)> done = nullptr);
 

@@ -8,6 +8,7 @@
 #include "loop_pipeline.h"
 #include "proto_convert.h"
 
+#include <algorithm>
 #include <vector>
 
 namespace meshnet {
@@ -178,6 +179,52 @@ std::optional<shard_error> check_output(const pb::ForwardRequest & request, cons
     return std::nullopt;
 }
 
+// What an answer holds besides its rows or boundary: n_past, timings, the chain's traces
+// and the stream's or relay's framing.
+constexpr int64_t answer_envelope_bytes = 1024;
+// A row's framing in the answer: LogitsRow's tags, lengths and index (or a sampled id).
+constexpr int64_t answer_row_bytes = 24;
+
+// The answer must fit one message (protobuf cannot even build one of 2 GiB): the rows
+// asked of the last stage, or the boundary a non-last stage answers or relays. Checked
+// before the step runs, so that no step computes what it cannot send.
+std::optional<shard_error> check_answer_size(const pb::ForwardRequest & request, const stage_facts & stage) {
+    const engine_info & info  = stage.info;
+    const int64_t       limit = stage.max_message_bytes;
+    const int64_t       n     = request.positions_size();
+    // `count` of `what`, `unit_bytes` each: refused with how many fit, when they do not.
+    const auto fit = [&](const char * subject, int64_t count, const std::string & what, int64_t unit_bytes,
+                         const char * verb, const char * key, const char * hint) -> std::optional<shard_error> {
+        const int64_t bytes = answer_envelope_bytes + count * unit_bytes;
+        if (bytes <= limit) {
+            return std::nullopt;
+        }
+        const int64_t fits = std::max<int64_t>(0, (limit - answer_envelope_bytes) / unit_bytes);
+        return make_error(error_reason::response_too_large,
+            std::string(subject) + std::to_string(count) + " " + what + " would take " + std::to_string(bytes) +
+            " bytes, over the message limit of " + std::to_string(limit) + "; " + verb + " at most " +
+            std::to_string(fits) + " " + what + " in one step" + hint,
+            {{"max_message_bytes", std::to_string(limit)}, {key, std::to_string(fits)}});
+    };
+    if (!info.is_last()) {
+        const int64_t token_bytes = info.boundary_row * static_cast<int64_t>(wire_dtype_size(stage.boundary_dtype));
+        return fit("the boundary of ", n, "tokens", token_bytes, "send", "max_tokens", "");
+    }
+    const pb::OutputRequest & output = request.output();
+    const int64_t rows = output.kind() == pb::OUTPUT_KIND_VERIFIED ? n : std::max(1, output.rows_size());
+    switch (output.kind()) {
+        case pb::OUTPUT_KIND_UNSPECIFIED:
+        case pb::OUTPUT_KIND_LOGITS:
+            return fit("the answer's ", rows, "rows of logits", answer_row_bytes + 4 * int64_t{info.n_vocab}, "ask for",
+                       "max_rows", " (or top-k, or sampled tokens)");
+        case pb::OUTPUT_KIND_TOP_K: // a float and a token id of up to 5 bytes per entry
+            return fit("the answer's ", rows, "rows of top-" + std::to_string(output.top_k()),
+                       answer_row_bytes + 9 * int64_t{output.top_k()}, "ask for", "max_rows", " (or a smaller top_k)");
+        default:
+            return fit("the answer's ", rows, "sampled rows", answer_row_bytes, "ask for", "max_rows", "");
+    }
+}
+
 // A speculative loop's request (ForwardRequest.loop_drafts) this stage can run.
 std::optional<shard_error> check_loop_drafts(const pb::ForwardRequest & request, const engine_info & info,
                                              bool streaming) {
@@ -268,6 +315,7 @@ std::optional<shard_error> check_step(const pb::ForwardRequest & request, const 
     if (auto error = check_tokens(request, stage.info)) return error;
     if (auto error = check_boundary(request, stage)) return error;
     if (auto error = check_output(request, stage)) return error;
+    if (auto error = check_answer_size(request, stage)) return error;
     if (auto error = check_loop_drafts(request, stage.info, streaming)) return error;
     return check_decode_loop(request, stage.info, streaming);
 }

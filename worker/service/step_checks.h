@@ -34,8 +34,8 @@ std::optional<shard_error> check_route_key(const pb::RouteKey & key, const stage
 
 // Every check of a step before it is queued, in the order the errors are answered:
 // size, key, layers, positions, discard, context, tokens, boundary (all but its values,
-// which decoding checks), output, speculative loop, decode loop. `streaming`: the step
-// came on ForwardStream.
+// which decoding checks), output, the answer's size, speculative loop, decode loop.
+// `streaming`: the step came on ForwardStream.
 std::optional<shard_error> check_step(const pb::ForwardRequest & request, const stage_facts & stage,
                                       bool streaming);
 

@@ -35,6 +35,10 @@ const char * worker_params_usage() {
         "                            other architectures drop any suffix and ignore it)\n"
         "  --boundary-dtype T        f32 | f16 | bf16 on the wire (default: f32)\n"
         "  --max-message-bytes N     largest accepted request (default: 67108864)\n"
+        "  --max-inflight-bytes N    bytes of requests received but not yet decoded, all calls\n"
+        "                            together; beyond them gRPC cancels calls (RESOURCE_EXHAUSTED)\n"
+        "                            (default: 0: twice the larger of the transport limit, 2 x\n"
+        "                            --max-message-bytes + 1 MiB, and a step of every slot)\n"
         "  --evict-idle-ms N         grace before an idle session may be evicted (default: 1000)\n"
         "  --batch-wait-us N         let a step wait up to N us while other sessions' steps keep\n"
         "                            arriving, to share its decode (default: 0: a stage never\n"
@@ -134,6 +138,9 @@ bool worker_params_parse(int argc, char ** argv, worker_params & params, std::st
         }},
         {"--max-message-bytes", [&](const std::string & v) {
             return parse_int64(v, params.max_message_bytes) && params.max_message_bytes >= 1024;
+        }},
+        {"--max-inflight-bytes", [&](const std::string & v) {
+            return parse_int64(v, params.max_inflight_bytes) && params.max_inflight_bytes >= 0;
         }},
         {"--batch-wait-us", [&](const std::string & v) {
             return parse_int64(v, params.batch_wait_us) && params.batch_wait_us >= 0;

@@ -32,6 +32,7 @@ struct worker_params {
     int32_t     discard_depth   = 0;            // deepseek4: snapshots per slot (positions a discard may drop)
     wire_dtype  boundary_dtype  = wire_dtype::f32;
     int64_t     max_message_bytes = 64ll << 20;
+    int64_t     max_inflight_bytes = 0;         // requests gRPC holds undecoded, all calls (0: derived)
     int64_t     evict_idle_ms   = 1000;
     int64_t     batch_wait_us   = 0;
     int32_t     pipeline_depth  = 0;            // stages in the route; 0: n_layer / owned layers

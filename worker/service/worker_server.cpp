@@ -66,6 +66,19 @@ static size_t exact_batch_rows(const worker_params & params) {
     return params.n_gpu_layers > 0 ? 0 : static_cast<size_t>(cpu_exact_batch_rows);
 }
 
+// The bytes of requests gRPC may hold before they are decoded, over every call: as the
+// flag says, or twice the larger of the transport limit (a request gRPC takes) and a
+// step of every slot (their boundaries at once, as a prefill of each sends them).
+static int64_t inflight_budget(const worker_params & params, const engine_info & info, int64_t transport_limit) {
+    if (params.max_inflight_bytes > 0) {
+        return params.max_inflight_bytes;
+    }
+    const int64_t step_bytes = std::min<int64_t>(
+        params.max_message_bytes,
+        int64_t{params.n_batch} * info.boundary_row * static_cast<int64_t>(wire_dtype_size(params.boundary_dtype)));
+    return 2 * std::max<int64_t>(transport_limit, int64_t{info.n_slots} * step_bytes);
+}
+
 // A channel to another stage of the route (the next one, or the ring's last): TLS when
 // a CA to trust it by is given, presenting our certificate if we have one (the other
 // stage may require it: mTLS). Null with `error` set when the files cannot be read.
@@ -184,11 +197,18 @@ bool worker_server::start(const worker_params & params, engine_i & engine, std::
     builder.AddListeningPort(params.listen, credentials, &port_);
     builder.RegisterService(service_.get());
     builder.experimental().SetInterceptorCreators(malformed_request_interceptors());
+    rate_limit_protobuf_log();
     // The transport limit sits above the service's own so oversize requests get the
     // documented MESSAGE_TOO_LARGE answer; only far larger ones hit gRPC's plain one.
     const int64_t transport_limit = std::min<int64_t>(INT32_MAX, 2 * params.max_message_bytes + (1 << 20));
     builder.SetMaxReceiveMessageSize(static_cast<int>(transport_limit));
     builder.SetMaxSendMessageSize(-1);
+    // Many large requests at once (refused or not) must not take the worker's memory:
+    // what gRPC holds of them is held to a budget, past which it cancels calls with
+    // RESOURCE_EXHAUSTED; and what they freed goes back to the system after the burst.
+    inflight_quota_.Resize(static_cast<size_t>(inflight_budget(params, info, transport_limit)));
+    builder.SetResourceQuota(inflight_quota_);
+    heap_trimmer_ = std::make_unique<heap_trimmer>();
     // Connections that never finish their handshake, or hold no call for long, are
     // closed (a client's channel reconnects by itself), so idle ones cannot pile up.
     builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, 10000);
@@ -241,6 +261,7 @@ void worker_server::stop(int grace_ms) {
         local_relay_->stop();
     }
     metrics_.stop();
+    heap_trimmer_.reset();
 }
 
 } // namespace meshnet

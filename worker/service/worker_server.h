@@ -4,6 +4,7 @@
 
 #include "engine.h"
 #include "gguf_vocab.h"
+#include "heap_trim.h"
 #include "metrics.h"
 #include "scheduler.h"
 #include "session_store.h"
@@ -12,6 +13,7 @@
 #include "stage_core.h"
 #include "worker_params.h"
 
+#include <grpcpp/resource_quota.h>
 #include <grpcpp/server.h>
 
 #include <memory>
@@ -45,6 +47,8 @@ private:
     std::unique_ptr<grpc::Server>     server_;
     std::unique_ptr<local_relay_server> local_relay_; // after the service it serves
     metrics_server                    metrics_;
+    grpc::ResourceQuota               inflight_quota_{"meshnet-shard-worker requests"};
+    std::unique_ptr<heap_trimmer>     heap_trimmer_;
     int                               port_ = 0;
 };
 

@@ -64,6 +64,12 @@ void decode_loop(pb::ForwardRequest & r) {
     r.mutable_output()->set_kind(pb::OUTPUT_KIND_SAMPLED);
 }
 
+// The last stage is asked `kind` for every row of the step.
+void all_rows(pb::ForwardRequest & r, pb::OutputKind kind) {
+    r.mutable_output()->set_kind(kind);
+    for (int32_t row = 0; row < r.positions_size(); ++row) r.mutable_output()->add_rows(row);
+}
+
 using change = std::function<void(pb::ForwardRequest &, stage_facts &)>;
 
 struct row {
@@ -258,6 +264,46 @@ TEST("each check refuses what it should and nothing else") {
         {"a decode loop on a first stage that does not relay", k::first, true,
          [](auto & r, auto &) { decode_loop(r); r.set_relay(false); }, e::invalid_output_request,
          "OUTPUT_KIND_SAMPLED asked of a non-last stage"},
+
+        // Answers: 1024 bytes of envelope, a row of logits 24 + 4 x 32 bytes, of top-10
+        // 24 + 9 x 10, a sampled row 24, a token's boundary 8 x 4.
+        {"logits of every row, over the limit", k::last, false,
+         [](auto & r, auto & s) { all_rows(r, pb::OUTPUT_KIND_LOGITS); s.max_message_bytes = 1024 + 2 * 152; },
+         e::response_too_large,
+         "the answer's 3 rows of logits would take 1480 bytes, over the message limit of 1328; ask for at most 2 "
+         "rows of logits in one step", "max_rows=2"},
+        {"logits of the rows that fit", k::last, false,
+         [](auto & r, auto & s) {
+             r.mutable_output()->set_kind(pb::OUTPUT_KIND_LOGITS);
+             r.mutable_output()->add_rows(0);
+             r.mutable_output()->add_rows(2);
+             s.max_message_bytes = 1024 + 2 * 152;
+         }, std::nullopt},
+        {"the last row's logits, by default", k::last, false,
+         [](auto &, auto & s) { s.max_message_bytes = 1024 + 152; }, std::nullopt},
+        {"not even one row of logits fits", k::only, false,
+         [](auto &, auto & s) { s.max_message_bytes = 1024 + 151; }, e::response_too_large,
+         "ask for at most 0 rows of logits in one step (or top-k, or sampled tokens)", "max_rows=0"},
+        {"top-k of every row, over the limit", k::last, false,
+         [](auto & r, auto & s) {
+             all_rows(r, pb::OUTPUT_KIND_TOP_K);
+             r.mutable_output()->set_top_k(10);
+             s.max_message_bytes = 1024 + 2 * 114;
+         }, e::response_too_large,
+         "the answer's 3 rows of top-10 would take 1366 bytes", "max_rows=2"},
+        {"verified rows, over the limit", k::only, false,
+         [](auto & r, auto & s) { r.mutable_output()->set_kind(pb::OUTPUT_KIND_VERIFIED); s.max_message_bytes = 1024 + 2 * 24; },
+         e::response_too_large,
+         "the answer's 3 sampled rows would take 1096 bytes", "max_rows=2"},
+        {"a boundary over the limit", k::first, false, [](auto &, auto & s) { s.max_message_bytes = 1024 + 2 * 32; },
+         e::response_too_large,
+         "the boundary of 3 tokens would take 1120 bytes, over the message limit of 1088; send at most 2 tokens in "
+         "one step", "max_tokens=2"},
+        {"a relayed boundary over the limit", k::middle, false,
+         [](auto & r, auto & s) { r.set_relay(true); s.max_message_bytes = 1024 + 2 * 32; }, e::response_too_large,
+         "the boundary of 3 tokens", "max_tokens=2"},
+        {"a boundary that fits", k::first, false, [](auto &, auto & s) { s.max_message_bytes = 1024 + 3 * 32; },
+         std::nullopt},
     };
     for (const row & r : table) {
         stage_facts        stage   = stage_of(r.kind);
@@ -291,6 +337,23 @@ TEST("the first failing check answers, in the documented order") {
     request.set_positions(2, 2);
     error = check_step(request, stage, false);
     CHECK(error && error->reason == error_reason::invalid_output_request);
+}
+
+TEST("a 512-row LOGITS answer of SmolLM2 is refused at the default 64 MiB, 341 rows are not") {
+    stage_facts stage = stage_of(stage_kind::last);
+    stage.info.n_vocab = 49152;
+    stage.info.n_ctx   = 4096;
+    stage.max_step_tokens = 11000;
+    pb::ForwardRequest request = step_for(stage);
+    request.clear_positions();
+    for (int32_t p = 0; p < 512; ++p) request.add_positions(p);
+    request.mutable_boundary()->set_shape(0, 512);
+    request.mutable_boundary()->set_data(std::string(512 * n_embd * sizeof(float), '\0'));
+    all_rows(request, pb::OUTPUT_KIND_LOGITS);
+    auto error = check_step(request, stage, false);
+    CHECK(error && error->reason == error_reason::response_too_large && has_detail(*error, "max_rows=341"));
+    request.mutable_output()->mutable_rows()->Truncate(341);
+    CHECK(!check_step(request, stage, false));
 }
 
 TEST("a refused key says what the stage serves") {
