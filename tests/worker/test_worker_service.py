@@ -341,12 +341,12 @@ def test_a_tls_chain_without_a_ca_for_the_next_stage_fails_at_once_naming_the_fi
 ) -> None:
     spec = LaunchSpec(model=smollm2, layers=LayerRange(0, 15), threads=1, next_stage="127.0.0.1:1",
                       tls_cert=certificates["server.pem"], tls_key=certificates["server.key"])
-    started = time.monotonic()
     done = subprocess.run([str(shard_worker), *spec.args()], capture_output=True, text=True,
                           timeout=30)
-    assert done.returncode != 0
+    # 2: refused with its flags, before loading the model or dialling the next stage (a
+    # time bound said "at once" before, and a busy machine overran it)
+    assert done.returncode == 2, done.stderr
     assert "--next-stage-ca" in done.stderr
-    assert time.monotonic() - started < 5
 
 
 def test_meshnet_generate_reaches_an_mtls_worker_with_the_tls_options(
