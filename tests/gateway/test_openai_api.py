@@ -91,22 +91,33 @@ def test_a_stop_string_ends_the_text_before_it(gateway: Gateway,
 def test_sixteen_concurrent_streams_each_give_their_solo_answer(
     gateway: Gateway, solo: Callable[..., str],
 ) -> None:
+    """And /health, asked once they stream, answers before the first of them ends (a
+    gateway whose loop or threads the streams held would answer it only after): an order
+    of events, not a figure that a busy machine overruns."""
     questions = [[{"role": "user", "content": f"Name {n} things that are blue."}]
                  for n in range(1, 17)]
+    streaming = threading.Event()
+    ended: list[float] = []
 
     def ask(messages: list[dict[str, str]]) -> str:
         stream = client(gateway).chat.completions.create(
             model=MODEL, messages=messages, temperature=0, max_tokens=24,  # type: ignore[arg-type]
             stream=True)
-        return "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+        parts = []
+        for chunk in stream:
+            streaming.set()
+            parts.extend(c.delta.content or "" for c in chunk.choices)
+        ended.append(time.monotonic())
+        return "".join(parts)
 
     with ThreadPoolExecutor(16) as pool:
-        texts = list(pool.map(ask, questions))
-        health = time.monotonic()
-        assert httpx.get(gateway.url + "/health", timeout=5).status_code == 200
-        health = time.monotonic() - health
+        answers = pool.map(ask, questions)
+        assert streaming.wait(120)
+        assert httpx.get(gateway.url + "/health", timeout=60).status_code == 200
+        answered = time.monotonic()
+        texts = list(answers)
     assert texts == [solo(q, max_tokens=24) for q in questions]
-    assert health < 1.0
+    assert answered < min(ended), f"/health answered {answered - min(ended):.2f} s late"
 
 
 def slots_free(route: list[WorkerProcess]) -> list[int]:

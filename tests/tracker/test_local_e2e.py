@@ -109,7 +109,8 @@ def test_local_workers_are_advertised_only_once_their_lane_is_certified(
     failed = tracker.accepted()[-1]
     assert [r["reason"] for r in failed["unavailableReasons"]] == ["CertificationFailed"]
 
-    passed = up.meshnet("certify", "--route", "smollm2", "--json")
+    # speed measured, not gated: a figure of the machine's load (tests/certify/conftest.py)
+    passed = up.meshnet("certify", "--route", "smollm2", "--json", "--speed-fraction", "0")
     assert passed.returncode == 0, passed.stderr
     certificate = json.loads(passed.stdout)
     assert certificate["passed"] and certificate["parity"]["maxAbsDeltaLogit"] == 0.0

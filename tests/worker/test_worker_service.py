@@ -222,30 +222,56 @@ def test_a_stream_sending_faster_than_it_is_served_is_held_back_not_buffered(
         assert tokens == reference(prompt, 8)
 
 
+def _still_held(sock: socket.socket) -> bool:
+    """Whether the worker still holds this connection open (it sent nothing back)."""
+    sock.setblocking(False)
+    try:
+        return sock.recv(1) != b""  # data: not a held request either, but not let go
+    except BlockingIOError:
+        return True
+    except OSError:  # reset
+        return False
+
+
+def _scrape_answers_while_idle_clients_are_held(port: int) -> bool:
+    """Scrapes the metrics port behind 200 idle clients, half of them dribbling a request
+    that never completes: whether the answer came while the worker still held the last
+    of them (it lets an idle client go 2 s after taking it, so a scrape that waited for
+    the idle clients answers only after they are gone)."""
+    idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(200)]
+    try:
+        for sock in idle[100:]:
+            sock.sendall(b"GET /metr")
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=60) as response:
+            assert b"meshnet_shard_" in response.read()
+        return _still_held(idle[-1])
+    finally:
+        for sock in idle:
+            sock.close()
+
+
 def test_idle_connections_do_not_starve_metrics_or_service(
     shard_worker: Path, smollm2: Path, reference: Callable[..., list[int]],
 ) -> None:
     """200 idle connections on each port (gRPC, local relay, metrics), some dribbling a
-    byte now and then: a scrape still answers at once and the service still serves."""
+    byte now and then: a scrape still answers while they are held, and the service still
+    serves. The order of events is the property, not a time: a starved scrape is
+    answered after the worker let the idle clients go, in every round; a busy machine
+    that stalls this test between the answer and the check may spoil one round."""
     spec = LaunchSpec(model=smollm2, layers=LayerRange(0, None), threads=1, slots=1)
     with WorkerProcess(shard_worker, spec).start() as worker:
         relay_port = StageClient(worker.endpoint).info().local_relay_port
-        idle = [socket.create_connection(("127.0.0.1", port))
-                for port in (worker.port, relay_port, worker.metrics_port) for _ in range(200)]
+        held = [socket.create_connection(("127.0.0.1", port))
+                for port in (worker.port, relay_port) for _ in range(200)]
         try:
-            for sock in idle[-100:]:
-                sock.sendall(b"GET /metr")  # a request that never completes
-            started = time.monotonic()
-            with urllib.request.urlopen(f"http://127.0.0.1:{worker.metrics_port}/metrics",
-                                        timeout=5) as response:
-                assert b"meshnet_shard_" in response.read()
-            assert time.monotonic() - started < 1.0
+            assert any(_scrape_answers_while_idle_clients_are_held(worker.metrics_port)
+                       for _ in range(3)), "every scrape waited for the idle clients to go"
             with RouteDriver([worker.endpoint]) as driver:
                 prompt = driver.tokenize("The capital of France is")
                 assert driver.generate(prompt, max_tokens=4, stop_at_eos=False).tokens == \
                     reference(prompt, 4)
         finally:
-            for sock in idle:
+            for sock in held:
                 sock.close()
 
 
@@ -315,12 +341,12 @@ def test_a_tls_chain_without_a_ca_for_the_next_stage_fails_at_once_naming_the_fi
 ) -> None:
     spec = LaunchSpec(model=smollm2, layers=LayerRange(0, 15), threads=1, next_stage="127.0.0.1:1",
                       tls_cert=certificates["server.pem"], tls_key=certificates["server.key"])
-    started = time.monotonic()
     done = subprocess.run([str(shard_worker), *spec.args()], capture_output=True, text=True,
                           timeout=30)
-    assert done.returncode != 0
+    # 2: refused with its flags, before loading the model or dialling the next stage (a
+    # time bound said "at once" before, and a busy machine overran it)
+    assert done.returncode == 2, done.stderr
     assert "--next-stage-ca" in done.stderr
-    assert time.monotonic() - started < 5
 
 
 def test_meshnet_generate_reaches_an_mtls_worker_with_the_tls_options(

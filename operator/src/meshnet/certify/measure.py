@@ -1,13 +1,14 @@
 """Drives a route (or the unsplit reference) for certification: logits teacher-forced on
 the reference's greedy tokens, one stage call after another with the whole prompt in one
 step (the same computation on both sides), and single-session greedy decode speed through
-the route driver."""
+the route driver, the reference's and the route's measured in turn."""
 
 from __future__ import annotations
 
 import contextlib
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -66,13 +67,26 @@ def _step(clients: Sequence[StageClient], route: RouteInfo, key: pb.RouteKey,
     return np.asarray(response.rows[0].logits, dtype=np.float32)
 
 
-def decode_speed(endpoints: Sequence[str], prompt: Sequence[int], tokens: int, repeats: int,
-                 tls: TlsFiles | None = None) -> tuple[float, str]:
-    """Best greedy decode tokens/s over `repeats` generations, and the topology used."""
-    best, topology = 0.0, "hub"
-    with RouteDriver(list(endpoints), tls=tls) as driver:
-        driver.connect(wait=30.0)
+@dataclass(frozen=True)
+class DecodeSpeeds:
+    reference: float  # best greedy decode tokens/s of the unsplit reference
+    route: float  # and of the route
+    topology: str  # how the route was driven
+
+
+def decode_speeds(reference: str, endpoints: Sequence[str], prompt: Sequence[int], tokens: int,
+                  repeats: int, tls: TlsFiles | None = None) -> DecodeSpeeds:
+    """Best greedy decode tokens/s of the reference and of the route over `repeats`
+    rounds; each round measures one then the other, so that a change in the machine's
+    load between rounds reaches both sides alike."""
+    best_reference, best_route, topology = 0.0, 0.0, "hub"
+    with RouteDriver([reference]) as unsplit, RouteDriver(list(endpoints), tls=tls) as route:
+        unsplit.connect(wait=30.0)
+        route.connect(wait=30.0)
         for _ in range(repeats):
-            generation = driver.generate(list(prompt), max_tokens=tokens, stop_at_eos=False)
-            best, topology = max(best, generation.decode_tokens_per_second), generation.topology
-    return best, topology
+            alone = unsplit.generate(list(prompt), max_tokens=tokens, stop_at_eos=False)
+            split = route.generate(list(prompt), max_tokens=tokens, stop_at_eos=False)
+            best_reference = max(best_reference, alone.decode_tokens_per_second)
+            best_route = max(best_route, split.decode_tokens_per_second)
+            topology = split.topology
+    return DecodeSpeeds(best_reference, best_route, topology)

@@ -10,7 +10,7 @@ from pathlib import Path
 from meshnet.api.certification import Certificate, CertifiedLane, ParityResult
 from meshnet.certify import verdict
 from meshnet.certify.gates import Gates
-from meshnet.certify.measure import decode_speed, forced_logits
+from meshnet.certify.measure import decode_speeds, forced_logits
 from meshnet.certify.prompts import PROMPTS
 from meshnet.certify.reference import reference_worker
 from meshnet.route.driver import RouteDriver
@@ -45,11 +45,11 @@ def certify(endpoints: Sequence[str], lane: CertifiedLane, reference: Reference,
                           log=reference.log) as ref_endpoint:
         compared = _parity(list(endpoints), ref_endpoint, prompts, gates, tls)
         say(f"parity: {compared.parity_summary()}")
-        ref_tps, _ = decode_speed([ref_endpoint], prompts[0], gates.speed_tokens, gates.repeats)
-    route_tps, topology = decode_speed(endpoints, prompts[0], gates.speed_tokens, gates.repeats,
-                                       tls)
-    pace = verdict.speed(route_tps, ref_tps, gates.speed_fraction, topology)
-    say(f"speed: route {route_tps:.1f} tok/s ({topology}), unsplit {ref_tps:.1f} tok/s")
+        speeds = decode_speeds(ref_endpoint, endpoints, prompts[0], gates.speed_tokens,
+                               gates.repeats, tls)
+    pace = verdict.speed(speeds.route, speeds.reference, gates.speed_fraction, speeds.topology)
+    say(f"speed: route {speeds.route:.1f} tok/s ({speeds.topology}),"
+        f" unsplit {speeds.reference:.1f} tok/s")
     now = now_rfc3339()
     return verdict.certificate(lane, compared.result, pace, stages=len(route.stages), now=now,
                                route_digest=route_digest or route.route_digest or None,

@@ -11,7 +11,6 @@ the other sessions running on the route keep theirs until they recover themselve
 
 from __future__ import annotations
 
-import contextlib
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -20,10 +19,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from meshnet.route.drafts import MAX_DRAFT, DraftLength, PromptLookup
-from meshnet.route.errors import RecoveryFailed, StageError
+from meshnet.route.errors import TRANSIENT_CODES, RecoveryFailed, StageError
 from meshnet.route.generation import Generation
 from meshnet.route.handshake import RouteInfo
 from meshnet.route.proto import pb
+from meshnet.route.release_retry import RELEASES
 from meshnet.route.requests import Answer
 from meshnet.route.sampling import Sampling, sample
 from meshnet.route.speculation import speculated
@@ -219,12 +219,17 @@ class Session:
         result.session_id = self.session_id
 
     def release(self) -> None:
-        """Frees the session on every stage (best effort: a gone stage holds nothing, and
-        a frozen one gets RELEASE_TIMEOUT_SECONDS, then evicts the idle session itself)."""
+        """Frees the session on every stage. A stage that does not answer within
+        RELEASE_TIMEOUT_SECONDS (frozen, restarting) gets the release again later, off
+        this thread (meshnet.route.release_retry): else it would count the session as
+        held until a new session needs its slot."""
         key = self.key()
         for client in self.clients:
-            with contextlib.suppress(StageError):
+            try:
                 client.release(key, timeout=RELEASE_TIMEOUT_SECONDS)
+            except StageError as exc:
+                if exc.code in TRANSIENT_CODES:
+                    RELEASES.add(client, key)
 
     # -- what the walks share -------------------------------------------------------------
 

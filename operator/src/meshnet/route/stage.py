@@ -232,6 +232,12 @@ class StageClient:
         response = self._call("ReleaseSession", pb.ReleaseSessionRequest(key=key), timeout)
         return bool(response.released)  # type: ignore[attr-defined]
 
+    def release_future(self, key: pb.RouteKey, timeout: float) -> grpc.Future:
+        """Starts a ReleaseSession (its future raises grpc.RpcError on failure); raises
+        ValueError when this client was closed."""
+        return self._stub.ReleaseSession.future(pb.ReleaseSessionRequest(key=key),
+                                                timeout=timeout)
+
     def tokenize(self, text: str, add_special: bool = True) -> list[int]:
         response = self._call("Tokenize", pb.TokenizeRequest(text=text, add_special=add_special))
         return list(response.tokens)  # type: ignore[attr-defined]
