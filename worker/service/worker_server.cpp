@@ -196,6 +196,7 @@ bool worker_server::start(const worker_params & params, engine_i & engine, std::
     if (local_relay_) {
         local_relay_limits limits;
         limits.max_frame_bytes = static_cast<size_t>(transport_limit);
+        limits.idle_timeout    = std::chrono::milliseconds(params.local_relay_idle_ms);
         local_relay_->start(*core_, limits);
     }
     server_ = builder.BuildAndStart();
