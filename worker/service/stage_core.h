@@ -107,10 +107,15 @@ public:
 
     // The Ring RPC's stream for a first stage whose key was checked (last stage).
     grpc::ServerWriteReactor<pb::RingResponse> * subscribe_ring(const pb::RouteKey & key);
-    // Ends the Ring subscribers' streams (the worker stops: they would hold it up).
-    void stop_ring() { ring_hub_.stop(); }
+    // Ends the Ring subscribers' streams and this stage's subscription (the worker
+    // stops: they would hold it up).
+    void stop_ring();
     // First stage: the incarnation of the ring's last stage it is subscribed at ("" when none).
     std::string ring_last_incarnation() const;
+    bool has_ring_link() const { return ring_link_ != nullptr; }
+    // First stage of a ring: until it subscribed at the last stage (ring_link::wait_subscribed);
+    // at once `subscribed` without a ring.
+    ring_link::wait_result wait_ring(std::chrono::milliseconds bound, std::string & why);
     ring_waiters & ring() { return ring_waiters_; }
 
     const service_identity &  identity() const { return identity_; }

@@ -14,8 +14,10 @@
 
 #include <grpcpp/server.h>
 
+#include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
 
 namespace meshnet {
 
@@ -36,6 +38,10 @@ public:
     const std::string & incarnation() const { return identity_.incarnation; }
 
 private:
+    // Reports the service SERVING (gRPC health: the pods' readiness) once a ring's first
+    // stage subscribed at the last stage, or `bound` later anyway; at once otherwise.
+    void serve_when_ready(std::chrono::milliseconds bound, const std::string & ring_last);
+
     service_identity                  identity_;
     std::unique_ptr<session_store>    sessions_;
     std::unique_ptr<scheduler>        scheduler_;
@@ -45,6 +51,7 @@ private:
     std::unique_ptr<grpc::Server>     server_;
     std::unique_ptr<local_relay_server> local_relay_; // after the service it serves
     metrics_server                    metrics_;
+    std::thread                       ready_; // serve_when_ready
     int                               port_ = 0;
 };
 
