@@ -16,6 +16,7 @@
 #include "scheduler.h"
 #include "session_store.h"
 #include "step_checks.h"
+#include "tokenize_bound.h"
 
 #include "meshnet/shard/v1/shard_service.pb.h"
 
@@ -47,6 +48,7 @@ struct service_identity {
     int32_t     max_step_tokens   = 512;
     std::vector<int32_t> eos_token_ids; // from the GGUF vocabulary (engine_info has none)
     std::string chat_template;          // the GGUF's tokenizer.chat_template ("" when none)
+    tokenize_bound tokenize;            // how text bytes bound its tokens (Tokenize)
     std::string next_stage;             // chain successor ("" when none)
     std::string ring_last;              // the ring's last stage, as given ("" when none)
     std::chrono::milliseconds stream_flush{100}; // decode loop answers are sent at least this often

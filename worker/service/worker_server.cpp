@@ -123,6 +123,7 @@ bool worker_server::start(const worker_params & params, engine_i & engine, std::
     identity_.max_loop_windows  = params.max_loop_windows;
     identity_.eos_token_ids     = std::move(vocab.eos_token_ids);
     identity_.chat_template     = std::move(vocab.chat_template);
+    identity_.tokenize          = vocab.tokenize;
     identity_.next_stage        = params.next_stage;
     identity_.ring_last         = params.ring_last;
     identity_.placement         = std::move(placement);
