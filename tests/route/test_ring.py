@@ -82,7 +82,8 @@ def info_of(worker: WorkerProcess) -> pb.GetInfoResponse:
 def serving(worker: WorkerProcess) -> bool:
     """The worker's gRPC health (what a pod's readiness probe asks) is SERVING."""
     with grpc.insecure_channel(worker.endpoint) as channel:
-        answer = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=5)
+        stub = health_pb2_grpc.HealthStub(channel)
+        answer = stub.Check(health_pb2.HealthCheckRequest(), timeout=5)
     return bool(answer.status == health_pb2.HealthCheckResponse.SERVING)
 
 

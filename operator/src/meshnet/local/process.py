@@ -279,7 +279,8 @@ def start_route(binary: Path, specs: Sequence[LaunchSpec], log_dir: Path | None 
             log = log_dir / f"worker-{index}.log" if log_dir else None
             workers[index] = WorkerProcess(binary, spec, log).start(timeout)
         if ring and len(specs) > 1:
-            workers[0].wait_for_line(SERVING, timeout)  # subscribed: a driver may ask for it at once
+            # subscribed at the last stage: a driver may ask for the ring at once
+            workers[0].wait_for_line(SERVING, timeout)
     except BaseException:
         for worker in workers.values():
             worker.kill()
