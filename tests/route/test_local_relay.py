@@ -231,6 +231,42 @@ def test_strangers_on_the_local_relay_are_refused_and_cost_neither_memory_nor_th
             worker.stop()
 
 
+def test_idle_holders_of_the_local_relay_are_closed_so_a_restarted_stage_gets_it_back(
+    shard_worker: Path, smollm2: Path, tmp_path: Path, reference: Callable[..., list[int]],
+) -> None:
+    """Peers that know the token, connect and send nothing hold the relay's connections
+    only for --local-relay-idle-ms: without it, holders filling the cap kept a restarted
+    first stage on gRPC for as long as they liked."""
+    specs = [LaunchSpec(model=smollm2, layers=LayerRange(*span), route_id="test/local-relay",
+                        threads=1, extra=extra)
+             for span, extra in [((0, 15), ()), ((15, 30), ("--local-relay-idle-ms", "1000"))]]
+    workers = start_route(shard_worker, specs, tmp_path, chain=True)
+    try:
+        first, last = workers
+        info = StageClient(last.endpoint).info()
+        port, token = info.local_relay_port, info.local_relay_token
+        first.stop()
+        time.sleep(0.2)  # its connection is gone
+        holders = [socket.create_connection(("127.0.0.1", port)) for _ in range(16)]
+        for sock in holders:
+            sock.sendall(token)
+        with socket.create_connection(("127.0.0.1", port)) as extra:
+            extra.sendall(token)
+            assert closed_within(extra, 5)  # the cap (16) is full
+        first.start()
+        with RouteDriver([w.endpoint for w in workers], topology="chain") as driver:
+            prompt = driver.tokenize(PROMPT)
+            settle(driver, prompt, last)  # the restarted stage relays locally again
+            generation = driver.generate(prompt, max_tokens=16, stop_at_eos=False)
+        assert generation.tokens == reference(prompt, 16)
+        assert all(closed_within(sock, 1) for sock in holders)
+        for sock in holders:
+            sock.close()
+    finally:
+        for worker in workers:
+            worker.stop()
+
+
 def test_a_worker_on_a_unix_socket_offers_no_tcp_local_relay(
     shard_worker: Path, smollm2: Path, tmp_path: Path,
 ) -> None:

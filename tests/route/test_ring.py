@@ -5,6 +5,7 @@ test_route_recovery.py, which runs every case on the ring too."""
 
 from __future__ import annotations
 
+import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -12,9 +13,10 @@ from pathlib import Path
 
 import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from meshnet.layers import LayerRange
-from meshnet.local.process import LaunchSpec, WorkerProcess, start_route
+from meshnet.local.process import SERVING, LaunchSpec, WorkerProcess, free_port, start_route
 from meshnet.route import RouteDriver, RouteRefused
 from meshnet.route.proto import pb, pb_grpc
 from meshnet.route.stage import stage_error
@@ -70,6 +72,56 @@ def test_the_ring_gives_the_unsplit_models_greedy_tokens_on_every_split(
     # 2-core CI the ring brought 21 and 20 of 46 with 2 and 3 stages); wan_bench.py
     # shows the ring's lead where the legs take time.
     assert ring_tokens_fed(ring[0]) > 0
+
+
+def info_of(worker: WorkerProcess) -> pb.GetInfoResponse:
+    with grpc.insecure_channel(worker.endpoint) as channel:
+        return pb_grpc.ShardServiceStub(channel).GetInfo(pb.GetInfoRequest(), timeout=5)
+
+
+def serving(worker: WorkerProcess) -> bool:
+    """The worker's gRPC health (what a pod's readiness probe asks) is SERVING."""
+    with grpc.insecure_channel(worker.endpoint) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        answer = stub.Check(health_pb2.HealthCheckRequest(), timeout=5)
+    return bool(answer.status == health_pb2.HealthCheckResponse.SERVING)
+
+
+def test_a_rings_first_stage_is_ready_once_subscribed_or_after_its_bounded_wait(
+    shard_worker: Path, smollm2: Path, tmp_path: Path,
+) -> None:
+    """Ready (gRPC health, and the SERVING line `meshnet up` reads) only once subscribed at
+    the last stage, so a new route never starts as a chain; with the last stage absent,
+    SERVING anyway after --ring-ready-ms, saying it runs as a chain."""
+    first, last = specs_for(smollm2, SPLITS[2])
+    address = f"127.0.0.1:{free_port()}"  # the last stage, not started yet
+    head = WorkerProcess(shard_worker, replace(first, next_stage=address, ring_last=address),
+                         tmp_path / "head.log").start()
+    lone = WorkerProcess(shard_worker, replace(first, extra=("--ring-ready-ms", "3000"),
+                                               next_stage=f"127.0.0.1:{free_port()}",
+                                               ring_last=f"127.0.0.1:{free_port()}"),
+                         tmp_path / "lone.log").start()
+    tail = None
+    try:
+        assert not serving(head) and not serving(lone)
+        lone.wait_for_line(SERVING, 30)
+        assert serving(lone)
+        assert any("could not subscribe at the last stage" in line and "as a chain" in line
+                   for line in lone.lines)
+        assert not serving(head) and not head.serving()  # its last stage is still absent
+        tail = WorkerProcess(shard_worker, replace(last, listen=address),
+                             tmp_path / "tail.log").start()
+        deadline = time.monotonic() + 30
+        while not serving(head):
+            assert time.monotonic() < deadline, head.lines[-5:]
+            time.sleep(0.05)
+        assert info_of(head).ring_last_incarnation == info_of(tail).incarnation  # subscribed
+        assert head.serving()
+        assert not any("could not subscribe" in line for line in head.lines)
+    finally:
+        for worker in (head, lone, tail):
+            if worker is not None:
+                worker.stop()
 
 
 def test_the_ring_refuses_a_subscriber_of_another_epoch_and_a_stage_that_is_not_last(

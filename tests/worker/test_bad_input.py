@@ -235,8 +235,15 @@ def test_a_prompt_longer_than_the_context_is_refused(route: Route) -> None:
 def test_the_driver_refuses_a_prompt_longer_than_the_context(
     two_stages: list[WorkerProcess], route: Route,
 ) -> None:
-    with RouteDriver([w.endpoint for w in two_stages]) as driver, pytest.raises(PromptTooLong):
-        driver.generate([1] * (route.info_first.n_ctx + 1), max_tokens=1)
+    with RouteDriver([w.endpoint for w in two_stages]) as driver:
+        with pytest.raises(PromptTooLong):
+            driver.generate([1] * (route.info_first.n_ctx + 1), max_tokens=1)
+        # Text: counted by the stage's tokenizer, or refused from its bytes untokenized.
+        n_ctx = route.info_first.n_ctx
+        with pytest.raises(PromptTooLong, match=f"tokens, the route's context holds {n_ctx}"):
+            driver.generate(" word" * (n_ctx + 1), max_tokens=1)
+        with pytest.raises(PromptTooLong, match="more tokens than the route's context holds"):
+            driver.generate("<|im_start|>" * 5000, max_tokens=1)  # 60 KB, > 162 B per token
 
 
 def test_more_sessions_than_slots_are_refused_until_a_slot_is_released(route: Route) -> None:

@@ -402,12 +402,18 @@ std::vector<step_result> llama_engine::step(const std::vector<step_request> & re
 engine_status llama_engine::tokenize(const std::string & text, bool add_special, std::vector<int32_t> & out) const {
     const llama_vocab * vocab = llama_model_get_vocab(model_.get());
     const int32_t text_len = static_cast<int32_t>(text.size());
-    int32_t n = llama_tokenize(vocab, text.data(), text_len, nullptr, 0, add_special, /*parse_special =*/ true);
+    // Tokenizing is the cost: one pass when the guess holds them (text rarely has more
+    // tokens than bytes), a second only when it does not.
+    out.resize(std::min<size_t>(text.size() + 16, 1 << 20));
+    int32_t n = llama_tokenize(vocab, text.data(), text_len, out.data(), static_cast<int32_t>(out.size()),
+                               add_special, /*parse_special =*/ true);
     if (n == INT32_MIN) {
         return engine_status::invalid_argument;
     }
-    out.resize(static_cast<size_t>(n < 0 ? -n : n));
-    n = llama_tokenize(vocab, text.data(), text_len, out.data(), static_cast<int32_t>(out.size()), add_special, true);
+    if (n < 0) {
+        out.resize(static_cast<size_t>(-n));
+        n = llama_tokenize(vocab, text.data(), text_len, out.data(), static_cast<int32_t>(out.size()), add_special, true);
+    }
     if (n < 0) {
         out.clear();
         return engine_status::internal;

@@ -7,6 +7,29 @@
 
 namespace meshnet {
 
+namespace {
+
+std::string string_of(const gguf_context * ctx, const char * key) {
+    const int64_t index = gguf_find_key(ctx, key);
+    return index >= 0 && gguf_get_kv_type(ctx, index) == GGUF_TYPE_STRING ? gguf_get_val_str(ctx, index) : "";
+}
+
+std::vector<std::string> strings_of(const gguf_context * ctx, const char * key) {
+    std::vector<std::string> out;
+    const int64_t index = gguf_find_key(ctx, key);
+    if (index >= 0 && gguf_get_kv_type(ctx, index) == GGUF_TYPE_ARRAY &&
+        gguf_get_arr_type(ctx, index) == GGUF_TYPE_STRING) {
+        const size_t n = gguf_get_arr_n(ctx, index);
+        out.reserve(n);
+        for (size_t i = 0; i < n; ++i) {
+            out.emplace_back(gguf_get_arr_str(ctx, index, i));
+        }
+    }
+    return out;
+}
+
+} // namespace
+
 gguf_vocab_facts gguf_vocab_read(const std::string & model_path) {
     gguf_vocab_facts facts;
     gguf_init_params params{};
@@ -30,10 +53,13 @@ gguf_vocab_facts gguf_vocab_read(const std::string & model_path) {
             facts.eos_token_ids.push_back(static_cast<int32_t>(value));
         }
     }
-    const int64_t tmpl = gguf_find_key(ctx, "tokenizer.chat_template");
-    if (tmpl >= 0 && gguf_get_kv_type(ctx, tmpl) == GGUF_TYPE_STRING) {
-        facts.chat_template = gguf_get_val_str(ctx, tmpl);
-    }
+    facts.chat_template = string_of(ctx, "tokenizer.chat_template");
+    vocab_spec vocab;
+    vocab.model  = string_of(ctx, "tokenizer.ggml.model");
+    vocab.pre    = string_of(ctx, "tokenizer.ggml.pre");
+    vocab.tokens = strings_of(ctx, "tokenizer.ggml.tokens");
+    vocab.merges = strings_of(ctx, "tokenizer.ggml.merges");
+    facts.tokenize = vocab_tokenize_bound(vocab);
     gguf_free(ctx);
     return facts;
 }

@@ -39,7 +39,7 @@ void log_refusal(const char * why) {
 
 struct local_relay_server::connection {
     connection(int socket, stage_core & core, size_t max_frame_bytes)
-        : fd(socket), opened(relay_clock::now()), frames(max_frame_bytes),
+        : fd(socket), opened(relay_clock::now()), heard(opened), frames(max_frame_bytes),
           batches(core, true, [this](pb::RelayResponse && response) { answered(response); }) {}
 
     void answered(const pb::RelayResponse & response) {
@@ -55,6 +55,7 @@ struct local_relay_server::connection {
 
     int                     fd;
     relay_clock::time_point opened;
+    relay_clock::time_point heard; // its last bytes, or its last step in flight
     std::string             token; // what came of it so far
     bool                    trusted = false;
     bool                    ended   = false; // no more reading; closed once all is answered
@@ -148,6 +149,11 @@ void local_relay_server::poll_loop() {
             if (!peer->ended && !peer->trusted && now - peer->opened > limits_.token_timeout) {
                 log_refusal("no token in time");
                 end(*peer);
+            } else if (!peer->ended && peer->unanswered.load() > 0) {
+                peer->heard = now; // a long step is no silence: idle counts from its answer
+            } else if (!peer->ended && now - peer->heard > limits_.idle_timeout) {
+                log_refusal("idle (nothing sent within --local-relay-idle-ms)");
+                end(*peer);
             }
         }
         reap(false);
@@ -190,6 +196,7 @@ void local_relay_server::read_from(connection & peer) {
         end(peer);
         return;
     }
+    peer.heard = relay_clock::now();
     size_t used = 0;
     if (!peer.trusted) {
         used = std::min(local_relay_token_bytes - peer.token.size(), static_cast<size_t>(got));

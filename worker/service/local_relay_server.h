@@ -23,6 +23,9 @@ struct local_relay_limits {
     size_t                    max_frame_bytes = 0;
     int                       max_connections = 16; // more are closed as they come
     std::chrono::milliseconds token_timeout{2000};  // to send the token, from connecting
+    // A connection with nothing to answer that sent nothing for this long is closed: a
+    // peer that knows the token could otherwise hold every connection there is.
+    std::chrono::milliseconds idle_timeout{60000};
 };
 
 class local_relay_server {

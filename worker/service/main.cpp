@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <sys/prctl.h>
 #include <unistd.h>
+#include <utility>
 
 int main(int argc, char ** argv) {
     meshnet::worker_params params;
@@ -60,8 +61,18 @@ int main(int argc, char ** argv) {
         return 1;
     }
 
+    meshnet::gguf_vocab_facts vocab = meshnet::gguf_vocab_read(params.model_path);
+    if (vocab.tokenize.token_bytes > 0) {
+        std::fprintf(stderr, "meshnet-shard-worker: tokenize: text is refused untokenized past %lld counted bytes "
+                     "(%lld per token, %d tokens of context)\n",
+                     static_cast<long long>(vocab.tokenize.token_bytes * params.n_ctx),
+                     static_cast<long long>(vocab.tokenize.token_bytes), params.n_ctx);
+    } else {
+        std::fprintf(stderr, "meshnet-shard-worker: tokenize: no byte bound for this tokenizer; text is "
+                     "tokenized whole\n");
+    }
     meshnet::worker_server server;
-    if (!server.start(params, *engine, error, meshnet::gguf_vocab_read(params.model_path), placement)) {
+    if (!server.start(params, *engine, error, std::move(vocab), placement)) {
         std::fprintf(stderr, "error: %s\n", error.c_str());
         return 1;
     }

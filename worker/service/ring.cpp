@@ -159,6 +159,11 @@ ring_link::ring_link(std::shared_ptr<grpc::Channel> channel, pb::RouteKey key, d
 }
 
 ring_link::~ring_link() {
+    stop();
+    thread_.join();
+}
+
+void ring_link::stop() {
     {
         std::lock_guard<std::mutex> lock(mutex_);
         stopping_ = true;
@@ -167,12 +172,24 @@ ring_link::~ring_link() {
         }
     }
     wake_.notify_all();
-    thread_.join();
 }
 
 std::string ring_link::incarnation() const {
     std::lock_guard<std::mutex> lock(mutex_);
     return incarnation_;
+}
+
+ring_link::wait_result ring_link::wait_subscribed(std::chrono::milliseconds bound, std::string & why) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    wake_.wait_for(lock, bound, [this] { return stopping_ || !incarnation_.empty(); });
+    if (stopping_) {
+        return wait_result::stopped;
+    }
+    if (!incarnation_.empty()) {
+        return wait_result::subscribed;
+    }
+    why = last_failure_.empty() ? "no answer yet" : last_failure_;
+    return wait_result::timed_out;
 }
 
 void ring_link::run() {
@@ -198,6 +215,7 @@ void ring_link::run() {
                 incarnation_ = message.incarnation();
                 std::fprintf(stderr, "meshnet-shard-worker: ring: subscribed at the last stage (%s)\n",
                              incarnation_.c_str());
+                wake_.notify_all(); // wait_subscribed
                 continue;
             }
             deliver_(message);
@@ -209,6 +227,7 @@ void ring_link::run() {
         if (stopping_) {
             return;
         }
+        last_failure_ = std::to_string(status.error_code()) + ": " + status.error_message();
         refused.say("the last stage's stream ended (" + std::to_string(status.error_code()) + ": " +
                     status.error_message() + "); the loop goes on over the chain, subscribing again");
         wake_.wait_for(lock, std::chrono::milliseconds(500), [this] { return stopping_; });

@@ -14,6 +14,7 @@
 #include <grpcpp/client_context.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <functional>
 #include <map>
@@ -74,6 +75,13 @@ public:
     // The last stage's incarnation while subscribed, else "".
     std::string incarnation() const;
 
+    enum class wait_result { subscribed, timed_out, stopped };
+    // Until subscribed, or at most `bound`, or until stop(); `why` gets the last
+    // attempt's failure when it timed out.
+    wait_result wait_subscribed(std::chrono::milliseconds bound, std::string & why);
+    // Ends the subscription for good (the worker stops) and wakes wait_subscribed.
+    void stop();
+
 private:
     void run();
 
@@ -83,6 +91,7 @@ private:
     mutable std::mutex                      mutex_;
     std::condition_variable                 wake_;
     std::string                             incarnation_;
+    std::string                             last_failure_; // how the last stream ended
     grpc::ClientContext *                   call_ = nullptr; // the stream being read
     bool                                    stopping_ = false;
     std::thread                             thread_;

@@ -4,6 +4,7 @@
 #include "forward_stream.h"
 #include "proto_convert.h"
 #include "relay_stream.h"
+#include "tokenize_bound.h"
 #include "utf8_text.h"
 
 #include <chrono>
@@ -172,15 +173,41 @@ grpc::ServerUnaryReactor * shard_service::Tokenize(grpc::CallbackServerContext *
             {{"max_message_bytes", std::to_string(core_.identity().max_message_bytes)}})));
         return reactor;
     }
-    std::vector<int32_t> tokens;
-    const engine_status status = core_.engine().tokenize(request->text(), request->add_special(), tokens);
-    if (status != engine_status::ok) {
-        finish(reactor, "Tokenize", error_status(make_error(error_reason::engine_failure,
-            std::string("tokenize: ") + engine_status_name(status))));
+    // Text that cannot fit is refused from its bytes: tokenizing it whole costs more than
+    // linear time in its special tokens.
+    const int64_t n_ctx    = core_.n_ctx();
+    const int64_t at_least = min_tokens(request->text(), core_.identity().tokenize);
+    if (at_least > n_ctx) {
+        finish(reactor, "Tokenize", error_status(make_error(error_reason::context_overflow,
+            "the text (" + std::to_string(request->text().size()) + " bytes) is at least " + std::to_string(at_least) +
+            " tokens, the context holds " + std::to_string(n_ctx), {{"n_ctx", std::to_string(n_ctx)}})));
         return reactor;
     }
-    response->mutable_tokens()->Add(tokens.begin(), tokens.end());
-    finish(reactor, "Tokenize", grpc::Status::OK);
+    const bool taken = tokenizers_.try_run([this, ctx, reactor, request, response, n_ctx] {
+        if (ctx->IsCancelled()) {
+            finish(reactor, "Tokenize", grpc::Status(grpc::StatusCode::CANCELLED, "the client cancelled"));
+            return;
+        }
+        std::vector<int32_t> tokens;
+        const engine_status status = core_.engine().tokenize(request->text(), request->add_special(), tokens);
+        if (status != engine_status::ok) {
+            finish(reactor, "Tokenize", error_status(make_error(error_reason::engine_failure,
+                std::string("tokenize: ") + engine_status_name(status))));
+            return;
+        }
+        if (static_cast<int64_t>(tokens.size()) > n_ctx) {
+            finish(reactor, "Tokenize", error_status(make_error(error_reason::context_overflow,
+                "the text is " + std::to_string(tokens.size()) + " tokens, the context holds " + std::to_string(n_ctx),
+                {{"n_ctx", std::to_string(n_ctx)}, {"n_tokens", std::to_string(tokens.size())}})));
+            return;
+        }
+        response->mutable_tokens()->Add(tokens.begin(), tokens.end());
+        finish(reactor, "Tokenize", grpc::Status::OK);
+    });
+    if (!taken) {
+        finish(reactor, "Tokenize", error_status(make_error(error_reason::capacity_exhausted,
+            "every tokenizer of this stage is busy; retry shortly")));
+    }
     return reactor;
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "stage_core.h"
+#include "tokenizer_pool.h"
 
 #include "meshnet/shard/v1/shard_service.grpc.pb.h"
 
@@ -34,6 +35,9 @@ private:
     void finish(grpc::ServerUnaryReactor * reactor, const char * rpc, const grpc::Status & status);
 
     stage_core & core_;
+    // Tokenize's threads: two tokenize at once and two more wait; a fifth is refused
+    // (CAPACITY_EXHAUSTED). Last: it joins before the rest goes.
+    tokenizer_pool tokenizers_{2, 2};
 };
 
 } // namespace meshnet

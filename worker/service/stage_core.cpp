@@ -328,4 +328,15 @@ std::string stage_core::ring_last_incarnation() const {
     return ring_link_ ? ring_link_->incarnation() : std::string();
 }
 
+void stage_core::stop_ring() {
+    ring_hub_.stop();
+    if (ring_link_) {
+        ring_link_->stop();
+    }
+}
+
+ring_link::wait_result stage_core::wait_ring(std::chrono::milliseconds bound, std::string & why) {
+    return ring_link_ ? ring_link_->wait_subscribed(bound, why) : ring_link::wait_result::subscribed;
+}
+
 } // namespace meshnet

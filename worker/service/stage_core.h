@@ -16,6 +16,7 @@
 #include "scheduler.h"
 #include "session_store.h"
 #include "step_checks.h"
+#include "tokenize_bound.h"
 
 #include "meshnet/shard/v1/shard_service.pb.h"
 
@@ -47,6 +48,7 @@ struct service_identity {
     int32_t     max_step_tokens   = 512;
     std::vector<int32_t> eos_token_ids; // from the GGUF vocabulary (engine_info has none)
     std::string chat_template;          // the GGUF's tokenizer.chat_template ("" when none)
+    tokenize_bound tokenize;            // how text bytes bound its tokens (Tokenize)
     std::string next_stage;             // chain successor ("" when none)
     std::string ring_last;              // the ring's last stage, as given ("" when none)
     std::chrono::milliseconds stream_flush{100}; // decode loop answers are sent at least this often
@@ -111,10 +113,15 @@ public:
 
     // The Ring RPC's stream for a first stage whose key was checked (last stage).
     grpc::ServerWriteReactor<pb::RingResponse> * subscribe_ring(const pb::RouteKey & key);
-    // Ends the Ring subscribers' streams (the worker stops: they would hold it up).
-    void stop_ring() { ring_hub_.stop(); }
+    // Ends the Ring subscribers' streams and this stage's subscription (the worker
+    // stops: they would hold it up).
+    void stop_ring();
     // First stage: the incarnation of the ring's last stage it is subscribed at ("" when none).
     std::string ring_last_incarnation() const;
+    bool has_ring_link() const { return ring_link_ != nullptr; }
+    // First stage of a ring: until it subscribed at the last stage (ring_link::wait_subscribed);
+    // at once `subscribed` without a ring.
+    ring_link::wait_result wait_ring(std::chrono::milliseconds bound, std::string & why);
     ring_waiters & ring() { return ring_waiters_; }
 
     const service_identity &  identity() const { return identity_; }

@@ -71,10 +71,16 @@ const char * worker_params_usage() {
         "                            without waiting for the answer to come back along the chain\n"
         "                            (S network legs per token instead of 2(S-1)); same TLS as\n"
         "                            --next-stage\n"
+        "  --ring-ready-ms N         ring: the first stage reports SERVING (gRPC health) only once\n"
+        "                            subscribed at --ring-last, or after N ms at most, then logs\n"
+        "                            that it runs as a chain until it subscribes (default: 60000)\n"
         "  --local-relay on|off      without TLS: take relayed steps from a previous stage on this\n"
         "                            host over a plain socket on 127.0.0.1 (GetInfo says its port),\n"
         "                            and send them so to a --next-stage on 127.0.0.1 that offers\n"
         "                            one; several times cheaper per token than gRPC (default: on)\n"
+        "  --local-relay-idle-ms N   close a local relay connection that carried nothing for N ms\n"
+        "                            (its stage connects again when it next relays), so idle ones\n"
+        "                            cannot hold the 16 connections there are (default: 60000)\n"
         "  --exit-with-parent PID    stop as on SIGTERM once PID, this worker's parent, is gone\n"
         "                            (a supervisor that dies leaves no worker behind; Linux)\n";
 }
@@ -150,6 +156,12 @@ bool worker_params_parse(int argc, char ** argv, worker_params & params, std::st
         }},
         {"--exit-with-parent", [&](const std::string & v) {
             return parse_int64(v, params.exit_with_parent) && params.exit_with_parent > 1;
+        }},
+        {"--ring-ready-ms", [&](const std::string & v) {
+            return parse_int64(v, params.ring_ready_ms) && params.ring_ready_ms >= 0;
+        }},
+        {"--local-relay-idle-ms", [&](const std::string & v) {
+            return parse_int64(v, params.local_relay_idle_ms) && params.local_relay_idle_ms >= 1;
         }},
         {"--evict-idle-ms", [&](const std::string & v) {
             return parse_int64(v, params.evict_idle_ms) && params.evict_idle_ms >= 0;

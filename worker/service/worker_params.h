@@ -46,7 +46,9 @@ struct worker_params {
     std::string next_stage_ca;                  // verifies --next-stage (default: tls_client_ca)
     std::string next_stage;                     // chain: relay steps here (HOST:PORT)
     std::string ring_last;                      // ring: the route's last stage (HOST:PORT)
+    int64_t     ring_ready_ms   = 60000;        // ring: health waits this long for the subscription
     bool        local_relay     = true;         // offer / use the local relay (no TLS only)
+    int64_t     local_relay_idle_ms = 60000;    // close a local relay connection silent this long
     int64_t     exit_with_parent = 0;           // stop when this process (our parent) exits
 };
 

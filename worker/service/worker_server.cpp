@@ -106,6 +106,14 @@ static std::shared_ptr<grpc::Channel> stage_channel(const std::string & address,
     return grpc::CreateCustomChannel(address, channel_credentials, arguments);
 }
 
+// gRPC health, for the whole server and the service: what readiness probes ask.
+static void set_serving(grpc::Server & server, bool serving) {
+    if (auto * health = server.GetHealthCheckService()) {
+        health->SetServingStatus("", serving);
+        health->SetServingStatus(pb::ShardService::service_full_name(), serving);
+    }
+}
+
 worker_server::~worker_server() {
     stop(0);
 }
@@ -128,6 +136,7 @@ bool worker_server::start(const worker_params & params, engine_i & engine, std::
     identity_.max_loop_windows  = params.max_loop_windows;
     identity_.eos_token_ids     = std::move(vocab.eos_token_ids);
     identity_.chat_template     = std::move(vocab.chat_template);
+    identity_.tokenize          = vocab.tokenize;
     identity_.next_stage        = params.next_stage;
     identity_.ring_last         = params.ring_last;
     identity_.placement         = std::move(placement);
@@ -216,6 +225,7 @@ bool worker_server::start(const worker_params & params, engine_i & engine, std::
     if (local_relay_) {
         local_relay_limits limits;
         limits.max_frame_bytes = static_cast<size_t>(transport_limit);
+        limits.idle_timeout    = std::chrono::milliseconds(params.local_relay_idle_ms);
         local_relay_->start(*core_, limits);
     }
     server_ = builder.BuildAndStart();
@@ -224,9 +234,13 @@ bool worker_server::start(const worker_params & params, engine_i & engine, std::
         scheduler_->stop();
         return false;
     }
-    auto * health = server_->GetHealthCheckService();
-    health->SetServingStatus("", true);
-    health->SetServingStatus(pb::ShardService::service_full_name(), true);
+    const std::chrono::milliseconds ring_bound(params.ring_ready_ms);
+    if (core_->has_ring_link()) { // not ready until subscribed: a new route never starts as a chain
+        set_serving(*server_, false);
+        ready_ = std::thread([this, ring_bound, last = params.ring_last] { serve_when_ready(ring_bound, last); });
+    } else {
+        serve_when_ready(ring_bound, params.ring_last); // at once
+    }
 
     if (!params.metrics_listen.empty()) {
         stage_core * core = core_.get();
@@ -240,16 +254,33 @@ bool worker_server::start(const worker_params & params, engine_i & engine, std::
     return true;
 }
 
+void worker_server::serve_when_ready(std::chrono::milliseconds bound, const std::string & ring_last) {
+    std::string why;
+    switch (core_->wait_ring(bound, why)) {
+        case ring_link::wait_result::stopped:
+            return;
+        case ring_link::wait_result::timed_out:
+            std::fprintf(stderr, "meshnet-shard-worker: ring: could not subscribe at the last stage %s within "
+                         "%lld ms (%s): serving as a chain, a leg slower per token, until it subscribes\n",
+                         ring_last.c_str(), static_cast<long long>(bound.count()), why.c_str());
+            break;
+        case ring_link::wait_result::subscribed:
+            break;
+    }
+    set_serving(*server_, true);
+    std::fprintf(stderr, "meshnet-shard-worker: serving (gRPC health SERVING)\n");
+    std::fflush(stderr);
+}
+
 void worker_server::stop(int grace_ms) {
     if (core_) {
-        core_->stop_ring();
+        core_->stop_ring(); // also ends serve_when_ready's wait
+    }
+    if (ready_.joinable()) {
+        ready_.join();
     }
     if (server_) {
-        auto * health = server_->GetHealthCheckService();
-        if (health) {
-            health->SetServingStatus("", false);
-            health->SetServingStatus(pb::ShardService::service_full_name(), false);
-        }
+        set_serving(*server_, false);
         server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(grace_ms));
         server_->Wait();
         server_.reset();

@@ -16,8 +16,10 @@
 #include <grpcpp/resource_quota.h>
 #include <grpcpp/server.h>
 
+#include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
 
 namespace meshnet {
 
@@ -38,6 +40,10 @@ public:
     const std::string & incarnation() const { return identity_.incarnation; }
 
 private:
+    // Reports the service SERVING (gRPC health: the pods' readiness) once a ring's first
+    // stage subscribed at the last stage, or `bound` later anyway; at once otherwise.
+    void serve_when_ready(std::chrono::milliseconds bound, const std::string & ring_last);
+
     service_identity                  identity_;
     std::unique_ptr<session_store>    sessions_;
     std::unique_ptr<scheduler>        scheduler_;
@@ -49,6 +55,7 @@ private:
     metrics_server                    metrics_;
     grpc::ResourceQuota               inflight_quota_{"meshnet-shard-worker requests"};
     std::unique_ptr<heap_trimmer>     heap_trimmer_;
+    std::thread                       ready_; // serve_when_ready
     int                               port_ = 0;
 };
 

@@ -28,7 +28,10 @@ WORKER_ENV_DEFAULTS = {"GOMP_SPINCOUNT": "3000"}
 
 _LISTENING = re.compile(r"listening on port (\d+)")
 _METRICS = re.compile(r"metrics on port (\d+)")
-RING_SUBSCRIBED = "ring: subscribed at the last stage"  # the first stage's log line
+# Logged as the worker's gRPC health turns SERVING, the readiness a pod's probe asks for: at
+# once, except on a ring's first stage, once it subscribed at the last stage (or, failing
+# that, after --ring-ready-ms).
+SERVING = "meshnet-shard-worker: serving"
 
 
 class WorkerStartError(MeshnetError):
@@ -159,6 +162,7 @@ class WorkerProcess:
         self.lines: list[str] = []
         self._proc: subprocess.Popen[str] | None = None
         self._ready = threading.Event()
+        self._serving = threading.Event()
 
     @property
     def endpoint(self) -> str:
@@ -171,11 +175,16 @@ class WorkerProcess:
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
+    def serving(self) -> bool:
+        """Its gRPC health turned SERVING (the worker's SERVING line) since it started."""
+        return self._serving.is_set()
+
     def exit_code(self) -> int | None:
         return self._proc.poll() if self._proc else None
 
     def start(self, timeout: float = 120.0) -> WorkerProcess:
         self._ready.clear()
+        self._serving.clear()
         self.lines = []
         self._proc = subprocess.Popen(
             [str(self.binary), *self.spec.args()],
@@ -206,6 +215,8 @@ class WorkerProcess:
             if match := _LISTENING.search(line):
                 self.port = int(match.group(1))
                 self._ready.set()
+            if SERVING in line:
+                self._serving.set()
         if sink:
             sink.close()
 
@@ -268,7 +279,8 @@ def start_route(binary: Path, specs: Sequence[LaunchSpec], log_dir: Path | None 
             log = log_dir / f"worker-{index}.log" if log_dir else None
             workers[index] = WorkerProcess(binary, spec, log).start(timeout)
         if ring and len(specs) > 1:
-            workers[0].wait_for_line(RING_SUBSCRIBED, timeout)  # a driver may ask for it at once
+            # subscribed at the last stage: a driver may ask for the ring at once
+            workers[0].wait_for_line(SERVING, timeout)
     except BaseException:
         for worker in workers.values():
             worker.kill()

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from meshnet.api import labels
-from meshnet.local.process import RING_SUBSCRIBED, LaunchSpec, WorkerProcess
+from meshnet.local.process import LaunchSpec, WorkerProcess
 from meshnet.reconcile.route import ObservedPod, WorkerSpec
 from meshnet.reconcile.route.podspec import OFFLOAD_ALL_LAYERS
 
@@ -79,12 +79,9 @@ class LocalStage:
         return self.process.running()
 
     def ready(self) -> bool:
-        """Running, and a ring's head subscribed at the last stage (its readiness probe):
-        until then a route would serve as a chain, a leg slower per token."""
-        if not self.alive():
-            return False
-        return not self.process.spec.ring_last or any(
-            RING_SUBSCRIBED in line for line in self.process.lines)
+        """Running, and its gRPC health SERVING (what a pod's readiness probe asks): a
+        ring's head only once subscribed at the last stage, or after --ring-ready-ms."""
+        return self.alive() and self.process.serving()
 
     def observed(self) -> ObservedPod:
         running = self.alive()

@@ -132,7 +132,19 @@ class RouteDriver:
         raise RouteError("no stage can tokenize")
 
     def tokenize(self, text: str) -> list[int]:
-        return self._vocab_client().tokenize(text, add_special=True)
+        """The prompt's tokens; PromptTooLong when the stage finds they cannot fit its
+        context (it refuses such text, often from its bytes alone, before tokenizing)."""
+        try:
+            return self._vocab_client().tokenize(text, add_special=True)
+        except StageError as exc:
+            if exc.reason != "CONTEXT_OVERFLOW":
+                raise
+            n_ctx = exc.metadata.get("n_ctx", str(self.route.n_ctx))
+            counted = exc.metadata.get("n_tokens")
+            raise PromptTooLong(
+                f"the prompt has {counted} tokens, the route's context holds {n_ctx}" if counted
+                else f"the prompt is more tokens than the route's context holds ({n_ctx})"
+            ) from None
 
     def detokenize(self, tokens: Sequence[int]) -> str:
         return self._vocab_client().detokenize(tokens)

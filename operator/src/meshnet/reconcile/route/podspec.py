@@ -126,6 +126,9 @@ def _node_selector(stage: Stage, storage: ArtifactStorage, digest: str) -> dict[
     return selector
 
 
+# The worker's gRPC health: SERVING once it listens, a ring's first stage only once it has
+# subscribed at the last stage (or after --ring-ready-ms); `meshnet up` waits for the same
+# moment through the worker's `serving` line (meshnet.local.process.SERVING).
 def _grpc_probe(port: int, period: int, failures: int) -> dict[str, Any]:
     return {"grpc": {"port": port}, "periodSeconds": period, "failureThreshold": failures,
             "timeoutSeconds": 5}
