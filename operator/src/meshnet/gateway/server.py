@@ -171,20 +171,18 @@ class Gateway:
                                "with backoff", "rejected", "rate_limit_exceeded")
 
     async def _run(self, request: web.Request, job: Job, arrived: float) -> web.StreamResponse:
-        driver: RouteDriver = self.route.driver()
-        try:
-            prompt = await self._call(self._prompt_ids, driver, job)
-            job = job.within_context(len(prompt))
-        except PromptTooLong as exc:
-            return self._error(400, str(exc), "bad_request", "context_length_exceeded")
-        except ChatTemplateError as exc:
-            return self._error(400, str(exc), "bad_request", param="messages")
-        except (MeshnetError, OSError) as exc:
-            return self._error(503, f"route {self.config.model} is not servable: {exc}",
-                               "unavailable", "route_unavailable")
-        run = _Generation(self, driver, job, prompt, arrived)
+        run = _Generation(self, self.route.driver(), job, arrived)
         response: web.StreamResponse | None = None
         try:
+            try:
+                prompt = await run.prompt_ready()
+            except PromptTooLong as exc:
+                return self._error(400, str(exc), "bad_request", "context_length_exceeded")
+            except ChatTemplateError as exc:
+                return self._error(400, str(exc), "bad_request", param="messages")
+            except (MeshnetError, OSError) as exc:
+                return self._error(503, f"route {self.config.model} is not servable: {exc}",
+                                   "unavailable", "route_unavailable")
             if job.stream:
                 response = await self._stream(request, run)
                 return response
@@ -258,14 +256,20 @@ class _RouteFailed(MeshnetError):
 
 
 class _Generation:
-    """One request's session: the driver generating in a thread, tokens back to the loop."""
+    """One request's session: the driver tokenizing the prompt and generating in a thread
+    of its own, the prompt's tokens and then the generated ones back to the loop.
 
-    def __init__(self, gateway: Gateway, driver: RouteDriver, job: Job, prompt: list[int],
+    The first token's path has one hand-off to the thread and one back: the prompt is
+    tokenized in the generating thread (the prefill does not wait for the loop to pass the
+    prompt on), and the first token's text is made there too, as `meshnet generate` makes
+    it (later tokens arrive faster than their text is made, and the loop batches them)."""
+
+    def __init__(self, gateway: Gateway, driver: RouteDriver, job: Job,
                  arrived: float) -> None:
         self.gateway = gateway
         self.driver = driver
         self.job = job
-        self.prompt = prompt
+        self.prompt: list[int] = []
         self.arrived = arrived
         self.request_id = ("chatcmpl-" if job.kind == "chat" else "cmpl-") + uuid.uuid4().hex
         self.created = int(time.time())
@@ -273,7 +277,17 @@ class _Generation:
         self.tokens: asyncio.Queue[int | None] = asyncio.Queue()
         self._stop = threading.Event()
         self._last_token_at: float | None = None
+        self._prompt: asyncio.Future[list[int]] = self.loop.create_future()
+        self._first = True  # the next token is the first (the generating thread's)
+        # the first token's visible tokens and their text, made in the generating thread
+        self._early_text: tuple[list[int], str] | None = None
         self.future = self.loop.run_in_executor(gateway.generations, self._generate)
+
+    async def prompt_ready(self) -> list[int]:
+        """The prompt's tokens (and `job` fitted to the context after them), or the error
+        that refused them (PromptTooLong, ChatTemplateError, a stage's)."""
+        self.prompt = await self._prompt
+        return self.prompt
 
     def stop(self) -> None:
         """No more tokens wanted: the driver stops at the next one and frees the session."""
@@ -287,11 +301,38 @@ class _Generation:
     def _on_token(self, token: int) -> None:
         if self._stop.is_set():
             raise _Stopped
+        if self._first:
+            self._first = False
+            self._early_text = self._first_text(token)
         self.loop.call_soon_threadsafe(self.tokens.put_nowait, token)
+
+    def _first_text(self, token: int) -> tuple[list[int], str] | None:
+        visible = [] if token in self.driver.route.eos_token_ids else [token]
+        try:
+            return visible, self.driver.detokenize(visible) if visible else ""
+        except StageError:
+            return None  # the loop asks again
+
+    def _settle_prompt(self, prompt: list[int] | None, error: BaseException | None) -> None:
+        if self._prompt.done():  # the request went away meanwhile
+            return
+        if error is not None:
+            self._prompt.set_exception(error)
+        else:
+            self._prompt.set_result(prompt or [])
 
     def _generate(self) -> Any:
         try:
-            return self.driver.generate(self.prompt, max_tokens=self.job.max_tokens,
+            try:
+                prompt = self.gateway._prompt_ids(self.driver, self.job)
+                self.job = self.job.within_context(len(prompt))
+            except BaseException as exc:
+                self.loop.call_soon_threadsafe(self._settle_prompt, None, exc)
+                raise
+            self.loop.call_soon_threadsafe(self._settle_prompt, prompt, None)
+            if self._stop.is_set():
+                raise _Stopped
+            return self.driver.generate(prompt, max_tokens=self.job.max_tokens,
                                         sampling=self.job.sampling,
                                         stop_at_eos=not self.job.ignore_eos,
                                         on_token=self._on_token,
@@ -327,7 +368,9 @@ class _Generation:
                     break
                 self._observe_token()
                 generated.append(item)
-            text = await self._text([t for t in generated if t not in eos])
+            visible = [t for t in generated if t not in eos]
+            early = self._early_text
+            text = early[1] if early and early[0] == visible else await self._text(visible)
             if text is None:
                 continue  # the stage could not answer now (restarting?): the next token retries
             delta = stream.update(text, final=done)
