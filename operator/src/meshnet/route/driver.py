@@ -139,12 +139,10 @@ class RouteDriver:
         except StageError as exc:
             if exc.reason != "CONTEXT_OVERFLOW":
                 raise
-            n_ctx = exc.metadata.get("n_ctx", str(self.route.n_ctx))
-            counted = exc.metadata.get("n_tokens")
-            raise PromptTooLong(
-                f"the prompt has {counted} tokens, the route's context holds {n_ctx}" if counted
-                else f"the prompt is more tokens than the route's context holds ({n_ctx})"
-            ) from None
+            n_ctx = exc.metadata.get("n_ctx", "")
+            counted = exc.metadata.get("n_tokens", "")
+            raise PromptTooLong(int(counted) if counted.isdigit() else None,
+                                int(n_ctx) if n_ctx.isdigit() else self.route.n_ctx) from None
 
     def detokenize(self, tokens: Sequence[int]) -> str:
         return self._vocab_client().detokenize(tokens)

@@ -31,8 +31,12 @@ class PromptTooLong(RouteError):
     """The prompt (with the completion asked for, when `max_tokens` is given) does not fit
     the per-session context: a request error, never the route's failure."""
 
-    def __init__(self, prompt_tokens: int, n_ctx: int, max_tokens: int | None = None) -> None:
-        if max_tokens is None:
+    def __init__(self, prompt_tokens: int | None, n_ctx: int, max_tokens: int | None = None) -> None:
+        """`prompt_tokens` None: a stage refused the text uncounted (from its bytes)."""
+        if prompt_tokens is None:
+            message = (f"the prompt is more tokens than the route's context holds ({n_ctx}):"
+                       " shorten the prompt")
+        elif max_tokens is None:
             message = (f"the prompt has {prompt_tokens} tokens, the route's context holds "
                        f"{n_ctx}: shorten the prompt")
         else:
