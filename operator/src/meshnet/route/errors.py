@@ -31,7 +31,8 @@ class PromptTooLong(RouteError):
     """The prompt (with the completion asked for, when `max_tokens` is given) does not fit
     the per-session context: a request error, never the route's failure."""
 
-    def __init__(self, prompt_tokens: int | None, n_ctx: int, max_tokens: int | None = None) -> None:
+    def __init__(self, prompt_tokens: int | None, n_ctx: int,
+                 max_tokens: int | None = None) -> None:
         """`prompt_tokens` None: a stage refused the text uncounted (from its bytes)."""
         if prompt_tokens is None:
             message = (f"the prompt is more tokens than the route's context holds ({n_ctx}):"
