@@ -236,6 +236,8 @@ def main() -> None:
     parser.add_argument("--idle", type=float, default=20.0,
                         help="seconds of nothing changing after the rollout")
     args = parser.parse_args()
+    if args.stages < 2:  # the re-split gives half the first stage's layers to the second
+        parser.error("--stages must be at least 2: the rollout re-splits two stages")
     median = plan_median(args.stages, args.plan_runs)
     print(f"plan() median: {median:.3f} ms for one {args.stages}-stage route"
           f" ({args.plan_runs} runs)")
