@@ -113,10 +113,11 @@ class Phase:
         if self.name == "idle":
             writes = sum(n for call, n in self.calls.items()
                          if call.split()[0] not in ("get", "list", "watch"))
+            cpu = self.metrics.get(CPU, 0.0)
             return (f"idle: {routes} Ready routes for {self.seconds:.1f} s from"
                     f" {SETTLE_SECONDS:.0f} s after the rollout, nothing changing:"
-                    f" {reconciles:.0f} reconciles; operator CPU"
-                    f" {self.metrics.get(CPU, 0.0):.1f} s; API requests"
+                    f" {reconciles:.0f} reconciles; operator CPU {cpu:.2f} s"
+                    f" ({cpu / self.seconds:.3f} cores); API requests"
                     f" {sum(self.calls.values())} ({verbs or 'none'}), writes {writes}")
         return (f"{self.name}: {routes} routes Ready in {self.seconds:.1f} s;"
                 f" {reconciles:.0f} reconciles ({reconciles / routes:.2f} per route);"
@@ -235,6 +236,8 @@ def main() -> None:
     parser.add_argument("--idle", type=float, default=20.0,
                         help="seconds of nothing changing after the rollout")
     args = parser.parse_args()
+    if args.stages < 2:  # the re-split gives half the first stage's layers to the second
+        parser.error("--stages must be at least 2: the rollout re-splits two stages")
     median = plan_median(args.stages, args.plan_runs)
     print(f"plan() median: {median:.3f} ms for one {args.stages}-stage route"
           f" ({args.plan_runs} runs)")

@@ -351,6 +351,56 @@ def test_a_symlink_planted_at_a_partial_is_replaced_never_written_through(
     assert server.bytes_sent == split_set.total  # nothing was taken from the link's target
 
 
+def test_a_partial_hard_linked_to_another_file_is_recreated_never_written_through(
+        split_set, serve, meshnet, tmp_path):
+    server, url = serve(split_set.folder)
+    artifact = split_set.artifact_yaml(tmp_path / "ma.yaml", url)
+    dest = tmp_path / "models"
+    dest.mkdir()
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    os.link(victim, dest / f"{split_set.files[0].name}.partial")
+
+    result = meshnet("artifact", "pull", "--artifact", str(artifact), "--dest", str(dest))
+
+    assert result.returncode == 0, result.stderr
+    assert "hard links: replacing it with a new file" in result.stderr
+    assert same_files(split_set, dest)
+    assert victim.read_text() == "precious"
+    assert victim.stat().st_nlink == 1
+    assert server.bytes_sent == split_set.total  # nothing was taken from the other file
+
+
+@pytest.mark.parametrize("marked", [False, True])
+def test_a_final_file_that_is_a_symlink_out_of_the_destination_is_not_verified(
+        split_set, serve, meshnet, tmp_path, marked):
+    """`marked`: a pull verified the file before it became a link (to a copy of the same
+    size and mtime: its marker would match through the link)."""
+    server, url = serve(split_set.folder)
+    artifact = split_set.artifact_yaml(tmp_path / "ma.yaml", url)
+    dest, elsewhere = tmp_path / "models", tmp_path / "elsewhere"
+    pull_args = ("artifact", "pull", "--artifact", str(artifact), "--dest", str(dest))
+    dest.mkdir()
+    copy_set(split_set, elsewhere)  # the right bytes, but outside --dest
+    first = split_set.files[0].name
+    if marked:
+        assert meshnet(*pull_args).returncode == 0
+        mtime = (dest / first).stat().st_mtime_ns
+        os.utime(elsewhere / first, ns=(mtime, mtime))
+        (dest / first).unlink()
+        server.reset_counts()
+    (dest / first).symlink_to(elsewhere / first)
+
+    result = meshnet(*pull_args)
+
+    assert result.returncode == 0, result.stderr
+    assert f"{first} is a symbolic link: removing it and fetching the file" in result.stderr
+    assert not (dest / first).is_symlink()
+    assert same_files(split_set, dest)
+    assert server.bytes_sent == split_set.files[0].stat().st_size if marked else split_set.total
+    assert (elsewhere / first).read_bytes() == split_set.files[0].read_bytes()
+
+
 def test_a_state_folder_that_is_a_symlink_is_refused(split_set, serve, meshnet, tmp_path):
     server, url = serve(split_set.folder)
     artifact = split_set.artifact_yaml(tmp_path / "ma.yaml", url)

@@ -116,6 +116,42 @@ async def test_a_ready_route_makes_no_api_writes_over_several_resync_periods(
     assert set(made) == {"get shardroutes"}  # each resync reads the route; nothing else
 
 
+async def test_quiet_routes_cost_no_periodic_work_per_route(
+        cluster: Emulator, make_route: MakeRoute, make_artifact: MakeArtifact) -> None:
+    """With nothing changing, no route is reconciled, no API request is made, and each
+    route's daemon asks its stages at most once in many sample periods (once per quiet
+    period): idle cost follows what changes, not how many routes there are."""
+    sample, routes = 0.1, 3
+    settings = dataclasses.replace(SETTINGS, tracker=TrackerSettings(
+        sample_seconds=sample, report_seconds=30.0, stage_timeout_seconds=sample))
+    metrics = OperatorMetrics()
+
+    def asked() -> float:  # every stage of every pass: KMock's pods run no worker
+        return metrics.registry.get_sample_value(
+            "meshnet_tracker_stage_collect_errors_total") or 0.0
+
+    async with running_operator(cluster, settings, metrics):
+        artifact = make_artifact()
+        await create(cluster, ARTIFACTS, artifact)
+        await cluster.patch(f"{ARTIFACTS}/smollm2/status", json={"status": artifact["status"]})
+        for i in range(routes):
+            await create(cluster, ROUTES, make_route(f"r{i}"))
+        await eventually(lambda: len(pods(cluster)) == 3 * routes, what="the stage pods")
+        await mark_pods(cluster, NS)
+        await eventually(lambda: all(condition(route(cluster, f"r{i}"), "Certified")
+                                     for i in range(routes)), what="every daemon's word")
+        await until_quiet(cluster, 10 * sample)
+        calls, reconciles, before = Counter(cluster.calls), metrics.reconciles, asked()
+        runs = reconciles.labels("ShardRoute")._value.get()
+        await asyncio.sleep(20 * sample)
+        made, sampled = cluster.calls - calls, asked() - before
+    assert before > 0  # the daemons did ask the stages while the routes changed
+    assert reconciles.labels("ShardRoute")._value.get() == runs
+    assert made == Counter()
+    # Every sample period this would be 20 passes x 3 stages per route.
+    assert sampled <= routes * 3, f"{sampled:.0f} stage samples in 20 quiet sample periods"
+
+
 async def test_events_that_show_the_planner_nothing_new_do_not_reconcile(
         cluster: Emulator, metrics: OperatorMetrics, make_route: MakeRoute,
         make_artifact: MakeArtifact) -> None:

@@ -235,3 +235,20 @@ def test_a_daemon_copies_the_route_and_its_pods_again_only_when_they_changed() -
     assert snapshot.pods([pod, other]) is pods  # the index holds the same objects
     assert snapshot.pods([pod, {"name": "r-s1-e2"}])[1] == {"name": "r-s1-e2"}
     assert snapshot.pods([pod]) == [pod]
+
+
+def test_a_quiet_route_is_sampled_once_per_quiet_period_and_any_change_restores_the_rate(
+        ) -> None:
+    from meshnet.operator.pace import Pace
+
+    pace = Pace(sample_seconds=5.0, quiet_seconds=25.0)
+    assert pace.due("v1", 0.0)
+    pace.passed("v1", ("idle",), 0.0)
+    assert not pace.due("v1", 4.9) and pace.due("v1", 5.0)
+    pace.passed("v1", ("idle",), 5.0)  # the same answers: quiet
+    assert not pace.due("v1", 29.9) and pace.due("v1", 30.0)
+    assert pace.due("v2", 6.0)  # the route, its pods, an artifact or a Job changed
+    pace.passed("v2", ("busy",), 6.0)  # new answers: back to every sample period
+    assert pace.due("v2", 11.0)
+    pace.passed("v2", None, 11.0)  # a failed pass is retried at the full rate
+    assert pace.due("v2", 16.0)

@@ -77,11 +77,12 @@ def marker_matches(marker: dict[str, object], file: ArtifactFile, stat: os.stat_
 
 def has_valid_marker(layout: Layout, file: ArtifactFile) -> bool:
     try:
-        stat = layout.final(file.name).stat()
+        info = layout.final(file.name).lstat()  # a symbolic link may lead anywhere
         marker = json.loads(layout.marker(file.name).read_text())
     except (OSError, ValueError):
         return False
-    return isinstance(marker, dict) and marker_matches(marker, file, stat)
+    return (stat.S_ISREG(info.st_mode) and isinstance(marker, dict)
+            and marker_matches(marker, file, info))
 
 
 def write_marker(layout: Layout, file: ArtifactFile) -> bool:
@@ -119,12 +120,14 @@ def open_new(path: Path, mode: str = "w+b") -> IO[Any]:
 
 
 def open_existing(path: Path, mode: str) -> IO[Any]:
-    """An existing regular file, opened for writing ("r+b" or "a") without following links."""
+    """An existing regular file of one name, opened for writing ("r+b" or "a") without
+    following links: a hard link planted there would make the writes land in another file."""
     flags = os.O_NOFOLLOW | (os.O_WRONLY | os.O_APPEND if mode.startswith("a") else os.O_RDWR)
     fd = os.open(path, flags)
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
         os.close(fd)
-        raise StorageRefused(f"{path} is not a regular file: refusing to write to it")
+        raise StorageRefused(f"{path} is not a regular file of one name: refusing to write to it")
     return os.fdopen(fd, mode)
 
 

@@ -199,6 +199,12 @@ class Puller:
         """Bring one file into place verified, or raise the ArtifactError saying why not."""
         self.meter.describe(file.name)
         final = self.layout.final(file.name)
+        info = _lstat(final)
+        if info is not None and not stat.S_ISREG(info.st_mode):
+            # A symbolic link may lead out of the destination: only a file in it is verified.
+            self.meter.log(f"{file.name} is {_what(final)}: removing it and fetching the file"
+                           " in its place, not following it")
+            final.unlink()
         if final.is_file():
             if final.stat().st_size == file.size and sha256_file(final, self.meter) == file.sha256:
                 self._seal(file)
@@ -243,9 +249,10 @@ class Puller:
             journal = parse_journal(journal_path.read_text())
         except (OSError, UnicodeDecodeError):
             journal = None
-        size = _regular_size(partial)
-        if size is None and partial.is_symlink():
-            self.meter.log(f"{partial.name} is a symbolic link: replacing it, not following it")
+        size = _own_size(partial)
+        if size is None and _lstat(partial) is not None:
+            self.meter.log(f"{partial.name} is {_what(partial)}: replacing it with a new file,"
+                           " not writing through it")
         plan = plan_resume(file, journal, size)
         if size is not None:
             self.meter.log(f"{file.name}: {plan.why}")
@@ -344,18 +351,35 @@ class Puller:
                 transfer.checkpoint()
 
 
-def _regular_size(path: Path) -> int | None:
-    """The size of a regular file at `path` itself (a link is not followed), else None."""
+def _lstat(path: Path) -> os.stat_result | None:
     try:
-        info = path.lstat()
+        return path.lstat()
     except FileNotFoundError:
         return None
-    return info.st_size if stat.S_ISREG(info.st_mode) else None
+
+
+def _own_size(path: Path) -> int | None:
+    """The size of a regular file at `path` that has no other name (a symbolic link is not
+    followed; a hard link would make writes land in another file too), else None."""
+    info = _lstat(path)
+    if info is None or not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+        return None
+    return info.st_size
+
+
+def _what(path: Path) -> str:
+    """What is at `path` that is not a file of ours, in words."""
+    info = path.lstat()
+    if stat.S_ISLNK(info.st_mode):
+        return "a symbolic link"
+    if stat.S_ISREG(info.st_mode):
+        return f"a file with {info.st_nlink} hard links"
+    return "not a regular file"
 
 
 def _reusable_bytes(layout: Layout, file: ArtifactFile) -> int:
     for path in (layout.final(file.name), layout.partial(file.name)):
-        size = _regular_size(path)
+        size = _own_size(path)
         if size is not None:
             return min(size, file.size)
     return 0

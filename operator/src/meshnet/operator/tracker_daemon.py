@@ -1,8 +1,8 @@
 """A daemon per ShardRoute, beside the reconcile and never in its way: every few seconds
-it asks the stages for their capacity, runs the lane's certification Job when needed,
-shows the outcome in status (Certified condition, certification, tracker, and the
-acceptance of the route's speculation) and reports to the Tracker. A slow stage or a
-down Tracker delays only this route's daemon.
+(less often while nothing changes, see pace.py) it asks the stages for their capacity,
+runs the lane's certification Job when needed, shows the outcome in status (Certified
+condition, certification, tracker, and the acceptance of the route's speculation) and
+reports to the Tracker. A slow stage or a down Tracker delays only this route's daemon.
 
 Steady state costs the API server nothing: the route body is kopf's live copy, stage
 pods, artifacts, certification Jobs and their pods come from indices fed by the watches,
@@ -31,6 +31,7 @@ from meshnet.operator.context import Context
 from meshnet.operator.executor import owner_path
 from meshnet.operator.handlers import ARTIFACTS, OURS, ROUTE_LABEL, ROUTES
 from meshnet.operator.kube import path
+from meshnet.operator.pace import Pace
 from meshnet.reconcile.route.podspec import RouteRef
 from meshnet.timestamps import now_rfc3339
 from meshnet.tracker import kubernetes as kube_inputs
@@ -56,6 +57,7 @@ class Shared:
     reporting: Reporting
     nodes: dict[str, tuple[float, dict[str, str]]] = field(default_factory=dict)
     cluster_id: str | None = None
+    changes: int = 0  # events of certification Jobs, their pods and artifacts, so far
     withdrawals: set[asyncio.Task[Any]] = field(default_factory=set)
 
 
@@ -92,16 +94,19 @@ def register(registry: kopf.OperatorRegistry, ctx: Context) -> None:
     @kopf.index("batch", "v1", "jobs", labels=CERTIFYING, id="tracker_jobs", registry=registry)
     async def certification_jobs(namespace: str | None, name: str, status: kopf.Status,
                                  **_: Any) -> Any:
+        shared.changes += 1
         return {(namespace, name): {"status": copy.deepcopy(dict(status))}}
 
     @kopf.index("pods", labels=CERTIFYING, id="tracker_job_pods", registry=registry)
     async def job_pods(namespace: str | None, labels: kopf.Labels, body: kopf.Body,
                        **_: Any) -> Any:
+        shared.changes += 1
         job = labels.get(jobs.JOB_NAME_LABEL) or labels.get("job-name")
         return {(namespace, job): kube_inputs.pod_facts(body)} if job else None
 
     @kopf.index(*ARTIFACTS, id="tracker_artifacts", registry=registry)
     async def artifacts(namespace: str | None, name: str, status: kopf.Status, **_: Any) -> Any:
+        shared.changes += 1
         return {namespace: {name: {"status": {"gguf": dict(status.get("gguf") or {})}}}}
 
     @kopf.daemon(*ROUTES, registry=registry, cancellation_timeout=30.0)
@@ -111,15 +116,23 @@ def register(registry: kopf.OperatorRegistry, ctx: Context) -> None:
         last: CapacityReport | None = None
         ns = namespace or ""
         snapshot = _Snapshot()
+        # An unchanged report is re-sent every report_seconds: passes stay within that.
+        pace = Pace(settings.sample_seconds,
+                    max(settings.sample_seconds, settings.report_seconds - settings.sample_seconds))
         while not stopped:
-            seen = Seen(
-                body=snapshot.body(body),
-                pods=snapshot.pods(indices["tracker_stage_pods"].get((namespace, name), ())),
-                artifacts={k: v for found in indices["tracker_artifacts"].get(namespace, ())
-                           for k, v in found.items()},
-                jobs=_ByJob(indices["tracker_jobs"], namespace),
-                job_pods=_ByJob(indices["tracker_job_pods"], namespace))
-            last = await _guarded(shared, ns, name, cadence, seen) or last
+            current = snapshot.body(body)
+            pods = snapshot.pods(indices["tracker_stage_pods"].get((namespace, name), ()))
+            inputs = (snapshot.copies, shared.changes)
+            if pace.due(inputs, time.monotonic()):
+                seen = Seen(
+                    body=current, pods=pods,
+                    artifacts={k: v for found in indices["tracker_artifacts"].get(namespace, ())
+                               for k, v in found.items()},
+                    jobs=_ByJob(indices["tracker_jobs"], namespace),
+                    job_pods=_ByJob(indices["tracker_job_pods"], namespace))
+                report, outcome = await _guarded(shared, ns, name, cadence, seen)
+                last = report or last
+                pace.passed(inputs, outcome, time.monotonic())
             await stopped.wait(settings.sample_seconds)
         deleted = stopped.reason and stopped.reason & kopf.DaemonStoppingReason.RESOURCE_DELETED
         if deleted and last is not None:  # the route may be gone already: no fresh pass
@@ -150,11 +163,13 @@ class _Snapshot:
         self._version: str | None = None
         self._found: tuple[Any, ...] = ()
         self._pods: list[dict[str, Any]] = []
+        self.copies = 0  # how many times either was copied: changes when either changed
 
     def body(self, live: Mapping[str, Any]) -> dict[str, Any]:
         version = (live.get("metadata") or {}).get("resourceVersion")
         if self._body is None or version is None or version != self._version:
             self._body, self._version = copy.deepcopy(dict(live)), version
+            self.copies += 1
         return self._body
 
     def pods(self, found: Any) -> list[dict[str, Any]]:
@@ -162,6 +177,7 @@ class _Snapshot:
         if len(found) != len(self._found) or any(
                 a is not b for a, b in zip(found, self._found, strict=True)):
             self._found, self._pods = found, [copy.deepcopy(p) for p in found]
+            self.copies += 1
         return self._pods
 
 
@@ -181,8 +197,11 @@ class _ByJob(Mapping[str, list[dict[str, Any]]]):
         return 0
 
 
+Passed = tuple[CapacityReport | None, object]  # the report, and what the stages answered
+
+
 async def _guarded(shared: Shared, namespace: str, name: str, cadence: Cadence,
-                   seen: Seen) -> CapacityReport | None:
+                   seen: Seen) -> Passed:
     """One pass; a failure is logged and retried on the next pass, never raised: kopf
     would back the daemon off and the route would go unreported."""
     try:
@@ -190,19 +209,21 @@ async def _guarded(shared: Shared, namespace: str, name: str, cadence: Cadence,
     except Exception:
         log.exception("tracker report of %s/%s failed; retrying on the next pass",
                       namespace, name)
-        return None
+        return None, None
 
 
 async def _pass(shared: Shared, namespace: str, name: str, cadence: Cadence,
-                seen: Seen) -> CapacityReport | None:
+                seen: Seen) -> Passed:
+    """The pass's report, and the stages' answers (None where the Tracker did not take
+    the report: the next pass retries at the full rate)."""
     body, settings = seen.body, shared.ctx.settings
     spec = kube_inputs.route_spec(body)
     if spec is None:
-        return None  # an invalid route has nothing to report; the planner says why
+        return None, ()  # an invalid route has nothing to report; the planner says why
     deleting = bool(body["metadata"].get("deletionTimestamp"))
     status = body.get("status") or {}
     if status.get("observedGeneration") != body["metadata"].get("generation") and not deleting:
-        return None  # the reconcile has not settled this spec yet: anything said is moot
+        return None, ()  # the reconcile has not settled this spec yet: anything said is moot
     await _ensure_cluster_id(shared)
     pods = kube_inputs.current_pods(seen.pods, name, int(status.get("epoch") or 0))
     node_labels = {n: await _node_labels(shared, n) for n in kube_inputs.node_names(pods)}
@@ -229,7 +250,9 @@ async def _pass(shared: Shared, namespace: str, name: str, cadence: Cadence,
 
     if patch_of(body) is not None and not deleting:
         await _patch_status(shared, namespace, name, body, patch_of)
-    return report
+    # A stage that keeps failing is quiet too, whatever its error says this time.
+    answers = tuple((n, s.info, s.capacity) for n, s in sorted(stepped.samples.items()))
+    return report, answers if error is None else None
 
 
 async def _patch_status(shared: Shared, namespace: str, name: str, seen: Mapping[str, Any],
