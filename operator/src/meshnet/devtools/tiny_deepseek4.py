@@ -208,6 +208,29 @@ def _mtp_block(w: Weights, m: TinyDeepseek4, il: int, n_vocab: int) -> None:
     w.norm(f"{blk}.shared_head_norm.weight", m.n_embd)
 
 
+def write_block_keys(writer: GGUFWriter, k: str, m: TinyDeepseek4, blocks: int) -> None:
+    """The keys of V4's blocks (experts, attention) under prefix `k`, for `blocks` blocks:
+    the model's and its DSpark drafter's (whose stages are V4 blocks of the same widths)."""
+    writer.add_uint32(k + "expert_count", m.n_expert)
+    writer.add_uint32(k + "expert_used_count", m.n_expert_used)
+    writer.add_uint32(k + "expert_feed_forward_length", m.expert_ff)
+    writer.add_uint32(k + "expert_shared_count", m.n_expert_shared)
+    writer.add_float32(k + "expert_weights_scale", 1.5)
+    writer.add_bool(k + "expert_weights_norm", True)
+    writer.add_uint32(k + "expert_gating_func", GATING_SQRT_SOFTPLUS)
+    writer.add_array(k + "swiglu_clamp_exp", [10.0] * blocks)
+    writer.add_array(k + "swiglu_clamp_shexp", [10.0] * blocks)
+    writer.add_uint32(k + "attention.head_count", m.n_head)
+    writer.add_uint32(k + "attention.head_count_kv", 1)
+    writer.add_uint32(k + "attention.key_length", m.head_dim)
+    writer.add_uint32(k + "attention.value_length", m.head_dim)
+    writer.add_float32(k + "attention.layer_norm_rms_epsilon", 1e-6)
+    writer.add_uint32(k + "attention.q_lora_rank", m.q_lora_rank)
+    writer.add_uint32(k + "attention.sliding_window", m.sliding_window)
+    writer.add_uint32(k + "attention.output_group_count", m.o_groups)
+    writer.add_uint32(k + "attention.output_lora_rank", m.o_lora_rank)
+
+
 def _keys(writer: GGUFWriter, m: TinyDeepseek4) -> None:
     k = f"{ARCH}."
     suffix = f"-mtp{m.mtp_layers}" if m.mtp_layers else ""
@@ -218,24 +241,7 @@ def _keys(writer: GGUFWriter, m: TinyDeepseek4) -> None:
     writer.add_uint32(k + "block_count", m.block_count)
     if m.mtp_layers:
         writer.add_uint32(k + "nextn_predict_layers", m.mtp_layers)
-    writer.add_uint32(k + "expert_count", m.n_expert)
-    writer.add_uint32(k + "expert_used_count", m.n_expert_used)
-    writer.add_uint32(k + "expert_feed_forward_length", m.expert_ff)
-    writer.add_uint32(k + "expert_shared_count", m.n_expert_shared)
-    writer.add_float32(k + "expert_weights_scale", 1.5)
-    writer.add_bool(k + "expert_weights_norm", True)
-    writer.add_uint32(k + "expert_gating_func", GATING_SQRT_SOFTPLUS)
-    writer.add_array(k + "swiglu_clamp_exp", [10.0] * m.block_count)
-    writer.add_array(k + "swiglu_clamp_shexp", [10.0] * m.block_count)
-    writer.add_uint32(k + "attention.head_count", m.n_head)
-    writer.add_uint32(k + "attention.head_count_kv", 1)
-    writer.add_uint32(k + "attention.key_length", m.head_dim)
-    writer.add_uint32(k + "attention.value_length", m.head_dim)
-    writer.add_float32(k + "attention.layer_norm_rms_epsilon", 1e-6)
-    writer.add_uint32(k + "attention.q_lora_rank", m.q_lora_rank)
-    writer.add_uint32(k + "attention.sliding_window", m.sliding_window)
-    writer.add_uint32(k + "attention.output_group_count", m.o_groups)
-    writer.add_uint32(k + "attention.output_lora_rank", m.o_lora_rank)
+    write_block_keys(writer, k, m, m.block_count)
     writer.add_float32(k + "attention.compress_rope_freq_base", 160000.0)
     writer.add_array(k + "attention.compress_ratios", [*m.ratios(), *(0,) * m.mtp_layers])
     writer.add_uint32(k + "attention.indexer.head_count", m.indexer_heads)

@@ -20,13 +20,13 @@ from pathlib import Path
 from gguf import GGUFWriter
 
 from meshnet.devtools.tiny_deepseek4 import (
-    GATING_SQRT_SOFTPLUS,
     HC_MULT,
     SMALL,
     TinyDeepseek4,
     Weights,
     add_vocabulary,
     layer_tensors,
+    write_block_keys,
 )
 
 ARCH = "dflash"
@@ -57,24 +57,7 @@ def _keys(writer: GGUFWriter, d: TinyDSpark, m: TinyDeepseek4, tapped: Sequence[
     writer.add_uint32(k + "context_length", m.context_length)
     writer.add_uint32(k + "embedding_length", m.n_embd)
     writer.add_uint32(k + "block_count", d.stages)
-    writer.add_uint32(k + "expert_count", m.n_expert)
-    writer.add_uint32(k + "expert_used_count", m.n_expert_used)
-    writer.add_uint32(k + "expert_feed_forward_length", m.expert_ff)
-    writer.add_uint32(k + "expert_shared_count", m.n_expert_shared)
-    writer.add_float32(k + "expert_weights_scale", 1.5)
-    writer.add_bool(k + "expert_weights_norm", True)
-    writer.add_uint32(k + "expert_gating_func", GATING_SQRT_SOFTPLUS)
-    writer.add_array(k + "swiglu_clamp_exp", [10.0] * d.stages)
-    writer.add_array(k + "swiglu_clamp_shexp", [10.0] * d.stages)
-    writer.add_uint32(k + "attention.head_count", m.n_head)
-    writer.add_uint32(k + "attention.head_count_kv", 1)
-    writer.add_uint32(k + "attention.key_length", m.head_dim)
-    writer.add_uint32(k + "attention.value_length", m.head_dim)
-    writer.add_float32(k + "attention.layer_norm_rms_epsilon", 1e-6)
-    writer.add_uint32(k + "attention.q_lora_rank", m.q_lora_rank)
-    writer.add_uint32(k + "attention.sliding_window", m.sliding_window)
-    writer.add_uint32(k + "attention.output_group_count", m.o_groups)
-    writer.add_uint32(k + "attention.output_lora_rank", m.o_lora_rank)
+    write_block_keys(writer, k, m, d.stages)
     writer.add_array(k + "attention.compress_ratios", [0] * d.stages)
     writer.add_uint32(k + "rope.dimension_count", m.n_rot)
     writer.add_float32(k + "rope.freq_base", 10000.0)
