@@ -66,6 +66,12 @@ def stream_text(gateway: Gateway, on_chunk: object = None) -> str:
     return "".join(pieces)
 
 
+def chat_refusal(gateway: Gateway) -> tuple[int, str | None, str]:
+    reply = httpx.post(gateway.base_url + "/chat/completions", timeout=INFO_TIMEOUT - 1,
+                       json={"model": MODEL, "messages": QUESTION, "max_tokens": 4})
+    return reply.status_code, reply.headers.get("Retry-After"), reply.text
+
+
 def test_a_stage_that_is_down_gives_503_with_a_clear_message(
     served: tuple[list[WorkerProcess], Gateway],
 ) -> None:
@@ -101,7 +107,8 @@ def test_models_answers_from_the_last_check_while_a_stage_is_frozen(
     served: tuple[list[WorkerProcess], Gateway],
 ) -> None:
     """A handshake would wait INFO_TIMEOUT on the frozen stage for each of 32 clients; the
-    last probe's answer comes at once, and the route is listed again once it thaws."""
+    last probe's answer comes at once (for /v1/models and for chats: 503 with Retry-After),
+    and the route is listed and serves again once it thaws."""
     workers, gateway = served
     assert [m.id for m in client(gateway).models.list().data] == [MODEL]
 
@@ -114,6 +121,12 @@ def test_models_answers_from_the_last_check_while_a_stage_is_frozen(
             assert list(pool.map(lambda _: models(), range(32))) == [200] * 32
         assert wait_for_ready(gateway, 503)  # the probe found the frozen stage
         assert client(gateway).models.list().data == []
+        # requests are answered from the probe's finding too, not each after a handshake
+        # of its own that would wait INFO_TIMEOUT on the frozen stage
+        with ThreadPoolExecutor(16) as pool:
+            refusals = list(pool.map(lambda _: chat_refusal(gateway), range(16)))
+        assert {(status, retry) for status, retry, _ in refusals} == {(503, "2")}
+        assert all("not servable" in message for _, _, message in refusals)
     finally:
         os.kill(workers[1].pid, signal.SIGCONT)
     assert wait_for_ready(gateway, 200)

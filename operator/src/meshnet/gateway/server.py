@@ -73,6 +73,8 @@ class Gateway:
         self.calls = ThreadPoolExecutor(max_workers=16, thread_name_prefix="stage-call")
         self.info: RouteInfo | None = None
         self.problem = "the route has not been checked yet"
+        self._checked_at: float | None = None  # when the last handshake ended
+        self._checking: asyncio.Task[RouteInfo | None] | None = None
 
     # -- the route ------------------------------------------------------------------
 
@@ -80,17 +82,37 @@ class Gateway:
         return await asyncio.get_running_loop().run_in_executor(self.calls, fn, *args)
 
     async def check_route(self) -> RouteInfo | None:
-        """Handshakes every stage; the route when servable, else None with the reason."""
+        """Handshakes every stage; the route when servable, else None with the reason.
+        One handshake at a time: callers arriving meanwhile share its answer."""
+        if self._checking is None:
+            self._checking = asyncio.create_task(self._handshake())
+        try:
+            return await asyncio.shield(self._checking)
+        finally:
+            if self._checking is not None and self._checking.done():
+                self._checking = None
+
+    async def _handshake(self) -> RouteInfo | None:
         try:
             info: RouteInfo = await self._call(self.route.check)
         except (MeshnetError, OSError) as exc:
             self.info, self.problem = None, f"route {self.config.model} is not servable: {exc}"
             self.metrics.route_ready.set(0)
             return None
+        finally:
+            self._checked_at = time.monotonic()
         self.info, self.problem = info, ""
         self.metrics.route_ready.set(1)
         self.admission.resize(info.n_slots)
         return info
+
+    async def route_for_request(self) -> RouteInfo | None:
+        """The route as of the probe's last check, as /ready answers: a request to a route
+        found down (a stage frozen, say) is answered at once, never held on a handshake of
+        its own. Only before the first check ends do requests wait for it (one for all)."""
+        if self.info is not None or self._checked_at is not None:
+            return self.info
+        return await self.check_route()
 
     async def probe_forever(self) -> None:
         while True:
@@ -137,9 +159,11 @@ class Gateway:
     # -- a generation -----------------------------------------------------------------
 
     def _error(self, status: int, message: str, outcome: str, code: str | None = None,
-               param: str | None = None) -> web.Response:
+               param: str | None = None, retry_after: float | None = None) -> web.Response:
         self.metrics.outcomes[outcome].inc()
-        return web.json_response(responses.error(status, message, code, param), status=status)
+        headers = None if retry_after is None else {"Retry-After": str(max(1, round(retry_after)))}
+        return web.json_response(responses.error(status, message, code, param), status=status,
+                                 headers=headers)
 
     async def _generate(self, request: web.Request, kind: str) -> web.StreamResponse:
         arrived = time.monotonic()
@@ -150,9 +174,10 @@ class Gateway:
                                "bad_request")
         except BadRequest as exc:
             return self._error(400, str(exc), "bad_request")
-        info = self.info or await self.check_route()
+        info = await self.route_for_request()
         if info is None:
-            return self._error(503, self.problem, "unavailable", "route_unavailable")
+            return self._error(503, self.problem, "unavailable", "route_unavailable",
+                               retry_after=self.config.probe_seconds)
         try:
             parse = chat_job if kind == "chat" else completion_job
             job = parse(body, RouteBounds(info.n_ctx, info.n_vocab), secrets.randbits(63))
@@ -181,6 +206,11 @@ class Gateway:
             except ChatTemplateError as exc:
                 return self._error(400, str(exc), "bad_request", param="messages")
             except (MeshnetError, OSError) as exc:
+                if isinstance(exc, StageError) and exc.reason == "CAPACITY_EXHAUSTED":
+                    # the first stage's tokenizer threads are all busy: load, not a route down
+                    return self._error(429, f"route {self.config.model} is busy tokenizing"
+                                       f" other prompts: {exc.detail}; retry with backoff",
+                                       "rejected", "rate_limit_exceeded", retry_after=1)
                 return self._error(503, f"route {self.config.model} is not servable: {exc}",
                                    "unavailable", "route_unavailable")
             if job.stream:
