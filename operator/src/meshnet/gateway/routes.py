@@ -57,6 +57,10 @@ class RouteHandle:
         servable (StageError, RouteRefused, RouteNotFound)."""
         return self.driver().connect()
 
+    def kv_usage(self) -> float:
+        """The share of the route's KV cells in use now (0..1)."""
+        return self.driver().kv_usage()
+
     def close(self) -> None:
         with self._lock:
             if self._driver is not None:

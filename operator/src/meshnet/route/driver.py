@@ -124,6 +124,17 @@ class RouteDriver:
         """How a generation started now goes through `route`: ring, chain or hub."""
         return walk_for(route, self.settings()).topology
 
+    def kv_usage(self) -> float:
+        """The route's KV-cache use, 0..1: the fullest stage's share of its cells in use
+        (every session holds cells on every stage, so the fullest one bounds the route)."""
+        usage = 0.0
+        for client in self.clients:
+            capacity = client.capacity()
+            if capacity.kv_tokens_total > 0:
+                used = capacity.kv_tokens_total - capacity.kv_tokens_free
+                usage = max(usage, used / capacity.kv_tokens_total)
+        return usage
+
     def _vocab_client(self) -> StageClient:
         route = self.route
         for client, stage in zip(self.clients, route.stages, strict=True):
