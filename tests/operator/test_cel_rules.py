@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from meshnet.api.checks import route_problems
+from meshnet.api.modelartifact import ModelArtifactSpec
 from meshnet.api.schemacheck import check
 from meshnet.api.shardroute import ShardRouteSpec
 from meshnet.api.validate import schemas
@@ -154,6 +155,24 @@ def test_file_names_must_not_contain_path_separators(make_artifact: MakeArtifact
     artifact["spec"]["files"][0]["name"] = name
     assert problems(artifact) == [
         "spec.files[0].name: file names must not contain path separators"]
+
+
+def test_an_artifact_has_a_model_file_and_at_most_one_drafter(
+        make_artifact: MakeArtifact) -> None:
+    artifact = make_artifact()
+    files = artifact["spec"]["files"]
+    drafter = dict(files[0], name="drafter.gguf", role="Drafter")
+    artifact["spec"]["files"] = [*files, drafter]
+    assert problems(artifact) == []
+    artifact["spec"]["files"] = [*files, drafter, dict(drafter, name="other.gguf")]
+    assert problems(artifact) == ["spec.files: at most one file has role Drafter"]
+    artifact["spec"]["files"] = [drafter]
+    assert problems(artifact) == ["spec.files: at least one file has role Model"]
+    with pytest.raises(ValueError, match="at least one file of role Model"):
+        ModelArtifactSpec.model_validate(artifact["spec"])
+    files[0]["role"] = "Draft"
+    assert problems(make_artifact() | {"spec": artifact["spec"] | {"files": files}})[0] \
+        .startswith("spec.files[0].role: 'Draft' is not one of")
 
 
 def test_exactly_one_source_and_one_storage_must_be_given(make_artifact: MakeArtifact) -> None:
