@@ -16,6 +16,7 @@ from meshnet.reconcile.route.observed import ObservedPod
 READY, PROGRESSING, DEGRADED = "Ready", "Progressing", "Degraded"
 OWN_CONDITIONS = (READY, PROGRESSING, DEGRADED)
 Verdicts = tuple[Verdict, Verdict, Verdict]  # Ready, Progressing, Degraded
+PodKey = tuple[int, str]  # (replica, stage)
 NOT_FAILING = Verdict(DEGRADED, False, "AsExpected", "no stage is failing")
 
 
@@ -28,9 +29,6 @@ def invalid(message: str) -> Verdicts:
 def waiting_for_artifact(message: str) -> Verdicts:
     return (Verdict(READY, False, "ArtifactNotReady", message),
             Verdict(PROGRESSING, True, "ArtifactNotReady", message), NOT_FAILING)
-
-
-PodKey = tuple[int, str]  # (replica, stage)
 
 
 def scaled_to_zero(epoch: int) -> Verdicts:
