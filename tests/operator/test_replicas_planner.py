@@ -207,3 +207,18 @@ def test_a_fleet_serves_while_one_replica_is_ready_and_says_which_are_not(
     fleet.step()
     assert (fleet.condition("Ready")["status"], fleet.condition("Ready")["reason"]) == (
         "False", "StagesNotReady")
+
+
+def test_an_invalid_edit_keeps_every_replica_serving_and_described(
+        make_route: MakeRoute, make_artifact: MakeArtifact) -> None:
+    fleet = Fleet(make_route(replicas=2), make_artifact())
+    fleet.converge()
+    fleet.route["spec"]["stages"][2]["layers"]["end"] = 29  # layer 29 would never run
+    fleet.route["spec"]["replicas"] = 1
+    result = fleet.step()
+    assert result.actions == ()  # nothing deleted, not even the replica scaled away
+    status = fleet.route["status"]
+    assert fleet.condition("Ready")["reason"] == "InvalidSpec"
+    assert [r["stagesReady"] for r in status["replicaStatuses"]] == ["3/3", "3/3"]
+    assert status["replicas"] == status["readyReplicas"] == 2  # they serve, not advertised
+    assert status["capacity"]["sessionSlots"] == 0
