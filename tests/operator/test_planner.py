@@ -49,7 +49,7 @@ def observe(route: dict[str, Any], artifact: dict[str, Any] | None,
             pods: dict[str, dict[str, Any]], service: bool = True) -> Observed:
     observed = [p for p in map(observe_pod, pods.values()) if p is not None]
     return Observed(observe_route(route), tuple(observed),
-                    service_hash=_service_hash(route) if service else None,
+                    services={0: _service_hash(route)} if service else {},
                     artifact=observe_referenced_artifact(artifact) if artifact else None)
 
 

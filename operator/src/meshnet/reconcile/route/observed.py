@@ -28,6 +28,7 @@ class ObservedPod:
     name: str
     stage: str
     epoch: int
+    replica: int = 0  # the route's pipeline it belongs to (0 for pods from before replicas)
     template_hash: str = ""
     digest: str = ""  # first 16 hex digits of the routeDigest it was started for
     uid: str = ""
@@ -73,7 +74,8 @@ class Observed:
 
     route: ObservedRoute
     pods: tuple[ObservedPod, ...] = ()
-    service_hash: str | None = None  # template hash of the existing Service, None if absent
+    # replica -> template hash of its existing headless Service (absent: none)
+    services: Mapping[int, str] = field(default_factory=dict)
     artifact: ReferencedArtifact | None = None
     # template hashes of the gateway's Deployment and Service (None: absent)
     gateway_deployment_hash: str | None = None
@@ -112,6 +114,7 @@ def observe_pod(body: Mapping[str, Any]) -> ObservedPod | None:
     scheduled = conditions.get("PodScheduled") or {}
     return ObservedPod(
         name=meta.get("name", ""), stage=tags[labels.STAGE], epoch=int(tags[labels.EPOCH]),
+        replica=replica_of(tags),
         template_hash=tags.get(labels.TEMPLATE, ""), digest=tags.get(labels.DIGEST, ""),
         uid=meta.get("uid", ""),
         phase=status.get("phase", "Pending"),
@@ -123,6 +126,12 @@ def observe_pod(body: Mapping[str, Any]) -> ObservedPod | None:
         unschedulable=scheduled.get("message", "unschedulable")
         if scheduled.get("reason") == "Unschedulable" else None,
     )
+
+
+def replica_of(tags: Mapping[str, str]) -> int:
+    """The replica a stage pod or headless Service belongs to, by its label (default 0)."""
+    value = str(tags.get(labels.REPLICA, "0"))
+    return int(value) if value.isdigit() else 0
 
 
 def _failing_message(waiting: Mapping[str, Any], containers: list[dict[str, Any]],

@@ -48,7 +48,8 @@ class WorkerSpec:
     # Served with the route's certificate (None: plaintext), and asking callers for one
     # signed by the route's CA when it says so.
     tls: RouteTls | None = None
-    links: StageLinks = UNLINKED  # the stages it relays to, by name
+    links: StageLinks = UNLINKED  # the stages it relays to, by name (of its own replica)
+    replica: int = 0  # the route's pipeline it belongs to; its links stay within it
     loop: LoopSpeculation | None = None  # the first stage's (the one whose loops draft)
     # Positions one rejected draft may drop at once (0: the route does not speculate); a
     # deepseek4 stage keeps that many rollback snapshots per session, a llama one none.
