@@ -16,7 +16,8 @@ import pytest
 import yaml
 
 from meshnet.api import shardroute
-from meshnet.api.common import API_VERSION
+from meshnet.api.common import API_VERSION, GROUP
+from meshnet.api.crd import crd_documents
 from meshnet.paths import repo_root
 
 DOC = repo_root() / "docs" / "autoscaling.md"
@@ -64,6 +65,9 @@ def test_the_keda_schema_refuses_a_misspelt_field() -> None:
 def test_both_autoscalers_scale_a_shard_route(kind: str) -> None:
     target = manifests()[kind]["spec"]["scaleTargetRef"]
     assert target["apiVersion"] == API_VERSION and target["kind"] == shardroute.KIND
+    crd = crd_documents()[f"{GROUP}_{shardroute.PLURAL}.yaml"]
+    (version,) = crd["spec"]["versions"]
+    assert version["subresources"]["scale"]["specReplicasPath"] == ".spec.replicas"
 
 
 def test_the_hpa_reads_the_metric_the_adapter_serves() -> None:
