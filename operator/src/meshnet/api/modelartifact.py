@@ -198,6 +198,20 @@ class ArtifactProgress(StatusModel):
     bytes_total: int = Field(default=0, ge=0, description="Bytes in the manifest.")
 
 
+class GgufDrafter(StatusModel):
+    """The drafter the artifact carries, from its headers."""
+
+    kind: Literal["MTP", "DSpark"] = Field(
+        description="MTP: the model's own multi-token-prediction blocks; DSpark: the file of"
+                    " role Drafter.")
+    target_layers: list[int] = Field(
+        default_factory=list, description="Main layers whose outputs it reads (0-based): the"
+        " last stage of a route drafting with it must own them all.")
+    vocab_size: int = Field(default=0, description="Its vocabulary's size.")
+    tensor_bytes: int = Field(default=0, description="Bytes of its weights.")
+    file: str | None = Field(default=None, description="The DSpark GGUF; absent for MTP.")
+
+
 class GgufFacts(StatusModel):
     """Facts read from the GGUF headers."""
 
@@ -220,6 +234,10 @@ class GgufFacts(StatusModel):
         default=None, ge=1,
         description="Leading layers that route experts by token id (deepseek4): a stage starting "
         "inside them takes the token IDs beside the boundary. Absent when there are none.",
+    )
+    drafter: GgufDrafter | None = Field(
+        default=None, description="The drafter the artifact carries (MTP blocks in the model, or"
+        " a DSpark GGUF); absent when it has none.",
     )
 
 

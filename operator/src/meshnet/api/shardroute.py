@@ -54,22 +54,11 @@ CONTIGUOUS_RULE = (
 MAX_DRAFTS = 7
 MAX_WINDOWS = 8
 SpeculationMode = Literal["Disabled", "Lookup", "MTP", "DSpark"]
-# Modes the schema names so that a route asking for them is told why it is refused,
-# rather than that the value is unknown.
-RESERVED_MODES = {
-    "MTP": "mode MTP is reserved: drafting with the model's multi-token-prediction layers"
-           " on the last stage is not yet supported",
-    "DSpark": "mode DSpark is reserved: a DSpark drafter reading the last layers' hidden"
-              " states on the last stage is not yet supported",
-}
+# The worker's --drafter for the modes whose drafts come from a drafter on the last stage.
+STAGE_DRAFTERS = {"MTP": "mtp", "DSpark": "dspark"}
 
 
-class Speculation(
-    ApiModel,
-    json_schema_extra=validations(*(
-        rule(f"!has(self.mode) || self.mode != '{mode}'", message, fieldPath=".mode")
-        for mode, message in RESERVED_MODES.items())),
-):
+class Speculation(ApiModel):
     """Speculative decoding on the route: drafts verified in one step through every stage.
     Exact by construction (the tokens are those of plain decoding, greedy or sampled), so
     it is not part of recipeDigest: changing it keeps the epoch and replaces the stage pods
@@ -78,9 +67,13 @@ class Speculation(
     mode: SpeculationMode = Field(
         default="Disabled",
         description="Disabled (the gateway does not speculate, and the first stage's decode"
-                    " loops decode plainly whatever a client asks), or Lookup: drafts by"
-                    " prompt lookup over the session's own context, verified exactly at the"
-                    " last stage. MTP and DSpark are reserved and refused.",
+                    " loops decode plainly whatever a client asks); Lookup: drafts by"
+                    " prompt lookup over the session's own context; MTP: drafts by the"
+                    " model's own multi-token-prediction layers; DSpark: drafts by the"
+                    " artifact's DSpark drafter GGUF (its file of role Drafter). MTP and"
+                    " DSpark run on the last stage, which must own every layer the drafter"
+                    " reads; it sends its drafts with each token to the first stage. Every"
+                    " draft is verified exactly at the last stage.",
     )
     max_drafts: int = Field(
         default=6, ge=1, le=MAX_DRAFTS,
@@ -101,6 +94,10 @@ class Speculation(
     @property
     def enabled(self) -> bool:
         return self.mode != "Disabled"
+
+    def stage_drafter(self) -> str | None:
+        """The last stage's --drafter (mtp, dspark), None when drafts are looked up."""
+        return STAGE_DRAFTERS.get(self.mode)
 
     def loop_drafts(self) -> int:
         """The drafts a first stage's decode loop may take per window (0: none)."""

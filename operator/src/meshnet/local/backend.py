@@ -105,7 +105,8 @@ class LocalBackend:
         assert artifact is not None
         problems = spec_problems(route, artifact.observed, self.config)
         if problems:
-            raise RouteFileError(f"{route_file.path}: invalid spec: {'; '.join(problems)}")
+            raise RouteFileError(f"{route_file.path}: invalid spec:"
+                                 f" {'; '.join(map(str, problems))}")
         if artifact is not self.artifact:
             meta = route_file.artifact["metadata"]
             self.metrics.status.artifact(

@@ -10,9 +10,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from meshnet.api import labels
-from meshnet.api.modelartifact import ArtifactStorage, ModelArtifactSpec
+from meshnet.api.modelartifact import ArtifactStorage, GgufDrafter, ModelArtifactSpec
 from meshnet.api.shardroute import ShardRouteSpec
-from meshnet.api.validate import block_count
+from meshnet.api.validate import artifact_drafter, block_count
 
 # Container waiting reasons that mean the stage will not come up without help.
 FAILING_REASONS = frozenset({
@@ -52,6 +52,9 @@ class ReferencedArtifact:
     block_count: int | None = None
     model_file: str = ""
     storage: ArtifactStorage | None = None
+    headers_read: bool = False  # status.gguf is there: `drafter` is known
+    drafter: GgufDrafter | None = None  # the drafter its headers show
+    drafter_file: str | None = None  # its file of role Drafter (a DSpark GGUF)
 
 
 @dataclass(frozen=True)
@@ -161,9 +164,11 @@ def observe_referenced_artifact(body: Mapping[str, Any]) -> ReferencedArtifact:
     digest = status.get("manifestDigest")
     is_ready = ready.get("status") == "True" and digest == spec.manifest_digest()
     message = ready.get("message") or ready.get("reason") or "not provisioned yet"
+    headers_read, drafter = artifact_drafter(dict(body))
     if ready.get("status") == "True" and not is_ready:
         message = "status.manifestDigest does not match the files in its spec"
     return ReferencedArtifact(
         name, ready=is_ready, message="" if is_ready else message, manifest_digest=digest,
         block_count=block_count(dict(body)), model_file=spec.model_file(), storage=spec.storage,
+        headers_read=headers_read, drafter=drafter, drafter_file=spec.drafter_file(),
     )

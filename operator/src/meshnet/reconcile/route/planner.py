@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from meshnet.api import labels
-from meshnet.api.checks import route_problems
+from meshnet.api.checks import Problem, drafter_problems, route_problems
 from meshnet.api.shardroute import Recipe, RouteTls, ShardRouteSpec, Stage
 from meshnet.identity import recipe_digest, route_digest
 from meshnet.layers import LayerRange
@@ -31,7 +31,12 @@ from meshnet.reconcile.route.podspec import (
     stage_pod,
 )
 from meshnet.reconcile.route.topology import stage_links
-from meshnet.reconcile.route.workerspec import Identities, LoopSpeculation, WorkerSpec
+from meshnet.reconcile.route.workerspec import (
+    Identities,
+    LoopSpeculation,
+    StageDrafter,
+    WorkerSpec,
+)
 
 STATUS_KEYS = ("observedGeneration", "epoch", "routeDigest", "recipeDigest", "manifestDigest",
                "replicas", "readyReplicas", "selector", "stages", "replicaStatuses",
@@ -61,20 +66,23 @@ def plan(observed: Observed, config: WorkerConfig, now: datetime) -> Plan:
 
 
 def spec_problems(route: ObservedRoute, artifact: ReferencedArtifact | None,
-                  config: WorkerConfig) -> list[str]:
+                  config: WorkerConfig) -> list[Problem]:
     """Why the route's spec cannot be planned (with this artifact); empty when it can."""
     spec = route.spec
     if spec is None:
-        return list(route.spec_errors)
+        return [Problem("", error) for error in route.spec_errors]
     block_count = artifact.block_count if artifact else None
-    problems = [str(p) for p in route_problems(spec, block_count)]
+    problems = route_problems(spec, block_count)
+    if artifact is not None:
+        problems += drafter_problems(spec, artifact.headers_read, artifact.drafter)
     lane = spec.recipe.lane
     if spec.recipe.image is None and lane not in config.images:
-        problems.append(f"spec.recipe: no worker image for lane {lane}; set recipe.image")
+        problems.append(Problem("spec.recipe", f"no worker image for lane {lane}; set"
+                                               " recipe.image"))
     return problems
 
 
-def _invalid(observed: Observed, problems: Sequence[str], config: WorkerConfig,
+def _invalid(observed: Observed, problems: Sequence[Problem], config: WorkerConfig,
              now: datetime) -> Plan:
     """A spec that cannot be planned rolls nothing out and deletes nothing: the pods
     already running keep serving the last valid spec (its stages as status recorded
@@ -83,18 +91,19 @@ def _invalid(observed: Observed, problems: Sequence[str], config: WorkerConfig,
     route = observed.route
     epoch = int(route.status.get("epoch") or 0)
     running = [p for p in observed.pods if not p.terminating]
-    message = "; ".join(problems)
+    message = "; ".join(map(str, problems))
+    reason = problems[0].reason if problems else "InvalidSpec"
     if running:
         message += f"; the pods of epoch {epoch} keep serving until the spec is fixed"
     old = {c.get("type"): c for c in route.status.get("conditions") or []}
     seen = (old.get("Degraded") or {}).get("message") == message
-    events = () if seen else (Event("Warning", "InvalidSpec", message),)
+    events = () if seen else (Event("Warning", reason, message),)
     layout = derive.recorded_layout(route.status) if running else ()
     current = {(p.replica, p.stage): p for p in running if p.epoch == epoch}
     replicas = 1 + max((p.replica for p in running), default=-1)
     served = Served(layout, current, replicas, 0,  # no slots: not Ready
                     route.status.get("endpoint"))
-    result = _finish(observed, derive.invalid(message), config, now, {}, served)
+    result = _finish(observed, derive.invalid(message, reason), config, now, {}, served)
     return Plan(events=events, status=result.status, conditions=result.conditions)
 
 
@@ -112,7 +121,8 @@ def _rollout(observed: Observed, spec: ShardRouteSpec, manifest: str, config: Wo
     for replica in range(spec.replicas):
         for i, stage in enumerate(spec.stages):
             worker = stage_worker(spec.stages, i, spec.recipe, spec.tls, epoch, identities,
-                                  observed.artifact.model_file, route_id, replica)
+                                  observed.artifact.model_file, route_id, replica,
+                                  observed.artifact.drafter_file)
             body = stage_pod(StageInputs(ref, stage, spec.recipe, storage, worker), config)
             desired[replica, stage.name] = (body, worker)
     actions, events = _pod_actions(observed.pods, desired, epoch, spec.replicas)
@@ -135,11 +145,17 @@ def _rollout(observed: Observed, spec: ShardRouteSpec, manifest: str, config: Wo
 
 def stage_worker(stages: Sequence[Stage], index: int, recipe: Recipe, tls: RouteTls | None,
                  epoch: int, identities: Identities, model_file: str,
-                 route_id: str, replica: int = 0) -> WorkerSpec:
+                 route_id: str, replica: int = 0,
+                 drafter_file: str | None = None) -> WorkerSpec:
     """The worker of `stages[index]` in `replica` at `epoch`: every replica's is the same
-    but for the addresses of its links."""
+    but for the addresses of its links. The last stage hosts the recipe's drafter (the
+    artifact's `drafter_file` for DSpark)."""
     stage = stages[index]
     speculation = recipe.speculation
+    kind = speculation.stage_drafter()
+    drafter = (StageDrafter(kind, speculation.max_drafts,
+                            drafter_file if kind == "dspark" else None)
+               if kind and index == len(stages) - 1 else None)
     return WorkerSpec(
         stage=stage.name,
         layers=LayerRange(stage.layers.begin, stage.layers.end),
@@ -158,6 +174,7 @@ def stage_worker(stages: Sequence[Stage], index: int, recipe: Recipe, tls: Route
         if index == 0 else None,
         discard_depth=speculation.discard_depth(),
         replica=replica,
+        drafter=drafter,
     )
 
 

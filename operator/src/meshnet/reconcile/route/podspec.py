@@ -13,7 +13,7 @@ from meshnet.api.modelartifact import ArtifactStorage
 from meshnet.api.shardroute import DEFAULT_GPU_RESOURCES, KIND, Recipe, Stage
 from meshnet.reconcile.children import CONTAINER_SECURITY, POD_SECURITY, template_hash
 from meshnet.reconcile.naming import endpoint, pod_name, service_name
-from meshnet.reconcile.route.workerspec import WorkerSpec
+from meshnet.reconcile.route.workerspec import WorkerSpec, drafter_args
 
 MODEL_DIR = "/models"
 TLS_DIR = "/etc/meshnet/tls"
@@ -70,6 +70,8 @@ def worker_args(worker: WorkerSpec, route: RouteRef, config: WorkerConfig) -> li
                  "--max-loop-windows", str(worker.loop.windows)]
     if worker.discard_depth:
         args += ["--discard-depth", str(worker.discard_depth)]
+    if worker.drafter is not None:
+        args += drafter_args(worker.drafter, MODEL_DIR)
     if worker.offload:
         args += ["--gpu-layers", str(OFFLOAD_ALL_LAYERS)]
     if worker.tls is not None:

@@ -20,10 +20,10 @@ PodKey = tuple[int, str]  # (replica, stage)
 NOT_FAILING = Verdict(DEGRADED, False, "AsExpected", "no stage is failing")
 
 
-def invalid(message: str) -> Verdicts:
-    return (Verdict(READY, False, "InvalidSpec", message),
-            Verdict(PROGRESSING, False, "InvalidSpec", message),
-            Verdict(DEGRADED, True, "InvalidSpec", message))
+def invalid(message: str, reason: str = "InvalidSpec") -> Verdicts:
+    return (Verdict(READY, False, reason, message),
+            Verdict(PROGRESSING, False, reason, message),
+            Verdict(DEGRADED, True, reason, message))
 
 
 def waiting_for_artifact(message: str) -> Verdicts:
