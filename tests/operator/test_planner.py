@@ -119,7 +119,8 @@ def test_the_epoch_advances_only_when_the_route_digest_changes(
     route, artifact, pods = make_route(), make_artifact(), {}
     converge(route, artifact, pods)
     again = plan(observe(route, artifact, pods), CONFIG, NOW)
-    assert again == Plan(conditions=again.conditions)  # nothing to do, status unchanged
+    assert again == Plan(conditions=again.conditions,  # nothing to do, status unchanged
+                         own_conditions=again.own_conditions)
     assert route["status"]["epoch"] == 1
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
 from pydantic.alias_generators import to_camel
 
 GROUP = "meshnet.dev"
@@ -58,6 +58,12 @@ class StatusModel(ApiModel):
     """Base of status parts: written by controllers, so unknown fields are ignored."""
 
     model_config = ConfigDict(extra="ignore")
+
+
+# A status's conditions are a map keyed by type: each writer's server-side merges touch only
+# its own entries (metav1.Condition lists in core APIs are declared the same way).
+CONDITIONS_LIST: dict[str, JsonValue] = {"x-kubernetes-list-type": "map",
+                                         "x-kubernetes-list-map-keys": ["type"]}
 
 
 class Condition(StatusModel):

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from meshnet.api.common import (
+    CONDITIONS_LIST,
     MAX_FILES,
     MAX_NAME,
     MAX_PATH,
@@ -50,9 +51,10 @@ class ArtifactFile(ApiModel):
         default=None, max_length=2048,
         description="Where to download this file; defaults to source.http.baseURL + name.",
     )
-    role: FileRole = Field(
-        default="Model",
-        description="Model: a file of the model (a split of its GGUF set). Drafter: a DSpark"
+    role: FileRole | None = Field(
+        default=None,
+        description="Model (the default): a file of the model (a split of its GGUF set)."
+                    " Drafter: a DSpark"
                     " drafter GGUF (architecture dflash) for the model, loaded only by the last"
                     " stage of a route whose recipe.speculation.mode is DSpark. Checked"
                     " against the file's header when the artifact is verified; not part of"
@@ -159,7 +161,7 @@ class ArtifactManifest(ApiModel):
     @model_validator(mode="after")
     def _roles(self) -> ArtifactManifest:
         """The role rules again (the CEL ones above), for manifests read from files."""
-        roles = [f.role for f in self.files]
+        roles = [f.role or "Model" for f in self.files]
         if roles.count("Drafter") > 1 or "Model" not in roles:
             raise ValueError("a manifest has at least one file of role Model and at most one"
                              " of role Drafter")
@@ -175,7 +177,7 @@ class ArtifactManifest(ApiModel):
     def model_file(self) -> str:
         """The file llama.cpp opens: the model's first split (the others are found beside
         it), never its drafter."""
-        return sorted(f.name for f in self.files if f.role == "Model")[0]
+        return sorted(f.name for f in self.files if f.role != "Drafter")[0]
 
     def drafter_file(self) -> str | None:
         """The DSpark drafter GGUF among the files, if the manifest names one."""
@@ -279,7 +281,8 @@ class ModelArtifactStatus(StatusModel):
     verification: CopyVerification | None = Field(
         default=None, description="When and how the PVC's copy was last checked.")
     conditions: list[Condition] = Field(
-        default_factory=list, description="Ready, Progressing, Failed."
+        default_factory=list, description="Ready, Progressing, Failed.",
+        json_schema_extra=CONDITIONS_LIST,
     )
 
 

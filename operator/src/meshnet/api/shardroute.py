@@ -9,6 +9,7 @@ from pydantic import Field
 
 from meshnet.api.certification import Certificate
 from meshnet.api.common import (
+    CONDITIONS_LIST,
     MAX_NAME,
     MAX_STAGES,
     ApiModel,
@@ -384,7 +385,8 @@ class ShardRouteStatus(StatusModel):
         default=None, description="The gateway's OpenAI base URL in the cluster"
                                   " (http://NAME-gateway.NAMESPACE.svc:PORT/v1).")
     conditions: list[Condition] = Field(
-        default_factory=list, description="Ready, Progressing, Degraded, Certified."
+        default_factory=list, description="Ready, Progressing, Degraded, Certified.",
+        json_schema_extra=CONDITIONS_LIST,
     )
     certification: Certificate | None = Field(
         default=None, description="The latest certificate of the route's lane (parity and"

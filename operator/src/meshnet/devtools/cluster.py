@@ -109,6 +109,14 @@ class Emulator(kmock.KubernetesEmulator):
             data.append({"op": "replace", "path": "/metadata/resourceVersion", "value": version})
         elif isinstance(data, dict):
             meta = data.setdefault("metadata", {})
+            asked = meta.get("resourceVersion")
+            current = self._named(request)
+            if asked is not None and current is not None and \
+                    asked != (current.raw.get("metadata") or {}).get("resourceVersion"):
+                # a write made from a stale read: refused, as the API server does
+                raise kmock.KubernetesError(status=409, reason="Conflict", message=(
+                    "the object has been modified; please apply your changes to the latest"
+                    " version and try again"))
             meta["resourceVersion"] = version
             if "spec" in data and request.subresource in (None, "scale"):
                 current = self.objects[request.resource, request.namespace, request.name]

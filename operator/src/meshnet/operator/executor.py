@@ -10,6 +10,7 @@ from typing import Any, cast
 import kopf
 
 from meshnet.api.common import API_VERSION
+from meshnet.errors import KubeApiError
 from meshnet.operator.expectations import Expectations
 from meshnet.operator.kube import KubeClient, path
 from meshnet.reconcile.plan import Action, Create, Event, Patch, Plan, merge_patch
@@ -18,6 +19,9 @@ from meshnet.reconcile.plan import Action, Create, Event, Patch, Plan, merge_pat
 CHILDREN = {"Pod": ("v1", "pods"), "Service": ("v1", "services"),
             "Deployment": ("apps/v1", "deployments"), "Job": ("batch/v1", "jobs"),
             "ConfigMap": ("v1", "configmaps"), "Node": ("v1", "nodes")}
+
+
+STATUS_ATTEMPTS = 4  # conditional status writes redone after a concurrent writer's
 
 
 def child_path(kind: str, namespace: str, name: str = "") -> str:
@@ -45,9 +49,51 @@ async def execute(client: KubeClient, owner: Mapping[str, Any], plural: str, res
     for event in result.events:
         _post(body, event)
     if result.status is not None:
-        patch = merge_patch(owner.get("status") or {}, result.status, status_keys)
-        if patch:
-            await client.patch(owner_path(plural, namespace, name, "status"), {"status": patch})
+        await _write_status(client, owner, plural, result, status_keys)
+
+
+async def _write_status(client: KubeClient, owner: Mapping[str, Any], plural: str,
+                        result: Plan, status_keys: Sequence[str]) -> None:
+    """The plan's status as a merge patch of our keys. Conditions are a list another
+    controller writes too (the Tracker daemon's Certified): a patch that changes them is
+    conditional on the resourceVersion it was computed from, and one refused as stale is
+    redone against a fresh read with the plan's own condition types over its others."""
+    namespace, name = owner["metadata"]["namespace"], owner["metadata"]["name"]
+    url = owner_path(plural, namespace, name, "status")
+    current: Mapping[str, Any] | None = owner
+    own = set(result.own_conditions)
+    for _ in range(STATUS_ATTEMPTS):
+        if current is None:
+            return  # deleted meanwhile
+        status = current.get("status") or {}
+        wanted = with_others_conditions(result.status or {}, status, own)
+        patch = merge_patch(status, wanted, status_keys)
+        if not patch:
+            return
+        body: dict[str, Any] = {"status": patch}
+        version = (current.get("metadata") or {}).get("resourceVersion")
+        if "conditions" in patch and version:
+            body["metadata"] = {"resourceVersion": version}
+        try:
+            await client.patch(url, body)
+            return
+        except KubeApiError as exc:
+            if exc.status != 409:
+                raise
+        current = await client.get(owner_path(plural, namespace, name))
+    raise KubeApiError(409, f"{plural}/{name}: status kept changing under {STATUS_ATTEMPTS}"
+                            " writes; the next reconcile writes it")
+
+
+def with_others_conditions(wanted: Mapping[str, Any], current: Mapping[str, Any],
+                           own: set[str]) -> dict[str, Any]:
+    """`wanted` with its conditions of `own` types, and every other writer's as `current`
+    has them now (not as the read the plan was made from had them)."""
+    if "conditions" not in wanted:
+        return dict(wanted)
+    ours = [c for c in wanted["conditions"] if c.get("type") in own]
+    others = [dict(c) for c in current.get("conditions") or [] if c.get("type") not in own]
+    return {**wanted, "conditions": ours + others}
 
 
 async def _apply(client: KubeClient, action: Action, namespace: str, key: tuple[str, str],

@@ -56,6 +56,9 @@ class Plan:
     status: dict[str, Any] | None = None  # the whole new status; None when unchanged
     epoch_advanced: bool = False  # a route's epoch went up (a metric)
     conditions: Mapping[str, str] = field(default_factory=dict)  # type -> status, for metrics
+    # The condition types `status` stamps: its writer's. Other writers' are kept as the
+    # object has them when the status is written, not as the plan's read had them.
+    own_conditions: tuple[str, ...] = ()
 
     @property
     def actions(self) -> tuple[Action, ...]:

@@ -303,7 +303,7 @@ def _refused(observed: Observed, spec: ModelArtifactSpec | None, reason: str,
     events = tuple(e for e in result.events if e.reason != FAILED_EVENT)
     if old.get("status") != "True" or old.get("message") != message:
         events = (Event("Warning", INVALID, message), *events)
-    return Plan(result.steps, events, result.status)
+    return Plan(result.steps, events, result.status, own_conditions=OWN_CONDITIONS)
 
 
 def _previous(observed: Observed) -> list[Condition]:
@@ -347,4 +347,4 @@ def _finish(observed: Observed, status: ModelArtifactStatus,
     new["conditions"] = new.get("conditions", []) + theirs
     changed = any(old.get(k) != new.get(k) for k in STATUS_KEYS)
     events = _transitions(_old_conditions(observed), status.conditions) + extra
-    return Plan(steps, events, new if changed else None)
+    return Plan(steps, events, new if changed else None, own_conditions=OWN_CONDITIONS)

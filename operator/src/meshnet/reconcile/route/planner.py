@@ -104,7 +104,8 @@ def _invalid(observed: Observed, problems: Sequence[Problem], config: WorkerConf
     served = Served(layout, current, replicas, 0,  # no slots: not Ready
                     route.status.get("endpoint"))
     result = _finish(observed, derive.invalid(message, reason), config, now, {}, served)
-    return Plan(events=events, status=result.status, conditions=result.conditions)
+    return Plan(events=events, status=result.status, conditions=result.conditions,
+                own_conditions=result.own_conditions)
 
 
 def _rollout(observed: Observed, spec: ShardRouteSpec, manifest: str, config: WorkerConfig,
@@ -140,7 +141,8 @@ def _rollout(observed: Observed, spec: ShardRouteSpec, manifest: str, config: Wo
                 "manifestDigest": manifest}
     result = _finish(observed, verdict, config, now, identity,
                      _served(observed, spec, current, config))
-    return Plan(steps(actions), tuple(events), result.status, advanced, result.conditions)
+    return Plan(steps(actions), tuple(events), result.status, advanced, result.conditions,
+                result.own_conditions)
 
 
 def stage_worker(stages: Sequence[Stage], index: int, recipe: Recipe, tls: RouteTls | None,
@@ -336,7 +338,8 @@ def _finish(observed: Observed, verdict: derive.Verdicts, config: WorkerConfig, 
         status["endpoint"] = served.endpoint
     changed = {k: old.get(k) for k in STATUS_KEYS} != {k: status.get(k) for k in STATUS_KEYS}
     summary = {c["type"]: c["status"] for c in status["conditions"]}
-    return Plan(status=status if changed else None, conditions=summary)
+    return Plan(status=status if changed else None, conditions=summary,
+                own_conditions=derive.OWN_CONDITIONS)
 
 
 def _stage_status(status: dict[str, Any], observed: Observed, served: Served,
