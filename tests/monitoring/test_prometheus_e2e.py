@@ -25,10 +25,10 @@ import yaml
 from prometheus_client import CollectorRegistry, generate_latest
 
 from meshnet.local.process import free_port
+from meshnet.metrics.controller import OperatorMetrics
 from meshnet.monitoring.board import RATE
 from meshnet.monitoring.generate import boards
 from meshnet.monitoring.lint import exported_names, panel_queries, unexported, variable_queries
-from meshnet.operator.metrics import OperatorMetrics
 from meshnet.paths import repo_root
 from meshnet.route import StageClient, StageError
 from meshnet.route.proto import pb

@@ -29,7 +29,7 @@ from meshnet.devtools.cluster import (
     running_operator,
 )
 from meshnet.devtools.provisioning import JobRunner, Storage, add_node, declare_provisioning
-from meshnet.operator.metrics import OperatorMetrics
+from meshnet.metrics.controller import OperatorMetrics
 from meshnet.operator.settings import OperatorSettings
 
 MakeRoute = Callable[..., dict[str, Any]]  # fixture from conftest.py

@@ -24,7 +24,7 @@ from meshnet.devtools.cluster import (
     running_operator,
 )
 from meshnet.devtools.kube_tools import install
-from meshnet.operator.metrics import OperatorMetrics
+from meshnet.metrics.controller import OperatorMetrics
 from meshnet.operator.settings import OperatorSettings
 from meshnet.paths import repo_root
 from meshnet.tracker.settings import TrackerSettings

@@ -9,7 +9,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from meshnet.errors import OperatorError
-from meshnet.operator.metrics import OperatorMetrics
+from meshnet.metrics.controller import OperatorMetrics
 from meshnet.operator.queue import KeyedQueue
 from meshnet.operator.settings import OperatorSettings
 

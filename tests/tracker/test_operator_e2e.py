@@ -19,7 +19,7 @@ from meshnet.certify.gates import Gates
 from meshnet.devtools.cluster import Emulator, emulated_cluster, eventually, running_operator
 from meshnet.devtools.tracker import LoopbackTracker
 from meshnet.local.process import free_port
-from meshnet.operator.metrics import OperatorMetrics
+from meshnet.metrics.controller import OperatorMetrics
 from meshnet.operator.settings import OperatorSettings
 from meshnet.paths import repo_root
 from meshnet.route import Generation, RouteDriver

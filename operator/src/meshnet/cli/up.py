@@ -20,7 +20,7 @@ from meshnet.local.backend import LocalBackend
 from meshnet.local.manifests import FileVersion, RouteFileError, file_version, load_route_file
 from meshnet.local.process import worker_binary
 from meshnet.local.restarts import DEFAULT_BUDGET
-from meshnet.operator.metrics import OperatorMetrics
+from meshnet.metrics.controller import OperatorMetrics
 from meshnet.paths import cache_dir, repo_root
 from meshnet.pin.manifest import load_manifest
 from meshnet.reconcile.route.gatewayspec import speculation_args

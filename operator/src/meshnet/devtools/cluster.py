@@ -23,8 +23,8 @@ import kmock
 
 from meshnet.api import GROUP, VERSION, labels
 from meshnet.devtools.scale import object_patch, scale_of, scale_paths
+from meshnet.metrics.controller import OperatorMetrics
 from meshnet.operator.kube import Connection
-from meshnet.operator.metrics import OperatorMetrics
 from meshnet.operator.run import run
 from meshnet.operator.settings import OperatorSettings
 from meshnet.timestamps import now_rfc3339

@@ -25,7 +25,7 @@ from meshnet.local.provision import LocalArtifact, provision
 from meshnet.local.registry import publish, withdraw
 from meshnet.local.restarts import DEFAULT_BUDGET, RestartPolicy
 from meshnet.local.stages import LocalStage, launch_spec
-from meshnet.operator.metrics import OperatorMetrics
+from meshnet.metrics.controller import OperatorMetrics
 from meshnet.reconcile.plan import Create, Delete, Patch, Plan
 from meshnet.reconcile.route import (
     Observed,

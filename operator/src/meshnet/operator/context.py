@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
+from meshnet.metrics.controller import OperatorMetrics
 from meshnet.operator.expectations import Expectations
 from meshnet.operator.kube import KubeClient
-from meshnet.operator.metrics import OperatorMetrics
 from meshnet.operator.queue import KeyedQueue
 from meshnet.operator.settings import OperatorSettings
 

@@ -11,12 +11,12 @@ import kopf
 from prometheus_client import start_http_server
 
 from meshnet.api import GROUP
+from meshnet.metrics.controller import OperatorMetrics
 from meshnet.operator import tracker_daemon
 from meshnet.operator.artifact_handlers import register as register_artifacts
 from meshnet.operator.context import Context
 from meshnet.operator.handlers import register
 from meshnet.operator.kube import Connection, KubeClient
-from meshnet.operator.metrics import OperatorMetrics
 from meshnet.operator.settings import OperatorSettings
 
 

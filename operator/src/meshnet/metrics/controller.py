@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 
-from meshnet.operator.status_metrics import StatusCollector
+from meshnet.metrics.resource_status import StatusCollector
 
 
 class OperatorMetrics:
