@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from meshnet.api.checks import drafter_problems, route_problems
-from meshnet.api.modelartifact import ModelArtifactSpec
+from meshnet.api.modelartifact import GgufDrafter, ModelArtifactSpec
 from meshnet.api.schemacheck import check
 from meshnet.api.shardroute import ShardRouteSpec
 from meshnet.api.validate import schemas
@@ -80,16 +80,43 @@ def test_a_route_speculates_by_prompt_lookup_or_not_at_all(
     assert route_problems(ShardRouteSpec.model_validate(route["spec"]), None) == []
 
 
-@pytest.mark.parametrize("mode", ["MTP", "DSpark"])
-def test_a_route_may_draft_on_its_last_stage_whose_layers_the_artifact_decides(
-        make_route: MakeRoute, make_artifact: MakeArtifact, mode: str) -> None:
-    route = make_route(recipe={"lane": "cpu", "speculation": {"mode": mode}})
+def test_a_route_may_draft_with_mtp_on_its_last_stage_whose_layers_the_artifact_decides(
+        make_route: MakeRoute) -> None:
+    route = make_route(recipe={"lane": "cpu", "speculation": {"mode": "MTP"}})
     assert problems(route) == []
     spec = ShardRouteSpec.model_validate(route["spec"])
     assert route_problems(spec, None) == []
     assert drafter_problems(spec, False, None) == []  # headers not read yet: nothing to say
     (missing,) = drafter_problems(spec, True, None)
     assert (missing.path, missing.reason) == ("spec.recipe.speculation.mode", "DrafterMissing")
+
+
+def test_dspark_is_reserved_until_the_worker_hosts_it(make_route: MakeRoute) -> None:
+    route = make_route(recipe={"lane": "cpu", "speculation": {"mode": "DSpark"}})
+    message = ("spec.recipe.speculation.mode: mode DSpark is reserved: the worker cannot host"
+               " a DSpark drafter yet (the artifact may carry one; MTP drafts with the model's"
+               " own layers)")
+    assert problems(route) == [message]
+    spec = ShardRouteSpec.model_validate(route["spec"])  # the operator's own check says the same
+    assert [str(p) for p in route_problems(spec, None)] == [message]
+
+
+def test_a_split_keeping_layers_the_drafter_reads_off_the_last_stage_is_refused_naming_them(
+        make_route: MakeRoute) -> None:
+    route = make_route(ranges=[(0, 10), (10, 28), (28, 30)],
+                       recipe={"lane": "cpu", "speculation": {"mode": "DSpark"}})
+    spec = ShardRouteSpec.model_validate(route["spec"])
+    drafter = GgufDrafter(kind="DSpark", target_layers=[27, 28, 29], vocab_size=49152)
+    (split,) = drafter_problems(spec, True, drafter)
+    assert split.reason == "DrafterLayersSplit"
+    assert str(split) == (
+        "spec.stages[2].layers: the DSpark drafter reads the outputs of layers 27, 28, 29,"
+        " which only the stage computing them has; the last stage 's2' owns 28:30: it must"
+        " begin at layer 27 or earlier")
+    fits = ShardRouteSpec.model_validate(make_route(
+        ranges=[(0, 10), (10, 27), (27, 30)],
+        recipe={"lane": "cpu", "speculation": {"mode": "DSpark"}})["spec"])
+    assert drafter_problems(fits, True, drafter) == []
 
 
 @pytest.mark.parametrize(("speculation", "message"), [

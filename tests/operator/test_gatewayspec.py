@@ -31,7 +31,6 @@ def serve_flags(speculation: Speculation) -> dict[str, str]:
     # the last stage drafts: the gateway's handshake checks that it hosts the drafter
     (Speculation(mode="MTP", max_drafts=3), {"--speculate": "3", "--windows": "4",
                                              "--drafter": "mtp"}),
-    (Speculation(mode="DSpark"), {"--speculate": "6", "--windows": "4", "--drafter": "dspark"}),
 ])
 def test_the_gateway_speculates_by_default_as_far_as_the_recipe_allows(
         speculation: Speculation, flags: dict[str, str]) -> None:

@@ -428,45 +428,43 @@ def test_conditions_written_by_others_are_kept(
     assert condition(route, "Certified") == certified
 
 
-def with_dspark(artifact: dict[str, Any], layers: list[int]) -> dict[str, Any]:
-    """The artifact with a DSpark drafter GGUF reading `layers`, as its status reports it."""
-    artifact["spec"]["files"].append({"name": "drafter.gguf", "size": 10, "sha256": "d" * 64,
-                                      "role": "Drafter"})
-    artifact["status"]["manifestDigest"] = ModelArtifactSpec.model_validate(
-        artifact["spec"]).manifest_digest()
-    artifact["status"]["gguf"]["drafter"] = {"kind": "DSpark", "targetLayers": layers,
-                                             "vocabSize": 49152, "file": "drafter.gguf"}
+def with_drafter(artifact: dict[str, Any], kind: str, layers: list[int]) -> dict[str, Any]:
+    """The artifact with a drafter reading `layers` (a DSpark GGUF of role Drafter, or the
+    model's MTP blocks), as its status reports it."""
+    drafter = {"kind": kind, "targetLayers": layers, "vocabSize": 49152}
+    if kind == "DSpark":
+        artifact["spec"]["files"].append({"name": "drafter.gguf", "size": 10,
+                                          "sha256": "d" * 64, "role": "Drafter"})
+        artifact["status"]["manifestDigest"] = ModelArtifactSpec.model_validate(
+            artifact["spec"]).manifest_digest()
+        drafter["file"] = "drafter.gguf"
+    artifact["status"]["gguf"]["drafter"] = drafter
     return artifact
 
 
-def test_a_drafter_runs_on_the_last_stage_only_which_must_own_the_layers_it_reads(
-        make_route: MakeRoute, make_artifact: MakeArtifact) -> None:
-    artifact = with_dspark(make_artifact(), [27, 28, 29])
-    recipe = {"lane": "cpu", "speculation": {"mode": "DSpark", "maxDrafts": 4}}
-    route, pods = make_route(recipe=recipe), {}
+def test_a_drafter_runs_on_the_last_stage_only(make_route: MakeRoute,
+                                               make_artifact: MakeArtifact) -> None:
+    artifact = with_drafter(make_artifact(), "MTP", [29])
+    route, pods = make_route(recipe={"lane": "cpu", "speculation": {"mode": "MTP",
+                                                                    "maxDrafts": 4}}), {}
     converge(route, artifact, pods)
     assert condition(route, "Ready")["status"] == "True"
     args = {p["metadata"]["labels"]["meshnet.dev/stage"]: p["spec"]["containers"][0]["args"]
             for p in pods.values()}
     assert "--drafter" not in args["s0"] and "--drafter" not in args["s1"]
-    flags = args["s2"][args["s2"].index("--drafter"):][:6]
-    assert flags == ["--drafter", "dspark", "--drafter-k", "4",
-                     "--drafter-model", "/models/drafter.gguf"]
-    # the model file every stage opens is the model's, never the drafter
-    assert all(a[a.index("--model") + 1] == "/models/model-00001-of-00002.gguf"
-               for a in args.values())
+    assert args["s2"][args["s2"].index("--drafter"):][:4] == ["--drafter", "mtp",
+                                                              "--drafter-k", "4"]
+    assert "--drafter-model" not in args["s2"]  # the MTP blocks are in the model's GGUF
 
-    split = make_route(ranges=[(0, 10), (10, 28), (28, 30)], recipe=recipe)
-    result = plan(observe(split, artifact, {}, service=False), CONFIG, NOW)
-    assert not result.actions
-    message = ("spec.stages[2].layers: the DSpark drafter reads the outputs of layers 27, 28,"
-               " 29, which only the stage computing them has; the last stage 's2' owns 28:30:"
-               " it must begin at layer 27 or earlier")
-    assert result.conditions["Degraded"] == "True"
-    assert [(e.reason, e.message) for e in result.events] == [("DrafterLayersSplit", message)]
 
+def test_a_route_drafting_with_what_the_artifact_lacks_is_refused_naming_it(
+        make_route: MakeRoute, make_artifact: MakeArtifact) -> None:
+    artifact = with_drafter(make_artifact(), "DSpark", [27, 28, 29])
     mtp = make_route(recipe={"lane": "cpu", "speculation": {"mode": "MTP"}})
     result = plan(observe(mtp, artifact, {}, service=False), CONFIG, NOW)
+    assert not result.actions and result.conditions["Degraded"] == "True"
     assert [e.reason for e in result.events] == ["DrafterMissing"]
-    assert "mode MTP drafts with MTP blocks in its GGUF; the artifact carries a DSpark drafter" \
-        in result.events[0].message
+    assert ("mode MTP drafts with MTP blocks in its GGUF; the artifact carries a DSpark"
+            " drafter") in result.events[0].message
+    # the model file every stage would open is the model's, never the drafter
+    assert observe_referenced_artifact(artifact).model_file == "model-00001-of-00002.gguf"
