@@ -144,6 +144,9 @@ private:
         std::function<void(const grpc::Status &)> then;
     };
 
+    // Last stage with a drafter: the drafts to follow `token`, sampled for position `pos`, go
+    // in the answer (ForwardResponse.next_drafts).
+    void draft_next(int32_t pos, int32_t token, const step_outcome & outcome, pb::ForwardResponse & response);
     // A non-first stage's boundary rows, as f32 (NaN/Inf refused), counted as bytes in.
     std::optional<shard_error> decode_boundary(const pb::ForwardRequest & request, std::vector<float> & rows);
     // Sends the outbox as one batch (after every engine step, on the engine thread).
