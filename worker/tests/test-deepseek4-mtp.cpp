@@ -179,6 +179,29 @@ TEST("a split last stage drafts what the unsplit model drafts, through verify wi
                 on.last_ms / windows, draft_ms / windows, 100.0 * draft_ms / (draft_ms + on.last_ms));
 }
 
+TEST("sessions that share an engine step draft what each drafts alone") {
+    engine_ptr together = load(5, 8, "mtp");
+    engine_ptr alone = load(5, 8, "mtp");
+    engine_ptr first = load(0, 5, "");
+    const std::vector<int32_t> a = ds4_test::tokens(12, 7), b = ds4_test::tokens(9, 8);
+    // the boundaries of both prompts, from a first stage of layers 0-4
+    const step_result ra = ds4_test::run(*first, ds4_test::token_step(0, a, 0));
+    const step_result rb = ds4_test::run(*first, ds4_test::token_step(1, b, 0));
+    step_request sa = ds4_test::token_step(0, a, 0), sb = ds4_test::token_step(1, b, 0);
+    sa.boundary = ra.boundary;
+    sb.boundary = rb.boundary;
+    const std::vector<step_result> both = together->step({sa, sb});
+    CHECK(both.size() == 2 && both[0].status == engine_status::ok && both[1].status == engine_status::ok);
+    CHECK(ds4_test::run(*alone, sa).status == engine_status::ok);
+    CHECK(ds4_test::run(*alone, sb).status == engine_status::ok);
+    const std::vector<int32_t> da = together->draft(0, 12, 40), db = together->draft(1, 9, 41);
+    CHECK(da.size() == 3 && db.size() == 3);
+    CHECK(da == alone->draft(0, 12, 40) && db == alone->draft(1, 9, 41));
+    // a slot that was cleared, or a position whose row it never held, drafts nothing
+    together->slot_clear(0);
+    CHECK(together->draft(0, 12, 40).empty() && together->draft(1, 30, 41).empty());
+}
+
 int main(int argc, char ** argv) {
     if (ds4_test::model("MESHNET_TEST_DS4_MODEL").empty()) {
         std::printf("MESHNET_TEST_DS4_MODEL is not set: skipped\n");
