@@ -5,7 +5,9 @@ the tokens stay those of plain decoding and of the unsplit model, greedy and sam
 
 from __future__ import annotations
 
+import re
 import subprocess
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,19 +29,41 @@ TOKENS = 32
 PROMPT_TOKENS = [1, *range(20, 60)]
 
 
-def ring(binary: Path, model: Path, logs: Path, drafter: bool) -> list[WorkerProcess]:
+def drafting_passes(worker: WorkerProcess) -> int:
+    """How many times the stage's drafter drafted (its /metrics histogram's count)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{worker.metrics_port}/metrics",
+                                timeout=10) as page:
+        text = page.read().decode()
+    found = re.search(r"^meshnet_shard_draft_seconds_count (\d+)$", text, re.MULTILINE)
+    assert found, text
+    return int(found.group(1))
+
+
+def ring(binary: Path, model: Path, logs: Path, drafter: bool, back_edge: bool = True,
+         ) -> list[WorkerProcess]:
     specs = [LaunchSpec(model=model, layers=LayerRange(*span), route_id=ROUTE_ID, threads=1,
                         ctx=512, discard_depth=DISCARD_DEPTH,
                         extra=("--drafter", "mtp", "--drafter-k", str(DRAFTS))
                         if drafter and span[1] == 8 else ())
              for span in SPLIT]
-    return start_route(binary, specs, logs, chain=True, ring=True)
+    return start_route(binary, specs, logs, chain=True, ring=back_edge)
 
 
 @pytest.fixture(scope="module")
 def drafting_ring(shard_worker: Path, ds4_small_mtp: Path,
                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[WorkerProcess]]:
     workers = ring(shard_worker, ds4_small_mtp, tmp_path_factory.mktemp("ds4-tail-on"), True)
+    yield workers
+    for worker in workers:
+        worker.stop()
+
+
+@pytest.fixture(scope="module")
+def drafting_chain(shard_worker: Path, ds4_small_mtp: Path,
+                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[WorkerProcess]]:
+    """No ring: the drafts come back only in the chain's answer."""
+    workers = ring(shard_worker, ds4_small_mtp, tmp_path_factory.mktemp("ds4-tail-chain"), True,
+                   back_edge=False)
     yield workers
     for worker in workers:
         worker.stop()
@@ -68,15 +92,19 @@ def test_only_the_last_stage_hosts_the_drafter(drafting_ring: list[WorkerProcess
 @pytest.mark.parametrize("sampling", [Sampling(), Sampling(temperature=0.8, top_k=20, seed=7)],
                          ids=["greedy", "sampled"])
 def test_the_drafter_on_and_off_gives_the_plain_tokens(
-    drafting_ring: list[WorkerProcess], plain_ring: list[WorkerProcess], ds4_small: Path,
-    sampling: Sampling,
+    drafting_ring: list[WorkerProcess], drafting_chain: list[WorkerProcess],
+    plain_ring: list[WorkerProcess], ds4_small: Path, sampling: Sampling,
 ) -> None:
     runs = {}
-    for name, workers in (("on", drafting_ring), ("off", plain_ring)):
-        with RouteDriver([w.endpoint for w in workers], topology="ring") as driver:
+    for name, workers, topology in (("on", drafting_ring, "ring"), ("off", plain_ring, "ring"),
+                                    ("chain", drafting_chain, "chain")):
+        with RouteDriver([w.endpoint for w in workers], topology=topology) as driver:
             driver.connect(wait=30)
+            passes = drafting_passes(workers[-1]) if name != "off" else 0
             runs[name, "plain"] = driver.generate(PROMPT_TOKENS, max_tokens=TOKENS,
                                                   stop_at_eos=False, sampling=sampling)
+            if name != "off":  # plain decoding asks for no drafts: the drafter costs it nothing
+                assert drafting_passes(workers[-1]) == passes
             runs[name, "serial"] = driver.generate(PROMPT_TOKENS, max_tokens=TOKENS,
                                                    stop_at_eos=False, sampling=sampling,
                                                    speculate=DRAFTS, windows=1)
@@ -88,10 +116,12 @@ def test_the_drafter_on_and_off_gives_the_plain_tokens(
     assert all(run.recoveries == 0 for run in runs.values())
     if sampling.temperature == 0:  # the unsplit model without the MTP block: the same weights
         assert plain == unsplit_tokens(ds4_small, PROMPT_TOKENS, TOKENS, threads=1)
-    serial = runs["on", "serial"]
-    # every window after the first carries the drafter's K drafts (lookup had few to offer)
-    assert serial.draft_tokens >= DRAFTS * (TOKENS // (DRAFTS + 1)), serial.to_json()
-    assert serial.draft_tokens > runs["off", "serial"].draft_tokens
+    # every window after the first carries the drafter's K drafts (lookup had few to offer),
+    # by the ring or, without one, in the chain's answer
+    for name in ("on", "chain"):
+        serial = runs[name, "serial"]
+        assert serial.draft_tokens >= DRAFTS * (TOKENS // (DRAFTS + 1)), serial.to_json()
+        assert serial.draft_tokens > runs["off", "serial"].draft_tokens
     for key, run in runs.items():
         print(f"{sampling} {key}: drafts {run.draft_tokens}, accepted {run.accepted_draft_tokens} "
               f"({run.acceptance_rate:.2f}), depth {run.loop_depth}")

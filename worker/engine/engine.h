@@ -147,11 +147,13 @@ struct engine_i {
         return {discard_status::unsupported, 0};
     }
 
-    // last stage with a drafter: up to drafter.max_drafts tokens proposed to follow `token`,
-    // sampled for position `pos` of the slot, which keeps positions < pos (what it holds from
-    // pos on are rejected drafts); empty without a drafter or when it cannot draft there.
-    // Drafts only propose: verification decides what is kept.
-    virtual std::vector<int32_t> draft(int32_t /*slot*/, int32_t /*pos*/, int32_t /*token*/) { return {}; }
+    // last stage with a drafter: up to `most` (and drafter.max_drafts) tokens proposed to
+    // follow `token`, sampled for position `pos` of the slot, which keeps positions < pos
+    // (what it holds from pos on are rejected drafts); empty without a drafter or when it
+    // cannot draft there. Drafts only propose: verification decides what is kept.
+    virtual std::vector<int32_t> draft(int32_t /*slot*/, int32_t /*pos*/, int32_t /*token*/, int32_t /*most*/) {
+        return {};
+    }
 
     // KV cells in use / total, summed over slots
     virtual int64_t kv_used() const = 0;

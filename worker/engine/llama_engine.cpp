@@ -135,9 +135,9 @@ public:
 
     discard_result slot_discard(int32_t slot, int32_t from) override;
 
-    std::vector<int32_t> draft(int32_t slot, int32_t pos, int32_t token) override {
+    std::vector<int32_t> draft(int32_t slot, int32_t pos, int32_t token, int32_t most) override {
         std::lock_guard<std::mutex> lock(mutex_);
-        return drafter_ ? drafter_->draft(slot, pos, token) : std::vector<int32_t>{};
+        return drafter_ ? drafter_->draft(slot, pos, token, most) : std::vector<int32_t>{};
     }
 
     int64_t kv_used() const override {

@@ -112,14 +112,14 @@ void mtp_drafter::stepped(const std::vector<mtp_step> & steps) {
     }
 }
 
-std::vector<int32_t> mtp_drafter::draft(int32_t slot, int32_t pos, int32_t token) {
+std::vector<int32_t> mtp_drafter::draft(int32_t slot, int32_t pos, int32_t token, int32_t most) {
     std::vector<int32_t> drafts;
     if (slot < 0 || slot >= params_.n_slots || pos <= 0) {
         return drafts;
     }
     const float * before = rows_[static_cast<size_t>(slot)].at(pos - 1);
     // the next window is [token, drafts] at pos..: it must fit the slot's context
-    const int32_t n_drafts = std::min(params_.max_drafts, params_.n_ctx - 1 - pos);
+    const int32_t n_drafts = std::min({most, params_.max_drafts, params_.n_ctx - 1 - pos});
     if (before == nullptr || n_drafts <= 0) {
         return drafts;
     }

@@ -47,10 +47,10 @@ public:
     // draft nothing until their next step.
     void stepped(const std::vector<mtp_step> & steps);
 
-    // Up to max_drafts tokens to follow `token`, sampled for position `pos` of the slot (the
+    // Up to `most` (and max_drafts) tokens to follow `token`, sampled for position `pos` of the slot (the
     // slot keeps positions < pos; the drafter forgets what it held from pos on). Empty when
     // the row at pos - 1 is unknown or the context has no room.
-    std::vector<int32_t> draft(int32_t slot, int32_t pos, int32_t token);
+    std::vector<int32_t> draft(int32_t slot, int32_t pos, int32_t token, int32_t most);
 
     // The slot's positions >= from are gone (a discard), or all of them (a clear).
     void discard(int32_t slot, int32_t from);

@@ -152,6 +152,9 @@ private:
                           {request.stop_token_ids().begin(), request.stop_token_ids().end()}),
             {}, {}});
         request.clear_draft_context(); // in the drafter now; the windows copy the request
+        // a last stage with a drafter proposes each next window's drafts (none asked for: it
+        // does not pay for them)
+        request.set_want_drafts(static_cast<uint32_t>(std::max(limits.drafts, 0)));
         request.set_window(first.id);
         loop->base = request;
         submit(lock, std::move(request), loop);

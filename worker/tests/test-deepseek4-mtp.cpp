@@ -144,9 +144,10 @@ TEST("a split last stage drafts what the unsplit model drafts, through verify wi
     int32_t windows = 0;
     while (pos < N_PROMPT + N_TOKENS) {
         const auto t0 = std::chrono::steady_clock::now();
-        const std::vector<int32_t> drafts = on.last().draft(1, pos, token);
+        const std::vector<int32_t> drafts = on.last().draft(1, pos, token, 3);
         draft_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-        CHECK(drafts == whole->draft(1, pos, token));
+        CHECK(drafts == whole->draft(1, pos, token, 3));
+        CHECK(on.last().draft(1, pos, token, 2) == std::vector<int32_t>(drafts.begin(), drafts.begin() + 2));
         CHECK(drafts.size() == 3);
         // the verify window [token, drafts]: greedy keeps the drafts up to the first miss
         std::vector<int32_t> window = {token};
@@ -194,12 +195,13 @@ TEST("sessions that share an engine step draft what each drafts alone") {
     CHECK(both.size() == 2 && both[0].status == engine_status::ok && both[1].status == engine_status::ok);
     CHECK(ds4_test::run(*alone, sa).status == engine_status::ok);
     CHECK(ds4_test::run(*alone, sb).status == engine_status::ok);
-    const std::vector<int32_t> da = together->draft(0, 12, 40), db = together->draft(1, 9, 41);
+    const std::vector<int32_t> da = together->draft(0, 12, 40, 3), db = together->draft(1, 9, 41, 3);
     CHECK(da.size() == 3 && db.size() == 3);
-    CHECK(da == alone->draft(0, 12, 40) && db == alone->draft(1, 9, 41));
+    CHECK(da == alone->draft(0, 12, 40, 3) && db == alone->draft(1, 9, 41, 3));
     // a slot that was cleared, or a position whose row it never held, drafts nothing
     together->slot_clear(0);
-    CHECK(together->draft(0, 12, 40).empty() && together->draft(1, 30, 41).empty());
+    CHECK(together->draft(0, 12, 40, 3).empty() && together->draft(1, 30, 41, 3).empty());
+    CHECK(together->draft(1, 9, 41, 0).empty()); // none asked for
 }
 
 int main(int argc, char ** argv) {
