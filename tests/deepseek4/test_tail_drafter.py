@@ -1,7 +1,8 @@
-"""The MTP drafter on the last stage of a deepseek4 route (tiny random-weight model with one
-MTP block, real workers on loopback): only the last stage loads it, it proposes each next
-verify window's drafts with the sampled token (on the ring and in the chain's answer), and
-the tokens stay those of plain decoding and of the unsplit model, greedy and sampled."""
+"""The MTP drafter on the last stage of a deepseek4 route (tiny random-weight models with one
+MTP block, small and of V4's depth, real workers on loopback): only the last stage loads
+it, it proposes each next verify window's drafts with the sampled token (on the ring and in
+the chain's answer), and the tokens stay those of plain decoding and of the unsplit model,
+greedy and sampled."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ from meshnet.unsplit import unsplit_tokens
 pytestmark = pytest.mark.slow
 
 ROUTE_ID = "test/deepseek4-tail-drafter"
-SPLIT = [(0, 2), (2, 3), (3, 8)]
+# the small model as 0:2, 2:3, 3:8; V4's 43 layers with a seam inside the hash-routed ones
+SPLITS = {"small": [(0, 2), (2, 3), (3, 8)], "v4": [(0, 2), (2, 22), (22, 43)]}
 DRAFTS, WINDOWS = 3, 3
 DISCARD_DEPTH = WINDOWS * (DRAFTS + 1) - 1
 TOKENS = 32
@@ -39,92 +41,95 @@ def drafting_passes(worker: WorkerProcess) -> int:
     return int(found.group(1))
 
 
-def ring(binary: Path, model: Path, logs: Path, drafter: bool, back_edge: bool = True,
-         ) -> list[WorkerProcess]:
-    specs = [LaunchSpec(model=model, layers=LayerRange(*span), route_id=ROUTE_ID, threads=1,
-                        ctx=512, discard_depth=DISCARD_DEPTH,
-                        extra=("--drafter", "mtp", "--drafter-k", str(DRAFTS))
-                        if drafter and span[1] == 8 else ())
-             for span in SPLIT]
-    return start_route(binary, specs, logs, chain=True, ring=back_edge)
+class Routes:
+    """Routes of the MTP models, started on first use and stopped with the module:
+    (model, "on" | "off" | "chain") -> workers; "chain" has no ring."""
+
+    def __init__(self, binary: Path, models: dict[str, Path], logs: pytest.TempPathFactory):
+        self.binary, self.models, self.logs = binary, models, logs
+        self.started: dict[tuple[str, str], list[WorkerProcess]] = {}
+
+    def __call__(self, model: str, kind: str) -> list[WorkerProcess]:
+        if (model, kind) not in self.started:
+            split = SPLITS[model]
+            specs = [LaunchSpec(model=self.models[model], layers=LayerRange(*span),
+                                route_id=ROUTE_ID, threads=1, ctx=512,
+                                discard_depth=DISCARD_DEPTH,
+                                extra=("--drafter", "mtp", "--drafter-k", str(DRAFTS))
+                                if kind != "off" and span == split[-1] else ())
+                     for span in split]
+            self.started[model, kind] = start_route(
+                self.binary, specs, self.logs.mktemp(f"ds4-tail-{model}-{kind}"), chain=True,
+                ring=kind != "chain")
+        return self.started[model, kind]
+
+    def stop(self) -> None:
+        for workers in self.started.values():
+            for worker in workers:
+                worker.stop()
 
 
 @pytest.fixture(scope="module")
-def drafting_ring(shard_worker: Path, ds4_small_mtp: Path,
-                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[WorkerProcess]]:
-    workers = ring(shard_worker, ds4_small_mtp, tmp_path_factory.mktemp("ds4-tail-on"), True)
-    yield workers
-    for worker in workers:
-        worker.stop()
+def routes(shard_worker: Path, ds4_small_mtp: Path, ds4_v4_mtp: Path,
+           tmp_path_factory: pytest.TempPathFactory) -> Iterator[Routes]:
+    started = Routes(shard_worker, {"small": ds4_small_mtp, "v4": ds4_v4_mtp}, tmp_path_factory)
+    yield started
+    started.stop()
 
 
-@pytest.fixture(scope="module")
-def drafting_chain(shard_worker: Path, ds4_small_mtp: Path,
-                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[WorkerProcess]]:
-    """No ring: the drafts come back only in the chain's answer."""
-    workers = ring(shard_worker, ds4_small_mtp, tmp_path_factory.mktemp("ds4-tail-chain"), True,
-                   back_edge=False)
-    yield workers
-    for worker in workers:
-        worker.stop()
-
-
-@pytest.fixture(scope="module")
-def plain_ring(shard_worker: Path, ds4_small_mtp: Path,
-               tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[WorkerProcess]]:
-    workers = ring(shard_worker, ds4_small_mtp, tmp_path_factory.mktemp("ds4-tail-off"), False)
-    yield workers
-    for worker in workers:
-        worker.stop()
-
-
-def test_only_the_last_stage_hosts_the_drafter(drafting_ring: list[WorkerProcess]) -> None:
-    infos = [StageClient(w.endpoint).info() for w in drafting_ring]
+@pytest.mark.parametrize("model", ["small", "v4"])
+def test_only_the_last_stage_hosts_the_drafter(routes: Routes, model: str) -> None:
+    infos = [StageClient(w.endpoint).info() for w in routes(model, "on")]
     assert [i.HasField("drafter") for i in infos] == [False, False, True]
     drafter = infos[-1].drafter
-    assert (drafter.kind, drafter.max_drafts, list(drafter.target_layers)) == ("mtp", DRAFTS, [7])
+    last_layer = SPLITS[model][-1][1] - 1
+    assert (drafter.kind, drafter.max_drafts, list(drafter.target_layers)) == (
+        "mtp", DRAFTS, [last_layer])
     assert drafter.n_vocab == infos[-1].n_vocab
     assert drafter.weight_bytes > 0 and drafter.state_bytes > 0
     # it pairs each row with its token: the last stage takes the ids beside the boundary
     assert infos[-1].boundary.needs_token_sideband
 
 
+@pytest.mark.parametrize("model", ["small", "v4"])
 @pytest.mark.parametrize("sampling", [Sampling(), Sampling(temperature=0.8, top_k=20, seed=7)],
                          ids=["greedy", "sampled"])
 def test_the_drafter_on_and_off_gives_the_plain_tokens(
-    drafting_ring: list[WorkerProcess], drafting_chain: list[WorkerProcess],
-    plain_ring: list[WorkerProcess], ds4_small: Path, sampling: Sampling,
+    routes: Routes, ds4_small: Path, ds4_v4: Path, model: str, sampling: Sampling,
 ) -> None:
     runs = {}
-    for name, workers, topology in (("on", drafting_ring, "ring"), ("off", plain_ring, "ring"),
-                                    ("chain", drafting_chain, "chain")):
+    kinds = ["on", "off", "chain"] if model == "small" else ["on", "off"]
+    for kind in kinds:
+        workers = routes(model, kind)
+        topology = "chain" if kind == "chain" else "ring"
         with RouteDriver([w.endpoint for w in workers], topology=topology) as driver:
             driver.connect(wait=30)
-            passes = drafting_passes(workers[-1]) if name != "off" else 0
-            runs[name, "plain"] = driver.generate(PROMPT_TOKENS, max_tokens=TOKENS,
+            passes = drafting_passes(workers[-1]) if kind != "off" else 0
+            runs[kind, "plain"] = driver.generate(PROMPT_TOKENS, max_tokens=TOKENS,
                                                   stop_at_eos=False, sampling=sampling)
-            if name != "off":  # plain decoding asks for no drafts: the drafter costs it nothing
+            if kind != "off":  # plain decoding asks for no drafts: the drafter costs it nothing
                 assert drafting_passes(workers[-1]) == passes
-            runs[name, "serial"] = driver.generate(PROMPT_TOKENS, max_tokens=TOKENS,
+            runs[kind, "serial"] = driver.generate(PROMPT_TOKENS, max_tokens=TOKENS,
                                                    stop_at_eos=False, sampling=sampling,
                                                    speculate=DRAFTS, windows=1)
-            runs[name, "piped"] = driver.generate(PROMPT_TOKENS, max_tokens=TOKENS,
+            runs[kind, "piped"] = driver.generate(PROMPT_TOKENS, max_tokens=TOKENS,
                                                   stop_at_eos=False, sampling=sampling,
                                                   speculate=DRAFTS, windows=WINDOWS)
     plain = runs["off", "plain"].tokens
     assert all(run.tokens == plain for run in runs.values())
     assert all(run.recoveries == 0 for run in runs.values())
     if sampling.temperature == 0:  # the unsplit model without the MTP block: the same weights
-        assert plain == unsplit_tokens(ds4_small, PROMPT_TOKENS, TOKENS, threads=1)
+        unsplit = ds4_small if model == "small" else ds4_v4
+        assert plain == unsplit_tokens(unsplit, PROMPT_TOKENS, TOKENS, threads=1)
     # every window after the first carries the drafter's K drafts (lookup had few to offer),
     # by the ring or, without one, in the chain's answer
-    for name in ("on", "chain"):
-        serial = runs[name, "serial"]
+    for kind in kinds[:1] + kinds[2:]:
+        serial = runs[kind, "serial"]
         assert serial.draft_tokens >= DRAFTS * (TOKENS // (DRAFTS + 1)), serial.to_json()
         assert serial.draft_tokens > runs["off", "serial"].draft_tokens
     for key, run in runs.items():
-        print(f"{sampling} {key}: drafts {run.draft_tokens}, accepted {run.accepted_draft_tokens} "
-              f"({run.acceptance_rate:.2f}), depth {run.loop_depth}")
+        print(f"{model} {sampling} {key}: drafts {run.draft_tokens}, accepted "
+              f"{run.accepted_draft_tokens} ({run.acceptance_rate:.3f}), depth {run.loop_depth}")
 
 
 def test_a_drafter_the_stage_cannot_host_is_refused_at_start(
