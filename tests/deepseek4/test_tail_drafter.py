@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import threading
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -52,11 +53,15 @@ class Routes:
     def __call__(self, model: str, kind: str) -> list[WorkerProcess]:
         if (model, kind) not in self.started:
             split = SPLITS[model]
+            drafter = ("--drafter", "mtp", "--drafter-k", str(DRAFTS)) if kind != "off" else ()
+            # "restart": the loop's answers reach the driver as they come, not every 100 ms,
+            # so that it sees a token before the loop has run far ahead of it
+            flush = ("--stream-flush-ms", "0") if kind == "restart" else ()
             specs = [LaunchSpec(model=self.models[model], layers=LayerRange(*span),
                                 route_id=ROUTE_ID, threads=1, ctx=512,
                                 discard_depth=DISCARD_DEPTH,
-                                extra=("--drafter", "mtp", "--drafter-k", str(DRAFTS))
-                                if kind != "off" and span == split[-1] else ())
+                                extra=drafter if span == split[-1] else
+                                flush if span == split[0] else ())
                      for span in split]
             self.started[model, kind] = start_route(
                 self.binary, specs, self.logs.mktemp(f"ds4-tail-{model}-{kind}"), chain=True,
@@ -130,6 +135,32 @@ def test_the_drafter_on_and_off_gives_the_plain_tokens(
     for key, run in runs.items():
         print(f"{model} {sampling} {key}: drafts {run.draft_tokens}, accepted "
               f"{run.accepted_draft_tokens} ({run.acceptance_rate:.3f}), depth {run.loop_depth}")
+
+
+def test_killing_and_restarting_the_last_stage_costs_one_recovery_and_no_text(
+    routes: Routes,
+) -> None:
+    """The restarted last stage rebuilds the drafter's state as the driver re-prefills (its
+    KV is fed the prompt's rows again) and drafts the windows after it."""
+    workers = routes("small", "restart")
+    last = workers[-1]
+    tokens, seen = 160, [0]
+
+    def kill_then_restart_later(_: int) -> None:
+        seen[0] += 1
+        if seen[0] == 2:
+            last.kill()
+            threading.Timer(0.5, last.start).start()
+
+    with RouteDriver([w.endpoint for w in workers], topology="ring") as driver:
+        driver.connect(wait=30)
+        expected = driver.generate(PROMPT_TOKENS, max_tokens=tokens, stop_at_eos=False,
+                                   speculate=DRAFTS, windows=1)
+        generation = driver.generate(PROMPT_TOKENS, max_tokens=tokens, stop_at_eos=False,
+                                     speculate=DRAFTS, windows=1, on_token=kill_then_restart_later)
+    assert generation.tokens == expected.tokens
+    assert generation.recoveries == 1
+    assert drafting_passes(last) > 0  # counted since the restart
 
 
 def test_a_drafter_the_stage_cannot_host_is_refused_at_start(
