@@ -17,6 +17,12 @@ void hidden_rows::add(int32_t pos0, const std::vector<float> & rows) {
         first_ = pos0;
     }
     drop_from(pos0);
+    if (n >= keep_) { // only the latest keep_ of them stay
+        const size_t skip = static_cast<size_t>(n - keep_) * width_;
+        rows_.assign(rows.begin() + static_cast<long>(skip), rows.begin() + static_cast<long>(static_cast<size_t>(n) * width_));
+        first_ = pos0 + n - keep_;
+        return;
+    }
     rows_.insert(rows_.end(), rows.begin(), rows.begin() + static_cast<long>(static_cast<size_t>(n) * width_));
     const int32_t held = end() - first_;
     if (held > keep_) {

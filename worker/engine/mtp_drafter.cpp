@@ -68,47 +68,56 @@ void mtp_drafter::stepped(const std::vector<mtp_step> & steps) {
     llama_batch_ext * batch = batch_.get();
     llama_batch_ext_clear(batch);
     llama_memory_t memory = llama_get_memory(ctx_.get());
-    std::vector<int32_t> slots;
-    std::vector<float>   rows;
-    for (const mtp_step & step : steps) {
+    // per step: the row before its first position, then its own rows (a prefill's may be
+    // more than the slot keeps, yet every one pairs with the next token)
+    std::vector<std::vector<float>> rows(steps.size());
+    std::vector<size_t>             fed;
+    std::vector<int32_t>            slots;
+    for (size_t s = 0; s < steps.size(); ++s) {
+        const mtp_step & step = steps[s];
         const size_t n = step.tokens->size();
-        rows.resize(n * row_width_);
+        const float * before = step.pos0 == 0 ? zeros_.data() : rows_[static_cast<size_t>(step.slot)].at(step.pos0 - 1);
+        if (before == nullptr) {
+            before = zeros_.data(); // held no more (the slot restarted): as at position 0
+        }
+        std::vector<float> & held = rows[s];
+        held.resize((n + 1) * row_width_);
+        std::memcpy(held.data(), before, row_width_ * sizeof(float));
         bool complete = true;
         for (size_t i = 0; i < n && complete; ++i) {
             const float * row = llama_get_embeddings_nextn_ith(main_, step.first_index + static_cast<int32_t>(i));
             complete = row != nullptr;
             if (complete) {
-                std::memcpy(rows.data() + i * row_width_, row, row_width_ * sizeof(float));
+                std::memcpy(held.data() + (i + 1) * row_width_, row, row_width_ * sizeof(float));
             }
         }
-        hidden_rows & held = rows_[static_cast<size_t>(step.slot)];
         if (!complete) {
             clear(step.slot);
             continue;
         }
-        held.add(step.pos0, rows);
         // the block's KV at p pairs the token at p with the row at p - 1, as in plain decoding
         llama_memory_seq_rm(memory, step.slot, step.pos0, -1);
+        fed.push_back(s);
         slots.push_back(step.slot);
         for (size_t i = 0; i < n; ++i) {
-            const int32_t pos = step.pos0 + static_cast<int32_t>(i);
-            const float * before = pos == 0 ? zeros_.data() : held.at(pos - 1);
-            if (before == nullptr) {
-                before = zeros_.data(); // held no more (the slot restarted): as at position 0
-            }
+            const int32_t pos   = step.pos0 + static_cast<int32_t>(i);
             const int32_t index = llama_batch_ext_add_token(batch, step.slot, (*step.tokens)[i]);
-            const llama_embd state = { before, 1, row_width_ };
+            const llama_embd state = { held.data() + i * row_width_, 1, row_width_ };
             if (index < 0 || !llama_batch_ext_set_embd_token(batch, index, state) ||
                 !llama_batch_ext_set_pos(batch, index, &pos) || !llama_batch_ext_set_output_logits(batch, index, false)) {
-                for (int32_t s : slots) {
-                    clear(s);
+                for (int32_t slot : slots) {
+                    clear(slot);
                 }
                 return;
             }
         }
     }
-    if (!slots.empty()) {
-        run(slots);
+    if (slots.empty() || !run(slots)) {
+        return;
+    }
+    for (size_t s : fed) {
+        rows[s].erase(rows[s].begin(), rows[s].begin() + static_cast<long>(row_width_)); // the row before
+        rows_[static_cast<size_t>(steps[s].slot)].add(steps[s].pos0, rows[s]);
     }
 }
 

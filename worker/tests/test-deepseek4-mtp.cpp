@@ -20,7 +20,8 @@ constexpr int32_t N_PROMPT = 40;
 constexpr int32_t N_TOKENS = 24;
 
 engine_ptr load(int32_t begin, int32_t end, const std::string & drafter, int32_t k = 3,
-                std::string * error = nullptr, const char * variable = "MESHNET_TEST_DS4_MTP_MODEL") {
+                std::string * error = nullptr, const char * variable = "MESHNET_TEST_DS4_MTP_MODEL",
+                int32_t discard_depth = 8) {
     engine_params params;
     params.model_path    = ds4_test::model(variable);
     params.layer_begin   = begin;
@@ -29,7 +30,7 @@ engine_ptr load(int32_t begin, int32_t end, const std::string & drafter, int32_t
     params.n_slots       = 2;
     params.n_batch       = 64;
     params.n_threads     = 1;
-    params.discard_depth = 8;
+    params.discard_depth = discard_depth;
     params.drafter       = drafter;
     params.drafter_k     = k;
     std::string why;
@@ -210,6 +211,33 @@ TEST("sessions that share an engine step draft what each drafts alone") {
     together->slot_clear(0);
     CHECK(together->draft(0, 12, 40, 3).empty() && together->draft(1, 30, 41, 3).empty());
     CHECK(together->draft(1, 9, 41, 0).empty()); // none asked for
+}
+
+TEST("drafts do not depend on how the prompt was cut into steps, steps longer than the rows kept included") {
+    // K = 1 and no discard: the drafter keeps 4 rows per slot, fewer than a step of 8 brings,
+    // yet every row of a step pairs with the token after it
+    engine_ptr eights = load(0, -1, "mtp", 1, nullptr, "MESHNET_TEST_DS4_MTP_MODEL", 0);
+    engine_ptr ones = load(0, -1, "mtp", 1, nullptr, "MESHNET_TEST_DS4_MTP_MODEL", 0);
+    CHECK(eights && ones);
+    if (!eights || !ones) return;
+    const int32_t n_vocab = ones->info().n_vocab;
+    const std::vector<int32_t> prompt = ds4_test::tokens(N_PROMPT, 9);
+    std::vector<float> last;
+    for (int32_t pos = 0; pos < N_PROMPT; pos += 8) { // rows of up to 8 compute as alone (0011-0013)
+        const std::vector<int32_t> part(prompt.begin() + pos, prompt.begin() + pos + 8);
+        CHECK(ds4_test::run(*eights, ds4_test::token_step(0, part, pos)).status == engine_status::ok);
+    }
+    for (int32_t pos = 0; pos < N_PROMPT; ++pos) {
+        last = ds4_test::run(*ones, ds4_test::token_step(0, {prompt[static_cast<size_t>(pos)]}, pos)).logits;
+    }
+    int32_t token = greedy(last, 0, n_vocab);
+    for (int32_t pos = N_PROMPT; pos < N_PROMPT + 12; ++pos) {
+        const std::vector<int32_t> drafted = ones->draft(0, pos, token, 1);
+        CHECK(drafted.size() == 1 && drafted == eights->draft(0, pos, token, 1));
+        last = ds4_test::run(*ones, ds4_test::token_step(0, {token}, pos)).logits;
+        CHECK(ds4_test::run(*eights, ds4_test::token_step(0, {token}, pos)).logits == last);
+        token = greedy(last, 0, n_vocab);
+    }
 }
 
 int main(int argc, char ** argv) {
