@@ -207,7 +207,7 @@ def plan_median(stages: int, runs: int) -> float:
     service_hash = service["meshnet.dev/template-hash"]
     for _ in range(3):  # converge: create pods, mark them ready, store the status
         observed = Observed(observe_route(body), tuple(p for p in map(observe_pod, pods) if p),
-                            service_hash=service_hash, artifact=observe_referenced_artifact(art))
+                            services={0: service_hash}, artifact=observe_referenced_artifact(art))
         result = plan(observed, config, NOW)
         for action in result.actions:
             obj = getattr(action, "obj", None)
@@ -217,7 +217,7 @@ def plan_median(stages: int, runs: int) -> float:
         if result.status is not None:
             body["status"] = result.status
     observed = Observed(observe_route(body), tuple(p for p in map(observe_pod, pods) if p),
-                        service_hash=service_hash, artifact=observe_referenced_artifact(art))
+                        services={0: service_hash}, artifact=observe_referenced_artifact(art))
     assert plan(observed, config, NOW).actions == ()  # steady state
     timings = []
     for _ in range(runs):

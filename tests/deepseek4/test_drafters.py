@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from gguf import GGMLQuantizationType, GGUFReader
 
 from meshnet.artifacts.drafter import DSPARK, MTP
@@ -200,18 +201,36 @@ def test_the_manifest_command_reports_the_drafter_or_refuses_it(
                      r"5, 6, 7, 5 tokens per pass, vocabulary 175, [\d,]+ bytes", both.stdout)
     assert "name: small\n" in both.stdout  # named for the model, not its drafter
     assert both.stdout.count("sha256:") == 2
+    assert both.stdout.count("role: Drafter") == 1  # on the drafter's entry
 
     folder = tmp_path / "model"
     folder.mkdir()
     for path in (ds4_small, ds4_dspark):
         (folder / path.name).symlink_to(path)
-    (tmp_path / "artifact.yaml").write_text(both.stdout)
-    verified = subprocess.run([sys.executable, "-m", "meshnet.cli", "artifact", "verify",
+
+    def verify(document: str) -> subprocess.CompletedProcess[str]:
+        (tmp_path / "artifact.yaml").write_text(document)
+        return subprocess.run([sys.executable, "-m", "meshnet.cli", "artifact", "verify",
                                str(folder), "--artifact", str(tmp_path / "artifact.yaml")],
                               capture_output=True, text=True, timeout=120, check=False)
+
+    verified = verify(both.stdout)
     assert verified.returncode == 0, verified.stderr
     assert re.search(r"drafter +DSpark in small-dspark.gguf, 3 stages reading main layers "
                      r"5, 6, 7", verified.stdout)
+    # A role that does not match the headers does not verify: a route loads what it names.
+    def with_roles(drafter: str | None) -> str:
+        document = yaml.safe_load(both.stdout)
+        for entry in document["spec"]["files"]:
+            entry["role"] = "Drafter" if entry["name"] == drafter else "Model"
+        return yaml.safe_dump(document)
+
+    unmarked = verify(with_roles(None))
+    assert unmarked.returncode != 0
+    assert "small-dspark.gguf is a DSpark drafter GGUF" in unmarked.stderr
+    swapped = verify(with_roles(ds4_small.name))
+    assert swapped.returncode != 0
+    assert f"{ds4_small.name} has role Drafter but is not a DSpark drafter GGUF" in swapped.stderr
     shallow = write_tiny_deepseek4(tmp_path / "five.gguf", dataclasses.replace(SMALL, n_layer=5))
     refused = manifest(shallow, ds4_dspark)
     assert refused.returncode == 1

@@ -176,6 +176,12 @@ def test_beyond_the_slots_and_the_queue_comes_429(route: list[WorkerProcess],
             thread.start()
         assert wait_for(lambda: gauge(served, "meshnet_num_requests_running") == SLOTS
                         and gauge(served, "meshnet_num_requests_waiting") == 1, 60)
+        # the Inference Extension's and the autoscalers' names for the same load
+        assert gauge(served, "vllm:num_requests_running") == SLOTS
+        assert gauge(served, "vllm:num_requests_waiting") == 1
+        assert wait_for(lambda: 0 < gauge(served, "vllm:kv_cache_usage_perc") < 1
+                        and gauge(served, "meshnet_kv_cache_usage_perc")
+                        == gauge(served, "vllm:gpu_cache_usage_perc") > 0, 30)
         with pytest.raises(openai.RateLimitError) as refused:
             client(served).chat.completions.create(model=MODEL, messages=QUESTION,  # type: ignore[arg-type]
                                                    max_tokens=4)
@@ -184,6 +190,10 @@ def test_beyond_the_slots_and_the_queue_comes_429(route: list[WorkerProcess],
         assert "at capacity" in body["message"]
         metrics = httpx.get(served.url + "/metrics", timeout=5).text
         assert 'meshnet_requests_total{route="smollm2",status="rejected"} 1.0' in metrics
+        release.set()
+        for thread in holders:
+            thread.join(timeout=120)
+        assert wait_for(lambda: gauge(served, "vllm:kv_cache_usage_perc") == 0, 30)
     finally:
         release.set()
         for thread in holders:
@@ -219,5 +229,9 @@ def test_metrics_name_what_the_serving_ecosystem_names(gateway: Gateway) -> None
                  "meshnet_e2e_request_latency_seconds_bucket",
                  "meshnet_prompt_tokens_total", "meshnet_generation_tokens_total",
                  "meshnet_num_requests_running", "meshnet_num_requests_waiting",
-                 'meshnet_requests_total{route="smollm2",status="ok"}'):
+                 'meshnet_requests_total{route="smollm2",status="ok"}',
+                 'vllm:num_requests_running{model_name="smollm2"}',
+                 'vllm:num_requests_waiting{model_name="smollm2"}',
+                 'vllm:kv_cache_usage_perc{model_name="smollm2"}',
+                 'vllm:cache_config_info{block_size="1",model_name="smollm2"} 1.0'):
         assert name in text, name

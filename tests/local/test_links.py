@@ -45,7 +45,7 @@ def planned(topology: str, stages: list[tuple[str, int, int]] | None = None,
     digest = ModelArtifactSpec.model_validate(artifact["spec"]).manifest_digest()
     artifact["status"] = {"manifestDigest": digest,
                           "conditions": [{"type": "Ready", "status": "True"}]}
-    observed = Observed(observe_route(route), (), None, observe_referenced_artifact(artifact))
+    observed = Observed(observe_route(route), (), {}, observe_referenced_artifact(artifact))
     return [a for a in plan(observed, CONFIG, utc_now()).actions
             if isinstance(a, Create) and a.worker is not None]
 

@@ -10,7 +10,9 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import pytest
 import yaml
 
 from meshnet.local.registry import process_alive as pid_alive
@@ -82,10 +84,24 @@ def test_an_invalid_edit_is_reported_and_the_route_serves_on_until_the_file_is_f
     assert not any(pid_alive(p) for p in pids)
 
 
-def test_up_refuses_a_route_file_that_cannot_be_served_from_the_start(tmp_path: Path) -> None:
+def head_begins_at_layer_2(spec: dict[str, Any]) -> None:
+    spec["stages"][0]["layers"]["begin"] = 2
+
+
+def two_replicas(spec: dict[str, Any]) -> None:
+    spec["replicas"] = 2  # one machine runs one pipeline of a route (for now)
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (head_begins_at_layer_2,
+     "invalid spec: spec.stages[0].layers: stage 'head' begins at layer 2"),
+    (two_replicas, "invalid spec: spec.replicas: meshnet up runs one replica of a route, not 2"),
+], ids=["layers", "replicas"])
+def test_up_refuses_a_route_file_that_cannot_be_served_from_the_start(
+        tmp_path: Path, edit: Callable[[dict[str, Any]], None], message: str) -> None:
     docs = list(yaml.safe_load_all(EXAMPLE.read_text()))
     docs[0]["spec"]["storage"]["hostPath"]["path"] = str(tmp_path / "models")
-    docs[1]["spec"]["stages"][0]["layers"]["begin"] = 2
+    edit(docs[1]["spec"])
     route_file = tmp_path / "route.yaml"
     route_file.write_text(yaml.safe_dump_all(docs))
     result = subprocess.run(
@@ -94,5 +110,5 @@ def test_up_refuses_a_route_file_that_cannot_be_served_from_the_start(tmp_path: 
         capture_output=True, text=True, timeout=300,
     )
     assert result.returncode == 1
-    assert "invalid spec: spec.stages[0].layers: stage 'head' begins at layer 2" in result.stderr
+    assert message in result.stderr
     assert "Traceback" not in result.stderr

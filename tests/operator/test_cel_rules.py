@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from meshnet.api.checks import route_problems
+from meshnet.api.checks import drafter_problems, route_problems
+from meshnet.api.modelartifact import ModelArtifactSpec
 from meshnet.api.schemacheck import check
 from meshnet.api.shardroute import ShardRouteSpec
 from meshnet.api.validate import schemas
@@ -79,19 +80,16 @@ def test_a_route_speculates_by_prompt_lookup_or_not_at_all(
     assert route_problems(ShardRouteSpec.model_validate(route["spec"]), None) == []
 
 
-@pytest.mark.parametrize(("mode", "message"), [
-    ("MTP", "mode MTP is reserved: drafting with the model's multi-token-prediction layers"
-            " on the last stage is not yet supported"),
-    ("DSpark", "mode DSpark is reserved: a DSpark drafter reading the last layers' hidden"
-               " states on the last stage is not yet supported"),
-])
-def test_the_reserved_speculation_modes_are_refused_saying_they_are_not_yet_supported(
-        make_route: MakeRoute, mode: str, message: str) -> None:
+@pytest.mark.parametrize("mode", ["MTP", "DSpark"])
+def test_a_route_may_draft_on_its_last_stage_whose_layers_the_artifact_decides(
+        make_route: MakeRoute, make_artifact: MakeArtifact, mode: str) -> None:
     route = make_route(recipe={"lane": "cpu", "speculation": {"mode": mode}})
-    assert problems(route) == [f"spec.recipe.speculation.mode: {message}"]
-    spec = ShardRouteSpec.model_validate(route["spec"])  # the operator's own check says the same
-    assert [str(p) for p in route_problems(spec, None)] == [
-        f"spec.recipe.speculation.mode: {message}"]
+    assert problems(route) == []
+    spec = ShardRouteSpec.model_validate(route["spec"])
+    assert route_problems(spec, None) == []
+    assert drafter_problems(spec, False, None) == []  # headers not read yet: nothing to say
+    (missing,) = drafter_problems(spec, True, None)
+    assert (missing.path, missing.reason) == ("spec.recipe.speculation.mode", "DrafterMissing")
 
 
 @pytest.mark.parametrize(("speculation", "message"), [
@@ -154,6 +152,24 @@ def test_file_names_must_not_contain_path_separators(make_artifact: MakeArtifact
     artifact["spec"]["files"][0]["name"] = name
     assert problems(artifact) == [
         "spec.files[0].name: file names must not contain path separators"]
+
+
+def test_an_artifact_has_a_model_file_and_at_most_one_drafter(
+        make_artifact: MakeArtifact) -> None:
+    artifact = make_artifact()
+    files = artifact["spec"]["files"]
+    drafter = dict(files[0], name="drafter.gguf", role="Drafter")
+    artifact["spec"]["files"] = [*files, drafter]
+    assert problems(artifact) == []
+    artifact["spec"]["files"] = [*files, drafter, dict(drafter, name="other.gguf")]
+    assert problems(artifact) == ["spec.files: at most one file has role Drafter"]
+    artifact["spec"]["files"] = [drafter]
+    assert problems(artifact) == ["spec.files: at least one file has role Model"]
+    with pytest.raises(ValueError, match="at least one file of role Model"):
+        ModelArtifactSpec.model_validate(artifact["spec"])
+    files[0]["role"] = "Draft"
+    assert problems(make_artifact() | {"spec": artifact["spec"] | {"files": files}})[0] \
+        .startswith("spec.files[0].role: 'Draft' is not one of")
 
 
 def test_exactly_one_source_and_one_storage_must_be_given(make_artifact: MakeArtifact) -> None:

@@ -68,9 +68,11 @@ def test_crds_have_status_short_names_and_the_printer_columns_operators_expect()
     assert route["names"]["shortNames"] == ["sr"] and artifact["names"]["shortNames"] == ["ma"]
     for spec in (route, artifact):
         assert spec["scope"] == "Namespaced" and spec["group"] == "meshnet.dev"
-        assert spec["versions"][0]["subresources"] == {"status": {}}
+    assert artifact["versions"][0]["subresources"] == {"status": {}}
+    assert set(route["versions"][0]["subresources"]) == {"status", "scale"}
     columns = [c["name"] for c in route["versions"][0]["additionalPrinterColumns"]]
-    assert columns == ["Ready", "Epoch", "Stages", "Coverage", "Acceptance", "Endpoint", "Age"]
+    assert columns == ["Ready", "Epoch", "Replicas", "Serving", "Stages", "Coverage",
+                       "Acceptance", "Endpoint", "Age"]
     columns = [c["name"] for c in artifact["versions"][0]["additionalPrinterColumns"]]
     assert columns == ["Ready", "Files", "Size", "Digest", "Age"]
 
@@ -82,3 +84,20 @@ def test_the_crd_yaml_round_trips_and_quantities_are_int_or_string() -> None:
         "properties"]["resources"]["properties"]["requests"]["additionalProperties"]
     assert requests["x-kubernetes-int-or-string"] is True
     assert requests["anyOf"] == [{"type": "integer"}, {"type": "string"}]
+
+
+def test_the_route_scale_subresource_points_at_fields_of_the_right_types() -> None:
+    """kubectl scale, an HPA and KEDA read and write these paths: each must exist in the
+    schema with the type autoscaling/v1 Scale gives it (replicas integers, selector a
+    string), spec.replicas defaulting to one pipeline and never negative."""
+    crd = next(d for d in crd_documents().values() if d["spec"]["names"]["kind"] == "ShardRoute")
+    scale = crd["spec"]["versions"][0]["subresources"]["scale"]
+    assert scale == {"specReplicasPath": ".spec.replicas",
+                     "statusReplicasPath": ".status.replicas",
+                     "labelSelectorPath": ".status.selector"}
+    nodes = dict(walk(schema("ShardRoute")))
+    assert nodes[scale["specReplicasPath"]]["type"] == "integer"
+    assert nodes[scale["specReplicasPath"]]["default"] == 1
+    assert nodes[scale["specReplicasPath"]]["minimum"] == 0
+    assert nodes[scale["statusReplicasPath"]]["type"] == "integer"
+    assert nodes[scale["labelSelectorPath"]]["type"] == "string"

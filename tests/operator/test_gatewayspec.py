@@ -19,7 +19,7 @@ def serve_flags(speculation: Speculation) -> dict[str, str]:
     body = gateway_deployment(ROUTE, STAGES, Gateway(), None, speculation, CONFIG)
     args = body["spec"]["template"]["spec"]["containers"][0]["args"][1:]
     return {flag: args[i + 1] for i, flag in enumerate(args)
-            if flag in ("--speculate", "--windows")}
+            if flag in ("--speculate", "--windows", "--drafter")}
 
 
 @pytest.mark.parametrize(("speculation", "flags"), [
@@ -28,6 +28,10 @@ def serve_flags(speculation: Speculation) -> dict[str, str]:
     (Speculation(mode="Lookup"), {"--speculate": "6", "--windows": "4"}),
     (Speculation(mode="Lookup", max_drafts=7, max_windows=8),
      {"--speculate": "7", "--windows": "8"}),
+    # the last stage drafts: the gateway's handshake checks that it hosts the drafter
+    (Speculation(mode="MTP", max_drafts=3), {"--speculate": "3", "--windows": "4",
+                                             "--drafter": "mtp"}),
+    (Speculation(mode="DSpark"), {"--speculate": "6", "--windows": "4", "--drafter": "dspark"}),
 ])
 def test_the_gateway_speculates_by_default_as_far_as_the_recipe_allows(
         speculation: Speculation, flags: dict[str, str]) -> None:

@@ -6,7 +6,7 @@ import asyncio
 import dataclasses
 import json
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -426,8 +426,11 @@ async def test_a_crash_looping_stage_makes_the_route_degraded_naming_it(
     assert condition(route(cluster), "Ready")["status"] == "False"
 
 
-async def test_kubectl_applies_the_cluster_examples_and_the_operator_serves_them(
-        cluster: Emulator, metrics: OperatorMetrics, tmp_path: Path) -> None:
+Kubectl = Callable[..., Awaitable[str]]
+
+
+def kubectl_for(cluster: Emulator, tmp_path: Path) -> Kubectl:
+    """The real kubectl binary against the emulator: `await run(*args)` -> its stdout."""
     kubectl = install()["kubectl"]
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(json.dumps({
@@ -446,6 +449,12 @@ async def test_kubectl_applies_the_cluster_examples_and_the_operator_serves_them
         assert process.returncode == 0, err.decode()
         return out.decode()
 
+    return run
+
+
+async def test_kubectl_applies_the_cluster_examples_and_the_operator_serves_them(
+        cluster: Emulator, metrics: OperatorMetrics, tmp_path: Path) -> None:
+    run = kubectl_for(cluster, tmp_path)
     examples = repo_root() / "examples"
     await run("apply", "--validate=false", "-f", str(examples / "modelartifact-smollm2.yaml"),
               "-f", str(examples / "shardroute-smollm2-3stage.yaml"))
@@ -484,3 +493,88 @@ async def test_meshnet_operator_run_serves_routes_health_and_metrics_from_its_ow
                 text = (await client.get(metrics_url)).text
     assert 'meshnet_reconciles_total{kind="ShardRoute"}' in text
     assert "meshnet_epoch_advances_total 1.0" in text
+
+
+def service_names(cluster: Emulator) -> list[str]:
+    return sorted(s["metadata"]["name"] for s in cluster.live("v1/services", NS))
+
+
+REPLICA_0 = ["r1-s0-e1", "r1-s1-e1", "r1-s2-e1"]
+REPLICA_1 = ["r1-s0-e1-r1", "r1-s1-e1-r1", "r1-s2-e1-r1"]
+
+
+async def test_scaling_a_route_adds_and_removes_whole_pipelines_at_the_same_epoch(
+        cluster: Emulator, metrics: OperatorMetrics, make_route: MakeRoute,
+        make_artifact: MakeArtifact) -> None:
+    await ready_route(cluster, make_route, make_artifact)
+    serving = {name: pod["metadata"]["uid"] for name, pod in pods(cluster).items()}
+    await cluster.patch(f"{ROUTES}/r1", json={"spec": {"replicas": 2}})
+    await eventually(lambda: sorted(pods(cluster)) == sorted(REPLICA_0 + REPLICA_1),
+                     what="the second replica's pods")
+    await eventually(lambda: service_names(cluster) == ["r1-gateway", "r1-workers",
+                                                        "r1-workers-r1"],
+                     what="the second replica's Service")
+    assert {n: pods(cluster)[n]["metadata"]["uid"] for n in REPLICA_0} == serving
+    head = pods(cluster)["r1-s0-e1-r1"]
+    assert head["metadata"]["labels"]["meshnet.dev/epoch"] == "1"
+    assert head["spec"]["subdomain"] == "r1-workers-r1"
+    await mark_pods(cluster, NS)
+    await eventually(lambda: route(cluster)["status"].get("readyReplicas") == 2,
+                     what="both replicas ready")
+    status = route(cluster)["status"]
+    assert status["epoch"] == 1 and status["replicas"] == 2 and status["stagesReady"] == "6/6"
+    assert [r["stagesReady"] for r in status["replicaStatuses"]] == ["3/3", "3/3"]
+
+    await cluster.patch(f"{ROUTES}/r1", json={"spec": {"replicas": 1}})
+    await eventually(lambda: sorted(pods(cluster)) == REPLICA_0
+                     and service_names(cluster) == ["r1-gateway", "r1-workers"],
+                     what="replica 1's pods and Service gone")
+    await eventually(lambda: route(cluster)["status"].get("replicas") == 1,
+                     what="the status of one replica")
+    status = route(cluster)["status"]
+    assert status["epoch"] == 1 and status["readyReplicas"] == 1
+    assert condition(route(cluster), "Ready")["status"] == "True"
+    assert {n: pods(cluster)[n]["metadata"]["uid"] for n in REPLICA_0} == serving
+    await eventually(lambda: "ReplicaRemoved" in event_reasons(cluster),
+                     what="the ReplicaRemoved event")
+    assert event_reasons(cluster).count("EpochAdvanced") == 1
+
+
+async def test_kubectl_scale_goes_through_the_scale_subresource_down_to_zero_and_back(
+        cluster: Emulator, metrics: OperatorMetrics, make_route: MakeRoute,
+        make_artifact: MakeArtifact, tmp_path: Path) -> None:
+    run = kubectl_for(cluster, tmp_path)
+    await ready_route(cluster, make_route, make_artifact)
+    scale_path = f"{ROUTES}/r1/scale"
+    scale = json.loads(await run("get", "--raw", scale_path))
+    assert (scale["kind"], scale["spec"], scale["status"]) == (
+        "Scale", {"replicas": 1}, {"replicas": 1, "selector": "meshnet.dev/route=r1"})
+
+    assert "scaled" in await run("scale", "sr", "r1", "--replicas", "2")
+    assert cluster.calls["patch shardroutes/scale"] == 1  # the subresource, not the route
+    await eventually(lambda: sorted(pods(cluster)) == sorted(REPLICA_0 + REPLICA_1),
+                     what="kubectl scale's second replica")
+    await mark_pods(cluster, NS)
+    await eventually(lambda: route(cluster)["status"].get("readyReplicas") == 2,
+                     what="two ready replicas")
+    assert await run("get", "sr", "r1", "-o",
+                     "jsonpath={.spec.replicas} {.status.readyReplicas} {.status.epoch}") \
+        == "2 2 1"
+    scale = json.loads(await run("get", "--raw", scale_path))
+    assert scale["spec"]["replicas"] == 2 and scale["status"]["replicas"] == 2
+
+    await run("scale", "sr", "r1", "--replicas", "0")
+    await eventually(lambda: not pods(cluster) and service_names(cluster) == ["r1-gateway"],
+                     what="no stage pods at zero replicas")
+    await eventually(lambda: condition(route(cluster), "Ready").get("reason") == "ScaledToZero",
+                     what="Ready False: ScaledToZero")
+    assert condition(route(cluster), "Degraded")["status"] == "False"
+    assert route(cluster)["status"]["epoch"] == 1
+
+    await run("scale", "sr", "r1", "--replicas", "1")
+    await eventually(lambda: sorted(pods(cluster)) == REPLICA_0, what="replica 0 back")
+    await mark_pods(cluster, NS)
+    await eventually(lambda: condition(route(cluster), "Ready").get("status") == "True",
+                     what="the route Ready again")
+    assert route(cluster)["status"]["epoch"] == 1
+    assert event_reasons(cluster).count("EpochAdvanced") == 1

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from meshnet.api.modelartifact import ModelArtifactSpec
 from meshnet.reconcile.plan import Create, Delete, Plan
 from meshnet.reconcile.route import (
     Observed,
@@ -49,7 +50,7 @@ def observe(route: dict[str, Any], artifact: dict[str, Any] | None,
             pods: dict[str, dict[str, Any]], service: bool = True) -> Observed:
     observed = [p for p in map(observe_pod, pods.values()) if p is not None]
     return Observed(observe_route(route), tuple(observed),
-                    service_hash=_service_hash(route) if service else None,
+                    services={0: _service_hash(route)} if service else {},
                     artifact=observe_referenced_artifact(artifact) if artifact else None)
 
 
@@ -317,12 +318,13 @@ def test_a_spec_that_turns_invalid_keeps_the_last_valid_epochs_pods_and_says_why
     plans = converge(route, artifact, pods)
     assert pods == serving  # nothing deleted, nothing created
     degraded = condition(route, "Degraded")
-    assert (degraded["status"], degraded["reason"]) == ("True", "InvalidSpec")
-    assert "mode MTP is reserved" in degraded["message"]
+    assert (degraded["status"], degraded["reason"]) == ("True", "DrafterMissing")
+    assert ("mode MTP drafts with MTP blocks in its GGUF; the artifact carries no drafter"
+            in degraded["message"])
     assert "the pods of epoch 1 keep serving until the spec is fixed" in degraded["message"]
     assert (condition(route, "Ready")["status"], condition(route, "Ready")["reason"]) == (
-        "False", "InvalidSpec")
-    assert [e.reason for p in plans for e in p.events] == ["InvalidSpec"]  # once
+        "False", "DrafterMissing")
+    assert [e.reason for p in plans for e in p.events] == ["DrafterMissing"]  # once
     status = route["status"]
     assert (status["epoch"], status["stages"], status["stagesReady"]) == (1, stages, "3/3")
     assert status["capacity"]["sessionSlots"] == 0  # not Ready
@@ -423,3 +425,47 @@ def test_conditions_written_by_others_are_kept(
     route["spec"]["recipe"]["image"] = "other:1"  # something that rewrites the status
     converge(route, artifact, pods)
     assert condition(route, "Certified") == certified
+
+
+def with_dspark(artifact: dict[str, Any], layers: list[int]) -> dict[str, Any]:
+    """The artifact with a DSpark drafter GGUF reading `layers`, as its status reports it."""
+    artifact["spec"]["files"].append({"name": "drafter.gguf", "size": 10, "sha256": "d" * 64,
+                                      "role": "Drafter"})
+    artifact["status"]["manifestDigest"] = ModelArtifactSpec.model_validate(
+        artifact["spec"]).manifest_digest()
+    artifact["status"]["gguf"]["drafter"] = {"kind": "DSpark", "targetLayers": layers,
+                                             "vocabSize": 49152, "file": "drafter.gguf"}
+    return artifact
+
+
+def test_a_drafter_runs_on_the_last_stage_only_which_must_own_the_layers_it_reads(
+        make_route: MakeRoute, make_artifact: MakeArtifact) -> None:
+    artifact = with_dspark(make_artifact(), [27, 28, 29])
+    recipe = {"lane": "cpu", "speculation": {"mode": "DSpark", "maxDrafts": 4}}
+    route, pods = make_route(recipe=recipe), {}
+    converge(route, artifact, pods)
+    assert condition(route, "Ready")["status"] == "True"
+    args = {p["metadata"]["labels"]["meshnet.dev/stage"]: p["spec"]["containers"][0]["args"]
+            for p in pods.values()}
+    assert "--drafter" not in args["s0"] and "--drafter" not in args["s1"]
+    flags = args["s2"][args["s2"].index("--drafter"):][:6]
+    assert flags == ["--drafter", "dspark", "--drafter-k", "4",
+                     "--drafter-model", "/models/drafter.gguf"]
+    # the model file every stage opens is the model's, never the drafter
+    assert all(a[a.index("--model") + 1] == "/models/model-00001-of-00002.gguf"
+               for a in args.values())
+
+    split = make_route(ranges=[(0, 10), (10, 28), (28, 30)], recipe=recipe)
+    result = plan(observe(split, artifact, {}, service=False), CONFIG, NOW)
+    assert not result.actions
+    message = ("spec.stages[2].layers: the DSpark drafter reads the outputs of layers 27, 28,"
+               " 29, which only the stage computing them has; the last stage 's2' owns 28:30:"
+               " it must begin at layer 27 or earlier")
+    assert result.conditions["Degraded"] == "True"
+    assert [(e.reason, e.message) for e in result.events] == [("DrafterLayersSplit", message)]
+
+    mtp = make_route(recipe={"lane": "cpu", "speculation": {"mode": "MTP"}})
+    result = plan(observe(mtp, artifact, {}, service=False), CONFIG, NOW)
+    assert [e.reason for e in result.events] == ["DrafterMissing"]
+    assert "mode MTP drafts with MTP blocks in its GGUF; the artifact carries a DSpark drafter" \
+        in result.events[0].message

@@ -21,6 +21,8 @@ def info(begin: int, end: int, **changes: object) -> pb.GetInfoResponse:
     for name, value in changes.items():
         if name == "dtype":
             answer.boundary.dtype = value  # type: ignore[assignment]
+        elif name == "drafter":
+            answer.drafter.CopyFrom(value)  # type: ignore[arg-type]
         else:
             setattr(answer, name, value)
     return answer
@@ -123,3 +125,16 @@ def test_a_route_of_one_stage_or_without_placements_never_takes_turns() -> None:
     assert not check_route(route(info(0, 15), info(15, 30))).stages_take_turns
     assert not check_route(route(placed(0, 15, threads=1), placed(15, 30, threads=1))
                            ).stages_take_turns
+
+
+def test_a_route_that_drafts_needs_its_drafter_on_the_last_stage() -> None:
+    hosting = info(20, 30, drafter=pb.DrafterInfo(kind="mtp", max_drafts=3))
+    assert check_route(route(info(0, 20), hosting), drafter="mtp").drafter == "mtp"
+    assert check_route(route(info(0, 20), hosting)).drafter == "mtp"  # hosted, not asked
+    for last in (info(20, 30), info(20, 30, drafter=pb.DrafterInfo(kind="dspark"))):
+        with pytest.raises(RouteRefused) as caught:
+            check_route(route(info(0, 20), last), drafter="mtp")
+        assert caught.value.reason == "DrafterMissing"
+        hosted = last.drafter.kind or "no drafter"
+        assert (f"the route drafts with mtp, but its last stage 127.0.0.1:7001 hosts {hosted}"
+                in str(caught.value))

@@ -8,15 +8,17 @@ from __future__ import annotations
 import statistics
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import grpc
+import pytest
 
 from meshnet.layers import LayerRange
 from meshnet.local.process import LaunchSpec, WorkerProcess
 from meshnet.route.proto import pb, pb_grpc
-from meshnet.route.stage import stage_error
+from meshnet.route.stage import StageClient, stage_error
 
 HUGE = "<|im_start|>" * 360_000  # 4.3 MB, ~360,000 tokens: the probe's chat requests
 NORMAL = "A lighthouse keeper counts the ships that pass at night, and"
@@ -46,13 +48,33 @@ def padded_get_info(channel: grpc.Channel, size: int) -> Callable[[], object]:
     return lambda: call(request, timeout=60)
 
 
-def test_a_flood_of_special_token_prompts_is_refused_at_once_and_starves_nothing(
-    shard_worker: Path, smollm2: Path, tmp_path: Path,
-) -> None:
+@pytest.fixture(scope="module")
+def worker(shard_worker: Path, smollm2: Path,
+           tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProcess]:
     spec = LaunchSpec(model=smollm2, layers=LayerRange(0, 15), route_id="test/flood", threads=1,
                       slots=1, ctx=512)
-    with WorkerProcess(shard_worker, spec, tmp_path / "worker.log").start() as worker, \
-            grpc.insecure_channel(worker.endpoint, options=OPTIONS) as channel:
+    log = tmp_path_factory.mktemp("flood") / "worker.log"
+    with WorkerProcess(shard_worker, spec, log).start() as started:
+        yield started
+
+
+def test_a_burst_of_sessions_tokenizing_at_once_is_answered_not_refused(
+        worker: WorkerProcess) -> None:
+    """The stage tokenizes two texts at once and queues two: a burst of 32 sessions (the
+    route tests' largest) once failed a route on the refusal. The client retries it."""
+    client = StageClient(worker.endpoint)
+    try:
+        expected = client.tokenize(NORMAL * 40)
+        with ThreadPoolExecutor(32) as pool:
+            together = list(pool.map(lambda _: client.tokenize(NORMAL * 40), range(32)))
+    finally:
+        client.close()
+    assert len(expected) > 200 and together == [expected] * 32
+
+
+def test_a_flood_of_special_token_prompts_is_refused_at_once_and_starves_nothing(
+        worker: WorkerProcess) -> None:
+    with grpc.insecure_channel(worker.endpoint, options=OPTIONS) as channel:
         stub = pb_grpc.ShardServiceStub(channel)
 
         def info() -> object:

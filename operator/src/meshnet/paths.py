@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -32,3 +35,13 @@ def cache_dir() -> Path:
         return Path(override)
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "meshnet"
+
+
+@contextmanager
+def cache_entry_lock(entry: Path) -> Iterator[None]:
+    """Holds `entry`'s lock (a file beside it): two builds of one cache key (two checkouts,
+    or `make` run twice at once) take turns instead of configuring one tree over the other."""
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    with open(entry.parent / f"{entry.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        yield

@@ -5,15 +5,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from meshnet.api.shardroute import DEFAULT_GPU_RESOURCES, RESERVED_MODES, ShardRouteSpec
+from meshnet.api.modelartifact import GgufDrafter
+from meshnet.api.shardroute import DEFAULT_GPU_RESOURCES, ShardRouteSpec
 
 
 @dataclass(frozen=True)
 class Problem:
-    """One validation failure at a field path such as spec.stages[1].layers."""
+    """One validation failure at a field path such as spec.stages[1].layers; `reason` is
+    the condition reason it gives the route."""
 
     path: str
     message: str
+    reason: str = "InvalidSpec"
 
     def __str__(self) -> str:
         return f"{self.path}: {self.message}" if self.path else self.message
@@ -32,9 +35,6 @@ def route_problems(spec: ShardRouteSpec, block_count: int | None) -> list[Proble
             "spec.stages[0].layers", f"stage {first.name!r} begins at layer {first.layers.begin}:"
             f" {_layers(0, first.layers.begin)} would never run (the first stage must begin at 0)",
         ))
-    mode = spec.recipe.speculation.mode
-    if mode in RESERVED_MODES:
-        problems.append(Problem("spec.recipe.speculation.mode", RESERVED_MODES[mode]))
     seen: set[str] = set()
     previous_end: int | None = None
     for i, stage in enumerate(spec.stages):
@@ -75,3 +75,33 @@ def route_problems(spec: ShardRouteSpec, block_count: int | None) -> list[Proble
 def _layers(begin: int, end: int) -> str:
     """'layer 29', or 'layers [20, 30)' for several."""
     return f"layer {begin}" if end - begin == 1 else f"layers [{begin}, {end})"
+
+
+def drafter_problems(spec: ShardRouteSpec, facts_known: bool,
+                     drafter: GgufDrafter | None) -> list[Problem]:
+    """Why the route cannot draft as its recipe says with the artifact's drafter (`drafter`,
+    from its headers once `facts_known`): none of that kind, or a last stage that does not
+    own every layer the drafter reads (only the stage computing those layers has their
+    hidden states)."""
+    mode = spec.recipe.speculation.mode
+    if spec.recipe.speculation.stage_drafter() is None or not facts_known:
+        return []
+    if drafter is None or drafter.kind != mode:
+        carries = f"a {drafter.kind} drafter" if drafter else "no drafter"
+        wanted = ("MTP blocks in its GGUF" if mode == "MTP"
+                  else "a DSpark drafter GGUF (a file of role Drafter)")
+        return [Problem("spec.recipe.speculation.mode",
+                        f"mode {mode} drafts with {wanted}; the artifact carries {carries}",
+                        "DrafterMissing")]
+    last = spec.stages[-1]
+    begin, end = last.layers.begin, last.layers.end
+    outside = [layer for layer in drafter.target_layers if not begin <= layer < end]
+    if not outside:
+        return []
+    reads = ", ".join(str(layer) for layer in drafter.target_layers)
+    need = min(drafter.target_layers)
+    return [Problem(f"spec.stages[{len(spec.stages) - 1}].layers",
+                    f"the {mode} drafter reads the outputs of layers {reads}, which only the"
+                    f" stage computing them has; the last stage {last.name!r} owns"
+                    f" {begin}:{end}: it must begin at layer {need} or earlier",
+                    "DrafterLayersSplit")]

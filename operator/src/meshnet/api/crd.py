@@ -75,9 +75,16 @@ def _ready_column() -> dict[str, Any]:
 AGE = {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
 
 
+# The scale subresource of a ShardRoute: `kubectl scale`, an HPA and a KEDA ScaledObject
+# set spec.replicas through it and count the stage pods status.selector matches.
+ROUTE_SCALE = {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas",
+               "labelSelectorPath": ".status.selector"}
+
+
 def _crd(
     kind: str, plural: str, short: str, root: type[BaseModel],
     spec: type[BaseModel], status: type[BaseModel], columns: list[dict[str, Any]],
+    scale: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     schema = {
         "type": "object",
@@ -102,7 +109,7 @@ def _crd(
             "scope": "Namespaced",
             "versions": [{
                 "name": VERSION, "served": True, "storage": True,
-                "subresources": {"status": {}},
+                "subresources": {"status": {}, **({"scale": scale} if scale else {})},
                 "additionalPrinterColumns": [_ready_column(), *columns, AGE],
                 "schema": {"openAPIV3Schema": schema},
             }],
@@ -116,11 +123,14 @@ def crd_documents() -> dict[str, dict[str, Any]]:
         shardroute.KIND, shardroute.PLURAL, "sr", shardroute.ShardRoute,
         shardroute.ShardRouteSpec, shardroute.ShardRouteStatus,
         [{"name": "Epoch", "type": "integer", "jsonPath": ".status.epoch"},
+         {"name": "Replicas", "type": "integer", "jsonPath": ".spec.replicas"},
+         {"name": "Serving", "type": "integer", "jsonPath": ".status.readyReplicas"},
          {"name": "Stages", "type": "string", "jsonPath": ".status.stagesReady"},
          {"name": "Coverage", "type": "string", "jsonPath": ".status.coverage"},
          {"name": "Acceptance", "type": "number", "jsonPath": ".status.speculation.acceptance"},
          {"name": "Endpoint", "type": "string", "jsonPath": ".status.endpoint",
           "priority": 1}],
+        scale=ROUTE_SCALE,
     )
     artifact = _crd(
         modelartifact.KIND, modelartifact.PLURAL, "ma", modelartifact.ModelArtifact,

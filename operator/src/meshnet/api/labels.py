@@ -7,6 +7,8 @@ from meshnet.api.common import GROUP
 ROUTE = f"{GROUP}/route"
 STAGE = f"{GROUP}/stage"
 EPOCH = f"{GROUP}/epoch"
+# The replica (pipeline) a stage pod and its headless Service belong to: 0, 1, ...
+REPLICA = f"{GROUP}/replica"
 DIGEST = f"{GROUP}/route-digest"  # first 16 hex digits: label values stop at 63 characters
 TEMPLATE = f"{GROUP}/template-hash"
 # A route's gateway Deployment, its pods and Service carry GATEWAY (the route's name), not

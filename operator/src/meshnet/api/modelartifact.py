@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from meshnet.api.common import (
     MAX_FILES,
@@ -22,6 +22,7 @@ from meshnet.identity import manifest_digest
 
 KIND = "ModelArtifact"
 PLURAL = "modelartifacts"
+FileRole = Literal["Model", "Drafter"]
 # The `kind` of the JSON summary `meshnet artifact pull --json` writes as its
 # termination message, which the operator reads back.
 PULL_SUMMARY_KIND = "ArtifactPullSummary"
@@ -48,6 +49,14 @@ class ArtifactFile(ApiModel):
     url: str | None = Field(
         default=None, max_length=2048,
         description="Where to download this file; defaults to source.http.baseURL + name.",
+    )
+    role: FileRole = Field(
+        default="Model",
+        description="Model: a file of the model (a split of its GGUF set). Drafter: a DSpark"
+                    " drafter GGUF (architecture dflash) for the model, loaded only by the last"
+                    " stage of a route whose recipe.speculation.mode is DSpark. Checked"
+                    " against the file's header when the artifact is verified; not part of"
+                    " the manifest digest (the file's bytes are).",
     )
 
 
@@ -134,13 +143,27 @@ class ArtifactManifest(ApiModel):
     files: list[ArtifactFile] = Field(
         min_length=1, max_length=MAX_FILES,
         description="Every file of the model; the manifest digest is computed over them.",
-        json_schema_extra=validations(rule(
-            "self.all(f, self.exists_one(g, g.name == f.name))", "file names must be unique",
-        )),
+        json_schema_extra=validations(
+            rule("self.all(f, self.exists_one(g, g.name == f.name))",
+                 "file names must be unique"),
+            rule("self.filter(f, has(f.role) && f.role == 'Drafter').size() <= 1",
+                 "at most one file has role Drafter"),
+            rule("self.exists(f, !has(f.role) || f.role == 'Model')",
+                 "at least one file has role Model"),
+        ),
     )
     expectations: ArtifactExpectations = Field(
         default_factory=ArtifactExpectations, description="Facts the GGUF headers must match.",
     )
+
+    @model_validator(mode="after")
+    def _roles(self) -> ArtifactManifest:
+        """The role rules again (the CEL ones above), for manifests read from files."""
+        roles = [f.role for f in self.files]
+        if roles.count("Drafter") > 1 or "Model" not in roles:
+            raise ValueError("a manifest has at least one file of role Model and at most one"
+                             " of role Drafter")
+        return self
 
     def manifest_digest(self) -> str:
         """The artifact identity: same files, same digest (docs/architecture.md)."""
@@ -150,8 +173,13 @@ class ArtifactManifest(ApiModel):
         return sum(f.size for f in self.files)
 
     def model_file(self) -> str:
-        """The file llama.cpp opens: the first split (the others are found beside it)."""
-        return sorted(f.name for f in self.files)[0]
+        """The file llama.cpp opens: the model's first split (the others are found beside
+        it), never its drafter."""
+        return sorted(f.name for f in self.files if f.role == "Model")[0]
+
+    def drafter_file(self) -> str | None:
+        """The DSpark drafter GGUF among the files, if the manifest names one."""
+        return next((f.name for f in self.files if f.role == "Drafter"), None)
 
 
 class ModelArtifactSpec(ArtifactManifest):
@@ -168,6 +196,20 @@ class ArtifactProgress(StatusModel):
     files_total: int = Field(default=0, ge=0, description="Files in the manifest.")
     bytes_verified: int = Field(default=0, ge=0, description="Bytes hashed and matched.")
     bytes_total: int = Field(default=0, ge=0, description="Bytes in the manifest.")
+
+
+class GgufDrafter(StatusModel):
+    """The drafter the artifact carries, from its headers."""
+
+    kind: Literal["MTP", "DSpark"] = Field(
+        description="MTP: the model's own multi-token-prediction blocks; DSpark: the file of"
+                    " role Drafter.")
+    target_layers: list[int] = Field(
+        default_factory=list, description="Main layers whose outputs it reads (0-based): the"
+        " last stage of a route drafting with it must own them all.")
+    vocab_size: int = Field(default=0, description="Its vocabulary's size.")
+    tensor_bytes: int = Field(default=0, description="Bytes of its weights.")
+    file: str | None = Field(default=None, description="The DSpark GGUF; absent for MTP.")
 
 
 class GgufFacts(StatusModel):
@@ -192,6 +234,10 @@ class GgufFacts(StatusModel):
         default=None, ge=1,
         description="Leading layers that route experts by token id (deepseek4): a stage starting "
         "inside them takes the token IDs beside the boundary. Absent when there are none.",
+    )
+    drafter: GgufDrafter | None = Field(
+        default=None, description="The drafter the artifact carries (MTP blocks in the model, or"
+        " a DSpark GGUF); absent when it has none.",
     )
 
 

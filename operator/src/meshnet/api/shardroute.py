@@ -54,22 +54,11 @@ CONTIGUOUS_RULE = (
 MAX_DRAFTS = 7
 MAX_WINDOWS = 8
 SpeculationMode = Literal["Disabled", "Lookup", "MTP", "DSpark"]
-# Modes the schema names so that a route asking for them is told why it is refused,
-# rather than that the value is unknown.
-RESERVED_MODES = {
-    "MTP": "mode MTP is reserved: drafting with the model's multi-token-prediction layers"
-           " on the last stage is not yet supported",
-    "DSpark": "mode DSpark is reserved: a DSpark drafter reading the last layers' hidden"
-              " states on the last stage is not yet supported",
-}
+# The worker's --drafter for the modes whose drafts come from a drafter on the last stage.
+STAGE_DRAFTERS = {"MTP": "mtp", "DSpark": "dspark"}
 
 
-class Speculation(
-    ApiModel,
-    json_schema_extra=validations(*(
-        rule(f"!has(self.mode) || self.mode != '{mode}'", message, fieldPath=".mode")
-        for mode, message in RESERVED_MODES.items())),
-):
+class Speculation(ApiModel):
     """Speculative decoding on the route: drafts verified in one step through every stage.
     Exact by construction (the tokens are those of plain decoding, greedy or sampled), so
     it is not part of recipeDigest: changing it keeps the epoch and replaces the stage pods
@@ -78,9 +67,13 @@ class Speculation(
     mode: SpeculationMode = Field(
         default="Disabled",
         description="Disabled (the gateway does not speculate, and the first stage's decode"
-                    " loops decode plainly whatever a client asks), or Lookup: drafts by"
-                    " prompt lookup over the session's own context, verified exactly at the"
-                    " last stage. MTP and DSpark are reserved and refused.",
+                    " loops decode plainly whatever a client asks); Lookup: drafts by"
+                    " prompt lookup over the session's own context; MTP: drafts by the"
+                    " model's own multi-token-prediction layers; DSpark: drafts by the"
+                    " artifact's DSpark drafter GGUF (its file of role Drafter). MTP and"
+                    " DSpark run on the last stage, which must own every layer the drafter"
+                    " reads; it sends its drafts with each token to the first stage. Every"
+                    " draft is verified exactly at the last stage.",
     )
     max_drafts: int = Field(
         default=6, ge=1, le=MAX_DRAFTS,
@@ -101,6 +94,10 @@ class Speculation(
     @property
     def enabled(self) -> bool:
         return self.mode != "Disabled"
+
+    def stage_drafter(self) -> str | None:
+        """The last stage's --drafter (mtp, dspark), None when drafts are looked up."""
+        return STAGE_DRAFTERS.get(self.mode)
 
     def loop_drafts(self) -> int:
         """The drafts a first stage's decode loop may take per window (0: none)."""
@@ -274,6 +271,13 @@ class ShardRouteSpec(
     """The desired pipeline."""
 
     artifact_ref: LocalObjectReference = Field(description="The ModelArtifact to serve.")
+    replicas: int = Field(
+        default=1, ge=0,
+        description="Identical pipelines of the route: each a full set of stage pods of the"
+                    " same epoch with addresses of its own (0: no stage pods). Placement, not"
+                    " numerics: not part of the route's identity, so scaling never changes the"
+                    " epoch. The scale subresource sets it (kubectl scale, HPA, KEDA).",
+    )
     recipe: Recipe = Field(default_factory=Recipe, description="The runtime recipe.")
     stages: list[Stage] = Field(
         min_length=1, max_length=MAX_STAGES,
@@ -310,10 +314,12 @@ class StageStatus(StatusModel):
 class RouteCapacity(StatusModel):
     """Capacity summary of the route."""
 
-    ready_stages: int = Field(default=0, description="Stages ready at the current epoch.")
-    total_stages: int = Field(default=0, description="Stages in the spec.")
+    ready_stages: int = Field(
+        default=0, description="Stage pods ready at the current epoch, over every replica.")
+    total_stages: int = Field(default=0, description="Stages in the spec times replicas.")
     session_slots: int = Field(
-        default=0, description="Concurrent sessions the route can serve now (0 unless Ready)."
+        default=0, description="Concurrent sessions the route can serve now: sessionSlots"
+                               " times the ready replicas (0 unless Ready)."
     )
 
 
@@ -334,6 +340,15 @@ class RouteSpeculation(StatusModel):
     )
 
 
+class ReplicaStatus(StatusModel):
+    """One replica's pipeline: its stages at the current epoch."""
+
+    replica: int = Field(ge=0, description="The replica's index (0 to spec.replicas - 1).")
+    ready: bool = Field(default=False, description="Every stage pod of the epoch is ready.")
+    stages_ready: str = Field(description="Ready stages, e.g. 3/4.")
+    stages: list[StageStatus] = Field(default_factory=list, description="Per-stage state.")
+
+
 class ShardRouteStatus(StatusModel):
     """Observed state, rebuilt by the operator from the stage pods on every reconcile."""
 
@@ -346,8 +361,21 @@ class ShardRouteStatus(StatusModel):
     )
     recipe_digest: str | None = Field(default=None, description="sha256 of pin + recipe.")
     manifest_digest: str | None = Field(default=None, description="The artifact's identity.")
-    stages: list[StageStatus] = Field(default_factory=list, description="Per-stage state.")
-    stages_ready: str | None = Field(default=None, description="Ready stages, e.g. 3/4.")
+    replicas: int = Field(
+        default=0, ge=0, description="Replicas that have stage pods (the scale subresource's"
+                                     " status.replicas).")
+    ready_replicas: int = Field(
+        default=0, ge=0, description="Replicas whose every stage pod of the epoch is ready.")
+    selector: str | None = Field(
+        default=None, description="Label selector of the route's stage pods (the scale"
+                                  " subresource's, for an HPA).")
+    stages: list[StageStatus] = Field(
+        default_factory=list, description="Per-stage state of replica 0 (every replica's is"
+                                          " in replicaStatuses).")
+    stages_ready: str | None = Field(
+        default=None, description="Ready stage pods of every replica, e.g. 3/4.")
+    replica_statuses: list[ReplicaStatus] = Field(
+        default_factory=list, description="Per replica: its stages and whether it is ready.")
     coverage: str | None = Field(
         default=None, description="Layers served out of the model's block count, e.g. 0-30/30."
     )

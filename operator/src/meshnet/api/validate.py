@@ -11,9 +11,10 @@ from typing import Any
 import yaml
 
 from meshnet.api import modelartifact, shardroute
-from meshnet.api.checks import Problem, route_problems
+from meshnet.api.checks import Problem, drafter_problems, route_problems
 from meshnet.api.common import API_VERSION
 from meshnet.api.crd import crd_documents
+from meshnet.api.modelartifact import GgufDrafter, GgufFacts
 from meshnet.api.schemacheck import check
 
 
@@ -75,7 +76,10 @@ def _ours(doc: Document, by_kind: dict[str, Any]) -> bool:
 def _cross_check(doc: Document, artifacts: dict[tuple[str, str], dict[str, Any]]) -> list[Problem]:
     spec = shardroute.ShardRouteSpec.model_validate(doc.body["spec"])
     artifact = artifacts.get((doc.key[0], spec.artifact_ref.name))
-    return route_problems(spec, block_count(artifact) if artifact else None)
+    if artifact is None:
+        return route_problems(spec, None)
+    return route_problems(spec, block_count(artifact)) + drafter_problems(
+        spec, *artifact_drafter(artifact))
 
 
 def block_count(artifact: dict[str, Any]) -> int | None:
@@ -87,3 +91,11 @@ def block_count(artifact: dict[str, Any]) -> int | None:
     value = next((v for v in (facts.get("layers"), facts.get("blockCount"), expected)
                   if v is not None), None)
     return int(value) if value is not None else None
+
+
+def artifact_drafter(artifact: dict[str, Any]) -> tuple[bool, GgufDrafter | None]:
+    """(whether its headers were read, the drafter they show), from its status."""
+    facts = (artifact.get("status") or {}).get("gguf")
+    if not isinstance(facts, dict):
+        return False, None
+    return True, GgufFacts.model_validate(facts).drafter

@@ -89,8 +89,11 @@ def default_name(file_name: str) -> str:
 
 
 def artifact_document(manifest: Manifest, name: str, base_url: str | None = None) -> dict[str, Any]:
+    drafter = manifest.facts.drafter.file if manifest.facts.drafter else None
     spec: dict[str, Any] = {
-        "files": [{"name": e.name, "size": e.size, "sha256": e.sha256} for e in manifest.entries],
+        "files": [{"name": e.name, "size": e.size, "sha256": e.sha256}
+                  | ({"role": "Drafter"} if e.name == drafter else {})
+                  for e in manifest.entries],
     }
     if base_url:
         spec["source"] = {"http": {"baseURL": base_url}}

@@ -16,7 +16,7 @@ from meshnet.artifacts.markers import Layout, check_file_names, has_valid_marker
 from meshnet.artifacts.progress import Meter
 from meshnet.artifacts.spec import Artifact
 from meshnet.artifacts.splitset import check_split_names
-from meshnet.errors import ExpectationMismatch, HashMismatch, IncompleteSplitSet
+from meshnet.errors import DrafterMismatch, ExpectationMismatch, HashMismatch, IncompleteSplitSet
 
 MeterFactory = Callable[[int, str], AbstractContextManager[Meter]]
 
@@ -45,6 +45,19 @@ def read_model_facts(
     facts = artifact_facts(headers)
     check_expectations(facts, expected)
     return facts
+
+
+def check_drafter_role(facts: ModelFacts, declared: str | None) -> None:
+    """DrafterMismatch unless the file of role Drafter is the one whose header is a DSpark
+    drafter: a route loads the file its role names, so a wrong role must not verify."""
+    found = facts.drafter.file if facts.drafter else None
+    if declared == found:
+        return
+    if declared is None:
+        raise DrafterMismatch(f"{found} is a DSpark drafter GGUF (architecture dflash):"
+                              " give it role Drafter")
+    raise DrafterMismatch(f"{declared} has role Drafter but is not a DSpark drafter GGUF"
+                          + (f" ({found} is)" if found else ""))
 
 
 @dataclass(frozen=True)
@@ -117,4 +130,5 @@ def verify_folder(
             first.args = (f"{first.args[0]} (also mismatched: {others})",)
         raise first
     facts = read_model_facts(folder, [f.name for f in spec.files], spec.expectations)
+    check_drafter_role(facts, spec.drafter_file())
     return VerifyReport(artifact.name, spec.manifest_digest(), tuple(checks), facts)

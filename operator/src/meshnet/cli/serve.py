@@ -48,10 +48,13 @@ def split_listen(listen: str, option: str = "--listen") -> tuple[str, int]:
               help="With --speculate: verify windows a chain's or ring's first stage keeps in "
                    "flight (pipelined speculation, each drafted as if the ones before it were "
                    "accepted whole; a hub keeps one). Tokens are unchanged.")
+@click.option("--drafter", type=click.Choice(["mtp", "dspark"]), default=None,
+              help="The drafter the route's last stage hosts (the recipe's speculation mode "
+                   "MTP or DSpark): the route is refused (DrafterMissing) while it does not.")
 @tls_client_options
 def command(route_name: str | None, stages: tuple[str, ...], model: str | None, listen: str,
             max_waiting: int, recovery_wait: float, exit_with_parent: int | None,
-            speculate: int, windows: int, tls: TlsFiles | None) -> None:
+            speculate: int, windows: int, drafter: str | None, tls: TlsFiles | None) -> None:
     """Serve one route over an OpenAI-compatible HTTP API until interrupted.
 
     POST /v1/chat/completions and /v1/completions (streaming or not), GET /v1/models
@@ -66,7 +69,7 @@ def command(route_name: str | None, stages: tuple[str, ...], model: str | None, 
     host, port = split_listen(listen)
     config = GatewayConfig(model=name, max_waiting=max_waiting, speculate=speculate,
                            windows=windows)
-    gateway = Gateway(config, RouteHandle(resolve, tls, recovery_wait))
+    gateway = Gateway(config, RouteHandle(resolve, tls, recovery_wait, drafter or ""))
     app = build_app(gateway)
     if exit_with_parent is not None:
         app.cleanup_ctx.append(_exit_with_parent(exit_with_parent))

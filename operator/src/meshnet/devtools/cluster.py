@@ -22,6 +22,7 @@ import jsonpatch
 import kmock
 
 from meshnet.api import GROUP, VERSION, labels
+from meshnet.devtools.scale import object_patch, scale_of, scale_paths
 from meshnet.operator.kube import Connection
 from meshnet.operator.metrics import OperatorMetrics
 from meshnet.operator.run import run
@@ -34,7 +35,8 @@ VERBS = {kmock.action.FETCH: "get", kmock.action.LIST: "list", kmock.action.WATC
          kmock.action.DELETE: "delete"}
 RESOURCES: dict[str, dict[str, Any]] = {
     f"{GROUP}/{VERSION}/shardroutes": {"kind": "ShardRoute", "namespaced": True,
-                                       "subresources": ["status"], "shortnames": ["sr"]},
+                                       "subresources": ["status", "scale"],
+                                       "shortnames": ["sr"]},
     f"{GROUP}/{VERSION}/modelartifacts": {"kind": "ModelArtifact", "namespaced": True,
                                           "subresources": ["status"], "shortnames": ["ma"]},
     "v1/pods": {"kind": "Pod", "namespaced": True, "subresources": ["status"]},
@@ -51,8 +53,10 @@ RESOURCES: dict[str, dict[str, Any]] = {
 
 class Emulator(kmock.KubernetesEmulator):
     """The emulator plus the metadata an API server fills in: uid, creationTimestamp,
-    generateName, resourceVersion, and a generation that moves with the spec; `calls`
-    counts the requests by verb and resource (what a benchmark or a test reports)."""
+    generateName, resourceVersion, and a generation that moves with the spec; the scale
+    subresource of the CRDs that declare one (GET and merge PATCH of an autoscaling/v1
+    Scale, as `kubectl scale` and an HPA use it); `calls` counts the requests by verb and
+    resource (what a benchmark or a test reports)."""
 
     _serial = itertools.count(1)
 
@@ -77,9 +81,18 @@ class Emulator(kmock.KubernetesEmulator):
         self._in_flight: set[int] = set()
         self.watched: set[str] = set()  # plurals someone watches (kopf, once it is serving)
         self.calls: collections.Counter[str] = collections.Counter()  # "patch pods/status": n
+        self.scaled = scale_paths()  # plural -> its CRD's scale subresource
 
     async def _handle_k8s(self, request: Any) -> Any:
         data = request.data
+        if self._scales(request) and request.action == kmock.action.UPDATE:
+            try:  # a write of the Scale is a write of the object's replicas field
+                translated = object_patch(request.resource.plural, data or {})
+            except ValueError as exc:
+                raise kmock.KubernetesError(status=422, reason="Invalid",
+                                            message=str(exc)) from exc
+            data.clear()
+            data.update(translated)
         if request.resource is not None and request.action == kmock.action.CREATE \
                 and isinstance(data, dict):
             self._on_create(data.setdefault("metadata", {}))
@@ -97,7 +110,7 @@ class Emulator(kmock.KubernetesEmulator):
         elif isinstance(data, dict):
             meta = data.setdefault("metadata", {})
             meta["resourceVersion"] = version
-            if "spec" in data and not request.subresource:
+            if "spec" in data and request.subresource in (None, "scale"):
                 current = self.objects[request.resource, request.namespace, request.name]
                 meta["generation"] = (current.get("metadata") or {}).get("generation", 1) + 1
 
@@ -123,7 +136,7 @@ class Emulator(kmock.KubernetesEmulator):
         obj = self._named(request)
         if obj is None or obj.deleted:
             raise kmock.KubernetesObjectNotFoundError()
-        return obj.raw
+        return scale_of(request.resource.plural, obj.raw) if self._scales(request) else obj.raw
 
     async def _serve_create(self, request: Any) -> Any:
         meta = request.data.get("metadata", {})
@@ -131,7 +144,13 @@ class Emulator(kmock.KubernetesEmulator):
         return self.objects[key].raw
 
     async def _serve_update(self, request: Any) -> Any:
-        return self._named(request).last.raw
+        raw = self._named(request).last.raw
+        return scale_of(request.resource.plural, raw) if self._scales(request) else raw
+
+    def _scales(self, request: Any) -> bool:
+        """A request to the scale subresource of a resource whose CRD declares one."""
+        return request.resource is not None and request.subresource == "scale" \
+            and request.resource.plural in self.scaled
 
     async def _serve_delete(self, request: Any) -> Any:
         return self._named(request).last.raw

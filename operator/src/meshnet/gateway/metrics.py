@@ -58,7 +58,35 @@ class GatewayMetrics:
             "meshnet_requests", "Requests by outcome.", ["route", "status"],
             registry=self.registry)
         self.outcomes = {outcome: requests.labels(route, outcome) for outcome in OUTCOMES}
+        self.kv_usage = Gauge(
+            "meshnet_kv_cache_usage_perc",
+            "Share of the route's KV cells in use, 0..1 (its fullest stage's), as of the"
+            " last probe.", labels, registry=self.registry).labels(route)
+        self.model_server = ModelServerGauges(route, self.registry)
         self.route_ready = Gauge(
             "meshnet_gateway_route_ready",
             "1 while the route is servable: every stage answered the handshake.", labels,
             registry=self.registry).labels(route)
+
+
+class ModelServerGauges:
+    """The gauges the Gateway API Inference Extension's endpoint picker and the autoscalers
+    built for vLLM read, under vLLM's names (its model server protocol: queued and running
+    requests, KV-cache utilisation, the cache's block size), so they work unchanged on a
+    meshnet route. The same values as meshnet_num_requests_*/meshnet_kv_cache_usage_perc."""
+
+    # One KV cell per token: the route's caches are not paged in blocks.
+    BLOCK_SIZE = 1
+
+    def __init__(self, route: str, registry: CollectorRegistry) -> None:
+        labels = ["model_name"]
+        self.waiting = Gauge("vllm:num_requests_waiting", "Requests queued for a session slot.",
+                             labels, registry=registry).labels(route)
+        self.running = Gauge("vllm:num_requests_running", "Requests holding a session slot.",
+                             labels, registry=registry).labels(route)
+        usage = "KV-cache usage, 0..1 (1 means 100%)."
+        self.kv_usage = [Gauge(name, usage, labels, registry=registry).labels(route)
+                         for name in ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")]
+        Gauge("vllm:cache_config_info", "The KV cache's configuration, in its labels.",
+              ["model_name", "block_size"], registry=registry,
+              ).labels(route, str(self.BLOCK_SIZE)).set(1)

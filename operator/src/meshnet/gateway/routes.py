@@ -30,10 +30,11 @@ class RouteHandle:
     """The driver of the route's current stages; a new one when the stages move."""
 
     def __init__(self, resolve: Callable[[], Endpoints], tls: TlsFiles | None = None,
-                 recovery_wait: float = 15.0) -> None:
+                 recovery_wait: float = 15.0, drafter: str = "") -> None:
         self._resolve = resolve
         self._tls = tls
         self._recovery_wait = recovery_wait
+        self._drafter = drafter  # the last stage must host it (the handshake refuses else)
         self._lock = threading.Lock()
         self._driver: RouteDriver | None = None
         self._endpoints: Endpoints = ()
@@ -45,7 +46,8 @@ class RouteHandle:
             if self._driver is None or endpoints != self._endpoints:
                 stale = self._driver
                 self._driver = RouteDriver(list(endpoints), tls=self._tls,
-                                           wait_seconds=self._recovery_wait)
+                                           wait_seconds=self._recovery_wait,
+                                           drafter=self._drafter)
                 self._endpoints = endpoints
                 if stale is not None:
                     # sessions still running on it keep their own channels until they end
@@ -56,6 +58,10 @@ class RouteHandle:
         """Handshake every stage now: the route as it is, or the error why it is not
         servable (StageError, RouteRefused, RouteNotFound)."""
         return self.driver().connect()
+
+    def kv_usage(self) -> float:
+        """The share of the route's KV cells in use now (0..1)."""
+        return self.driver().kv_usage()
 
     def close(self) -> None:
         with self._lock:

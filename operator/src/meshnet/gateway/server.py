@@ -116,8 +116,17 @@ class Gateway:
 
     async def probe_forever(self) -> None:
         while True:
-            await self.check_route()
+            if await self.check_route() is not None:
+                await self._measure_kv_usage()
             await asyncio.sleep(self.config.probe_seconds)
+
+    async def _measure_kv_usage(self) -> None:
+        try:
+            usage: float = await self._call(self.route.kv_usage)
+        except (MeshnetError, OSError):
+            return  # the next handshake finds out what is wrong
+        for gauge in (self.metrics.kv_usage, *self.metrics.model_server.kv_usage):
+            gauge.set(usage)
 
     # -- handlers ---------------------------------------------------------------------
 
@@ -133,8 +142,11 @@ class Gateway:
         return web.json_response({"status": "ready", "epoch": self.info.epoch})
 
     async def prometheus(self, _: web.Request) -> web.Response:
-        self.metrics.running.set(self.admission.running)
-        self.metrics.waiting.set(self.admission.waiting)
+        gauges = self.metrics.model_server
+        for gauge in (self.metrics.running, gauges.running):
+            gauge.set(self.admission.running)
+        for gauge in (self.metrics.waiting, gauges.waiting):
+            gauge.set(self.admission.waiting)
         body = generate_latest(self.metrics.registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 

@@ -90,6 +90,10 @@ class LocalBackend:
         A ShardRoute the planner cannot serve is refused (RouteFileError) before anything
         changes: the route loaded before runs on, as a Deployment keeps its pods when an
         update cannot roll out."""
+        route = observe_route(route_file.route)
+        if route.spec is not None and route.spec.replicas != 1:  # before any provisioning
+            raise RouteFileError(f"{route_file.path}: invalid spec: spec.replicas: meshnet up"
+                                 f" runs one replica of a route, not {route.spec.replicas}")
         previous, artifact = self.route_file, self.artifact
         if previous is None or previous.artifact.get("spec") != route_file.artifact.get("spec"):
             self.say(f"provisioning ModelArtifact {route_file.artifact['metadata']['name']} ...")
@@ -99,9 +103,10 @@ class LocalBackend:
                 f"(manifestDigest {artifact.observed.manifest_digest})"
             )
         assert artifact is not None
-        problems = spec_problems(observe_route(route_file.route), artifact.observed, self.config)
+        problems = spec_problems(route, artifact.observed, self.config)
         if problems:
-            raise RouteFileError(f"{route_file.path}: invalid spec: {'; '.join(problems)}")
+            raise RouteFileError(f"{route_file.path}: invalid spec:"
+                                 f" {'; '.join(map(str, problems))}")
         if artifact is not self.artifact:
             meta = route_file.artifact["metadata"]
             self.metrics.status.artifact(
@@ -128,7 +133,8 @@ class LocalBackend:
         now = time.monotonic()  # once its backoff is over the planner starts it anew
         pods += tuple(p for name, p in self.crashed.items()
                       if name not in self.stages and not self.crashes.may_start(p.stage, now))
-        return Observed(observe_route(body), pods, self.service_hash, self.artifact.observed)
+        services = {0: self.service_hash} if self.service_hash is not None else {}
+        return Observed(observe_route(body), pods, services, self.artifact.observed)
 
     # ---- one reconcile -----------------------------------------------------------
     def reconcile(self) -> Plan:

@@ -73,6 +73,10 @@ class LaunchSpec:
     max_loop_drafts: int | None = None
     max_loop_windows: int | None = None
     discard_depth: int | None = None  # positions one rejection may drop; None: the default
+    # A last stage's drafter (mtp, dspark), its most drafts per token, and the DSpark GGUF.
+    drafter: str | None = None
+    drafter_k: int | None = None
+    drafter_model: Path | None = None
     # CPUs for the engine's compute threads, in order (the worker's other threads stay on
     # the first); () leaves placement to the kernel. See cpu_binding_env.
     cpus: tuple[int, ...] = ()
@@ -116,6 +120,9 @@ class LaunchSpec:
             "--max-loop-drafts": self.max_loop_drafts,
             "--max-loop-windows": self.max_loop_windows,
             "--discard-depth": self.discard_depth,
+            "--drafter": self.drafter,
+            "--drafter-k": self.drafter_k,
+            "--drafter-model": self.drafter_model,
             "--exit-with-parent": os.getpid() if self.exit_with_parent else None,
         }
         for flag, value in optional.items():

@@ -81,6 +81,8 @@ def provision(document: dict[str, Any]) -> LocalArtifact:
     if not summary.ok or summary.facts is None:
         raise ProvisionError(f"ModelArtifact {artifact.name}: {summary.result}: {summary.message}")
     spec = artifact.spec
+    pulled = summary.to_json()
+    status = artifact_status(spec, pulled, "Succeeded", generation=1, now=datetime.now(UTC))
     observed = ReferencedArtifact(
         artifact.name,
         ready=True,
@@ -88,9 +90,10 @@ def provision(document: dict[str, Any]) -> LocalArtifact:
         block_count=summary.facts.layers,
         model_file=spec.model_file(),
         storage=spec.storage,
+        headers_read=True,
+        drafter=status.gguf.drafter if status.gguf else None,
+        drafter_file=spec.drafter_file(),
     )
-    pulled = summary.to_json()
-    status = artifact_status(spec, pulled, "Succeeded", generation=1, now=datetime.now(UTC))
     # This machine is the one node, its storage hostPath the one copy.
     status = status.model_copy(
         update={"nodes": [node_copy(socket.gethostname(), spec, pulled, "Succeeded")]}

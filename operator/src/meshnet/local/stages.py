@@ -20,7 +20,7 @@ def launch_spec(worker: WorkerSpec, model_path: Path, threads: int,
     `links` (stage name -> loopback endpoint) for the stages it relays to."""
     if worker.tls is not None:  # its certificate would come from a Secret: there is none here
         raise ValueError("the local backend cannot run a route with spec.tls")
-    links = links or {}
+    links, drafter = links or {}, worker.drafter
     unresolved = sorted(set(worker.links.names()) - set(links))
     if unresolved:  # a chain that silently became a hub would only be slower
         raise ValueError(f"no loopback endpoint given for stage {', '.join(unresolved)}")
@@ -37,6 +37,10 @@ def launch_spec(worker: WorkerSpec, model_path: Path, threads: int,
         max_loop_drafts=worker.loop.drafts if worker.loop else None,
         max_loop_windows=worker.loop.windows if worker.loop else None,
         discard_depth=worker.discard_depth or None,
+        drafter=drafter.kind if drafter else None,
+        drafter_k=drafter.max_drafts if drafter else None,
+        drafter_model=model_path.parent / drafter.model_file
+        if drafter and drafter.model_file else None,
         manifest_digest=worker.identities.manifest_digest,
         recipe_digest=worker.identities.recipe_digest,
         route_digest=worker.identities.route_digest,

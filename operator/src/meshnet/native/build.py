@@ -19,7 +19,7 @@ from pathlib import Path
 
 from meshnet.native.cache import prune
 from meshnet.native.cmake import BuildError, generator_args, run_logged
-from meshnet.paths import cache_dir
+from meshnet.paths import cache_dir, cache_entry_lock
 from meshnet.pin.build import build_dir_for, compiler_id
 from meshnet.pin.manifest import PinManifest
 from meshnet.pin.workspace import Workspace
@@ -78,12 +78,21 @@ def build_worker(
                          f"run `meshnet pin build --lane {lane}{flag}`")
     if dev and portable:
         raise BuildError("a portable worker is a cached build, not a dev build")
-    link = "worker-build-portable" if portable else "worker-build"
     if dev:
         directory = ws.root / f"worker-dev-{lane}"
     else:
         parent = cache_dir() / "portable" / "worker" if portable else cache_dir() / "worker"
         directory = parent / f"{lane}-{worker_key(root, manifest, lane, portable)}"
+    with cache_entry_lock(directory):
+        return _build_worker_locked(root, llama, ws, say, dev, jobs, portable, directory,
+                                    started)
+
+
+def _build_worker_locked(root: Path, llama: Path, ws: Workspace, say: Say, dev: bool,
+                         jobs: int | None, portable: bool, directory: Path,
+                         started: float) -> WorkerBuild:
+    link = "worker-build-portable" if portable else "worker-build"
+    if not dev:
         if (directory / "complete.json").exists():
             ws.link(link, directory)
             say(f"cache hit: {directory}")

@@ -19,6 +19,7 @@ from meshnet.reconcile.route import (
     observe_referenced_artifact,
     observe_route,
     plan,
+    replica_of,
 )
 from meshnet.timestamps import utc_now
 
@@ -69,12 +70,12 @@ def _observe(body: dict[str, Any], indices: dict[str, Any],
     key = (route.namespace, route.name)
     indexed = tuple(p for p in indices["route_pods"].get(key, ()) if p is not None)
     pods = expectations.apply(key, indexed)
-    service = next(iter(indices["route_services"].get(key, ())), None)
+    services = dict(indices["route_services"].get(key, ()))  # (replica, template hash)
     artifact = None
     if route.spec is not None:
         found = indices["artifacts"].get((route.namespace, route.spec.artifact_ref.name), ())
         artifact = next(iter(found), None)
-    return Observed(route, pods, service_hash=service, artifact=artifact,
+    return Observed(route, pods, services=services, artifact=artifact,
                     gateway_deployment_hash=next(
                         iter(indices["gateway_deployments"].get(key, ())), None),
                     gateway_service_hash=next(iter(indices["gateway_services"].get(key, ())), None))
@@ -90,7 +91,8 @@ def register(registry: kopf.OperatorRegistry, ctx: Context) -> None:
 
     @kopf.index("services", labels=OURS, id="route_services", registry=registry)
     async def route_services(namespace: str | None, labels: kopf.Labels, **_: Any) -> Any:
-        return {(namespace, labels[ROUTE_LABEL]): labels.get(TEMPLATE_LABEL, "")}
+        return {(namespace, labels[ROUTE_LABEL]): (replica_of(labels),
+                                                   labels.get(TEMPLATE_LABEL, ""))}
 
     @kopf.index("deployments", labels=GATEWAYS, id="gateway_deployments", registry=registry)
     async def gateway_deployments(namespace: str | None, labels: kopf.Labels, **_: Any) -> Any:

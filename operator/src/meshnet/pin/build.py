@@ -22,7 +22,7 @@ from pathlib import Path
 from meshnet.errors import PinError
 from meshnet.native.cache import prune
 from meshnet.native.cmake import generator_args, run_logged
-from meshnet.paths import cache_dir
+from meshnet.paths import cache_dir, cache_entry_lock
 from meshnet.pin.manifest import PinManifest
 from meshnet.pin.patch import applied_state
 from meshnet.pin.workspace import Workspace
@@ -177,9 +177,15 @@ def build(
         raise PinError(f"unknown {kind} {lane!r}; choose one of {', '.join(lanes)}")
     if ws.read_marker(ws.patched_marker) != applied_state(manifest):
         raise PinError("the workspace is not patched to the current stack: run `meshnet pin patch`")
+    directory = build_dir_for(manifest, lane, portable)
+    with cache_entry_lock(directory):
+        return _build_locked(manifest, ws, lane, say, jobs, portable, directory)
+
+
+def _build_locked(manifest: PinManifest, ws: Workspace, lane: str, say: Say, jobs: int | None,
+                  portable: bool, directory: Path) -> BuildResult:
     started = time.monotonic()
     key = build_key(manifest, lane, portable)
-    directory = build_dir_for(manifest, lane, portable)
     done_marker = directory / "complete.json"
     if done_marker.exists():
         ws.link(workspace_link(portable), directory)

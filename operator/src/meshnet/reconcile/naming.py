@@ -16,18 +16,26 @@ def child_name(*parts: str, limit: int = DNS_LABEL) -> str:
     return f"{name[: limit - 9].rstrip('-')}-{digest}"
 
 
-def pod_name(route: str, stage: str, epoch: int) -> str:
-    return child_name(route, stage, f"e{epoch}")
+def _replica_suffix(replica: int) -> tuple[str, ...]:
+    """Replica 0 keeps the names a route had before replicas; replica r > 0 adds `r<r>`
+    last, after `e<epoch>` (pods) or `workers` (Services): a replica-0 name ends in one of
+    those, so no other stage of the route (or, for a Service, no other route) has it."""
+    return (f"r{replica}",) if replica else ()
 
 
-def service_name(route: str) -> str:
-    """The headless Service that gives every stage pod a stable DNS name."""
-    return child_name(route, "workers")
+def pod_name(route: str, stage: str, epoch: int, replica: int = 0) -> str:
+    return child_name(route, stage, f"e{epoch}", *_replica_suffix(replica))
 
 
-def endpoint(stage: str, route: str, namespace: str, port: int) -> str:
-    """host:port of a stage; the pod's hostname is the stage name, its subdomain the Service."""
-    return f"{stage}.{service_name(route)}.{namespace}.svc:{port}"
+def service_name(route: str, replica: int = 0) -> str:
+    """The headless Service that gives each stage pod of one replica a stable DNS name."""
+    return child_name(route, "workers", *_replica_suffix(replica))
+
+
+def endpoint(stage: str, route: str, namespace: str, port: int, replica: int = 0) -> str:
+    """host:port of a stage of a replica; the pod's hostname is the stage name, its
+    subdomain the replica's Service."""
+    return f"{stage}.{service_name(route, replica)}.{namespace}.svc:{port}"
 
 
 def gateway_name(route: str) -> str:

@@ -45,6 +45,7 @@ class RouteDriver:
         decode_loop: bool = True,
         speculate: int = 0,
         windows: int = 1,
+        drafter: str = "",
     ) -> None:
         if topology not in tuple(Topology):
             raise RouteError(f"topology must be one of {', '.join(Topology)}, not {topology!r}")
@@ -59,6 +60,7 @@ class RouteDriver:
         self.decode_loop = decode_loop
         self.speculate = _draft_cap(speculate)
         self.windows = _window_cap(windows)
+        self.drafter = drafter  # the drafter the last stage must host ("": none asked)
         self._lock = threading.Lock()
         self._route: RouteInfo | None = None
 
@@ -94,7 +96,7 @@ class RouteDriver:
         while True:
             try:
                 answers = [(c.endpoint, c.info(timeout=INFO_TIMEOUT)) for c in self.clients]
-                route = check_route(answers)
+                route = check_route(answers, self.drafter)
                 if self.topology in (Topology.CHAIN, Topology.RING) and not route.chained:
                     raise RouteRefused([f"topology {self.topology} needs every stage but the "
                                         "last started with --next-stage"])
@@ -123,6 +125,17 @@ class RouteDriver:
     def topology_of(self, route: RouteInfo) -> Topology:
         """How a generation started now goes through `route`: ring, chain or hub."""
         return walk_for(route, self.settings()).topology
+
+    def kv_usage(self) -> float:
+        """The route's KV-cache use, 0..1: the fullest stage's share of its cells in use
+        (every session holds cells on every stage, so the fullest one bounds the route)."""
+        usage = 0.0
+        for client in self.clients:
+            capacity = client.capacity()
+            if capacity.kv_tokens_total > 0:
+                used = capacity.kv_tokens_total - capacity.kv_tokens_free
+                usage = max(usage, used / capacity.kv_tokens_total)
+        return usage
 
     def _vocab_client(self) -> StageClient:
         route = self.route

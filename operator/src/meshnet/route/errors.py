@@ -20,11 +20,12 @@ class RouteError(MeshnetError):
 
 
 class RouteRefused(RouteError):
-    """GetInfo on the stages shows a route that must not be used."""
+    """GetInfo on the stages shows a route that must not be used; `reason` types it."""
 
-    def __init__(self, problems: list[str]) -> None:
+    def __init__(self, problems: list[str], reason: str = "RouteMismatch") -> None:
         super().__init__("route refused:\n  - " + "\n  - ".join(problems))
         self.problems = problems
+        self.reason = reason
 
 
 class PromptTooLong(RouteError):

@@ -57,6 +57,7 @@ class RouteInfo:
     can_discard: bool = False  # every stage can drop rejected drafts (speculation)
     # Positions one discard may drop on every stage (0: any; deepseek4's rollback snapshots).
     discard_depth: int = 0
+    drafter: str = ""  # the last stage's drafter (mtp, dspark), "" when it hosts none
 
     @property
     def chained(self) -> bool:
@@ -99,8 +100,10 @@ class RouteInfo:
         return size * row
 
 
-def check_route(answers: Sequence[tuple[str, pb.GetInfoResponse]]) -> RouteInfo:
-    """The route the stages describe, in order; RouteRefused lists every problem."""
+def check_route(answers: Sequence[tuple[str, pb.GetInfoResponse]],
+                drafter: str = "") -> RouteInfo:
+    """The route the stages describe, in order; RouteRefused lists every problem.
+    `drafter`: the drafter (mtp, dspark) the route's last stage must host, "" for none."""
     if not answers:
         raise RouteRefused(["a route needs at least one stage"])
     problems: list[str] = []
@@ -153,6 +156,12 @@ def check_route(answers: Sequence[tuple[str, pb.GetInfoResponse]]) -> RouteInfo:
         problems.append("no stage can tokenize (has_vocab is false everywhere)")
     if problems:
         raise RouteRefused(problems)
+    last_endpoint, last = answers[-1]
+    hosted = last.drafter.kind if last.HasField("drafter") else ""
+    if drafter and hosted != drafter:
+        raise RouteRefused([f"the route drafts with {drafter}, but its last stage "
+                            f"{last_endpoint} hosts {hosted or 'no drafter'} (started without"
+                            f" --drafter {drafter})"], reason="DrafterMissing")
 
     return RouteInfo(
         route_id=first.route_id,
@@ -171,6 +180,7 @@ def check_route(answers: Sequence[tuple[str, pb.GetInfoResponse]]) -> RouteInfo:
         can_discard=all(info.can_discard for _, info in answers),
         discard_depth=min((info.discard_depth for _, info in answers if info.discard_depth > 0),
                           default=0),
+        drafter=hosted,
         boundary_schema=first.boundary.schema,
         boundary_dtype=first.boundary.dtype,
         boundary_row_shape=tuple(first.boundary.row_shape),

@@ -3,6 +3,7 @@ errors into StageError with the protocol's ErrorInfo reason."""
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -27,6 +28,7 @@ CHANNEL_OPTIONS = [
     ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 2000),
 ]
+TOKENIZE_PATIENCE = 5.0  # seconds a Tokenize retries a stage whose tokenizers are all busy
 
 
 @dataclass(frozen=True)
@@ -239,8 +241,20 @@ class StageClient:
                                                 timeout=timeout)
 
     def tokenize(self, text: str, add_special: bool = True) -> list[int]:
-        response = self._call("Tokenize", pb.TokenizeRequest(text=text, add_special=add_special))
-        return list(response.tokens)  # type: ignore[attr-defined]
+        """The text's tokens. A stage whose few tokenizer threads are all busy refuses at
+        once ("retry shortly"): retried with growing pauses for up to TOKENIZE_PATIENCE
+        seconds, so a burst of sessions queues here rather than failing."""
+        request = pb.TokenizeRequest(text=text, add_special=add_special)
+        give_up, pause = time.monotonic() + TOKENIZE_PATIENCE, 0.005
+        while True:
+            try:
+                response = self._call("Tokenize", request)
+                return list(response.tokens)  # type: ignore[attr-defined]
+            except StageError as exc:
+                if exc.reason != "CAPACITY_EXHAUSTED" or time.monotonic() + pause > give_up:
+                    raise
+            time.sleep(pause * random.uniform(0.5, 1.5))  # jitter: the burst spreads out
+            pause = min(pause * 2, 0.2)
 
     def detokenize(self, tokens: Sequence[int]) -> str:
         response = self._call("Detokenize", pb.DetokenizeRequest(tokens=list(tokens)))

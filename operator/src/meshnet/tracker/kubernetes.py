@@ -56,12 +56,14 @@ def pod_facts(body: Mapping[str, Any]) -> dict[str, Any]:
 
 def current_pods(pods: Sequence[Mapping[str, Any]], route: str,
                  epoch: int) -> dict[str, Mapping[str, Any]]:
-    """The live stage pod of each stage at this epoch, by stage name."""
+    """The live stage pod of each stage at this epoch, by stage name: replica 0's, so
+    that a route of several replicas is reported as one whole pipeline, not a mix."""
     found: dict[str, Mapping[str, Any]] = {}
     for pod in pods:
         meta = pod.get("metadata") or {}
         tags = meta.get("labels") or {}
         if tags.get(labels.ROUTE) == route and tags.get(labels.EPOCH) == str(epoch) \
+                and tags.get(labels.REPLICA, "0") == "0" \
                 and labels.STAGE in tags and not meta.get("deletionTimestamp"):
             found[tags[labels.STAGE]] = pod
     return found

@@ -16,6 +16,7 @@ from typing import Any, Literal
 from meshnet.api.common import Condition
 from meshnet.api.modelartifact import (
     ArtifactProgress,
+    GgufDrafter,
     GgufFacts,
     ModelArtifactSpec,
     ModelArtifactStatus,
@@ -118,7 +119,16 @@ def gguf_facts(summary: Mapping[str, Any]) -> GgufFacts | None:
         boundary_schema=boundary.get("schema"),
         boundary_shape=list(boundary.get("shape", [])),
         hash_layer_count=int(boundary.get("hashLayers", 0)) or None,
+        drafter=_drafter(facts.get("drafter")),
     )
+
+
+def _drafter(facts: object) -> GgufDrafter | None:
+    if not isinstance(facts, Mapping) or facts.get("kind") not in ("MTP", "DSpark"):
+        return None
+    return GgufDrafter(kind=facts["kind"], target_layers=list(facts.get("targetLayers", [])),
+                       vocab_size=facts.get("vocabSize", 0),
+                       tensor_bytes=facts.get("tensorBytes", 0), file=facts.get("file"))
 
 
 def _current(summary: Mapping[str, Any] | None, digest: str) -> Mapping[str, Any] | None:

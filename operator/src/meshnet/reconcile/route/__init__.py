@@ -8,6 +8,7 @@ from meshnet.reconcile.route.observed import (
     observe_pod,
     observe_referenced_artifact,
     observe_route,
+    replica_of,
 )
 from meshnet.reconcile.route.planner import STATUS_KEYS, next_epoch, plan, spec_problems
 from meshnet.reconcile.route.podspec import WorkerConfig, headless_service, stage_pod, worker_args
@@ -28,6 +29,7 @@ __all__ = [
     "observe_referenced_artifact",
     "observe_route",
     "plan",
+    "replica_of",
     "spec_problems",
     "stage_pod",
     "worker_args",

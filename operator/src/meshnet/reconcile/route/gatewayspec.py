@@ -36,8 +36,10 @@ def gateway_url(route: RouteRef, config: WorkerConfig) -> str:
 def speculation_args(speculation: Speculation) -> list[str]:
     """`meshnet serve`'s flags for the recipe's speculation, so that every request
     speculates as the recipe allows (0 drafts while it is disabled)."""
+    drafter = speculation.stage_drafter()
     return ["--speculate", str(speculation.loop_drafts()),
-            "--windows", str(speculation.loop_windows())]
+            "--windows", str(speculation.loop_windows()),
+            *(["--drafter", drafter] if drafter else [])]
 
 
 def gateway_args(route: RouteRef, stages: list[Stage], gateway: Gateway, tls: RouteTls | None,

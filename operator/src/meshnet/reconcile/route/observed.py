@@ -10,9 +10,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from meshnet.api import labels
-from meshnet.api.modelartifact import ArtifactStorage, ModelArtifactSpec
+from meshnet.api.modelartifact import ArtifactStorage, GgufDrafter, ModelArtifactSpec
 from meshnet.api.shardroute import ShardRouteSpec
-from meshnet.api.validate import block_count
+from meshnet.api.validate import artifact_drafter, block_count
 
 # Container waiting reasons that mean the stage will not come up without help.
 FAILING_REASONS = frozenset({
@@ -28,6 +28,7 @@ class ObservedPod:
     name: str
     stage: str
     epoch: int
+    replica: int = 0  # the route's pipeline it belongs to (0 for pods from before replicas)
     template_hash: str = ""
     digest: str = ""  # first 16 hex digits of the routeDigest it was started for
     uid: str = ""
@@ -51,6 +52,9 @@ class ReferencedArtifact:
     block_count: int | None = None
     model_file: str = ""
     storage: ArtifactStorage | None = None
+    headers_read: bool = False  # status.gguf is there: `drafter` is known
+    drafter: GgufDrafter | None = None  # the drafter its headers show
+    drafter_file: str | None = None  # its file of role Drafter (a DSpark GGUF)
 
 
 @dataclass(frozen=True)
@@ -73,7 +77,8 @@ class Observed:
 
     route: ObservedRoute
     pods: tuple[ObservedPod, ...] = ()
-    service_hash: str | None = None  # template hash of the existing Service, None if absent
+    # replica -> template hash of its existing headless Service (absent: none)
+    services: Mapping[int, str] = field(default_factory=dict)
     artifact: ReferencedArtifact | None = None
     # template hashes of the gateway's Deployment and Service (None: absent)
     gateway_deployment_hash: str | None = None
@@ -112,6 +117,7 @@ def observe_pod(body: Mapping[str, Any]) -> ObservedPod | None:
     scheduled = conditions.get("PodScheduled") or {}
     return ObservedPod(
         name=meta.get("name", ""), stage=tags[labels.STAGE], epoch=int(tags[labels.EPOCH]),
+        replica=replica_of(tags),
         template_hash=tags.get(labels.TEMPLATE, ""), digest=tags.get(labels.DIGEST, ""),
         uid=meta.get("uid", ""),
         phase=status.get("phase", "Pending"),
@@ -123,6 +129,12 @@ def observe_pod(body: Mapping[str, Any]) -> ObservedPod | None:
         unschedulable=scheduled.get("message", "unschedulable")
         if scheduled.get("reason") == "Unschedulable" else None,
     )
+
+
+def replica_of(tags: Mapping[str, str]) -> int:
+    """The replica a stage pod or headless Service belongs to, by its label (default 0)."""
+    value = str(tags.get(labels.REPLICA, "0"))
+    return int(value) if value.isdigit() else 0
 
 
 def _failing_message(waiting: Mapping[str, Any], containers: list[dict[str, Any]],
@@ -152,9 +164,11 @@ def observe_referenced_artifact(body: Mapping[str, Any]) -> ReferencedArtifact:
     digest = status.get("manifestDigest")
     is_ready = ready.get("status") == "True" and digest == spec.manifest_digest()
     message = ready.get("message") or ready.get("reason") or "not provisioned yet"
+    headers_read, drafter = artifact_drafter(dict(body))
     if ready.get("status") == "True" and not is_ready:
         message = "status.manifestDigest does not match the files in its spec"
     return ReferencedArtifact(
         name, ready=is_ready, message="" if is_ready else message, manifest_digest=digest,
         block_count=block_count(dict(body)), model_file=spec.model_file(), storage=spec.storage,
+        headers_read=headers_read, drafter=drafter, drafter_file=spec.drafter_file(),
     )

@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from meshnet.api import labels
-from meshnet.api.checks import route_problems
+from meshnet.api.checks import Problem, drafter_problems, route_problems
 from meshnet.api.shardroute import Recipe, RouteTls, ShardRouteSpec, Stage
 from meshnet.identity import recipe_digest, route_digest
 from meshnet.layers import LayerRange
@@ -31,13 +31,20 @@ from meshnet.reconcile.route.podspec import (
     stage_pod,
 )
 from meshnet.reconcile.route.topology import stage_links
-from meshnet.reconcile.route.workerspec import Identities, LoopSpeculation, WorkerSpec
+from meshnet.reconcile.route.workerspec import (
+    Identities,
+    LoopSpeculation,
+    StageDrafter,
+    WorkerSpec,
+)
 
 STATUS_KEYS = ("observedGeneration", "epoch", "routeDigest", "recipeDigest", "manifestDigest",
-               "stages", "stagesReady", "coverage", "capacity", "endpoint", "conditions")
+               "replicas", "readyReplicas", "selector", "stages", "replicaStatuses",
+               "stagesReady", "coverage", "capacity", "endpoint", "conditions")
 
 
 Desired = tuple[dict[str, Any], WorkerSpec]  # a stage's pod and its worker
+PodKey = derive.PodKey  # (replica, stage)
 
 
 def plan(observed: Observed, config: WorkerConfig, now: datetime) -> Plan:
@@ -59,20 +66,23 @@ def plan(observed: Observed, config: WorkerConfig, now: datetime) -> Plan:
 
 
 def spec_problems(route: ObservedRoute, artifact: ReferencedArtifact | None,
-                  config: WorkerConfig) -> list[str]:
+                  config: WorkerConfig) -> list[Problem]:
     """Why the route's spec cannot be planned (with this artifact); empty when it can."""
     spec = route.spec
     if spec is None:
-        return list(route.spec_errors)
+        return [Problem("", error) for error in route.spec_errors]
     block_count = artifact.block_count if artifact else None
-    problems = [str(p) for p in route_problems(spec, block_count)]
+    problems = route_problems(spec, block_count)
+    if artifact is not None:
+        problems += drafter_problems(spec, artifact.headers_read, artifact.drafter)
     lane = spec.recipe.lane
     if spec.recipe.image is None and lane not in config.images:
-        problems.append(f"spec.recipe: no worker image for lane {lane}; set recipe.image")
+        problems.append(Problem("spec.recipe", f"no worker image for lane {lane}; set"
+                                               " recipe.image"))
     return problems
 
 
-def _invalid(observed: Observed, problems: Sequence[str], config: WorkerConfig,
+def _invalid(observed: Observed, problems: Sequence[Problem], config: WorkerConfig,
              now: datetime) -> Plan:
     """A spec that cannot be planned rolls nothing out and deletes nothing: the pods
     already running keep serving the last valid spec (its stages as status recorded
@@ -81,16 +91,19 @@ def _invalid(observed: Observed, problems: Sequence[str], config: WorkerConfig,
     route = observed.route
     epoch = int(route.status.get("epoch") or 0)
     running = [p for p in observed.pods if not p.terminating]
-    message = "; ".join(problems)
+    message = "; ".join(map(str, problems))
+    reason = problems[0].reason if problems else "InvalidSpec"
     if running:
         message += f"; the pods of epoch {epoch} keep serving until the spec is fixed"
     old = {c.get("type"): c for c in route.status.get("conditions") or []}
     seen = (old.get("Degraded") or {}).get("message") == message
-    events = () if seen else (Event("Warning", "InvalidSpec", message),)
+    events = () if seen else (Event("Warning", reason, message),)
     layout = derive.recorded_layout(route.status) if running else ()
-    current = {p.stage: p for p in running if p.epoch == epoch}
-    served = Served(layout, current, 0, route.status.get("endpoint"))  # no slots: not Ready
-    result = _finish(observed, derive.invalid(message), config, now, {}, served)
+    current = {(p.replica, p.stage): p for p in running if p.epoch == epoch}
+    replicas = 1 + max((p.replica for p in running), default=-1)
+    served = Served(layout, current, replicas, 0,  # no slots: not Ready
+                    route.status.get("endpoint"))
+    result = _finish(observed, derive.invalid(message, reason), config, now, {}, served)
     return Plan(events=events, status=result.status, conditions=result.conditions)
 
 
@@ -103,21 +116,24 @@ def _rollout(observed: Observed, spec: ShardRouteSpec, manifest: str, config: Wo
     ref = RouteRef(route.name, route.namespace, route.uid)
     assert observed.artifact is not None and observed.artifact.storage is not None
     identities = Identities(manifest, recipe, digest)
-    workers = {s.name: stage_worker(spec.stages, i, spec.recipe, spec.tls, epoch, identities,
-                                    observed.artifact.model_file, f"{route.namespace}/{route.name}")
-               for i, s in enumerate(spec.stages)}
-    storage = observed.artifact.storage
-    desired = {s.name: (stage_pod(StageInputs(ref, s, spec.recipe, storage, workers[s.name]),
-                                  config), workers[s.name])
-               for s in spec.stages}
-    actions, events = _pod_actions(observed.pods, desired, epoch)
-    actions += _service_actions(observed, ref, config)
+    route_id, storage = f"{route.namespace}/{route.name}", observed.artifact.storage
+    desired: dict[PodKey, Desired] = {}
+    for replica in range(spec.replicas):
+        for i, stage in enumerate(spec.stages):
+            worker = stage_worker(spec.stages, i, spec.recipe, spec.tls, epoch, identities,
+                                  observed.artifact.model_file, route_id, replica,
+                                  observed.artifact.drafter_file)
+            body = stage_pod(StageInputs(ref, stage, spec.recipe, storage, worker), config)
+            desired[replica, stage.name] = (body, worker)
+    actions, events = _pod_actions(observed.pods, desired, epoch, spec.replicas)
+    actions += _service_actions(observed, ref, config, spec.replicas)
     actions += _gateway_actions(observed, ref, spec, config)
     if advanced:
         previous = route.status.get("epoch") or 0
         events.insert(0, Event("Normal", "EpochAdvanced",
                                f"epoch {previous} -> {epoch}: route digest {digest[:12]}"))
-    current = {p.stage: p for p in observed.pods if p.epoch == epoch and p.stage in desired}
+    current = {(p.replica, p.stage): p for p in observed.pods
+               if p.epoch == epoch and (p.replica, p.stage) in desired}
     rolling = any(p.epoch != epoch for p in observed.pods)
     verdict = derive.from_stages(spec, current, rolling, epoch)
     identity = {"epoch": epoch, "routeDigest": digest, "recipeDigest": recipe,
@@ -129,10 +145,17 @@ def _rollout(observed: Observed, spec: ShardRouteSpec, manifest: str, config: Wo
 
 def stage_worker(stages: Sequence[Stage], index: int, recipe: Recipe, tls: RouteTls | None,
                  epoch: int, identities: Identities, model_file: str,
-                 route_id: str) -> WorkerSpec:
-    """The worker of `stages[index]` at `epoch`."""
+                 route_id: str, replica: int = 0,
+                 drafter_file: str | None = None) -> WorkerSpec:
+    """The worker of `stages[index]` in `replica` at `epoch`: every replica's is the same
+    but for the addresses of its links. The last stage hosts the recipe's drafter (the
+    artifact's `drafter_file` for DSpark)."""
     stage = stages[index]
     speculation = recipe.speculation
+    kind = speculation.stage_drafter()
+    drafter = (StageDrafter(kind, speculation.max_drafts,
+                            drafter_file if kind == "dspark" else None)
+               if kind and index == len(stages) - 1 else None)
     return WorkerSpec(
         stage=stage.name,
         layers=LayerRange(stage.layers.begin, stage.layers.end),
@@ -150,6 +173,8 @@ def stage_worker(stages: Sequence[Stage], index: int, recipe: Recipe, tls: Route
         loop=LoopSpeculation(speculation.loop_drafts(), speculation.loop_windows())
         if index == 0 else None,
         discard_depth=speculation.discard_depth(),
+        replica=replica,
+        drafter=drafter,
     )
 
 
@@ -166,61 +191,71 @@ def next_epoch(status: Mapping[str, Any], pods: Sequence[ObservedPod],
     return max([previous, *(p.epoch for p in pods)]) + 1, True
 
 
-def _pod_actions(pods: Sequence[ObservedPod], desired: Mapping[str, Desired],
-                 epoch: int) -> tuple[list[Action], list[Event]]:
+def _pod_actions(pods: Sequence[ObservedPod], desired: Mapping[PodKey, Desired],
+                 epoch: int, replicas: int) -> tuple[list[Action], list[Event]]:
     """Old-epoch pods go first; new ones are created only once no other epoch is left.
-    One event for the pods deleted and one for those created (each API write counts at
-    scale, and one line per reconcile reads better than one per pod)."""
+    One event per kind of change (each API write counts at scale, and one line per
+    reconcile reads better than one per pod)."""
     actions: list[Action] = []
-    events: list[Event] = []
-    replaced: dict[str, list[str]] = {}  # why -> pod names
+    deleted: dict[tuple[str, str], list[str]] = {}  # (event reason, why) -> pod names
     for pod in pods:
-        why = _replace_reason(pod, desired, epoch)
+        why = _delete_reason(pod, desired, epoch, replicas)
         if why and not pod.terminating:
             actions.append(Delete("Pod", pod.name))
-            replaced.setdefault(why, []).append(pod.name)
-    if replaced:
-        events.append(Event("Normal", "StagePodReplaced", "; ".join(
+            deleted.setdefault(why, []).append(pod.name)
+    events: list[Event] = []
+    for reason in dict.fromkeys(kind for kind, _ in deleted):  # in order, each once
+        events.append(Event("Normal", reason, "; ".join(
             f"deleted pod{'s' * (len(names) > 1)} {', '.join(names)}: {why}"
-            for why, names in replaced.items())))
+            for (kind, why), names in deleted.items() if kind == reason)))
     if any(p.epoch != epoch for p in pods):
         return actions, events  # never mix epochs: wait until the old ones are gone
-    present = {p.stage for p in pods}
+    present = {(p.replica, p.stage) for p in pods}
     created: list[str] = []
-    for stage, (body, worker) in desired.items():
-        if stage not in present:
+    for (replica, stage), (body, worker) in desired.items():
+        if (replica, stage) not in present:
             actions.append(Create(body, worker))
-            created.append(f"{body['metadata']['name']} for stage {stage} (layers {worker.layers})")
+            of = f" of replica {replica}" if replica else ""
+            created.append(f"{body['metadata']['name']} for stage {stage}{of}"
+                           f" (layers {worker.layers})")
     if created:
         events.append(Event("Normal", "StagePodCreated", f"created pod{'s' * (len(created) > 1)}"
                             f" {', '.join(created)}, epoch {epoch}"))
     return actions, events
 
 
-def _replace_reason(pod: ObservedPod, desired: Mapping[str, Desired],
-                    epoch: int) -> str | None:
+def _delete_reason(pod: ObservedPod, desired: Mapping[PodKey, Desired], epoch: int,
+                   replicas: int) -> tuple[str, str] | None:
+    """(event reason, why) a pod goes; None while it serves as wanted."""
+    if pod.replica >= replicas:
+        return "ReplicaRemoved", f"replica {pod.replica} is past spec.replicas {replicas}"
     if pod.epoch != epoch:
-        return f"epoch {pod.epoch} is replaced by epoch {epoch}"
-    if pod.stage not in desired:
-        return f"stage {pod.stage} is no longer in the spec"
-    want = desired[pod.stage][0]["metadata"]["labels"]
+        return "StagePodReplaced", f"epoch {pod.epoch} is replaced by epoch {epoch}"
+    if (pod.replica, pod.stage) not in desired:
+        return "StagePodReplaced", f"stage {pod.stage} is no longer in the spec"
+    want = desired[pod.replica, pod.stage][0]["metadata"]["labels"]
     if pod.template_hash != want.get(labels.TEMPLATE):
-        return "its pod template changed"
+        return "StagePodReplaced", "its pod template changed"
     if pod.phase in ("Failed", "Succeeded"):
-        return f"it has {pod.phase.lower()}"
+        return "StagePodReplaced", f"it has {pod.phase.lower()}"
     return None
 
 
-def _service_actions(observed: Observed, ref: RouteRef, config: WorkerConfig) -> list[Action]:
-    service = headless_service(ref, config)
-    want = service["metadata"]["labels"][labels.TEMPLATE]
-    if observed.service_hash is None:
-        return [Create(service)]
-    if observed.service_hash != want:
-        return [Patch("Service", service["metadata"]["name"],
-                      {"metadata": {"labels": service["metadata"]["labels"]},
-                       "spec": service["spec"]})]
-    return []
+def _service_actions(observed: Observed, ref: RouteRef, config: WorkerConfig,
+                     replicas: int) -> list[Action]:
+    """A headless Service per replica, as its template says; a scaled-away one's goes."""
+    actions: list[Action] = []
+    for replica in range(replicas):
+        service = headless_service(ref, config, replica)
+        existing = observed.services.get(replica)
+        if existing is None:
+            actions.append(Create(service))
+        elif existing != service["metadata"]["labels"][labels.TEMPLATE]:
+            actions.append(Patch("Service", service["metadata"]["name"],
+                                 {"metadata": {"labels": service["metadata"]["labels"]},
+                                  "spec": service["spec"]}))
+    return actions + [Delete("Service", service_name(observed.route.name, replica))
+                      for replica in sorted(observed.services) if replica >= replicas]
 
 
 def _gateway_actions(observed: Observed, ref: RouteRef, spec: ShardRouteSpec,
@@ -258,8 +293,8 @@ def _delete_gateway(observed: Observed) -> list[Action]:
 
 def _delete_children(observed: Observed) -> tuple[Action, ...]:
     actions: list[Action] = [Delete("Pod", p.name) for p in observed.pods if not p.terminating]
-    if observed.service_hash is not None:
-        actions.append(Delete("Service", service_name(observed.route.name)))
+    actions += [Delete("Service", service_name(observed.route.name, replica))
+                for replica in sorted(observed.services)]
     return (*actions, *_delete_gateway(observed))
 
 
@@ -268,17 +303,19 @@ class Served:
     """What status.stages and its neighbours describe: a layout and its pods at the epoch."""
 
     layout: tuple[derive.StageLayers, ...]
-    current: Mapping[str, ObservedPod]
-    session_slots: int  # when every stage is ready
+    current: Mapping[PodKey, ObservedPod]
+    replicas: int  # the replicas to describe
+    session_slots: int  # per ready replica
     endpoint: str | None  # the gateway's URL, None without one
 
 
-def _served(observed: Observed, spec: ShardRouteSpec, current: Mapping[str, ObservedPod],
+def _served(observed: Observed, spec: ShardRouteSpec, current: Mapping[PodKey, ObservedPod],
             config: WorkerConfig) -> Served:
     route = observed.route
     url = gateway_url(RouteRef(route.name, route.namespace, route.uid), config) \
         if _has_gateway(spec, config) else None
-    return Served(derive.layout_of(spec), current, spec.recipe.session_slots, url)
+    return Served(derive.layout_of(spec), current, spec.replicas, spec.recipe.session_slots,
+                  url)
 
 
 def _finish(observed: Observed, verdict: derive.Verdicts, config: WorkerConfig, now: datetime,
@@ -304,14 +341,29 @@ def _finish(observed: Observed, verdict: derive.Verdicts, config: WorkerConfig, 
 
 def _stage_status(status: dict[str, Any], observed: Observed, served: Served,
                   port: int) -> None:
+    """The stage tables of every replica, and the counts the scale subresource and
+    `kubectl get` show; status.stages is replica 0's table (the spec's stages, without
+    pods, while there is no replica)."""
     route = observed.route
-    stages = derive.stage_entries(served.layout, served.current, route.name, route.namespace,
-                                  port)
-    ready = sum(1 for s in stages if s["ready"])
+    tables = [derive.stage_entries(served.layout,
+                                   {s: p for (r, s), p in served.current.items() if r == replica},
+                                   route.name, route.namespace, port, replica)
+              for replica in range(served.replicas)]
+    ready = [sum(1 for s in table if s["ready"]) for table in tables]
+    ready_replicas = sum(1 for n in ready if n == len(served.layout))
+    total = len(served.layout) * served.replicas
     block_count = observed.artifact.block_count if observed.artifact else None
     status.update(
-        stages=stages, stagesReady=f"{ready}/{len(stages)}",
+        replicas=len({p.replica for p in observed.pods if not p.terminating}),
+        readyReplicas=ready_replicas,
+        selector=f"{labels.ROUTE}={route.name}",
+        stages=tables[0] if tables else derive.stage_entries(
+            served.layout, {}, route.name, route.namespace, port),
+        replicaStatuses=[{"replica": r, "ready": n == len(served.layout),
+                          "stagesReady": f"{n}/{len(served.layout)}", "stages": table}
+                         for r, (table, n) in enumerate(zip(tables, ready, strict=True))],
+        stagesReady=f"{sum(ready)}/{total}",
         coverage=derive.coverage(served.layout, block_count),
-        capacity={"readyStages": ready, "totalStages": len(stages),
-                  "sessionSlots": served.session_slots if ready == len(stages) else 0},
+        capacity={"readyStages": sum(ready), "totalStages": total,
+                  "sessionSlots": served.session_slots * ready_replicas},
     )

@@ -13,7 +13,7 @@ from meshnet.api.modelartifact import ArtifactStorage
 from meshnet.api.shardroute import DEFAULT_GPU_RESOURCES, KIND, Recipe, Stage
 from meshnet.reconcile.children import CONTAINER_SECURITY, POD_SECURITY, template_hash
 from meshnet.reconcile.naming import endpoint, pod_name, service_name
-from meshnet.reconcile.route.workerspec import WorkerSpec
+from meshnet.reconcile.route.workerspec import WorkerSpec, drafter_args
 
 MODEL_DIR = "/models"
 TLS_DIR = "/etc/meshnet/tls"
@@ -70,6 +70,8 @@ def worker_args(worker: WorkerSpec, route: RouteRef, config: WorkerConfig) -> li
                  "--max-loop-windows", str(worker.loop.windows)]
     if worker.discard_depth:
         args += ["--discard-depth", str(worker.discard_depth)]
+    if worker.drafter is not None:
+        args += drafter_args(worker.drafter, MODEL_DIR)
     if worker.offload:
         args += ["--gpu-layers", str(OFFLOAD_ALL_LAYERS)]
     if worker.tls is not None:
@@ -79,8 +81,8 @@ def worker_args(worker: WorkerSpec, route: RouteRef, config: WorkerConfig) -> li
 
     def address(stage: str) -> str:
         # pods of two epochs never run together (the planner), so the stable name is
-        # this epoch's pod of that stage
-        return endpoint(stage, route.name, route.namespace, config.grpc_port)
+        # this epoch's pod of that stage in this worker's replica
+        return endpoint(stage, route.name, route.namespace, config.grpc_port, worker.replica)
 
     if worker.links.next_stage:
         args += ["--next-stage", address(worker.links.next_stage)]
@@ -109,6 +111,25 @@ def _resources(stage: Stage, lane: str) -> dict[str, Any]:
         gpu = stage.resources.gpu_resource_name or DEFAULT_GPU_RESOURCES[lane]
         requests[gpu] = limits[gpu] = str(stage.resources.gpus)
     return {k: v for k, v in (("requests", requests), ("limits", limits)) if v}
+
+
+# Pods of one stage in different replicas prefer different nodes, so that one node lost
+# takes one replica's stage down, not every replica's.
+HOSTNAME_TOPOLOGY = "kubernetes.io/hostname"
+
+
+def _affinity(route: RouteRef, stage: Stage) -> dict[str, Any]:
+    """The stage's affinity, plus a preferred anti-affinity to the stage's pods of the other
+    replicas unless the stage sets podAntiAffinity itself (which then replaces it). The
+    same for every replica and replica count, so scaling changes no running pod."""
+    affinity = dict(stage.affinity or {})
+    affinity.setdefault("podAntiAffinity", {"preferredDuringSchedulingIgnoredDuringExecution": [{
+        "weight": 100,
+        "podAffinityTerm": {
+            "labelSelector": {"matchLabels": {labels.ROUTE: route.name,
+                                              labels.STAGE: stage.name}},
+            "topologyKey": HOSTNAME_TOPOLOGY}}]})
+    return affinity
 
 
 def _model_volume(storage: ArtifactStorage) -> dict[str, Any]:
@@ -178,7 +199,7 @@ def stage_pod(inputs: StageInputs, config: WorkerConfig) -> dict[str, Any]:
                                                   "defaultMode": 0o440}})
     spec: dict[str, Any] = {
         "hostname": stage.name,
-        "subdomain": service_name(route.name),
+        "subdomain": service_name(route.name, worker.replica),
         "restartPolicy": "Always",
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
@@ -188,16 +209,15 @@ def stage_pod(inputs: StageInputs, config: WorkerConfig) -> dict[str, Any]:
         "nodeSelector": _node_selector(stage, inputs.storage,
                                        worker.identities.manifest_digest),
         "tolerations": [t.model_dump(by_alias=True, exclude_none=True) for t in stage.tolerations],
+        "affinity": _affinity(route, stage),
     }
-    if stage.affinity:
-        spec["affinity"] = stage.affinity
     return {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {
-            "name": pod_name(route.name, stage.name, worker.epoch),
+            "name": pod_name(route.name, stage.name, worker.epoch, worker.replica),
             "namespace": route.namespace,
             "labels": {**child_labels(route), labels.STAGE: stage.name,
-                       labels.EPOCH: str(worker.epoch),
+                       labels.EPOCH: str(worker.epoch), labels.REPLICA: str(worker.replica),
                        labels.DIGEST: worker.identities.route_digest[:16],
                        labels.TEMPLATE: template_hash(spec)},
             "annotations": {labels.ROUTE_DIGEST_ANNOTATION: worker.identities.route_digest},
@@ -207,16 +227,18 @@ def stage_pod(inputs: StageInputs, config: WorkerConfig) -> dict[str, Any]:
     }
 
 
-def headless_service(route: RouteRef, config: WorkerConfig) -> dict[str, Any]:
-    """One headless Service per route: DNS names for the stage pods of the live epoch."""
+def headless_service(route: RouteRef, config: WorkerConfig, replica: int = 0) -> dict[str, Any]:
+    """One headless Service per replica: DNS names for its stage pods of the live epoch."""
+    replica_label = {labels.REPLICA: str(replica)}
     spec = {
         "clusterIP": "None",
         "publishNotReadyAddresses": False,
-        "selector": {labels.ROUTE: route.name},
+        "selector": {labels.ROUTE: route.name, **replica_label},
         "ports": [{"name": "grpc", "port": config.grpc_port, "targetPort": "grpc"},
                   {"name": "metrics", "port": config.metrics_port, "targetPort": "metrics"}],
     }
-    return owned_service(route, service_name(route.name), child_labels(route), spec)
+    return owned_service(route, service_name(route.name, replica),
+                         {**child_labels(route), **replica_label}, spec)
 
 
 def owned_service(route: RouteRef, name: str, child: Mapping[str, str],

@@ -16,13 +16,14 @@ from meshnet.reconcile.route.observed import ObservedPod
 READY, PROGRESSING, DEGRADED = "Ready", "Progressing", "Degraded"
 OWN_CONDITIONS = (READY, PROGRESSING, DEGRADED)
 Verdicts = tuple[Verdict, Verdict, Verdict]  # Ready, Progressing, Degraded
+PodKey = tuple[int, str]  # (replica, stage)
 NOT_FAILING = Verdict(DEGRADED, False, "AsExpected", "no stage is failing")
 
 
-def invalid(message: str) -> Verdicts:
-    return (Verdict(READY, False, "InvalidSpec", message),
-            Verdict(PROGRESSING, False, "InvalidSpec", message),
-            Verdict(DEGRADED, True, "InvalidSpec", message))
+def invalid(message: str, reason: str = "InvalidSpec") -> Verdicts:
+    return (Verdict(READY, False, reason, message),
+            Verdict(PROGRESSING, False, reason, message),
+            Verdict(DEGRADED, True, reason, message))
 
 
 def waiting_for_artifact(message: str) -> Verdicts:
@@ -30,29 +31,50 @@ def waiting_for_artifact(message: str) -> Verdicts:
             Verdict(PROGRESSING, True, "ArtifactNotReady", message), NOT_FAILING)
 
 
-def from_stages(spec: ShardRouteSpec, current: Mapping[str, ObservedPod], rolling: bool,
+def scaled_to_zero(epoch: int) -> Verdicts:
+    """spec.replicas 0: nothing serves, and nothing is wrong (not Degraded, not stuck)."""
+    message = f"spec.replicas is 0: no stage pods run at epoch {epoch}; scale up to serve"
+    return (Verdict(READY, False, "ScaledToZero", message),
+            Verdict(PROGRESSING, False, "ScaledToZero", message), NOT_FAILING)
+
+
+def from_stages(spec: ShardRouteSpec, current: Mapping[PodKey, ObservedPod], rolling: bool,
                 epoch: int) -> Verdicts:
-    """Ready when every stage pod of this epoch is ready; Degraded names failing stages."""
-    names = [s.name for s in spec.stages]
-    missing = [n for n in names if not (n in current and current[n].ready)]
+    """Ready while at least one replica has every stage pod of this epoch ready (it can
+    serve); AllStagesReady once every replica has. Degraded names failing stages."""
+    if spec.replicas == 0:
+        return scaled_to_zero(epoch)
+    names, replicas = [s.name for s in spec.stages], range(spec.replicas)
+    missing = {r: [n for n in names if not ((r, n) in current and current[r, n].ready)]
+               for r in replicas}
+    pods = [(r, n, current[r, n]) for r in replicas for n in names if (r, n) in current]
     failing = [f"stage {n} (pod {p.name}) is {p.failing_reason}: {p.failing_message}".rstrip(": ")
-               for n in names if (p := current.get(n)) and p.failing_reason]
-    crash = any(current[n].failing_reason == "CrashLoopBackOff"
-                for n in names if n in current and current[n].failing_reason)
+               for _, n, p in pods if p.failing_reason]
+    crash = any(p.failing_reason == "CrashLoopBackOff" for _, _, p in pods)
     degraded = (Verdict(DEGRADED, True, "StageCrashLooping" if crash else "StageFailing",
                         "; ".join(failing)) if failing else NOT_FAILING)
-    count = f"{len(names) - len(missing)}/{len(names)} stages ready at epoch {epoch}"
-    if not missing:
+    ready = [r for r in replicas if not missing[r]]
+    if spec.replicas == 1:
+        count = f"{len(names) - len(missing[0])}/{len(names)} stages ready at epoch {epoch}"
+    else:
+        count = f"{len(ready)}/{spec.replicas} replicas ready at epoch {epoch}"
+    if len(ready) == spec.replicas:
         return (Verdict(READY, True, "AllStagesReady", count),
                 Verdict(PROGRESSING, False, "RolloutComplete", f"epoch {epoch} is live"),
                 degraded)
-    unschedulable = [f"stage {n}: {current[n].unschedulable}" for n in missing
-                     if n in current and current[n].unschedulable]
-    why = "; ".join(unschedulable) or f"waiting for {', '.join(missing)}"
+
+    def of(replica: int) -> str:
+        return "" if spec.replicas == 1 else f" of replica {replica}"
+
+    unschedulable = [f"stage {n}{of(r)}: {p.unschedulable}" for r, n, p in pods
+                     if p.unschedulable and n in missing[r]]
+    why = "; ".join(unschedulable) or "; ".join(
+        f"waiting for {', '.join(missing[r])}{of(r)}" for r in replicas if missing[r])
     reason = ("EpochRollout" if rolling else
               "StageUnschedulable" if unschedulable else "StagesStarting")
-    return (Verdict(READY, False, "StagesNotReady", f"{count}: {why}"),
-            Verdict(PROGRESSING, True, reason, why), degraded)
+    serving = (Verdict(READY, True, "SomeReplicasReady", f"{count}: {why}") if ready else
+               Verdict(READY, False, "StagesNotReady", f"{count}: {why}"))
+    return serving, Verdict(PROGRESSING, True, reason, why), degraded
 
 
 def conditions(verdicts: Verdicts, previous: Sequence[Mapping[str, Any]],
@@ -88,7 +110,8 @@ def recorded_layout(status: Mapping[str, Any]) -> tuple[StageLayers, ...]:
 
 
 def stage_entries(layout: Sequence[StageLayers], current: Mapping[str, ObservedPod],
-                  route: str, namespace: str, port: int) -> list[dict[str, Any]]:
+                  route: str, namespace: str, port: int, replica: int = 0) -> list[dict[str, Any]]:
+    """One replica's stages: `current` holds its pods by stage name."""
     entries = []
     for stage in layout:
         entry: dict[str, Any] = {"name": stage.name,
@@ -97,7 +120,7 @@ def stage_entries(layout: Sequence[StageLayers], current: Mapping[str, ObservedP
         pod = current.get(stage.name)
         if pod is not None:
             entry.update(pod=pod.name, epoch=pod.epoch, ready=pod.ready and not pod.terminating,
-                         endpoint=endpoint(stage.name, route, namespace, port),
+                         endpoint=endpoint(stage.name, route, namespace, port, replica),
                          restarts=pod.restarts, incarnation=f"{pod.uid[:8]}-{pod.restarts}")
         entries.append(entry)
     return entries

@@ -31,6 +31,25 @@ class LoopSpeculation:
 
 
 @dataclass(frozen=True)
+class StageDrafter:
+    """The drafter a last stage hosts: `kind` (the worker's --drafter: mtp, dspark) drafting
+    up to `max_drafts` tokens after each token it samples; `model_file` the DSpark GGUF
+    within the artifact (None for the model's own MTP blocks)."""
+
+    kind: str
+    max_drafts: int
+    model_file: str | None = None
+
+
+def drafter_args(drafter: StageDrafter, model_dir: str) -> list[str]:
+    """The worker's flags for the drafter it hosts (its DSpark GGUF under `model_dir`)."""
+    args = ["--drafter", drafter.kind, "--drafter-k", str(drafter.max_drafts)]
+    if drafter.model_file is not None:
+        args += ["--drafter-model", f"{model_dir}/{drafter.model_file}"]
+    return args
+
+
+@dataclass(frozen=True)
 class WorkerSpec:
     """One stage's worker: its layers, what it serves them for and how it is linked."""
 
@@ -48,7 +67,9 @@ class WorkerSpec:
     # Served with the route's certificate (None: plaintext), and asking callers for one
     # signed by the route's CA when it says so.
     tls: RouteTls | None = None
-    links: StageLinks = UNLINKED  # the stages it relays to, by name
+    links: StageLinks = UNLINKED  # the stages it relays to, by name (of its own replica)
+    replica: int = 0  # the route's pipeline it belongs to; its links stay within it
+    drafter: StageDrafter | None = None  # the last stage's, when the recipe drafts with one
     loop: LoopSpeculation | None = None  # the first stage's (the one whose loops draft)
     # Positions one rejected draft may drop at once (0: the route does not speculate); a
     # deepseek4 stage keeps that many rollback snapshots per session, a llama one none.
