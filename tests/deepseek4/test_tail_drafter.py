@@ -18,6 +18,7 @@ import pytest
 from meshnet.layers import LayerRange
 from meshnet.local.process import LaunchSpec, WorkerProcess, start_route
 from meshnet.route import RouteDriver, Sampling, StageClient
+from meshnet.route.errors import RouteRefused
 from meshnet.unsplit import unsplit_tokens
 
 pytestmark = pytest.mark.slow
@@ -53,15 +54,16 @@ class Routes:
     def __call__(self, model: str, kind: str) -> list[WorkerProcess]:
         if (model, kind) not in self.started:
             split = SPLITS[model]
-            drafter = ("--drafter", "mtp", "--drafter-k", str(DRAFTS)) if kind != "off" else ()
+            drafter = "mtp" if kind != "off" else None
             # "restart": the loop's answers reach the driver as they come, not every 100 ms,
             # so that it sees a token before the loop has run far ahead of it
             flush = ("--stream-flush-ms", "0") if kind == "restart" else ()
             specs = [LaunchSpec(model=self.models[model], layers=LayerRange(*span),
                                 route_id=ROUTE_ID, threads=1, ctx=512,
                                 discard_depth=DISCARD_DEPTH,
-                                extra=drafter if span == split[-1] else
-                                flush if span == split[0] else ())
+                                drafter=drafter if span == split[-1] else None,
+                                drafter_k=DRAFTS if drafter and span == split[-1] else None,
+                                extra=flush if span == split[0] else ())
                      for span in split]
             self.started[model, kind] = start_route(
                 self.binary, specs, self.logs.mktemp(f"ds4-tail-{model}-{kind}"), chain=True,
@@ -94,6 +96,18 @@ def test_only_the_last_stage_hosts_the_drafter(routes: Routes, model: str) -> No
     assert drafter.weight_bytes > 0 and drafter.state_bytes > 0
     # it pairs each row with its token: the last stage takes the ids beside the boundary
     assert infos[-1].boundary.needs_token_sideband
+
+
+def test_the_handshake_finds_the_drafter_the_recipe_names_or_refuses_the_route(
+    routes: Routes,
+) -> None:
+    endpoints = [w.endpoint for w in routes("small", "on")]
+    with RouteDriver(endpoints, topology="ring", drafter="mtp") as driver:
+        assert driver.connect(wait=30).drafter == "mtp"
+    with (RouteDriver([w.endpoint for w in routes("small", "off")], topology="ring",
+                      drafter="mtp") as driver, pytest.raises(RouteRefused) as refused):
+        driver.connect()  # no wait: refused at the first answers
+    assert refused.value.reason == "DrafterMissing"
 
 
 @pytest.mark.parametrize("model", ["small", "v4"])
@@ -182,6 +196,8 @@ def test_a_drafter_the_stage_cannot_host_is_refused_at_start(
         assert bad_k.returncode != 0 and "--drafter-k" in bad_k.stderr, bad_k.stderr
     unknown = start(ds4_small_mtp, "3:8", "--drafter", "eagle")
     assert unknown.returncode != 0 and "--drafter takes mtp" in unknown.stderr
+    dspark = start(ds4_small_mtp, "3:8", "--drafter", "dspark", "--drafter-model", "d.gguf")
+    assert dspark.returncode != 0 and "not implemented by this worker yet" in dspark.stderr
     help_text = subprocess.run([str(shard_worker), "--help"], capture_output=True, text=True,
                                timeout=30, check=False)
     assert "--drafter mtp" in help_text.stdout + help_text.stderr

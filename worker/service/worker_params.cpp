@@ -40,6 +40,8 @@ const char * worker_params_usage() {
         "                            ring's token); refused on a stage without the last layer or\n"
         "                            a model without MTP layers (default: none)\n"
         "  --drafter-k N             tokens the drafter proposes per window, 1 to 7 (default: 3)\n"
+        "  --drafter-model F         reserved for --drafter dspark (a DSpark GGUF), which this\n"
+        "                            worker refuses for now\n"
         "  --boundary-dtype T        f32 | f16 | bf16 on the wire (default: f32)\n"
         "  --max-message-bytes N     largest accepted request (default: 67108864)\n"
         "  --max-inflight-bytes N    bytes of requests received but not yet decoded, all calls\n"
@@ -130,6 +132,7 @@ bool worker_params_parse(int argc, char ** argv, worker_params & params, std::st
         {"--next-stage",      string_into(params.next_stage)},
         {"--ring-last",       string_into(params.ring_last)},
         {"--drafter",         string_into(params.drafter)},
+        {"--drafter-model",   string_into(params.drafter_model)},
         {"--drafter-k", [&](const std::string & v) {
             int64_t n;
             if (!parse_int64(v, n)) return false;
@@ -227,8 +230,18 @@ bool worker_params_parse(int argc, char ** argv, worker_params & params, std::st
         error = "--model is required";
         return false;
     }
+    if (params.drafter == "dspark") {
+        error = "--drafter dspark (a DSpark GGUF, --drafter-model) is not implemented by this worker yet; "
+                "--drafter mtp is";
+        return false;
+    }
     if (!params.drafter.empty() && params.drafter != "mtp") {
         error = "--drafter takes mtp (the model's own MTP layers), got '" + params.drafter + "'";
+        return false;
+    }
+    if (!params.drafter_model.empty()) {
+        error = "--drafter-model names a DSpark drafter's GGUF (--drafter dspark), which this worker "
+                "does not run yet";
         return false;
     }
     if (params.drafter_k < 1 || params.drafter_k > 7) {
