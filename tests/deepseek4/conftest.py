@@ -46,6 +46,13 @@ def ds4_small_mtp(ds4_dir: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
+def ds4_v4_mtp(ds4_dir: Path) -> Path:
+    """`ds4_v4` (the same seed, so the same main weights) with one MTP block after layer 42."""
+    return write_tiny_deepseek4(ds4_dir / "v4-43-mtp.gguf",
+                                dataclasses.replace(V4_DEPTH, mtp_layers=1), seed=3)
+
+
+@pytest.fixture(scope="session")
 def ds4_dspark(ds4_dir: Path) -> Path:
     """A DSpark drafter for `ds4_small`: 3 stages reading layers 5-7, block size 5, Q8_0
     experts."""

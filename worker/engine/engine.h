@@ -51,6 +51,18 @@ struct engine_params {
     int32_t     n_gpu_layers = 0;
     int32_t     discard_depth = 0;   // deepseek4: compressor-state snapshots per slot, the most
                                      // positions one discard may drop; 0: it cannot discard
+    std::string drafter;             // "": none; "mtp": the model's own MTP layers (last stage)
+    int32_t     drafter_k    = 3;    // tokens the drafter proposes per window
+};
+
+// A drafter the stage hosts (GetInfo drafter): kind "" when none.
+struct drafter_facts {
+    std::string          kind;
+    int32_t              max_drafts   = 0;
+    size_t               weight_bytes = 0; // its weights on this stage
+    size_t               state_bytes  = 0; // its state, all slots
+    std::vector<int32_t> target_layers;    // the main layers whose outputs it reads
+    int32_t              n_vocab      = 0;
 };
 
 struct engine_info {
@@ -72,6 +84,7 @@ struct engine_info {
     int32_t         discard_depth = 0;    // with can_discard: the most positions one discard may
                                           // drop (fewer where recent steps hold fewer); 0: any
     size_t          discard_bytes = 0;    // memory the snapshots behind discard_depth cost per slot
+    drafter_facts   drafter;              // last stage: the drafter it hosts (kind "" when none)
 
     layer_range layers() const { return {layer_begin, layer_end}; }
     bool is_first() const { return layer_begin == 0; }
@@ -132,6 +145,14 @@ struct engine_i {
     // refusal says why and leaves the slot untouched
     virtual discard_result slot_discard(int32_t /*slot*/, int32_t /*from*/) {
         return {discard_status::unsupported, 0};
+    }
+
+    // last stage with a drafter: up to `most` (and drafter.max_drafts) tokens proposed to
+    // follow `token`, sampled for position `pos` of the slot, which keeps positions < pos
+    // (what it holds from pos on are rejected drafts); empty without a drafter or when it
+    // cannot draft there. Drafts only propose: verification decides what is kept.
+    virtual std::vector<int32_t> draft(int32_t /*slot*/, int32_t /*pos*/, int32_t /*token*/, int32_t /*most*/) {
+        return {};
     }
 
     // KV cells in use / total, summed over slots

@@ -4,6 +4,7 @@
 #include "gguf.h"
 
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 
 namespace meshnet {
@@ -69,6 +70,20 @@ bool gguf_facts_read(const std::string & path, gguf_facts & out, std::string & e
     }
     facts.n_layer = static_cast<int32_t>(block_count - n_nextn);
     facts.n_embd  = static_cast<int32_t>(n_embd);
+    facts.n_nextn = static_cast<int32_t>(n_nextn);
+    // what an MTP drafter adds to the stage owning the last layer: the blocks after the main
+    // layers (blk.N.* for N >= n_layer) and, unless they embed on their own, the embeddings
+    for (int64_t i = 0; i < gguf_get_n_tensors(ctx.get()); ++i) {
+        const std::string name  = gguf_get_tensor_name(ctx.get(), i);
+        const size_t      bytes = gguf_get_tensor_size(ctx.get(), i);
+        int32_t block = -1;
+        if (std::sscanf(name.c_str(), "blk.%d.", &block) == 1 && block >= facts.n_layer) {
+            facts.nextn_tensors.push_back(bytes);
+            facts.nextn_embeds = facts.nextn_embeds || name.find(".nextn.embed_tokens.") != std::string::npos;
+        } else if (name == "token_embd.weight") {
+            facts.token_embd_bytes = bytes;
+        }
+    }
     out = std::move(facts);
     return true;
 }

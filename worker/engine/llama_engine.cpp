@@ -5,6 +5,7 @@
 #include "engine.h"
 #include "gguf_facts.h"
 #include "layer_range.h"
+#include "mtp_drafter.h"
 #include "rollback_depth.h"
 #include "slot_memory.h"
 
@@ -67,6 +68,42 @@ step_result failure(engine_status status, std::string message) {
     return result;
 }
 
+// Why `params.drafter` cannot run on this stage ("" when it can).
+std::string drafter_problem(const engine_params & params, const gguf_facts & facts, const layer_range & range) {
+    if (params.drafter != "mtp") {
+        return "unknown drafter '" + params.drafter + "' (this worker runs: mtp)";
+    }
+    if (params.drafter_k < 1 || params.drafter_k > 7) {
+        return "the drafter proposes 1 to 7 tokens per window, got " + std::to_string(params.drafter_k);
+    }
+    if (facts.arch != "deepseek4" || facts.n_nextn <= 0) {
+        return "the mtp drafter needs a deepseek4 model with MTP (nextn) layers; " + params.model_path + " is " +
+               facts.arch + " with " + std::to_string(facts.n_nextn) + " MTP layers";
+    }
+    if (range.end != facts.n_layer) {
+        return "the mtp drafter reads the output of layer " + std::to_string(facts.n_layer - 1) + ": only the stage " +
+               "owning it (the route's last) can host it, not layers " + range.str();
+    }
+    return "";
+}
+
+// What the drafter's tensors take in the stage's weight buffer (each padded to the CPU
+// buffer's alignment): its blocks and, on a stage that does not embed its own input, the
+// token embeddings (patch 0016 loads them there).
+size_t drafter_weight_bytes(const gguf_facts & facts, bool owns_embeddings) {
+    ggml_backend_dev_t cpu = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
+    const size_t align = cpu ? ggml_backend_buft_get_alignment(ggml_backend_dev_buffer_type(cpu)) : 1;
+    const auto padded = [align](size_t bytes) { return (bytes + align - 1) / align * align; };
+    size_t total = 0;
+    for (size_t bytes : facts.nextn_tensors) {
+        total += padded(bytes);
+    }
+    if (!owns_embeddings && !facts.nextn_embeds) {
+        total += padded(facts.token_embd_bytes);
+    }
+    return total;
+}
+
 int32_t default_threads() {
     const unsigned n = std::thread::hardware_concurrency();
     return n == 0 ? 4 : static_cast<int32_t>(n);
@@ -74,9 +111,11 @@ int32_t default_threads() {
 
 class llama_engine final : public engine_i {
 public:
-    llama_engine(engine_info info, llama_model_ptr model, llama_context_ptr ctx, int32_t n_batch)
+    llama_engine(engine_info info, llama_model_ptr model, llama_context_ptr ctx, int32_t n_batch,
+                 std::unique_ptr<mtp_drafter> drafter)
         : info_(std::move(info)), model_(std::move(model)), ctx_(std::move(ctx)), n_batch_(n_batch),
-          batch_(llama_batch_ext_init(ctx_.get())), depth_(info_.n_slots, info_.discard_depth) {}
+          batch_(llama_batch_ext_init(ctx_.get())), depth_(info_.n_slots, info_.discard_depth),
+          model_needs_ids_(llama_model_needs_token_ids(model_.get())), drafter_(std::move(drafter)) {}
 
     const engine_info & info() const override { return info_; }
 
@@ -95,6 +134,11 @@ public:
     }
 
     discard_result slot_discard(int32_t slot, int32_t from) override;
+
+    std::vector<int32_t> draft(int32_t slot, int32_t pos, int32_t token, int32_t most) override {
+        std::lock_guard<std::mutex> lock(mutex_);
+        return drafter_ ? drafter_->draft(slot, pos, token, most) : std::vector<int32_t>{};
+    }
 
     int64_t kv_used() const override {
         std::lock_guard<std::mutex> lock(mutex_);
@@ -126,6 +170,9 @@ private:
     void clear(int32_t slot) {
         llama_memory_seq_rm(memory(), slot, -1, -1);
         depth_.cleared(slot);
+        if (drafter_) {
+            drafter_->clear(slot);
+        }
     }
 
     // deepseek4 drops positions only as far back as its snapshots reach
@@ -146,6 +193,8 @@ private:
     int32_t           n_batch_;
     llama_batch_ext_ptr batch_;
     rollback_depth    depth_;    // deepseek4: what each slot can drop now (unused at depth 0)
+    bool              model_needs_ids_; // the owned layers route by token id (the drafter aside)
+    std::unique_ptr<mtp_drafter> drafter_; // last stage: the model's MTP layers, or none
     mutable std::mutex mutex_;
 };
 
@@ -171,6 +220,9 @@ discard_result llama_engine::slot_discard(int32_t slot, int32_t from) {
         return {discard_status::too_deep, 0};
     }
     depth_.dropped(slot, n);
+    if (drafter_) {
+        drafter_->discard(slot, from);
+    }
     return {};
 }
 
@@ -271,7 +323,7 @@ bool llama_engine::decode(const std::vector<step_request> & requests, const std:
                 index = llama_batch_ext_add_token(batch, request.slot, request.tokens[i]);
             } else {
                 const llama_embd row = { request.boundary.data() + i * row_floats, 1, row_floats };
-                if (info_.needs_token_sideband) { // an entry with both the token id and the boundary
+                if (model_needs_ids_) { // an entry with both the token id and the boundary
                     index = llama_batch_ext_add_token(batch, request.slot, request.tokens[i]);
                     if (index >= 0 && !llama_batch_ext_set_embd_token(batch, index, row)) {
                         index = -1;
@@ -308,6 +360,14 @@ bool llama_engine::decode(const std::vector<step_request> & requests, const std:
     }
     for (size_t r : group) {
         depth_.stepped(requests[r].slot, static_cast<int32_t>(requests[r].positions.size()));
+    }
+    if (drafter_) {
+        std::vector<mtp_step> fed(group.size());
+        for (size_t g = 0; g < group.size(); ++g) {
+            const step_request & request = requests[group[g]];
+            fed[g] = { request.slot, request.positions[0], &request.tokens, first_index[g] };
+        }
+        drafter_->stepped(fed);
     }
 
     for (size_t g = 0; g < group.size(); ++g) {
@@ -457,6 +517,13 @@ engine_ptr llama_engine_init(const engine_params & params, std::string & error) 
         error = range_problem;
         return nullptr;
     }
+    if (!params.drafter.empty()) {
+        const std::string problem = drafter_problem(params, facts, range);
+        if (!problem.empty()) {
+            error = problem;
+            return nullptr;
+        }
+    }
     if (params.n_ctx <= 0 || params.n_slots <= 0 || params.n_batch <= 0 || params.n_threads < 0) {
         error = "n_ctx, n_slots and n_batch must be positive, n_threads non-negative";
         return nullptr;
@@ -476,6 +543,8 @@ engine_ptr llama_engine_init(const engine_params & params, std::string & error) 
     // machines (llama-bench too, unless --repack 0), and the plain layout keeps the stage
     // footprint equal to the tensors it owns
     mparams.use_extra_bufts = false;
+    // the MTP layers and what they need beside the stage's own (patch 0016)
+    mparams.load_mtp        = params.drafter == "mtp";
 
     llama_model_ptr model;
     {
@@ -559,7 +628,31 @@ engine_ptr llama_engine_init(const engine_params & params, std::string & error) 
     }
 
     const int32_t n_batch = static_cast<int32_t>(llama_n_batch(ctx.get()));
-    return std::make_unique<llama_engine>(std::move(info), std::move(model), std::move(ctx), n_batch);
+    std::unique_ptr<mtp_drafter> drafter;
+    if (params.drafter == "mtp") {
+        mtp_drafter_params dparams;
+        dparams.n_slots    = info.n_slots;
+        dparams.n_ctx      = info.n_ctx;
+        dparams.n_batch    = n_batch;
+        dparams.n_threads  = n_threads;
+        dparams.max_drafts = params.drafter_k;
+        // the row before a step's first position, as far back as a discard reaches
+        dparams.keep_rows  = info.discard_depth + 2 * (params.drafter_k + 1);
+        load_log_capture capture;
+        drafter = mtp_drafter::init(model.get(), ctx.get(), dparams, error);
+        if (!drafter) {
+            return nullptr;
+        }
+        // the drafter pairs every row with its token: the stage needs the ids beside the boundary
+        info.needs_token_sideband  = true;
+        info.drafter.kind          = "mtp";
+        info.drafter.max_drafts    = params.drafter_k;
+        info.drafter.weight_bytes  = drafter_weight_bytes(facts, info.is_first());
+        info.drafter.state_bytes   = drafter->state_bytes();
+        info.drafter.target_layers = { info.n_layer - 1 };
+        info.drafter.n_vocab       = info.n_vocab;
+    }
+    return std::make_unique<llama_engine>(std::move(info), std::move(model), std::move(ctx), n_batch, std::move(drafter));
 }
 
 } // namespace meshnet

@@ -152,6 +152,9 @@ private:
                           {request.stop_token_ids().begin(), request.stop_token_ids().end()}),
             {}, {}});
         request.clear_draft_context(); // in the drafter now; the windows copy the request
+        // a last stage with a drafter proposes each next window's drafts (none asked for: it
+        // does not pay for them)
+        request.set_want_drafts(static_cast<uint32_t>(std::max(limits.drafts, 0)));
         request.set_window(first.id);
         loop->base = request;
         submit(lock, std::move(request), loop);
@@ -213,7 +216,7 @@ private:
         }
         if (step->ring) {
             ++ring_waiting_;
-            core_.ring().expect(step->key, step->window, [this, step](std::vector<int32_t> tokens) {
+            core_.ring().expect(step->key, step->window, [this, step](window_tokens tokens) {
                 std::unique_lock<std::recursive_mutex> inner(mutex_);
                 --ring_waiting_;
                 if (heard(inner, *step, std::move(tokens))) {
@@ -249,15 +252,17 @@ private:
     }
 
     // A loop's step answered `tokens` (one, or a speculative step's accepted drafts and one
-    // more), by the ring or its answer: the loop learns which of its windows are its text
-    // and which are dropped, and goes on. True when these were the step's first tokens.
-    bool heard(std::unique_lock<std::recursive_mutex> & lock, step_state & step, std::vector<int32_t> tokens) {
+    // more, and the last stage's drafts for the next window), by the ring or its answer: the
+    // loop learns which of its windows are its text and which are dropped, and goes on.
+    // True when these were the step's first tokens.
+    bool heard(std::unique_lock<std::recursive_mutex> & lock, step_state & step, window_tokens tokens) {
         if (step.heard || !step.loop) {
             return false;
         }
         step.heard = true;
         const std::shared_ptr<decode_loop> loop = step.loop;
-        for (const auto & [window, verdict] : loop->pipeline.answered(step.window, std::move(tokens))) {
+        for (const auto & [window, verdict] : loop->pipeline.answered(step.window, std::move(tokens.tokens),
+                                                                               std::move(tokens.next_drafts))) {
             mark(*loop, window, verdict.answer);
             for (uint64_t dropped : verdict.dropped) {
                 mark(*loop, dropped, false);
@@ -292,9 +297,11 @@ private:
         if (step->loop) {
             response.mutable_forward()->set_loop_depth(step->depth);
         }
-        const auto & sampled = response.forward().sampled_tokens();
+        const auto & answer = response.forward();
+        window_tokens tokens{{answer.sampled_tokens().begin(), answer.sampled_tokens().end()},
+                             {answer.next_drafts().begin(), answer.next_drafts().end()}};
         held_.emplace(step->seq, held_answer{std::move(response), step});
-        heard(lock, *step, {sampled.begin(), sampled.end()});
+        heard(lock, *step, std::move(tokens));
         write_ready(lock);
         if (in_flight_ == 0) {
             start_next(lock);

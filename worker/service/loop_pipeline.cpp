@@ -75,11 +75,21 @@ std::optional<loop_window> loop_pipeline::next() {
             drafts = std::min(drafts, limits_.discard_depth); // all but its first may be dropped
         }
         window.tokens = {*known_next_};
-        if (limits_.drafts > 0 && drafts > 0) {
+        if (limits_.drafts > 0 && !tail_drafts_.empty()) {
+            // the last stage's drafter saw the model's own hidden state: its drafts, as many
+            // as fit (prompt lookup's adaptive length is for lookup's guesses)
+            int64_t tail = std::min<int64_t>({static_cast<int64_t>(tail_drafts_.size()), limits_.drafts, room - 1});
+            if (limits_.discard_depth > 0) {
+                tail = std::min(tail, limits_.discard_depth);
+            }
+            window.tokens.insert(window.tokens.end(), tail_drafts_.begin(),
+                                 tail_drafts_.begin() + static_cast<std::ptrdiff_t>(std::max<int64_t>(tail, 0)));
+        } else if (limits_.drafts > 0 && drafts > 0) {
             const std::vector<int32_t> drafted = drafter_.next(static_cast<int>(drafts));
             window.tokens.insert(window.tokens.end(), drafted.begin(), drafted.end());
         }
         known_next_.reset();
+        tail_drafts_.clear();
     } else {
         // A pipelined window: every token of it is drafted, the first one in place of the
         // token its predecessor will answer last. A rejection anywhere in flight drops all
@@ -109,7 +119,8 @@ std::optional<loop_window> loop_pipeline::next() {
     return window;
 }
 
-std::vector<std::pair<uint64_t, loop_answer>> loop_pipeline::answered(uint64_t id, std::vector<int32_t> tokens) {
+std::vector<std::pair<uint64_t, loop_answer>> loop_pipeline::answered(uint64_t id, std::vector<int32_t> tokens,
+                                                                      std::vector<int32_t> next_drafts) {
     std::vector<std::pair<uint64_t, loop_answer>> resolved;
     if (void_.erase(id) > 0) {
         return resolved; // a dropped window: its verdict went out when it was dropped
@@ -120,7 +131,8 @@ std::vector<std::pair<uint64_t, loop_answer>> loop_pipeline::answered(uint64_t i
     if (found == live_.end() || tokens.empty()) {
         return resolved;
     }
-    found->tokens = std::move(tokens);
+    found->tokens      = std::move(tokens);
+    found->next_drafts = std::move(next_drafts);
     while (!live_.empty() && live_.front().tokens) {
         const uint64_t front = live_.front().window.id;
         resolved.emplace_back(front, resolve_front());
@@ -164,7 +176,8 @@ loop_answer loop_pipeline::resolve_front() {
         }
     }
     live_.clear();
-    known_next_ = sampled.back();
+    known_next_  = sampled.back();
+    tail_drafts_ = std::move(live.next_drafts);
     next_pos_   = window.n_past + static_cast<int64_t>(window.verify ? sampled.size() : rows);
     if (stop || wanted_ <= 0) {
         done_       = true;

@@ -61,10 +61,14 @@ public:
     // or the loop is done). Call it until it says none, after the start and every answer.
     std::optional<loop_window> next();
 
-    // Window `id` answered `tokens` (one sampled token, or the accepted drafts and one more).
-    // Answers may come out of order (the ring and the chain race); they are taken in the
-    // windows' order, so an answer may resolve nothing until the one before it comes.
-    std::vector<std::pair<uint64_t, loop_answer>> answered(uint64_t id, std::vector<int32_t> tokens);
+    // Window `id` answered `tokens` (one sampled token, or the accepted drafts and one more)
+    // and `next_drafts`, the last stage's drafts to follow them (its drafter's; empty
+    // without one): a window that starts from the answered token takes them as its drafts
+    // instead of prompt lookup's. Answers may come out of order (the ring and the chain
+    // race); they are taken in the windows' order, so an answer may resolve nothing until
+    // the one before it comes.
+    std::vector<std::pair<uint64_t, loop_answer>> answered(uint64_t id, std::vector<int32_t> tokens,
+                                                           std::vector<int32_t> next_drafts = {});
 
     bool   done() const { return done_; }
     size_t in_flight() const { return live_.size(); }
@@ -76,6 +80,7 @@ private:
         loop_window                         window;
         size_t                              known = 0; // its leading tokens the lookup holds
         std::optional<std::vector<int32_t>> tokens;    // its answer, once it came
+        std::vector<int32_t>                next_drafts; // the last stage's drafts after it
     };
 
     loop_answer resolve_front();
@@ -88,6 +93,7 @@ private:
     std::deque<live_window> live_;      // windows of the text in flight, oldest first
     std::set<uint64_t>   void_;         // dropped windows still in flight
     std::optional<int32_t> known_next_; // the token the next window starts with, when known
+    std::vector<int32_t> tail_drafts_;  // the last stage's drafts to follow it (its drafter)
     int64_t              next_pos_;     // where the next window starts
     int64_t              held_;         // positions the stages hold once every window ran
     int64_t              wanted_;       // tokens the loop may still answer

@@ -55,6 +55,8 @@ int main(int argc, char ** argv) {
     engine_params.n_threads    = params.n_threads;
     engine_params.n_gpu_layers = params.n_gpu_layers;
     engine_params.discard_depth = params.discard_depth;
+    engine_params.drafter      = params.drafter;
+    engine_params.drafter_k    = params.drafter_k;
     meshnet::engine_ptr engine = meshnet::llama_engine_init(engine_params, error);
     if (!engine) {
         std::fprintf(stderr, "error: cannot load %s: %s\n", params.model_path.c_str(), error.c_str());
@@ -84,6 +86,11 @@ int main(int argc, char ** argv) {
     if (info.discard_depth > 0) {
         std::fprintf(stderr, "meshnet-shard-worker: discard depth %d: %zu bytes of state snapshots per slot "
                      "(%zu bytes of KV and state in all)\n", info.discard_depth, info.discard_bytes, info.kv_bytes);
+    }
+    if (!info.drafter.kind.empty()) {
+        std::fprintf(stderr, "meshnet-shard-worker: drafter %s, %d tokens per window: %zu bytes of weights, "
+                     "%zu bytes of state\n", info.drafter.kind.c_str(), info.drafter.max_drafts,
+                     info.drafter.weight_bytes, info.drafter.state_bytes);
     }
     if (server.metrics_port() > 0) {
         std::fprintf(stderr, "meshnet-shard-worker: metrics on port %d\n", server.metrics_port());

@@ -53,6 +53,7 @@ metrics_registry::metrics_registry()
     : forward_({0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0}),
       // A hop on one host costs tens of microseconds, over a WAN tens of milliseconds.
       next_hop_({0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0}),
+      draft_({0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0}),
       start_time_(unix_now()) {}
 
 void metrics_registry::count_request(const std::string & rpc, const std::string & code) {
@@ -81,6 +82,11 @@ void metrics_registry::observe_next_hop_seconds(double seconds) {
     next_hop_.observe(seconds);
 }
 
+void metrics_registry::observe_draft_seconds(double seconds) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    draft_.observe(seconds);
+}
+
 std::string metrics_registry::render(const gauges & now) const {
     std::ostringstream out;
     auto simple = [&](const char * name, const char * type, const char * help, int64_t value) {
@@ -103,6 +109,8 @@ std::string metrics_registry::render(const gauges & now) const {
     forward_.render(out, "meshnet_shard_forward_latency_seconds", "Forward step latency from arrival to answer.");
     next_hop_.render(out, "meshnet_shard_next_hop_seconds",
                      "Time the seam to the next stage added to a relayed step (round trip less the next stage's own).");
+    draft_.render(out, "meshnet_shard_draft_seconds",
+                  "Time the last stage's drafter took to draft the next window after a sampled step.");
     simple("meshnet_shard_tokens_processed_total", "counter", "Token positions run through this stage.", now.tokens_processed);
     simple("meshnet_shard_engine_steps_total", "counter", "Engine steps (each may batch several sessions).", now.engine_steps);
     char busy[32];

@@ -42,6 +42,8 @@ public:
     // What the seam to the next stage added to one relayed step: the round trip less the
     // next stage's own time from arrival to answer (transport and codecs, both ways).
     void observe_next_hop_seconds(double seconds);
+    // The drafter's pass after one sampled step (last stage with a drafter).
+    void observe_draft_seconds(double seconds);
     void add_boundary_bytes_in(int64_t bytes)  { boundary_bytes_in_ += bytes; }
     void add_boundary_bytes_out(int64_t bytes) { boundary_bytes_out_ += bytes; }
     // A batch of relayed steps came from the previous stage (over the local relay, or gRPC).
@@ -74,6 +76,7 @@ private:
     std::map<std::pair<std::string, std::string>, int64_t> errors_; // (rpc, reason)
     seconds_histogram                                   forward_;
     seconds_histogram                                   next_hop_;
+    seconds_histogram                                   draft_;
     const double                                        start_time_; // Unix seconds
     std::atomic<int64_t>                                boundary_bytes_in_{0};
     std::atomic<int64_t>                                boundary_bytes_out_{0};

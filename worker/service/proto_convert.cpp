@@ -36,12 +36,14 @@ pb::RouteKey route_key_of(const session_key & key) {
     return out;
 }
 
-std::vector<int32_t> ring_tokens_of(const pb::RingResponse & token) {
-    std::vector<int32_t> tokens(token.tokens().begin(), token.tokens().end());
-    if (tokens.empty()) {
-        tokens.push_back(token.token());
+window_tokens ring_tokens_of(const pb::RingResponse & token) {
+    window_tokens answer;
+    answer.tokens.assign(token.tokens().begin(), token.tokens().end());
+    if (answer.tokens.empty()) {
+        answer.tokens.push_back(token.token());
     }
-    return tokens;
+    answer.next_drafts.assign(token.next_drafts().begin(), token.next_drafts().end());
+    return answer;
 }
 
 void boundary_to_pb(const engine_info & info, wire_dtype dtype, int64_t n_tokens, const std::vector<float> & rows,

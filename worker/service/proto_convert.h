@@ -5,6 +5,7 @@
 
 #include "boundary_codec.h"
 #include "engine.h"
+#include "ring.h"
 #include "session_store.h"
 
 #include "meshnet/shard/v1/shard_service.pb.h"
@@ -27,7 +28,7 @@ session_key  key_of(const pb::RouteKey & key);
 pb::RouteKey route_key_of(const session_key & key);
 // The tokens a Ring message carries (`tokens`, or `token` alone from a last stage that
 // sends only that).
-std::vector<int32_t> ring_tokens_of(const pb::RingResponse & token);
+window_tokens ring_tokens_of(const pb::RingResponse & token);
 
 // `n_tokens` boundary rows (f32, as the engine left them) in `dtype` on the wire.
 void boundary_to_pb(const engine_info & info, wire_dtype dtype, int64_t n_tokens, const std::vector<float> & rows,

@@ -114,8 +114,8 @@ grpc::ServerWriteReactor<pb::RingResponse> * ring_hub::subscribe(const pb::Route
     return subscriber;
 }
 
-void ring_hub::publish(const pb::RouteKey & key, int64_t position, uint64_t window,
-                       const std::vector<int32_t> & tokens) {
+void ring_hub::publish(const pb::RouteKey & key, int64_t position, uint64_t window, const window_tokens & answer) {
+    const std::vector<int32_t> & tokens = answer.tokens;
     if (tokens.empty()) {
         return;
     }
@@ -128,6 +128,7 @@ void ring_hub::publish(const pb::RouteKey & key, int64_t position, uint64_t wind
             message.set_window(window);
             message.set_token(tokens.front());
             message.mutable_tokens()->Add(tokens.begin(), tokens.end());
+            message.mutable_next_drafts()->Add(answer.next_drafts.begin(), answer.next_drafts.end());
             subscriber->push(std::move(message));
         }
     }
@@ -244,7 +245,7 @@ bool ring_waiters::forget(const session_key & key, uint64_t window) {
     return waiting_.erase({key, window}) > 0;
 }
 
-void ring_waiters::deliver(const session_key & key, uint64_t window, std::vector<int32_t> tokens) {
+void ring_waiters::deliver(const session_key & key, uint64_t window, window_tokens tokens) {
     then_fn then;
     {
         std::lock_guard<std::mutex> lock(mutex_);

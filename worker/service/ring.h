@@ -32,6 +32,13 @@ namespace pb = ::meshnet::shard::v1;
 
 class ring_subscriber;
 
+// What a loop's step answered: its tokens (one, or the accepted drafts and one more) and the
+// last stage's drafts for the next window (empty without a drafter there).
+struct window_tokens {
+    std::vector<int32_t> tokens;
+    std::vector<int32_t> next_drafts;
+};
+
 // The last stage's subscribers: one stream per first stage that subscribed.
 class ring_hub {
 public:
@@ -42,7 +49,7 @@ public:
     grpc::ServerWriteReactor<pb::RingResponse> * subscribe(const pb::RouteKey & key);
     // Sends the token to every subscriber of the key's route and epoch; `window` is the
     // step's ForwardRequest.window.
-    void publish(const pb::RouteKey & key, int64_t position, uint64_t window, const std::vector<int32_t> & tokens);
+    void publish(const pb::RouteKey & key, int64_t position, uint64_t window, const window_tokens & tokens);
     // Ends every stream (the worker stops) and waits until they are gone.
     void stop();
 
@@ -102,14 +109,14 @@ private:
 // start at a position one of them had.
 class ring_waiters {
 public:
-    using then_fn = std::function<void(std::vector<int32_t> tokens)>;
+    using then_fn = std::function<void(window_tokens tokens)>;
 
     void expect(const session_key & key, uint64_t window, then_fn then);
     // True when it was still waiting (then is never called); false when the token came
     // first (then is running or ran).
     bool forget(const session_key & key, uint64_t window);
     // Calls the waiting loop's `then`, if any, outside the lock.
-    void deliver(const session_key & key, uint64_t window, std::vector<int32_t> tokens);
+    void deliver(const session_key & key, uint64_t window, window_tokens tokens);
 
 private:
     std::mutex                                             mutex_;

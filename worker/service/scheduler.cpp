@@ -315,6 +315,7 @@ void scheduler::run_batch(std::vector<step_job> & batch) {
             sessions_.touch(job.key, finished);
             outcome.ok       = true;
             outcome.n_past   = engine_.slot_n_past(requests[r].slot);
+            outcome.slot     = requests[r].slot;
             outcome.boundary = std::move(result->boundary);
             outcome.logits   = std::move(result->logits);
         }

@@ -22,6 +22,7 @@ struct step_outcome {
     bool               ok = false;
     shard_error        error{error_reason::engine_failure, "", {}};
     int64_t            n_past = 0;     // positions held after the step
+    int32_t            slot = -1;      // the session's slot (engine_i::draft)
     std::vector<float> boundary;       // non-last stage
     std::vector<float> logits;         // last stage: output_rows x n_vocab
     int64_t            engine_micros = 0;

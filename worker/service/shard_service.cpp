@@ -53,6 +53,15 @@ grpc::ServerUnaryReactor * shard_service::GetInfo(grpc::CallbackServerContext * 
     response->set_discard_depth(info.discard_depth);
     response->set_ring_last(identity.ring_last);
     response->set_ring_last_incarnation(core_.ring_last_incarnation());
+    if (!info.drafter.kind.empty()) {
+        pb::DrafterInfo * drafter = response->mutable_drafter();
+        drafter->set_kind(info.drafter.kind);
+        drafter->set_max_drafts(static_cast<uint32_t>(info.drafter.max_drafts));
+        drafter->set_weight_bytes(info.drafter.weight_bytes);
+        drafter->set_state_bytes(info.drafter.state_bytes);
+        drafter->mutable_target_layers()->Add(info.drafter.target_layers.begin(), info.drafter.target_layers.end());
+        drafter->set_n_vocab(info.drafter.n_vocab);
+    }
     pb::ComputePlacement * placement = response->mutable_placement();
     placement->set_host_id(identity.placement.host_id);
     placement->mutable_cpus()->Add(identity.placement.cpus.begin(), identity.placement.cpus.end());

@@ -91,6 +91,7 @@ output_plan plan_output(const pb::ForwardRequest & request, const engine_info & 
     plan.key             = request.key();
     plan.ring            = request.ring();
     plan.window          = request.window();
+    plan.want_drafts     = static_cast<int32_t>(std::min<uint32_t>(request.want_drafts(), 7));
     if (!plan.last) {
         plan.kind = pb::OUTPUT_KIND_BOUNDARY;
         return plan;
@@ -131,6 +132,7 @@ pb::ForwardRequest relay_request_of(const pb::ForwardRequest & request, bool rin
     }
     next.set_ring(ring);
     next.set_window(request.window());
+    next.set_want_drafts(request.want_drafts());
     return next;
 }
 
@@ -196,7 +198,8 @@ void stage_core::complete(output_plan & plan, step_outcome & outcome, pb::Forwar
         if (plan.ring && plan.last && (sampled || plan.kind == pb::OUTPUT_KIND_VERIFIED)) {
             // Straight to the first stage, before the answer starts back along the chain.
             ring_hub_.publish(plan.key, response.n_past() - plan.n_tokens, plan.window,
-                              {response.sampled_tokens().begin(), response.sampled_tokens().end()});
+                              {{response.sampled_tokens().begin(), response.sampled_tokens().end()},
+                               {response.next_drafts().begin(), response.next_drafts().end()}});
         }
         then(grpc::Status::OK);
         return;
@@ -293,6 +296,7 @@ void stage_core::answer(const output_plan & plan, step_outcome & outcome, pb::Fo
         response.set_drafted_tokens(static_cast<uint32_t>(plan.step_tokens.size() - 1));
         metrics_.count_drafts(static_cast<int64_t>(plan.step_tokens.size()) - 1,
                               static_cast<int64_t>(tokens.size()) - 1);
+        draft_next(plan, plan.row_positions[tokens.size() - 1] + 1, tokens.back(), outcome, response);
         return;
     }
     for (size_t i = 0; i < plan.rows.size(); ++i) {
@@ -300,6 +304,10 @@ void stage_core::answer(const output_plan & plan, step_outcome & outcome, pb::Fo
         switch (plan.kind) {
             case pb::OUTPUT_KIND_SAMPLED:
                 response.add_sampled_tokens(sample_token(logits, n_vocab, plan.sampling, plan.row_positions[i]));
+                if (i + 1 == plan.rows.size()) {
+                    draft_next(plan, plan.row_positions[i] + 1, response.sampled_tokens(static_cast<int>(i)), outcome,
+                               response);
+                }
                 break;
             case pb::OUTPUT_KIND_TOP_K: {
                 pb::LogitsRow * row = response.add_rows();
@@ -318,6 +326,17 @@ void stage_core::answer(const output_plan & plan, step_outcome & outcome, pb::Fo
             }
         }
     }
+}
+
+void stage_core::draft_next(const output_plan & plan, int32_t pos, int32_t token, const step_outcome & outcome,
+                            pb::ForwardResponse & response) {
+    if (stage_.info.drafter.kind.empty() || outcome.slot < 0 || plan.want_drafts <= 0) {
+        return;
+    }
+    const auto started = std::chrono::steady_clock::now();
+    const std::vector<int32_t> drafts = engine_.draft(outcome.slot, pos, token, plan.want_drafts);
+    metrics_.observe_draft_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+    response.mutable_next_drafts()->Add(drafts.begin(), drafts.end());
 }
 
 grpc::ServerWriteReactor<pb::RingResponse> * stage_core::subscribe_ring(const pb::RouteKey & key) {

@@ -73,6 +73,7 @@ struct output_plan {
     uint32_t             continue_tokens = 0; // stream decode loop: tokens still to go
     bool                 ring = false;   // last stage: also send the sampled token over Ring
     uint64_t             window = 0;     // ForwardRequest.window, carried back on the ring
+    int32_t              want_drafts = 0; // last stage with a drafter: drafts after the step
     pb::RouteKey         key;            // the step's session
     std::vector<int32_t> step_tokens;   // VERIFIED: the step's tokens (the drafts after the first)
 };
@@ -144,6 +145,10 @@ private:
         std::function<void(const grpc::Status &)> then;
     };
 
+    // Last stage with a drafter, a step that wants drafts: those to follow `token`, sampled
+    // for position `pos`, go in the answer (ForwardResponse.next_drafts).
+    void draft_next(const output_plan & plan, int32_t pos, int32_t token, const step_outcome & outcome,
+                    pb::ForwardResponse & response);
     // A non-first stage's boundary rows, as f32 (NaN/Inf refused), counted as bytes in.
     std::optional<shard_error> decode_boundary(const pb::ForwardRequest & request, std::vector<float> & rows);
     // Sends the outbox as one batch (after every engine step, on the engine thread).

@@ -4,6 +4,7 @@
 #include "layer_range.h"
 #include "loop_pipeline.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <functional>
 #include <map>
@@ -33,6 +34,14 @@ const char * worker_params_usage() {
         "                            may drop up to its last N positions, once before the next\n"
         "                            step; below --batch (default: 0: deepseek4 cannot discard;\n"
         "                            other architectures drop any suffix and ignore it)\n"
+        "  --drafter mtp             last stage of a deepseek4 route: load the model's own MTP\n"
+        "                            (nextn) layers and, after each sampled token, draft the next\n"
+        "                            verify window's tokens (ForwardResponse.next_drafts, and the\n"
+        "                            ring's token); refused on a stage without the last layer or\n"
+        "                            a model without MTP layers (default: none)\n"
+        "  --drafter-k N             tokens the drafter proposes per window, 1 to 7 (default: 3)\n"
+        "  --drafter-model F         reserved for --drafter dspark (a DSpark GGUF), which this\n"
+        "                            worker refuses for now\n"
         "  --boundary-dtype T        f32 | f16 | bf16 on the wire (default: f32)\n"
         "  --max-message-bytes N     largest accepted request (default: 67108864)\n"
         "  --max-inflight-bytes N    bytes of requests received but not yet decoded, all calls\n"
@@ -122,6 +131,14 @@ bool worker_params_parse(int argc, char ** argv, worker_params & params, std::st
         {"--next-stage-ca",   string_into(params.next_stage_ca)},
         {"--next-stage",      string_into(params.next_stage)},
         {"--ring-last",       string_into(params.ring_last)},
+        {"--drafter",         string_into(params.drafter)},
+        {"--drafter-model",   string_into(params.drafter_model)},
+        {"--drafter-k", [&](const std::string & v) {
+            int64_t n;
+            if (!parse_int64(v, n)) return false;
+            params.drafter_k = static_cast<int32_t>(std::max<int64_t>(INT32_MIN, std::min<int64_t>(n, INT32_MAX)));
+            return true;
+        }},
         {"--slots",           int32_into(params.n_slots, 1)},
         {"--ctx",             int32_into(params.n_ctx, 1)},
         {"--batch",           int32_into(params.n_batch, 1)},
@@ -211,6 +228,24 @@ bool worker_params_parse(int argc, char ** argv, worker_params & params, std::st
     }
     if (params.model_path.empty()) {
         error = "--model is required";
+        return false;
+    }
+    if (params.drafter == "dspark") {
+        error = "--drafter dspark (a DSpark GGUF, --drafter-model) is not implemented by this worker yet; "
+                "--drafter mtp is";
+        return false;
+    }
+    if (!params.drafter.empty() && params.drafter != "mtp") {
+        error = "--drafter takes mtp (the model's own MTP layers), got '" + params.drafter + "'";
+        return false;
+    }
+    if (!params.drafter_model.empty()) {
+        error = "--drafter-model names a DSpark drafter's GGUF (--drafter dspark), which this worker "
+                "does not run yet";
+        return false;
+    }
+    if (params.drafter_k < 1 || params.drafter_k > 7) {
+        error = "--drafter-k takes 1 to 7 (tokens drafted per window), got " + std::to_string(params.drafter_k);
         return false;
     }
     if (params.tls_cert.empty() != params.tls_key.empty()) {

@@ -184,7 +184,7 @@ TEST("media (embedding) input into a first stage that is not the whole model is 
     llama_model_free(model);
 }
 
-TEST("MTP layers on a partial range are refused at load") {
+TEST("MTP layers on a range that ends before the last layer are refused at load (patch 0016)") {
     llama_model * partial = load_raw(0, 4, /*load_mtp =*/ true);
     CHECK(partial == nullptr);
     llama_model_free(partial);

@@ -158,4 +158,40 @@ TEST("a stop token ends the loop and voids what is in flight after it") {
     CHECK(loop.done() && !loop.next());
 }
 
+TEST("a window that starts from an answered token takes the last stage's drafts instead of lookup's") {
+    loop_pipeline loop = pipeline(3, 1);
+    CHECK(answers_only(loop.answered(1, {42}, {90, 91, 92, 93}), 1));
+    const auto next = loop.next(); // lookup would draft nothing after 42
+    CHECK(next && next->tokens == (tokens{42, 90, 91, 92}) && next->verify && next->n_past == 11);
+    CHECK(!loop.next());
+    // a rejection: the next window starts from the answer, with the drafts that came with it
+    const auto resolved = loop.answered(next->id, {90, 17}, {60, 61, 62});
+    CHECK(answers_only(resolved, next->id));
+    const auto after = loop.next();
+    CHECK(after && after->tokens == (tokens{17, 60, 61, 62}) && after->n_past == 13 && after->discard_from == 13);
+    // an answer without drafts (the last stage could not draft): prompt lookup again
+    CHECK(answers_only(loop.answered(after->id, {60, 61, 62, 1}), after->id));
+    const auto lookup = loop.next();
+    CHECK(lookup && lookup->tokens.front() == 1 && lookup->tokens.size() > 1);
+}
+
+TEST("the last stage's drafts are cut to the loop's draft limit, the context and the discard depth") {
+    loop_pipeline capped = pipeline(2, 1);
+    capped.answered(1, {42}, {90, 91, 92, 93});
+    const auto two = capped.next();
+    CHECK(two && two->tokens == (tokens{42, 90, 91}));
+    loop_pipeline shallow = pipeline(3, 1, 40, /*discard_depth =*/ 1);
+    shallow.answered(1, {42}, {90, 91, 92});
+    const auto one = shallow.next();
+    CHECK(one && one->tokens == (tokens{42, 90}));
+    loop_pipeline near_end = pipeline(3, 1, 40, 0, /*n_ctx =*/ 13);
+    near_end.answered(1, {42}, {90, 91, 92});
+    const auto fits = near_end.next(); // positions 11 and 12 are the context's last
+    CHECK(fits && fits->tokens == (tokens{42, 90}));
+    loop_pipeline plain = pipeline(0, 1);
+    plain.answered(1, {42}, {90, 91});
+    const auto alone = plain.next(); // a plain loop never verifies
+    CHECK(alone && alone->tokens == (tokens{42}) && !alone->verify);
+}
+
 TEST_MAIN()
