@@ -11,10 +11,11 @@ node labels are cached; status is written only when it changed."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -130,7 +131,11 @@ def register(registry: kopf.OperatorRegistry, ctx: Context) -> None:
                                for k, v in found.items()},
                     jobs=_ByJob(indices["tracker_jobs"], namespace),
                     job_pods=_ByJob(indices["tracker_job_pods"], namespace))
-                report, outcome = await _guarded(shared, ns, name, cadence, seen)
+                passed = await _unless_stopped(stopped, _guarded(shared, ns, name, cadence,
+                                                                 seen))
+                if passed is None:
+                    break  # stopped mid-pass: a deleted route's stages are going away
+                report, outcome = passed
                 last = report or last
                 pace.passed(inputs, outcome, time.monotonic())
             await stopped.wait(settings.sample_seconds)
@@ -151,6 +156,24 @@ def register(registry: kopf.OperatorRegistry, ctx: Context) -> None:
             await client.close()
         if shared.reporting.channels is not None:
             await shared.reporting.channels.close()
+
+
+async def _unless_stopped(stopped: kopf.DaemonStopped,
+                          work: Coroutine[Any, Any, Passed]) -> Passed | None:
+    """`work`'s result, or None when the daemon is stopped first: a deleted route is
+    withdrawn at once, not after a pass that waits on its departing stages' timeouts."""
+    task = asyncio.ensure_future(work)
+    stop = asyncio.ensure_future(stopped.wait())
+    try:
+        await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stop.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    return None
 
 
 class _Snapshot:
