@@ -26,7 +26,7 @@ def promtool(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess
 def test_promtool_checks_the_rendered_rules(rules_file: Path) -> None:
     result = promtool("check", "rules", str(rules_file))
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 12 rules found" in result.stdout
+    assert "SUCCESS: 13 rules found" in result.stdout
 
 
 def test_promtool_unit_tests_of_every_alert_pass(rules_file: Path, tmp_path: Path) -> None:

@@ -104,6 +104,19 @@ def test_each_route_s_status_becomes_gauges_labelled_by_namespace_route_and_stag
     assert value(found, "meshnet_stage_restarts_total", **route, stage="tail") == 2
 
 
+def test_a_route_s_replicas_asked_and_ready_are_gauges() -> None:
+    metrics = OperatorMetrics()
+    replicas = [{"replica": r, "ready": r == 0} for r in range(3)]
+    metrics.status.route(("ml", "r"), {**ROUTE_STATUS, "replicaStatuses": replicas,
+                                       "readyReplicas": 1})
+    metrics.status.route(("ml", "idle"), {**ROUTE_STATUS, "replicaStatuses": [],
+                                          "readyReplicas": 0})
+    found = samples(metrics)
+    assert value(found, "meshnet_route_replicas", namespace="ml", route="r") == 3
+    assert value(found, "meshnet_route_replicas_ready", namespace="ml", route="r") == 1
+    assert value(found, "meshnet_route_replicas", namespace="ml", route="idle") == 0
+
+
 def test_a_deleted_route_or_artifact_leaves_no_series_behind() -> None:
     metrics = OperatorMetrics()
     metrics.status.route(("ml", "r"), ROUTE_STATUS)

@@ -105,10 +105,19 @@ class StatusCollector(Collector):
         restarts = CounterMetricFamily("meshnet_stage_restarts",
                                        "Restarts of the stage's current worker pod.",
                                        labels=[*labels, "stage"])
+        replicas = GaugeMetricFamily("meshnet_route_replicas",
+                                     "Replicas (pipelines) the route asks for: spec.replicas.",
+                                     labels=labels)
+        replicas_ready = GaugeMetricFamily("meshnet_route_replicas_ready",
+                                           "Replicas whose every stage pod is ready.",
+                                           labels=labels)
         for (namespace, name), status in sorted(routes.items()):
             values = [namespace, name]
             entries = list(status.get("stages") or [])
             epoch.add_metric(values, float(status.get("epoch") or 0))
+            if "replicaStatuses" in status:  # one entry per replica asked for
+                replicas.add_metric(values, float(len(status["replicaStatuses"])))
+                replicas_ready.add_metric(values, float(status.get("readyReplicas") or 0))
             stages.add_metric(values, float(len(entries)))
             ready.add_metric(values, float(sum(1 for s in entries if s.get("ready"))))
             ratio = _coverage_ratio(status)
@@ -121,7 +130,8 @@ class StatusCollector(Collector):
                 stage = [*values, str(entry.get("name"))]
                 stage_ready.add_metric(stage, 1.0 if entry.get("ready") else 0.0)
                 restarts.add_metric(stage, float(entry.get("restarts") or 0))
-        yield from (epoch, stages, ready, coverage, certification, stage_ready, restarts)
+        yield from (epoch, stages, ready, coverage, certification, stage_ready, restarts,
+                    replicas, replicas_ready)
 
     @staticmethod
     def _artifact_families(artifacts: Mapping[Key, Mapping[str, Any]]) -> Iterable[Any]:

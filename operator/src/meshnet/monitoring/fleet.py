@@ -36,6 +36,12 @@ def fleet() -> Board:
                   "{{namespace}}/{{route}} ready"),
             Query(f"sum by (namespace, route) (meshnet_route_stages{{{NS}}})",
                   "{{namespace}}/{{route}} total"))
+     .graph("Replicas ready / asked by route", "Replicas (pipelines) whose every stage is "
+            "ready, and spec.replicas: a route serves with fewer when they differ.", "short",
+            Query(f"sum by (namespace, route) (meshnet_route_replicas_ready{{{NS}}})",
+                  "{{namespace}}/{{route}} ready"),
+            Query(f"sum by (namespace, route) (meshnet_route_replicas{{{NS}}})",
+                  "{{namespace}}/{{route}} asked"))
      .graph("Coverage", "Layers the stages cover, as a share of the model's block count.",
             "percentunit",
             Query(f"max by (namespace, route) (meshnet_route_coverage_ratio{{{NS}}})",

@@ -46,6 +46,10 @@ def route() -> Board:
              "short",
              Query(f"sum(meshnet_route_stages_ready{{{ROUTE}}})", "ready"),
              Query(f"sum(meshnet_route_stages{{{ROUTE}}})", "total"))
+     .single("Replicas ready", "Replicas (pipelines) whose every stage is ready, of the "
+             "replicas the route asks for (spec.replicas).", "short",
+             Query(f"sum(meshnet_route_replicas_ready{{{ROUTE}}})", "ready"),
+             Query(f"sum(meshnet_route_replicas{{{ROUTE}}})", "asked"))
      .single("Certification", "The Certified condition's reason.", "short",
              Query(f"max by (state) (meshnet_route_certification{{{ROUTE}}})", "{{state}}")))
     (board.row("Requests (gateway)")
