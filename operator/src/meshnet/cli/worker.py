@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from meshnet import identity
+from meshnet.cli.drift import report_drift
 from meshnet.cli.pin import lane_option, portable_option, say
 from meshnet.layers import LayerRange
 from meshnet.local.process import (
@@ -18,6 +19,7 @@ from meshnet.local.process import (
 )
 from meshnet.native.build import build_worker
 from meshnet.native.bundle import bundle_worker
+from meshnet.native.flags import DOC, with_table, worker_flags
 from meshnet.paths import repo_root, workspace
 from meshnet.pin.build import build_dir_for
 from meshnet.pin.manifest import load_manifest
@@ -57,6 +59,23 @@ def bundle_cmd(lane: str, out: Path) -> None:
     worker = build_worker(root, manifest, Workspace(workspace(root)), lane, say, portable=True)
     bundle_worker(worker, build_dir_for(manifest, lane, portable=True) / "install", out, lane,
                   manifest.digest(), say)
+
+
+@command.command("flags")
+@click.option("--check", is_flag=True, help="Write nothing; exit 1 when the table drifted.")
+@click.option("--dev", is_flag=True, help="Ask the `worker build --dev` binary.")
+def flags_cmd(check: bool, dev: bool) -> None:
+    """Write docs/worker-flags.md's flag table from the built worker's --print-flags."""
+    path = repo_root() / DOC
+    doc = path.read_text()
+    expected = with_table(doc, worker_flags(worker_binary(dev=dev)))
+    if check:
+        report_drift([f"{DOC}: its flag table differs from the worker's --print-flags"]
+                     if doc != expected else [], "meshnet worker flags",
+                     "the worker flag table is up to date")
+        return
+    path.write_text(expected)
+    click.echo(f"wrote {path}")
 
 
 @command.command("run", context_settings={"ignore_unknown_options": False})
