@@ -1,7 +1,8 @@
 """The worker command lines both backends render, each through the built worker's own
 parser (`meshnet-shard-worker --check-args`: no model is loaded, no port opened): every
 route the planner can plan (topology, stage count, speculation, TLS, GPU offload, replica,
-recipe bounds) starts, in a pod and under `meshnet up`, with flags the worker takes."""
+recipe bounds) starts, in a pod and under `meshnet up`, with flags the worker takes, and
+both backends give it the same flags but for where it runs."""
 
 from __future__ import annotations
 
@@ -87,6 +88,32 @@ def test_every_worker_command_line_a_backend_renders_is_one_the_worker_parses(
             argvs, pool.map(lambda argv: check_args(shard_worker, argv), argvs), strict=True)
             if why is not None]
     assert not refusals, "\n".join(f"{' '.join(argv)}\n  -> {why}" for argv, why in refusals[:5])
+
+
+# Flags that say where a worker runs (its files, ports, links' addresses, this machine's
+# threads and supervisor), which each backend renders its own way.
+PLACE = {"--model", "--listen", "--metrics-listen", "--threads", "--batch", "--exit-with-parent",
+         "--next-stage", "--ring-last", "--drafter-model"}
+
+
+def flag_values(argv: list[str]) -> dict[str, str]:
+    assert len(argv) % 2 == 0  # every rendered flag takes a value
+    return dict(zip(argv[::2], argv[1::2], strict=True))
+
+
+def test_both_backends_give_a_worker_the_same_flags_but_for_where_it_runs() -> None:
+    compared = 0
+    for worker in planned_workers():
+        if worker.tls is not None:  # the local backend refuses TLS (no Secret to mount)
+            continue
+        pod = flag_values(worker_args(worker, ROUTE, CONFIG))
+        local = flag_values(local_args(worker))
+        assert {k: v for k, v in pod.items() if k not in PLACE} == \
+            {k: v for k, v in local.items() if k not in PLACE}, worker
+        assert pod.keys() & PLACE - {"--threads", "--batch", "--exit-with-parent"} == \
+            local.keys() & PLACE - {"--threads", "--batch", "--exit-with-parent"}, worker
+        compared += 1
+    assert compared > 100
 
 
 def test_the_check_refuses_a_misspelt_flag_and_a_bad_value_with_the_parsers_message(
