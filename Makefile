@@ -61,12 +61,14 @@ images: setup
 	$(MESHNET) pin patch
 	$(MESHNET) images build
 
-lint: venv proto
+# The worker flag table in docs/ is checked against the built worker's own (--print-flags).
+lint: venv proto worker
 	cd operator && ../$(BIN)/ruff check src ../tests ../bench
 	cd operator && ../$(BIN)/mypy
 	cd operator && ../$(BIN)/lint-imports
 	$(MESHNET) crds --check
 	$(MESHNET) monitoring dashboards --check
+	$(MESHNET) worker flags --check
 	$(BIN)/hadolint --config images/hadolint.yaml images/*.Dockerfile
 
 # pytest exits 5 when it collects nothing; make treats that as the failure it is.

@@ -72,7 +72,7 @@ def test_a_stage_relays_to_the_loopback_endpoints_of_the_stages_it_names(smollm2
     assert launch_spec(tail, smollm2, 1, loopback_links(tail, listening)).next_stage == ""
     with pytest.raises(NotListening, match=r"waiting for stage tail to listen"):
         loopback_links(middle, {"middle": "127.0.0.1:7002"})
-    with pytest.raises(ValueError, match=r"no loopback endpoint given for stage middle, tail"):
+    with pytest.raises(ValueError, match=r"no address given for stage middle, tail"):
         launch_spec(head, smollm2, 1)  # a chain that silently became a hub
 
 

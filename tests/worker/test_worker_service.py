@@ -20,6 +20,8 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from meshnet.api.shardroute import Recipe
+from meshnet.identity import recipe_digest
 from meshnet.layers import LayerRange
 from meshnet.local.process import (
     LaunchSpec,
@@ -28,6 +30,7 @@ from meshnet.local.process import (
     local_manifest_digest,
     start_route,
 )
+from meshnet.operator.settings import OperatorSettings
 from meshnet.route import RouteDriver, StageClient, StageError, TlsFiles
 from meshnet.route.proto import pb
 
@@ -394,7 +397,9 @@ def test_meshnet_worker_run_starts_the_worker_with_computed_identities(
                 time.sleep(0.2)
         assert (info.route_id, info.epoch) == ("cli/route", 3)
         assert info.manifest_digest == local_manifest_digest(smollm2)
-        assert len(info.recipe_digest) == 64
+        # what the planner gives a route of the default recipe, on the operator's pin
+        pin = OperatorSettings.from_env({}).pin_digest
+        assert info.recipe_digest == recipe_digest(pin, Recipe().identity())
         assert info.local_relay_port == 0  # --no-local-relay reached the worker
         client.close()
     finally:

@@ -16,13 +16,27 @@
 int main(int argc, char ** argv) {
     meshnet::worker_params params;
     std::string error;
-    bool help = false;
-    if (!meshnet::worker_params_parse(argc, argv, params, error, help)) {
-        std::fputs(meshnet::worker_params_usage(), help ? stdout : stderr);
-        if (!help) {
-            std::fprintf(stderr, "\nerror: %s\n", error.c_str());
+    meshnet::worker_action action = meshnet::worker_action::run;
+    if (!meshnet::worker_params_parse(argc, argv, params, error, action)) {
+        // --check-args callers want the reason alone; a person starting it, the usage too.
+        if (action != meshnet::worker_action::check_args) {
+            std::fputs(meshnet::worker_params_usage().c_str(), stderr);
+            std::fputs("\n", stderr);
         }
-        return help ? 0 : 2;
+        std::fprintf(stderr, "error: %s\n", error.c_str());
+        return 2;
+    }
+    switch (action) {
+        case meshnet::worker_action::help:
+            std::fputs(meshnet::worker_params_usage().c_str(), stdout);
+            return 0;
+        case meshnet::worker_action::print_flags:
+            std::fputs(meshnet::worker_flags_json().c_str(), stdout);
+            return 0;
+        case meshnet::worker_action::check_args:
+            return 0;
+        case meshnet::worker_action::run:
+            break;
     }
 
     // Block the stop signals before any thread starts so only sigwait below sees them.

@@ -1,98 +1,19 @@
-// worker_params.cpp - flag parsing: `--name value` or `--name=value`, strict numbers.
+// worker_params.cpp - the flag table: `--name value` or `--name=value`, strict numbers; the
+// usage text and the `--print-flags` listing are written from the same table.
 #include "worker_params.h"
 
 #include "layer_range.h"
+#include "loop_drafts.h"
 #include "loop_pipeline.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
-#include <functional>
-#include <map>
+#include <sstream>
 
 namespace meshnet {
-
-const char * worker_params_usage() {
-    return
-        "usage: meshnet-shard-worker --model PATH --layers BEGIN:END [options]\n"
-        "\n"
-        "  --model PATH              GGUF model (first split file for split models)\n"
-        "  --layers BEGIN:END        owned layer range [BEGIN, END); END may be empty (to n_layer)\n"
-        "  --route-id ID             route identity every request must carry (default: local)\n"
-        "  --epoch N                 route epoch every request must carry (default: 1)\n"
-        "  --manifest-digest HEX     artifact identity reported by GetInfo\n"
-        "  --recipe-digest HEX       recipe identity reported by GetInfo\n"
-        "  --route-digest HEX        route identity reported by GetInfo\n"
-        "  --listen ADDR             gRPC address (default: 127.0.0.1:50051; port 0 picks one)\n"
-        "  --metrics-listen ADDR     Prometheus /metrics address (default: 127.0.0.1:9464; '' disables)\n"
-        "  --slots N                 concurrent sessions (default: 4)\n"
-        "  --ctx N                   context length per session (default: 4096)\n"
-        "  --batch N                 most tokens per engine step (default: 512)\n"
-        "  --threads N               CPU threads (default: all)\n"
-        "  --gpu-layers N            layers to offload (default: 0)\n"
-        "  --discard-depth N         deepseek4: keep N snapshots of each session's compressed state,\n"
-        "                            so that one discard (speculative decoding's rejected drafts)\n"
-        "                            may drop up to its last N positions, once before the next\n"
-        "                            step; below --batch (default: 0: deepseek4 cannot discard;\n"
-        "                            other architectures drop any suffix and ignore it)\n"
-        "  --drafter mtp             last stage of a deepseek4 route: load the model's own MTP\n"
-        "                            (nextn) layers and, after each sampled token, draft the next\n"
-        "                            verify window's tokens (ForwardResponse.next_drafts, and the\n"
-        "                            ring's token); refused on a stage without the last layer or\n"
-        "                            a model without MTP layers (default: none)\n"
-        "  --drafter-k N             tokens the drafter proposes per window, 1 to 7 (default: 3)\n"
-        "  --drafter-model F         reserved for --drafter dspark (a DSpark GGUF), which this\n"
-        "                            worker refuses for now\n"
-        "  --boundary-dtype T        f32 | f16 | bf16 on the wire (default: f32)\n"
-        "  --max-message-bytes N     largest accepted request (default: 67108864)\n"
-        "  --max-inflight-bytes N    bytes of requests received but not yet decoded, all calls\n"
-        "                            together; beyond them gRPC cancels calls (RESOURCE_EXHAUSTED)\n"
-        "                            (default: 0: twice the larger of the transport limit, 2 x\n"
-        "                            --max-message-bytes + 1 MiB, and a step of every slot)\n"
-        "  --evict-idle-ms N         grace before an idle session may be evicted (default: 1000)\n"
-        "  --batch-wait-us N         let a step wait up to N us while other sessions' steps keep\n"
-        "                            arriving, to share its decode (default: 0: a stage never\n"
-        "                            idles while steps are queued; those queued share a decode)\n"
-        "  --exact-batch-rows N      batch invariance: a session's tokens do not depend on what\n"
-        "                            else the stage batches. A prefill step runs alone and at most\n"
-        "                            N decode steps share one engine step (the widths whose CPU\n"
-        "                            kernels compute each row as alone). 0: any mix, faster under\n"
-        "                            load, rows may differ in their last bits (default: 8 on the\n"
-        "                            CPU, 0 with --gpu-layers: GPU kernels do not promise it)\n"
-        "  --pipeline-depth N        stages in the route: concurrent sessions are split into N\n"
-        "                            groups so that every stage computes one at a time (default:\n"
-        "                            the model's layers / this stage's layers, rounded)\n"
-        "  --max-loop-drafts N       first stage: a speculative decode loop drafts at most N tokens\n"
-        "                            per verify window (the recipe's maxDrafts; 0: loops decode\n"
-        "                            plainly; default: 7, the widest exact window)\n"
-        "  --max-loop-windows N      first stage: a speculative decode loop keeps at most N verify\n"
-        "                            windows in flight (the recipe's maxWindows; default: 8)\n"
-        "  --stream-flush-ms N       decode loop: hold its answers for up to N ms and send them\n"
-        "                            together, so that fewer sends interrupt the engine; the last\n"
-        "                            one goes at once (default: 100; 0: send each at once)\n"
-        "  --tls-cert F --tls-key F  serve TLS with this PEM certificate chain and key\n"
-        "  --tls-client-ca F         require client certificates signed by this CA (mTLS)\n"
-        "  --next-stage ADDR         chain: relay steps to this worker (with TLS: presenting\n"
-        "                            --tls-cert, trusting --next-stage-ca or --tls-client-ca)\n"
-        "  --next-stage-ca F         the CA that signed the next stage's certificate: the link\n"
-        "                            to it is TLS (default: --tls-client-ca, where given)\n"
-        "  --ring-last ADDR          ring, on the first stage of a chain: subscribe to the sampled\n"
-        "                            tokens of the route's last stage, so a decode loop goes on\n"
-        "                            without waiting for the answer to come back along the chain\n"
-        "                            (S network legs per token instead of 2(S-1)); same TLS as\n"
-        "                            --next-stage\n"
-        "  --ring-ready-ms N         ring: the first stage reports SERVING (gRPC health) only once\n"
-        "                            subscribed at --ring-last, or after N ms at most, then logs\n"
-        "                            that it runs as a chain until it subscribes (default: 60000)\n"
-        "  --local-relay on|off      without TLS: take relayed steps from a previous stage on this\n"
-        "                            host over a plain socket on 127.0.0.1 (GetInfo says its port),\n"
-        "                            and send them so to a --next-stage on 127.0.0.1 that offers\n"
-        "                            one; several times cheaper per token than gRPC (default: on)\n"
-        "  --local-relay-idle-ms N   close a local relay connection that carried nothing for N ms\n"
-        "                            (its stage connects again when it next relays), so idle ones\n"
-        "                            cannot hold the 16 connections there are (default: 60000)\n"
-        "  --exit-with-parent PID    stop as on SIGTERM once PID, this worker's parent, is gone\n"
-        "                            (a supervisor that dies leaves no worker behind; Linux)\n";
-}
 
 static bool parse_int64(const std::string & text, int64_t & out) {
     if (text.empty()) return false;
@@ -104,107 +25,262 @@ static bool parse_int64(const std::string & text, int64_t & out) {
     return true;
 }
 
-bool worker_params_parse(int argc, char ** argv, worker_params & params, std::string & error, bool & help) {
-    help = false;
-    auto int32_into = [](int32_t & field, int64_t min) {
-        return [&field, min](const std::string & v) {
-            int64_t n;
-            if (!parse_int64(v, n) || n < min || n > INT32_MAX) return false;
-            field = static_cast<int32_t>(n);
-            return true;
-        };
+template <std::string worker_params::*field>
+static bool set_string(worker_params & params, const std::string & value) {
+    params.*field = value;
+    return true;
+}
+
+template <int32_t worker_params::*field, int64_t min, int64_t max = INT32_MAX>
+static bool set_int32(worker_params & params, const std::string & value) {
+    int64_t n;
+    if (!parse_int64(value, n) || n < min || n > max) return false;
+    params.*field = static_cast<int32_t>(n);
+    return true;
+}
+
+template <int64_t worker_params::*field, int64_t min>
+static bool set_int64(worker_params & params, const std::string & value) {
+    int64_t n;
+    if (!parse_int64(value, n) || n < min) return false;
+    params.*field = n;
+    return true;
+}
+
+// Any integer: out of range values are clamped here and refused with a message by validate.
+static bool set_drafter_k(worker_params & params, const std::string & value) {
+    int64_t n;
+    if (!parse_int64(value, n)) return false;
+    params.drafter_k = static_cast<int32_t>(std::max<int64_t>(INT32_MIN, std::min<int64_t>(n, INT32_MAX)));
+    return true;
+}
+
+static bool set_epoch(worker_params & params, const std::string & value) {
+    int64_t n;
+    if (!parse_int64(value, n) || n < 0) return false;
+    params.epoch = static_cast<uint64_t>(n);
+    return true;
+}
+
+static bool set_boundary_dtype(worker_params & params, const std::string & value) {
+    return wire_dtype_parse(value, params.boundary_dtype);
+}
+
+static bool set_local_relay(worker_params & params, const std::string & value) {
+    if (value != "on" && value != "off") return false;
+    params.local_relay = value == "on";
+    return true;
+}
+
+static bool set_layers(worker_params & params, const std::string & value) {
+    layer_range range;
+    std::string why;
+    if (!layer_range_parse(value, range, why, /*open_end=*/true)) return false;
+    if (range.end != layer_range::to_n_layer && range.end <= range.begin) return false;
+    params.layer_begin = range.begin;
+    params.layer_end   = range.end;
+    return true;
+}
+
+using P = worker_params;
+
+const std::vector<worker_flag> & worker_flags() {
+    static const std::vector<worker_flag> flags = {
+        {"--model", "PATH", nullptr, "required",
+         "GGUF model (the first split file for split models)",
+         set_string<&P::model_path>},
+        {"--layers", "BEGIN:END", "0:", nullptr,
+         "owned layer range [BEGIN, END); END may be empty (to the model's n_layer)",
+         set_layers},
+        {"--route-id", "ID", "local", nullptr,
+         "route identity every request must carry",
+         set_string<&P::route_id>},
+        {"--epoch", "N", "1", nullptr,
+         "route epoch every request must carry (at least 0)",
+         set_epoch},
+        {"--manifest-digest", "HEX", nullptr, nullptr,
+         "artifact identity reported by GetInfo",
+         set_string<&P::manifest_digest>},
+        {"--recipe-digest", "HEX", nullptr, nullptr,
+         "recipe identity reported by GetInfo",
+         set_string<&P::recipe_digest>},
+        {"--route-digest", "HEX", nullptr, nullptr,
+         "route identity reported by GetInfo",
+         set_string<&P::route_digest>},
+        {"--listen", "ADDR", "127.0.0.1:50051", nullptr,
+         "gRPC address; port 0 picks one",
+         set_string<&P::listen>},
+        {"--metrics-listen", "ADDR", "127.0.0.1:9464", nullptr,
+         "Prometheus /metrics address; '' disables it",
+         set_string<&P::metrics_listen>},
+        {"--slots", "N", "4", nullptr,
+         "concurrent sessions (at least 1)",
+         set_int32<&P::n_slots, 1>},
+        {"--ctx", "N", "4096", nullptr,
+         "context length per session (at least 1)",
+         set_int32<&P::n_ctx, 1>},
+        {"--batch", "N", "512", nullptr,
+         "most tokens per engine step (at least 1)",
+         set_int32<&P::n_batch, 1>},
+        {"--threads", "N", nullptr, "all",
+         "CPU threads; 0: all",
+         set_int32<&P::n_threads, 0>},
+        {"--gpu-layers", "N", "0", nullptr,
+         "layers to offload",
+         set_int32<&P::n_gpu_layers, 0>},
+        {"--discard-depth", "N", "0", nullptr,
+         "deepseek4: keep N snapshots of each session's compressed state (CSA, HCA and indexer "
+         "compressors), so that one discard (ForwardRequest.discard_from, speculative decoding's "
+         "rejected drafts) may drop up to the session's last N positions, once before the next step; "
+         "GetInfo reports it as discard_depth, and a deeper discard, or a second one before a step, is "
+         "refused with DISCARD_TOO_DEEP leaving the session as it was. A driver keeps windows x "
+         "(drafts + 1) - 1 positions in flight within it. Costs memory per slot (the worker logs how "
+         "much at start); below --batch. 0: deepseek4 cannot discard (can_discard false). Other "
+         "architectures drop any suffix and ignore it",
+         set_int32<&P::discard_depth, 0>},
+        {"--max-loop-drafts", "N", "7", nullptr,
+         "first stage: a speculative decode loop (ForwardRequest.loop_drafts) drafts at most N tokens "
+         "per verify window, whatever a client asks (the recipe's maxDrafts); 0: loops decode plainly; "
+         "at most 7",
+         set_int32<&P::max_loop_drafts, 0, max_loop_drafts>},
+        {"--max-loop-windows", "N", "8", nullptr,
+         "first stage: a speculative decode loop keeps at most N verify windows in flight "
+         "(loop_windows, the recipe's maxWindows); 1 to 8",
+         set_int32<&P::max_loop_windows, 1, max_loop_windows>},
+        {"--drafter", "mtp", nullptr, nullptr,
+         "the last stage of a deepseek4 route whose model carries an MTP (nextn) block: load the block "
+         "(patch 0016) and, after each step that asks (ForwardRequest.want_drafts, set by a speculative "
+         "decode loop), draft the next verify window's tokens (ForwardResponse.next_drafts, and the "
+         "ring's token); GetInfo reports it as drafter. Refused at start on a stage without the last "
+         "layer, a model without MTP layers or another architecture",
+         set_string<&P::drafter>},
+        {"--drafter-k", "N", "3", nullptr,
+         "tokens the drafter proposes per window, 1 to 7",
+         set_drafter_k},
+        {"--drafter-model", "F", nullptr, nullptr,
+         "reserved for --drafter dspark (a DSpark GGUF, what the operator passes for "
+         "recipe.speculation.mode: DSpark); this worker refuses both at start for now",
+         set_string<&P::drafter_model>},
+        {"--boundary-dtype", "T", "f32", nullptr,
+         "f32, f16 or bf16 on the wire",
+         set_boundary_dtype},
+        {"--max-message-bytes", "N", "67108864", nullptr,
+         "largest accepted request (at least 1024); answers are held to it too (RESPONSE_TOO_LARGE)",
+         set_int64<&P::max_message_bytes, 1024>},
+        {"--max-inflight-bytes", "N", nullptr,
+         "twice the larger of the transport limit (2 x --max-message-bytes + 1 MiB) and a step of "
+         "every slot (--batch tokens of boundary, at most --max-message-bytes, x --slots): 258 MiB by "
+         "default",
+         "bytes of requests received but not yet decoded, over every call and connection (gRPC's "
+         "resource quota). Past them gRPC cancels calls with RESOURCE_EXHAUSTED (no ErrorInfo) and "
+         "closes idle connections (UNAVAILABLE, the client reconnects), so that many large requests at "
+         "once cannot take the worker's memory; 0: the default",
+         set_int64<&P::max_inflight_bytes, 0>},
+        {"--evict-idle-ms", "N", "1000", nullptr,
+         "grace before an idle session may be evicted by a new session that needs its slot (sessions "
+         "are never freed by time alone: an unreleased one counts as held until then)",
+         set_int64<&P::evict_idle_ms, 0>},
+        {"--batch-wait-us", "N", "0", nullptr,
+         "let a step wait up to N us while other sessions' steps keep arriving, to share its decode; "
+         "0: a stage never idles while steps are queued (those queued share a decode)",
+         set_int64<&P::batch_wait_us, 0>},
+        {"--exact-batch-rows", "N", nullptr, "8 on the CPU, 0 with --gpu-layers",
+         "batch invariance: a session's tokens do not depend on what else the stage batches. A "
+         "prefill step runs alone and at most N decode steps share one engine step (the widths whose "
+         "CPU kernels compute each row as alone). 0: any mix, faster under load, rows may differ in "
+         "their last bits (GPU kernels do not promise it)",
+         set_int32<&P::exact_batch_rows, 0>},
+        {"--pipeline-depth", "N", nullptr, "the model's layers / this stage's layers, rounded",
+         "stages in the route: concurrent sessions are split into N groups so that every stage "
+         "computes one at a time",
+         set_int32<&P::pipeline_depth, 1>},
+        {"--stream-flush-ms", "N", "100", nullptr,
+         "decode loop: hold its answers for up to N ms and send them together, so that fewer sends "
+         "interrupt the engine; the last one goes at once; 0: send each at once",
+         set_int64<&P::stream_flush_ms, 0>},
+        {"--tls-cert", "F", nullptr, nullptr,
+         "serve TLS with this PEM certificate chain (with --tls-key)",
+         set_string<&P::tls_cert>},
+        {"--tls-key", "F", nullptr, nullptr,
+         "the PEM private key of --tls-cert",
+         set_string<&P::tls_key>},
+        {"--tls-client-ca", "F", nullptr, nullptr,
+         "require client certificates signed by this CA (mTLS)",
+         set_string<&P::tls_client_ca>},
+        {"--next-stage", "ADDR", nullptr, nullptr,
+         "chain: relay steps to this worker (with TLS: presenting --tls-cert, trusting --next-stage-ca "
+         "or --tls-client-ca)",
+         set_string<&P::next_stage>},
+        {"--next-stage-ca", "F", nullptr, "--tls-client-ca, where given",
+         "the CA that signed the next stage's certificate: the link to it is TLS",
+         set_string<&P::next_stage_ca>},
+        {"--ring-last", "ADDR", nullptr, nullptr,
+         "ring, on the first stage of a chain: subscribe to the sampled tokens of the route's last "
+         "stage, so a decode loop goes on without waiting for the answer to come back along the chain "
+         "(S network legs per token instead of 2(S-1)); same TLS as --next-stage",
+         set_string<&P::ring_last>},
+        {"--ring-ready-ms", "N", "60000", nullptr,
+         "ring: the first stage reports SERVING on gRPC health (the pod's readiness probe; meshnet up "
+         "reads the worker's serving line, logged at the same moment) only once it has subscribed at "
+         "--ring-last, so a new route never starts as a chain; at most N ms after it starts listening "
+         "it reports SERVING anyway, with one log line saying it could not subscribe and runs as a "
+         "chain (it keeps subscribing, and the loop takes the ring once it has). Other workers are "
+         "SERVING as soon as they listen",
+         set_int64<&P::ring_ready_ms, 0>},
+        {"--local-relay", "on|off", "on", nullptr,
+         "without TLS: take relayed steps from a previous stage on this host over a plain socket on "
+         "127.0.0.1 (GetInfo says its port), and send them so to a --next-stage on 127.0.0.1 that "
+         "offers one; several times cheaper per token than gRPC",
+         set_local_relay},
+        {"--local-relay-idle-ms", "N", "60000", nullptr,
+         "close a local relay connection that had no step in flight and sent nothing for N ms; its "
+         "stage connects again when it next relays, so connections that only idle cannot hold the 16 "
+         "a worker takes (at least 1)",
+         set_int64<&P::local_relay_idle_ms, 1>},
+        {"--exit-with-parent", "PID", nullptr, nullptr,
+         "stop as on SIGTERM once PID, this worker's parent, is gone (a supervisor that dies leaves no "
+         "worker behind; Linux; above 1)",
+         set_int64<&P::exit_with_parent, 2>},
+        {"--check-args", "", nullptr, nullptr,
+         "parse and check the other flags as a start would, print nothing and exit 0, or print why "
+         "not and exit 2; loads no model, opens no port, does not look at --exit-with-parent's process",
+         nullptr},
+        {"--print-flags", "", nullptr, nullptr,
+         "print this table of flags as JSON (name, metavar, takes_value, default, default_note, help) "
+         "and exit",
+         nullptr},
+        {"--help", "", nullptr, nullptr,
+         "print this usage and exit (also -h)",
+         nullptr},
     };
-    auto string_into = [](std::string & field) {
-        return [&field](const std::string & v) { field = v; return true; };
-    };
-    std::map<std::string, std::function<bool(const std::string &)>> flags = {
-        {"--model",           string_into(params.model_path)},
-        {"--route-id",        string_into(params.route_id)},
-        {"--manifest-digest", string_into(params.manifest_digest)},
-        {"--recipe-digest",   string_into(params.recipe_digest)},
-        {"--route-digest",    string_into(params.route_digest)},
-        {"--listen",          string_into(params.listen)},
-        {"--metrics-listen",  string_into(params.metrics_listen)},
-        {"--tls-cert",        string_into(params.tls_cert)},
-        {"--tls-key",         string_into(params.tls_key)},
-        {"--tls-client-ca",   string_into(params.tls_client_ca)},
-        {"--next-stage-ca",   string_into(params.next_stage_ca)},
-        {"--next-stage",      string_into(params.next_stage)},
-        {"--ring-last",       string_into(params.ring_last)},
-        {"--drafter",         string_into(params.drafter)},
-        {"--drafter-model",   string_into(params.drafter_model)},
-        {"--drafter-k", [&](const std::string & v) {
-            int64_t n;
-            if (!parse_int64(v, n)) return false;
-            params.drafter_k = static_cast<int32_t>(std::max<int64_t>(INT32_MIN, std::min<int64_t>(n, INT32_MAX)));
-            return true;
-        }},
-        {"--slots",           int32_into(params.n_slots, 1)},
-        {"--ctx",             int32_into(params.n_ctx, 1)},
-        {"--batch",           int32_into(params.n_batch, 1)},
-        {"--threads",         int32_into(params.n_threads, 0)},
-        {"--gpu-layers",      int32_into(params.n_gpu_layers, 0)},
-        {"--discard-depth",   int32_into(params.discard_depth, 0)},
-        {"--pipeline-depth",  int32_into(params.pipeline_depth, 1)},
-        {"--exact-batch-rows", int32_into(params.exact_batch_rows, 0)},
-        {"--max-loop-drafts", [&](const std::string & v) {
-            return int32_into(params.max_loop_drafts, 0)(v) && params.max_loop_drafts <= static_cast<int32_t>(max_loop_drafts);
-        }},
-        {"--max-loop-windows", [&](const std::string & v) {
-            return int32_into(params.max_loop_windows, 1)(v) && params.max_loop_windows <= static_cast<int32_t>(max_loop_windows);
-        }},
-        {"--epoch", [&](const std::string & v) {
-            int64_t n;
-            if (!parse_int64(v, n) || n < 0) return false;
-            params.epoch = static_cast<uint64_t>(n);
-            return true;
-        }},
-        {"--max-message-bytes", [&](const std::string & v) {
-            return parse_int64(v, params.max_message_bytes) && params.max_message_bytes >= 1024;
-        }},
-        {"--max-inflight-bytes", [&](const std::string & v) {
-            return parse_int64(v, params.max_inflight_bytes) && params.max_inflight_bytes >= 0;
-        }},
-        {"--batch-wait-us", [&](const std::string & v) {
-            return parse_int64(v, params.batch_wait_us) && params.batch_wait_us >= 0;
-        }},
-        {"--stream-flush-ms", [&](const std::string & v) {
-            return parse_int64(v, params.stream_flush_ms) && params.stream_flush_ms >= 0;
-        }},
-        {"--exit-with-parent", [&](const std::string & v) {
-            return parse_int64(v, params.exit_with_parent) && params.exit_with_parent > 1;
-        }},
-        {"--ring-ready-ms", [&](const std::string & v) {
-            return parse_int64(v, params.ring_ready_ms) && params.ring_ready_ms >= 0;
-        }},
-        {"--local-relay-idle-ms", [&](const std::string & v) {
-            return parse_int64(v, params.local_relay_idle_ms) && params.local_relay_idle_ms >= 1;
-        }},
-        {"--evict-idle-ms", [&](const std::string & v) {
-            return parse_int64(v, params.evict_idle_ms) && params.evict_idle_ms >= 0;
-        }},
-        {"--boundary-dtype", [&](const std::string & v) { return wire_dtype_parse(v, params.boundary_dtype); }},
-        {"--local-relay", [&](const std::string & v) {
-            if (v != "on" && v != "off") return false;
-            params.local_relay = v == "on";
-            return true;
-        }},
-        {"--layers", [&](const std::string & v) {
-            layer_range range;
-            std::string why;
-            if (!layer_range_parse(v, range, why, /*open_end=*/true)) return false;
-            if (range.end != layer_range::to_n_layer && range.end <= range.begin) return false;
-            params.layer_begin = range.begin;
-            params.layer_end   = range.end;
-            return true;
-        }},
-    };
+    return flags;
+}
+
+static const worker_flag * flag_find(const std::string & name) {
+    for (const worker_flag & flag : worker_flags()) {
+        if (name == flag.name) return &flag;
+    }
+    return nullptr;
+}
+
+bool worker_params_parse(int argc, char ** argv, worker_params & params, std::string & error,
+                         worker_action & action) {
+    action = worker_action::run;
+    // Known before any error, so that a caller checking argv gets the reason alone.
+    for (int i = 1; i < argc; ++i) {
+        if (std::string(argv[i]) == "--check-args") action = worker_action::check_args;
+    }
     for (int i = 1; i < argc; ++i) {
         std::string arg = argv[i];
         if (arg == "-h" || arg == "--help") {
-            help = true;
-            return false;
+            action = worker_action::help;
+            return true;
         }
+        if (arg == "--print-flags") {
+            action = worker_action::print_flags;
+            return true;
+        }
+        if (arg == "--check-args") continue;
         std::string value;
         const size_t eq = arg.find('=');
         if (eq != std::string::npos) {
@@ -216,16 +292,20 @@ bool worker_params_parse(int argc, char ** argv, worker_params & params, std::st
             error = "flag " + arg + " needs a value";
             return false;
         }
-        const auto flag = flags.find(arg);
-        if (flag == flags.end()) {
+        const worker_flag * flag = flag_find(arg);
+        if (flag == nullptr || flag->set == nullptr) {
             error = "unknown flag " + arg;
             return false;
         }
-        if (!flag->second(value)) {
+        if (!flag->set(params, value)) {
             error = "bad value for " + arg + ": '" + value + "'";
             return false;
         }
     }
+    return worker_params_validate(params, error);
+}
+
+bool worker_params_validate(const worker_params & params, std::string & error) {
     if (params.model_path.empty()) {
         error = "--model is required";
         return false;
@@ -273,6 +353,81 @@ bool worker_params_parse(int argc, char ** argv, worker_params & params, std::st
         return false;
     }
     return true;
+}
+
+// `text` as lines of at most `width` characters, each after `indent` (the first after `first`).
+static void wrap_into(std::ostringstream & out, const std::string & first, size_t indent,
+                      const std::string & text, size_t width) {
+    std::istringstream words(text);
+    std::string line = first;
+    std::string word;
+    bool empty = true;
+    while (words >> word) {
+        if (!empty && line.size() + 1 + word.size() > width) {
+            out << line << '\n';
+            line = std::string(indent, ' ');
+            empty = true;
+        }
+        line += empty ? word : " " + word;
+        empty = false;
+    }
+    out << line << '\n';
+}
+
+std::string worker_params_usage() {
+    constexpr size_t help_column = 28;
+    std::ostringstream out;
+    out << "usage: meshnet-shard-worker --model PATH --layers BEGIN:END [options]\n\n";
+    for (const worker_flag & flag : worker_flags()) {
+        std::string head = std::string("  ") + flag.name;
+        if (flag.metavar[0] != '\0') head += std::string(" ") + flag.metavar;
+        head += head.size() + 1 < help_column ? std::string(help_column - head.size(), ' ') : "\n" +
+                std::string(help_column, ' ');
+        std::string help = flag.help;
+        if (flag.default_value != nullptr) {
+            help += std::string(" (default: ") + (flag.default_value[0] ? flag.default_value : "''") + ")";
+        } else if (flag.default_note != nullptr) {
+            const std::string note = flag.default_note;
+            help += note == "required" ? " (required)" : " (default: " + note + ")";
+        }
+        wrap_into(out, head, help_column, help, 100);
+    }
+    return out.str();
+}
+
+static std::string json_string(const char * text) {
+    if (text == nullptr) return "null";
+    std::string out = "\"";
+    for (const char * c = text; *c; ++c) {
+        switch (*c) {
+            case '"':  out += "\\\""; break;
+            case '\\': out += "\\\\"; break;
+            case '\n': out += "\\n"; break;
+            default:
+                if (static_cast<unsigned char>(*c) < 0x20) {
+                    char escaped[8];
+                    std::snprintf(escaped, sizeof(escaped), "\\u%04x", *c);
+                    out += escaped;
+                } else {
+                    out += *c;
+                }
+        }
+    }
+    return out + "\"";
+}
+
+std::string worker_flags_json() {
+    std::string out = "[\n";
+    const std::vector<worker_flag> & flags = worker_flags();
+    for (size_t i = 0; i < flags.size(); ++i) {
+        const worker_flag & flag = flags[i];
+        out += "  {\"name\": " + json_string(flag.name) + ", \"metavar\": " + json_string(flag.metavar) +
+               ", \"takes_value\": " + (flag.set != nullptr ? "true" : "false") +
+               ", \"default\": " + json_string(flag.default_value) +
+               ", \"default_note\": " + json_string(flag.default_note) +
+               ", \"help\": " + json_string(flag.help) + "}" + (i + 1 < flags.size() ? ",\n" : "\n");
+    }
+    return out + "]\n";
 }
 
 } // namespace meshnet

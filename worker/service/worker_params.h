@@ -1,11 +1,13 @@
 // worker_params.h - command-line flags of meshnet-shard-worker (defaults bind to
-// loopback; the operator passes every identity explicitly).
+// loopback; the operator passes every identity explicitly). One table of flags
+// (worker_flags) is the parser, the usage text and the `--print-flags` listing.
 #pragma once
 
 #include "boundary_codec.h"
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace meshnet {
 
@@ -55,9 +57,39 @@ struct worker_params {
     int64_t     exit_with_parent = 0;           // stop when this process (our parent) exits
 };
 
-// Parses argv; false with `error` set (or `help` true for --help).
-bool worker_params_parse(int argc, char ** argv, worker_params & params, std::string & error, bool & help);
+// One flag. A flag without a setter takes no value and selects what the process does
+// (worker_action); every other one takes `--name value` or `--name=value`.
+struct worker_flag {
+    const char * name;          // "--model"
+    const char * metavar;       // "PATH"; "" for a flag without a value
+    const char * default_value; // the value that gives the default, or nullptr (none, or derived)
+    const char * default_note;  // the default in words where there is no such value, or nullptr
+    const char * help;          // plain text, one paragraph
+    bool (*set)(worker_params & params, const std::string & value); // false: bad value
+};
 
-const char * worker_params_usage();
+// Every flag, in the order the usage lists them.
+const std::vector<worker_flag> & worker_flags();
+
+// What the command line asks for besides the flags' values.
+enum class worker_action {
+    run,         // load the model and serve
+    help,        // -h, --help: print the usage
+    print_flags, // --print-flags: print worker_flags_json()
+    check_args,  // --check-args: parse and validate the flags, then exit
+};
+
+// Parses argv and checks the flags' values together; false with `error` set. `action`
+// says what else was asked (help and print_flags stop parsing: `params` is then partial).
+bool worker_params_parse(int argc, char ** argv, worker_params & params, std::string & error,
+                         worker_action & action);
+
+// The checks of values that only make sense together (run by worker_params_parse).
+bool worker_params_validate(const worker_params & params, std::string & error);
+
+std::string worker_params_usage();
+
+// The flag table as JSON: [{"name", "metavar", "takes_value", "default", "default_note", "help"}].
+std::string worker_flags_json();
 
 } // namespace meshnet

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from meshnet.layers import LayerRange
 from meshnet.local.process import LaunchSpec, WorkerProcess
-from meshnet.reconcile.route.podspec import OFFLOAD_ALL_LAYERS
+from meshnet.reconcile.route.worker_command import OFFLOAD_ALL_LAYERS
 
 REFERENCE_ROUTE = "meshnet-certify/reference"
 

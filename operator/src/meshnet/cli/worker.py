@@ -8,6 +8,8 @@ from pathlib import Path
 import click
 
 from meshnet import identity
+from meshnet.api.shardroute import Recipe
+from meshnet.cli.drift import report_drift
 from meshnet.cli.pin import lane_option, portable_option, say
 from meshnet.layers import LayerRange
 from meshnet.local.process import (
@@ -18,6 +20,7 @@ from meshnet.local.process import (
 )
 from meshnet.native.build import build_worker
 from meshnet.native.bundle import bundle_worker
+from meshnet.native.flags import DOC, with_table, worker_flags
 from meshnet.paths import repo_root, workspace
 from meshnet.pin.build import build_dir_for
 from meshnet.pin.manifest import load_manifest
@@ -59,6 +62,33 @@ def bundle_cmd(lane: str, out: Path) -> None:
                   manifest.digest(), say)
 
 
+@command.command("flags")
+@click.option("--check", is_flag=True, help="Write nothing; exit 1 when the table drifted.")
+@click.option("--dev", is_flag=True, help="Ask the `worker build --dev` binary.")
+def flags_cmd(check: bool, dev: bool) -> None:
+    """Write docs/worker-flags.md's flag table from the built worker's --print-flags."""
+    path = repo_root() / DOC
+    doc = path.read_text()
+    expected = with_table(doc, worker_flags(worker_binary(dev=dev)))
+    if check:
+        report_drift([f"{DOC}: its flag table differs from the worker's --print-flags"]
+                     if doc != expected else [], "meshnet worker flags",
+                     "the worker flag table is up to date")
+        return
+    path.write_text(expected)
+    click.echo(f"wrote {path}")
+
+
+def _operator_recipe_digest(lane: str, boundary_dtype: str, ctx: int, slots: int) -> str:
+    """The recipeDigest the operator gives a route of this recipe on this pin (the
+    planner's identity), so that a hand-started worker can stand in for its stage. Built
+    unvalidated: flags no route may have (e.g. --ctx below 16) still get a digest."""
+    recipe = Recipe.model_construct(lane=lane, boundary_dtype=boundary_dtype,
+                                    context_length=ctx, session_slots=slots)
+    pin = load_manifest(repo_root() / "llama-pin.yaml").digest()
+    return identity.recipe_digest(pin, recipe.identity())
+
+
 @command.command("run", context_settings={"ignore_unknown_options": False})
 @click.option("--model", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               required=True, help="GGUF file (the first file of a split set).")
@@ -80,7 +110,9 @@ def bundle_cmd(lane: str, out: Path) -> None:
 @click.option("--boundary-dtype", type=click.Choice(["f32", "f16", "bf16"]), default="f32",
               show_default=True)
 @click.option("--manifest-digest", default=None, help="Default: hashed from the model file(s).")
-@click.option("--recipe-digest", default=None, help="Default: from the pin and these flags.")
+@click.option("--recipe-digest", default=None,
+              help="Default: the operator's for a route of this lane, --boundary-dtype, --ctx "
+                   "and --slots on this checkout's pin.")
 @click.option("--route-digest", default="")
 @click.option("--evict-idle-ms", type=click.IntRange(0), default=None)
 @click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), default=None)
@@ -140,11 +172,7 @@ def run_cmd(model: Path, layers: str, route_id: str, epoch: int, listen: str, me
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--cpus") from None
     if recipe_digest is None:
-        pin = load_manifest(repo_root() / "llama-pin.yaml").digest()
-        recipe_digest = identity.recipe_digest(pin, {
-            "lane": lane, "boundary_dtype": boundary_dtype, "n_ctx": ctx, "slots": slots,
-            "batch": batch,
-        })
+        recipe_digest = _operator_recipe_digest(lane, boundary_dtype, ctx, slots)
     spec = LaunchSpec(
         model=model, layers=LayerRange(*span), route_id=route_id, epoch=epoch, listen=listen,
         metrics_listen=metrics_listen, slots=slots, ctx=ctx, batch=batch, threads=threads,

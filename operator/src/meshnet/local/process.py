@@ -12,11 +12,12 @@ import subprocess
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
+from typing import Any
 
 from meshnet.errors import MeshnetError
-from meshnet.layers import LayerRange
+from meshnet.reconcile.route.worker_command import WorkerCommand
 
 # Defaults for a worker's environment, each overridden by the caller's. An OpenMP thread
 # that finished a step spins GOMP_SPINCOUNT times before it sleeps (libgomp's default: for
@@ -39,48 +40,19 @@ class WorkerStartError(MeshnetError):
 
 
 @dataclass(frozen=True)
-class LaunchSpec:
-    """How one worker process is started here: its flags (named as the worker names them)."""
+class LaunchSpec(WorkerCommand):
+    """How one worker process is started here: its flags, whether it stops with the
+    process that starts it, and the CPUs its compute threads are bound to."""
 
-    model: Path
-    layers: LayerRange
-    route_id: str = "local"
-    epoch: int = 1
-    listen: str = "127.0.0.1:0"
-    metrics_listen: str = "127.0.0.1:0"
-    slots: int = 4
-    ctx: int = 4096
-    batch: int = 512
-    threads: int = 0
-    gpu_layers: int = 0
-    boundary_dtype: str = "f32"
-    manifest_digest: str = ""
-    recipe_digest: str = ""
-    route_digest: str = ""
-    evict_idle_ms: int | None = None
-    max_message_bytes: int | None = None
-    tls_cert: Path | None = None
-    tls_key: Path | None = None
-    tls_client_ca: Path | None = None
-    next_stage_ca: Path | None = None  # verifies next_stage over TLS (default: tls_client_ca)
-    next_stage: str = ""
-    ring_last: str = ""  # ring, on the first stage: the route's last stage
-    local_relay: bool = True  # off: the chain's Relay to and from this stage stays on gRPC
     exit_with_parent: bool = False  # the worker stops when the process starting it exits
-    pipeline_depth: int = 0  # stages in the route; 0: the worker derives it from its range
-    # A first stage's speculative decode loops: most drafts per window (0: none) and
-    # windows in flight; None: the worker's defaults.
-    max_loop_drafts: int | None = None
-    max_loop_windows: int | None = None
-    discard_depth: int | None = None  # positions one rejection may drop; None: the default
-    # A last stage's drafter (mtp, dspark), its most drafts per token, and the DSpark GGUF.
-    drafter: str | None = None
-    drafter_k: int | None = None
-    drafter_model: Path | None = None
     # CPUs for the engine's compute threads, in order (the worker's other threads stay on
     # the first); () leaves placement to the kernel. See cpu_binding_env.
     cpus: tuple[int, ...] = ()
-    extra: tuple[str, ...] = field(default_factory=tuple)
+
+    @classmethod
+    def of(cls, command: WorkerCommand, **changes: Any) -> LaunchSpec:
+        """`command` started here, with `changes` to its fields or this class's."""
+        return cls(**{**{f.name: getattr(command, f.name) for f in fields(command)}, **changes})
 
     def environment(self, overrides: Mapping[str, str] | None = None) -> dict[str, str]:
         """The worker's whole environment: our defaults, then the caller's, then what this
@@ -88,47 +60,11 @@ class LaunchSpec:
         return {**WORKER_ENV_DEFAULTS, **os.environ, **cpu_binding_env(self.cpus),
                 **(overrides or {})}
 
-    def args(self) -> list[str]:
-        args = [
-            "--model", str(self.model),
-            "--layers", str(self.layers),
-            "--route-id", self.route_id,
-            "--epoch", str(self.epoch),
-            "--listen", self.listen,
-            "--metrics-listen", self.metrics_listen,
-            "--slots", str(self.slots),
-            "--ctx", str(self.ctx),
-            "--batch", str(self.batch),
-            "--threads", str(self.threads),
-            "--boundary-dtype", self.boundary_dtype,
-        ]
-        optional = {
-            "--manifest-digest": self.manifest_digest or None,
-            "--recipe-digest": self.recipe_digest or None,
-            "--route-digest": self.route_digest or None,
-            "--evict-idle-ms": self.evict_idle_ms,
-            "--max-message-bytes": self.max_message_bytes,
-            "--tls-cert": self.tls_cert,
-            "--tls-key": self.tls_key,
-            "--tls-client-ca": self.tls_client_ca,
-            "--next-stage-ca": self.next_stage_ca,
-            "--next-stage": self.next_stage or None,
-            "--ring-last": self.ring_last or None,
-            "--local-relay": None if self.local_relay else "off",
-            "--gpu-layers": self.gpu_layers or None,
-            "--pipeline-depth": self.pipeline_depth or None,
-            "--max-loop-drafts": self.max_loop_drafts,
-            "--max-loop-windows": self.max_loop_windows,
-            "--discard-depth": self.discard_depth,
-            "--drafter": self.drafter,
-            "--drafter-k": self.drafter_k,
-            "--drafter-model": self.drafter_model,
-            "--exit-with-parent": os.getpid() if self.exit_with_parent else None,
-        }
-        for flag, value in optional.items():
-            if value is not None:
-                args += [flag, str(value)]
-        return args + list(self.extra)
+    def args(self, parent_pid: int | None = None) -> list[str]:
+        """The command line; --exit-with-parent names this process when the spec says so."""
+        if parent_pid is None and self.exit_with_parent:
+            parent_pid = os.getpid()
+        return super().args(parent_pid)
 
 
 def cpu_binding_env(cpus: Sequence[int]) -> dict[str, str]:

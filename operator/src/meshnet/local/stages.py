@@ -11,44 +11,19 @@ from typing import Any
 from meshnet.api import labels
 from meshnet.local.process import LaunchSpec, WorkerProcess
 from meshnet.reconcile.route import ObservedPod, WorkerSpec
-from meshnet.reconcile.route.podspec import OFFLOAD_ALL_LAYERS
+from meshnet.reconcile.route.worker_command import worker_command
 
 
 def launch_spec(worker: WorkerSpec, model_path: Path, threads: int,
                 links: Mapping[str, str] | None = None) -> LaunchSpec:
-    """How this machine runs the planned `worker`: the artifact's model file here, and
-    `links` (stage name -> loopback endpoint) for the stages it relays to."""
+    """How this machine runs the planned `worker`: the artifact's model file here, ports
+    the worker picks on 127.0.0.1, and `links` (stage name -> loopback endpoint) for the
+    stages it relays to."""
     if worker.tls is not None:  # its certificate would come from a Secret: there is none here
         raise ValueError("the local backend cannot run a route with spec.tls")
-    links, drafter = links or {}, worker.drafter
-    unresolved = sorted(set(worker.links.names()) - set(links))
-    if unresolved:  # a chain that silently became a hub would only be slower
-        raise ValueError(f"no loopback endpoint given for stage {', '.join(unresolved)}")
-    return LaunchSpec(
-        model=model_path,
-        layers=worker.layers,
-        route_id=worker.route_id,
-        epoch=worker.epoch,
-        slots=worker.slots,
-        ctx=worker.context_length,
-        boundary_dtype=worker.boundary_dtype,
-        gpu_layers=OFFLOAD_ALL_LAYERS if worker.offload else 0,
-        pipeline_depth=worker.pipeline_depth,
-        max_loop_drafts=worker.loop.drafts if worker.loop else None,
-        max_loop_windows=worker.loop.windows if worker.loop else None,
-        discard_depth=worker.discard_depth or None,
-        drafter=drafter.kind if drafter else None,
-        drafter_k=drafter.max_drafts if drafter else None,
-        drafter_model=model_path.parent / drafter.model_file
-        if drafter and drafter.model_file else None,
-        manifest_digest=worker.identities.manifest_digest,
-        recipe_digest=worker.identities.recipe_digest,
-        route_digest=worker.identities.route_digest,
-        next_stage=links.get(worker.links.next_stage, ""),
-        ring_last=links.get(worker.links.ring_last, ""),
-        threads=threads,
-        exit_with_parent=True,  # a `meshnet up` that is killed leaves no worker behind
-    )
+    command = worker_command(worker, model_path, "127.0.0.1:0", "127.0.0.1:0", links or {})
+    # a `meshnet up` that is killed leaves no worker behind
+    return LaunchSpec.of(command, threads=threads, exit_with_parent=True)
 
 
 @dataclass

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import PurePosixPath
 from typing import Any
 
 from meshnet.api import labels
@@ -13,13 +14,11 @@ from meshnet.api.modelartifact import ArtifactStorage
 from meshnet.api.shardroute import DEFAULT_GPU_RESOURCES, KIND, Recipe, Stage
 from meshnet.reconcile.children import CONTAINER_SECURITY, POD_SECURITY, template_hash
 from meshnet.reconcile.naming import endpoint, pod_name, service_name
-from meshnet.reconcile.route.workerspec import WorkerSpec, drafter_args
+from meshnet.reconcile.route.worker_command import worker_command
+from meshnet.reconcile.route.workerspec import WorkerSpec
 
 MODEL_DIR = "/models"
 TLS_DIR = "/etc/meshnet/tls"
-# --gpu-layers: llama.cpp offloads the last N layers of the whole model, so more than any
-# model has puts every layer a stage owns, and the last stage's output head, on its GPUs.
-OFFLOAD_ALL_LAYERS = 9999
 
 
 @dataclass(frozen=True)
@@ -46,51 +45,15 @@ class RouteRef:
 
 
 def worker_args(worker: WorkerSpec, route: RouteRef, config: WorkerConfig) -> list[str]:
-    """The `meshnet-shard-worker` command line of a stage pod (the single place to render
-    it): the model where the pod mounts it, its ports, and its links as the DNS names of
-    the route's headless Service."""
-    ids = worker.identities
-    args = [
-        "--model", f"{MODEL_DIR}/{worker.model_file}",
-        "--layers", str(worker.layers),
-        "--route-id", worker.route_id,
-        "--epoch", str(worker.epoch),
-        "--manifest-digest", ids.manifest_digest,
-        "--recipe-digest", ids.recipe_digest,
-        "--route-digest", ids.route_digest,
-        "--listen", f"0.0.0.0:{config.grpc_port}",
-        "--metrics-listen", f"0.0.0.0:{config.metrics_port}",
-        "--slots", str(worker.slots),
-        "--ctx", str(worker.context_length),
-        "--boundary-dtype", worker.boundary_dtype,
-        "--pipeline-depth", str(worker.pipeline_depth),
-    ]
-    if worker.loop is not None:
-        args += ["--max-loop-drafts", str(worker.loop.drafts),
-                 "--max-loop-windows", str(worker.loop.windows)]
-    if worker.discard_depth:
-        args += ["--discard-depth", str(worker.discard_depth)]
-    if worker.drafter is not None:
-        args += drafter_args(worker.drafter, MODEL_DIR)
-    if worker.offload:
-        args += ["--gpu-layers", str(OFFLOAD_ALL_LAYERS)]
-    if worker.tls is not None:
-        args += ["--tls-cert", f"{TLS_DIR}/tls.crt", "--tls-key", f"{TLS_DIR}/tls.key"]
-        if worker.tls.require_client_cert:
-            args += ["--tls-client-ca", f"{TLS_DIR}/ca.crt"]
-
-    def address(stage: str) -> str:
-        # pods of two epochs never run together (the planner), so the stable name is
-        # this epoch's pod of that stage in this worker's replica
-        return endpoint(stage, route.name, route.namespace, config.grpc_port, worker.replica)
-
-    if worker.links.next_stage:
-        args += ["--next-stage", address(worker.links.next_stage)]
-        if worker.tls is not None:  # the next stage's certificate is the route's too
-            args += ["--next-stage-ca", f"{TLS_DIR}/ca.crt"]
-    if worker.links.ring_last:
-        args += ["--ring-last", address(worker.links.ring_last)]
-    return args
+    """The `meshnet-shard-worker` command line of a stage pod: the model where the pod
+    mounts it, its ports, its TLS Secret's files, and its links as the DNS names of the
+    route's headless Service (pods of two epochs never run together, so the stable name
+    is this epoch's pod of that stage in this worker's replica)."""
+    links = {stage: endpoint(stage, route.name, route.namespace, config.grpc_port, worker.replica)
+             for stage in worker.links.names()}
+    return worker_command(worker, PurePosixPath(MODEL_DIR) / worker.model_file,
+                          f"0.0.0.0:{config.grpc_port}", f"0.0.0.0:{config.metrics_port}",
+                          links, PurePosixPath(TLS_DIR)).args()
 
 
 def owner_reference(route: RouteRef) -> dict[str, Any]:

@@ -1,6 +1,5 @@
-"""What one stage's worker serves, typed, as the plan decides it (pure). The Kubernetes
-backend renders it to the container's command line (`podspec.worker_args`); the local
-backend starts a process from it as it is."""
+"""What one stage's worker serves, typed, as the plan decides it (pure). Both backends
+render it to a command line with `worker_command`, adding where it runs."""
 
 from __future__ import annotations
 
@@ -39,14 +38,6 @@ class StageDrafter:
     kind: str
     max_drafts: int
     model_file: str | None = None
-
-
-def drafter_args(drafter: StageDrafter, model_dir: str) -> list[str]:
-    """The worker's flags for the drafter it hosts (its DSpark GGUF under `model_dir`)."""
-    args = ["--drafter", drafter.kind, "--drafter-k", str(drafter.max_drafts)]
-    if drafter.model_file is not None:
-        args += ["--drafter-model", f"{model_dir}/{drafter.model_file}"]
-    return args
 
 
 @dataclass(frozen=True)

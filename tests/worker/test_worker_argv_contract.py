@@ -1,0 +1,130 @@
+"""The worker command lines both backends render, each through the built worker's own
+parser (`meshnet-shard-worker --check-args`: no model is loaded, no port opened): every
+route the planner can plan (topology, stage count, speculation, TLS, GPU offload, replica,
+recipe bounds) starts, in a pod and under `meshnet up`, with flags the worker takes, and
+both backends give it the same flags but for where it runs."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from itertools import product
+from pathlib import Path
+from typing import Any, get_args
+
+import pytest
+
+from meshnet.api.common import Topology
+from meshnet.api.shardroute import RESERVED_MODES, Recipe, RouteTls, SpeculationMode, Stage
+from meshnet.local.stages import launch_spec
+from meshnet.reconcile.route.planner import stage_worker
+from meshnet.reconcile.route.podspec import RouteRef, WorkerConfig, worker_args
+from meshnet.reconcile.route.workerspec import Identities, WorkerSpec
+
+ROUTE = RouteRef("r1", "ml", "uid-1")
+CONFIG = WorkerConfig(pin_digest="p")
+IDENTITIES = Identities("a" * 64, "b" * 64, "c" * 64)
+SPANS = {1: [(0, 30)], 2: [(0, 15), (15, 30)], 3: [(0, 10), (10, 20), (20, 30)]}
+# Modes the schema refuses (the CRD's CEL rule) never reach the planner.
+MODES = [mode for mode in get_args(SpeculationMode) if mode not in RESERVED_MODES]
+TLS = [None, RouteTls(secret_name="t"), RouteTls(secret_name="t", require_client_cert=True)]
+# The recipe fields that reach the command line, at their defaults and at their bounds.
+RECIPE_BOUNDS: list[dict[str, Any]] = [
+    {},
+    {"boundaryDtype": "bf16", "contextLength": 1048576, "sessionSlots": 1024,
+     "speculation": {"maxDrafts": 7, "maxWindows": 8}},
+    {"boundaryDtype": "f16", "contextLength": 16, "sessionSlots": 1,
+     "speculation": {"maxDrafts": 1, "maxWindows": 1}},
+]
+
+
+def planned_workers() -> Iterator[WorkerSpec]:
+    """Every stage's worker of every route in the product of the planner's inputs."""
+    for topology, count, mode, tls, offload, replica, bounds in product(
+            get_args(Topology), SPANS, MODES, TLS, (False, True), (0, 1), RECIPE_BOUNDS):
+        gpus = {"resources": {"gpus": 1}} if offload else {}
+        stages = [Stage.model_validate({"name": f"s{i}", "layers": {"begin": b, "end": e}, **gpus})
+                  for i, (b, e) in enumerate(SPANS[count])]
+        recipe = Recipe.model_validate({
+            **bounds, "topology": topology, "lane": "cuda" if offload else "cpu",
+            "speculation": {**bounds.get("speculation", {}), "mode": mode}})
+        for index in range(count):
+            yield stage_worker(stages, index, recipe, tls, 3, IDENTITIES, "m-00001-of-00002.gguf",
+                               "ml/r1", replica=replica,
+                               drafter_file="drafter.gguf" if mode == "DSpark" else None)
+
+
+def local_args(worker: WorkerSpec) -> list[str]:
+    """What `meshnet up` starts for `worker` (its stages on loopback ports)."""
+    links = {name: f"127.0.0.1:{50100 + i}" for i, name in enumerate(worker.links.names())}
+    return launch_spec(worker, Path("/tmp/models/m-00001-of-00002.gguf"), 2, links).args()
+
+
+def rendered_argvs() -> dict[str, list[tuple[str, ...]]]:
+    workers = list(planned_workers())
+    pods = {tuple(worker_args(w, ROUTE, CONFIG)) for w in workers}
+    local = {tuple(local_args(w)) for w in workers if w.tls is None}
+    return {"pod": sorted(pods), "local": sorted(local)}
+
+
+def check_args(binary: Path, argv: tuple[str, ...]) -> str | None:
+    """The worker's refusal of `argv`, or None when it would start with it."""
+    checked = subprocess.run([str(binary), "--check-args", *argv], capture_output=True,
+                             text=True, timeout=30)
+    if checked.returncode == 0 and not checked.stdout and not checked.stderr:
+        return None
+    return f"exit {checked.returncode}: {checked.stderr.strip() or checked.stdout.strip()}"
+
+
+@pytest.mark.parametrize("backend", ["pod", "local"])
+def test_every_worker_command_line_a_backend_renders_is_one_the_worker_parses(
+    backend: str, shard_worker: Path,
+) -> None:
+    argvs = rendered_argvs()[backend]
+    assert len(argvs) > 100  # the product above, not a handful
+    with ThreadPoolExecutor(4) as pool:
+        refusals = [(argv, why) for argv, why in zip(
+            argvs, pool.map(lambda argv: check_args(shard_worker, argv), argvs), strict=True)
+            if why is not None]
+    assert not refusals, "\n".join(f"{' '.join(argv)}\n  -> {why}" for argv, why in refusals[:5])
+
+
+# Flags that say where a worker runs (its files, ports, links' addresses, this machine's
+# threads and supervisor), which each backend renders its own way.
+PLACE = {"--model", "--listen", "--metrics-listen", "--threads", "--batch", "--exit-with-parent",
+         "--next-stage", "--ring-last", "--drafter-model"}
+
+
+def flag_values(argv: list[str]) -> dict[str, str]:
+    assert len(argv) % 2 == 0  # every rendered flag takes a value
+    return dict(zip(argv[::2], argv[1::2], strict=True))
+
+
+def test_both_backends_give_a_worker_the_same_flags_but_for_where_it_runs() -> None:
+    compared = 0
+    for worker in planned_workers():
+        if worker.tls is not None:  # the local backend refuses TLS (no Secret to mount)
+            continue
+        pod = flag_values(worker_args(worker, ROUTE, CONFIG))
+        local = flag_values(local_args(worker))
+        assert {k: v for k, v in pod.items() if k not in PLACE} == \
+            {k: v for k, v in local.items() if k not in PLACE}, worker
+        assert pod.keys() & PLACE - {"--threads", "--batch", "--exit-with-parent"} == \
+            local.keys() & PLACE - {"--threads", "--batch", "--exit-with-parent"}, worker
+        compared += 1
+    assert compared > 100
+
+
+def test_the_check_refuses_a_misspelt_flag_and_a_bad_value_with_the_parsers_message(
+    shard_worker: Path,
+) -> None:
+    argv = tuple(worker_args(next(planned_workers()), ROUTE, CONFIG))
+    assert check_args(shard_worker, argv) is None
+    assert check_args(shard_worker, (*argv, "--next-stgae", "h:1")) == \
+        "exit 2: error: unknown flag --next-stgae"
+    assert check_args(shard_worker, (*argv, "--slots", "0")) == \
+        "exit 2: error: bad value for --slots: '0'"
+    assert check_args(shard_worker, (*argv, "--ring-last", "h:1")) == (
+        "exit 2: error: --ring-last closes a chain: it needs --next-stage (the first stage's "
+        "successor)")
