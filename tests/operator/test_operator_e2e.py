@@ -205,8 +205,10 @@ async def test_an_artifact_and_a_route_become_stage_pods_and_a_headless_service(
     assert status["coverage"] == "0-30/30"
     assert "EpochAdvanced" in event_reasons(cluster)
     assert event_reasons(cluster).count("StagePodCreated") == 1  # naming the three pods
-    assert metrics.epoch_advances._value.get() == 1
-    assert metrics.routes.labels("Ready", "True")._value.get() == 1
+    # the handler counts and sets the gauges after the status write a test sees first
+    await eventually(lambda: metrics.epoch_advances._value.get() == 1
+                     and metrics.routes.labels("Ready", "True")._value.get() == 1,
+                     what="the epoch advance counted and the route counted Ready")
 
 
 async def test_a_stage_range_change_advances_the_epoch_and_replaces_every_pod(
