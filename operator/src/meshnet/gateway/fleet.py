@@ -64,7 +64,9 @@ class Fleet:
             for name in [n for n in self.replicas if n not in endpoints]:
                 gone = self.replicas.pop(name)
                 # its sessions end with its stages, or move; their drivers keep their channels
-                threading.Timer(60.0, gone.handle.close).start()
+                closing = threading.Timer(60.0, gone.handle.close)
+                closing.daemon = True  # never holds the gateway's exit
+                closing.start()
             for name in endpoints:
                 if name not in self.replicas:
                     self.replicas[name] = Replica(name, RouteHandle(
