@@ -134,6 +134,8 @@ def main() -> int:
     specs = [LaunchSpec(model=smollm2_gguf(), layers=LayerRange(*span), route_id="bench/fleet",
                         threads=args.threads, slots=args.sessions, ctx=1024)
              for span in [(0, 15), (15, 30)]]
+    for r in (0, 1):
+        (work / f"replica-{r}").mkdir()
     replicas = [start_route(binary, specs, work / f"replica-{r}", chain=True) for r in (0, 1)]
     gateways = {"1 replica": start_gateway(replicas[:1], work / "serve-1.log"),
                 "2 replicas": start_gateway(replicas, work / "serve-2.log")}
