@@ -14,7 +14,8 @@ import httpx
 import pytest
 from aiohttp import web
 
-from meshnet.gateway.routes import RouteHandle, fixed_stages
+from meshnet.gateway.fleet import Fleet
+from meshnet.gateway.routes import fixed_replicas
 from meshnet.gateway.server import Gateway, GatewayConfig, build_app
 from meshnet.local.process import WorkerProcess
 from meshnet.route import RouteDriver
@@ -67,7 +68,7 @@ async def in_process(route: list[WorkerProcess]) -> AsyncIterator[str]:
     """A gateway in this process whose probe does not come again during the test: a stage
     lost now is found by the request itself."""
     gateway = Gateway(GatewayConfig(model=MODEL, probe_seconds=3600),
-                      RouteHandle(fixed_stages([w.endpoint for w in route])))
+                      Fleet(fixed_replicas([[w.endpoint for w in route]])))
     runner = web.AppRunner(build_app(gateway))
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)

@@ -83,6 +83,11 @@ class UpSession:
         docs[1]["spec"]["recipe"]["topology"] = topology
         self.route_file.write_text(yaml.safe_dump_all(docs, sort_keys=False))
 
+    def set_replicas(self, replicas: int) -> None:
+        docs = list(yaml.safe_load_all(self.route_file.read_text()))
+        docs[1]["spec"]["replicas"] = replicas
+        self.route_file.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+
     def set_speculation(self, speculation: dict[str, Any]) -> None:
         docs = list(yaml.safe_load_all(self.route_file.read_text()))
         docs[1]["spec"]["recipe"]["speculation"] = speculation
@@ -104,13 +109,16 @@ class UpSession:
         return self.process.wait(timeout=60)
 
 
-def start_up(tmp_path: Path, *extra: str, topology: str | None = None) -> UpSession:
+def start_up(tmp_path: Path, *extra: str, topology: str | None = None,
+             replicas: int | None = None) -> UpSession:
     """`meshnet up` on a copy of the example route file, with `extra` flags (and the
-    recipe's `topology`, where given)."""
+    recipe's `topology` and the route's `replicas`, where given)."""
     docs = list(yaml.safe_load_all(EXAMPLE.read_text()))
     docs[0]["spec"]["storage"]["hostPath"]["path"] = str(tmp_path / "models")
     if topology is not None:
         docs[1]["spec"]["recipe"]["topology"] = topology
+    if replicas is not None:
+        docs[1]["spec"]["replicas"] = replicas
     route_file = tmp_path / "route.yaml"
     route_file.write_text(yaml.safe_dump_all(docs, sort_keys=False))
     log = tmp_path / "up.log"

@@ -44,3 +44,21 @@ def test_a_speculation_change_rolls_the_gateway_deployment() -> None:
 
     assert template_hash(Speculation()) != template_hash(Speculation(mode="Lookup"))
     assert template_hash(Speculation()) == template_hash(Speculation(max_windows=5))
+
+
+def replica_flags(replicas: int) -> list[str]:
+    body = gateway_deployment(ROUTE, STAGES, Gateway(), None, Speculation(), CONFIG, replicas)
+    args = body["spec"]["template"]["spec"]["containers"][0]["args"]
+    return args[args.index("--windows") + 2:]
+
+
+def test_the_gateway_is_given_every_replicas_stages_and_rolls_when_the_route_scales() -> None:
+    assert replica_flags(1) == ["--stage", "s0.r1-workers.ml.svc:50051",
+                                "--stage", "s1.r1-workers.ml.svc:50051"]
+    assert replica_flags(2) == [
+        "--replica", "s0.r1-workers.ml.svc:50051,s1.r1-workers.ml.svc:50051",
+        "--replica", "s0.r1-workers-r1.ml.svc:50051,s1.r1-workers-r1.ml.svc:50051"]
+    assert replica_flags(0) == ["--scaled-to-zero"]
+    hashes = {gateway_deployment(ROUTE, STAGES, Gateway(), None, Speculation(), CONFIG, n)
+              ["metadata"]["labels"]["meshnet.dev/template-hash"] for n in (0, 1, 2)}
+    assert len(hashes) == 3

@@ -45,8 +45,9 @@ class Refresh:
 
 def session(route: RouteInfo, refresh: Callable[[float], RouteInfo],
             clients: list[ReleaseRecorder], **settings: Any) -> Session:
-    return Session(cast(list[StageClient], clients), route, SessionSettings(**settings),
-                   refresh, [1, 2, 3], Sampling())
+    stages = cast(list[StageClient], clients)
+    return Session(stages, route, SessionSettings(**settings),
+                   lambda wait: (stages, refresh(wait)), [1, 2, 3], Sampling())
 
 
 def cache_miss() -> StageError:

@@ -11,7 +11,8 @@ import click
 from aiohttp import web
 
 from meshnet.cli.tls import tls_client_options
-from meshnet.gateway.routes import RouteHandle, fixed_stages, local_route
+from meshnet.gateway.fleet import Fleet
+from meshnet.gateway.routes import fixed_replicas, local_route
 from meshnet.gateway.server import Gateway, GatewayConfig, build_app
 from meshnet.route import TlsFiles
 from meshnet.route.drafts import MAX_DRAFT, MAX_WINDOWS
@@ -28,7 +29,15 @@ def split_listen(listen: str, option: str = "--listen") -> tuple[str, int]:
 @click.option("--route", "route_name", default=None, metavar="NAME",
               help="A route started by `meshnet up` on this machine (followed across epochs).")
 @click.option("--stage", "stages", multiple=True, metavar="HOST:PORT",
-              help="A stage's gRPC endpoint, in pipeline order (instead of --route).")
+              help="A stage's gRPC endpoint, in pipeline order (instead of --route): one "
+                   "replica.")
+@click.option("--replica", "replicas", multiple=True, metavar="HOST:PORT,HOST:PORT,...",
+              help="One replica of the route: its stages' endpoints in pipeline order, "
+                   "comma-separated (instead of --route or --stage; repeat per replica). "
+                   "Sessions are spread over the ready ones and move when one dies.")
+@click.option("--scaled-to-zero", is_flag=True,
+              help="The route has no replica now (instead of --route, --stage or "
+                   "--replica): every request is answered 503 with Retry-After, and counted.")
 @click.option("--model", default=None,
               help="The model id clients ask for (default: the route's name).")
 @click.option("--listen", default="127.0.0.1:8000", show_default=True, metavar="HOST:PORT",
@@ -52,7 +61,8 @@ def split_listen(listen: str, option: str = "--listen") -> tuple[str, int]:
               help="The drafter the route's last stage hosts (the recipe's speculation mode "
                    "MTP or DSpark): the route is refused (DrafterMissing) while it does not.")
 @tls_client_options
-def command(route_name: str | None, stages: tuple[str, ...], model: str | None, listen: str,
+def command(route_name: str | None, stages: tuple[str, ...], replicas: tuple[str, ...],
+            scaled_to_zero: bool, model: str | None, listen: str,
             max_waiting: int, recovery_wait: float, exit_with_parent: int | None,
             speculate: int, windows: int, drafter: str | None, tls: TlsFiles | None) -> None:
     """Serve one route over an OpenAI-compatible HTTP API until interrupted.
@@ -60,16 +70,25 @@ def command(route_name: str | None, stages: tuple[str, ...], model: str | None, 
     POST /v1/chat/completions and /v1/completions (streaming or not), GET /v1/models
     (the route, while every stage answers), /health (liveness), /ready (the route is
     servable) and /metrics (Prometheus). Concurrent requests are concurrent sessions on
-    the route, up to its session slots; then up to --max-waiting wait; beyond, 429.
+    the route, up to its session slots (summed over the ready replicas); then up to
+    --max-waiting wait; beyond, 429.
     """
-    if bool(stages) == bool(route_name):
-        raise click.UsageError("give either --route NAME or one --stage per stage")
-    resolve = local_route(route_name) if route_name else fixed_stages(stages)
+    if [bool(route_name), bool(stages), bool(replicas), scaled_to_zero].count(True) != 1:
+        raise click.UsageError("give one of --route NAME, one --stage per stage, one "
+                               "--replica per replica, or --scaled-to-zero")
+    if route_name:
+        resolve = local_route(route_name)
+    else:
+        groups = [stages] if stages else [r.split(",") for r in replicas]
+        if any(not all(group) for group in groups):
+            raise click.BadParameter("a replica names each of its stages' HOST:PORT",
+                                     param_hint="--replica")
+        resolve = fixed_replicas(groups)
     name = model or route_name or "meshnet"
     host, port = split_listen(listen)
     config = GatewayConfig(model=name, max_waiting=max_waiting, speculate=speculate,
                            windows=windows)
-    gateway = Gateway(config, RouteHandle(resolve, tls, recovery_wait, drafter or ""))
+    gateway = Gateway(config, Fleet(resolve, tls, recovery_wait, drafter or ""))
     app = build_app(gateway)
     if exit_with_parent is not None:
         app.cleanup_ctx.append(_exit_with_parent(exit_with_parent))

@@ -38,7 +38,8 @@ def _pin_digest() -> str:
 
 
 def _start_gateway(name: str, listen: str, flags: list[str]) -> subprocess.Popen[bytes]:
-    """`meshnet serve --route NAME`: it follows the route across epochs and restarts."""
+    """`meshnet serve --route NAME`: it follows the route across epochs, restarts and
+    scaling (it reads the replicas `meshnet up` publishes at each probe)."""
     return subprocess.Popen(
         [sys.executable, "-m", "meshnet.cli", "serve", "--route", name, "--listen", listen,
          "--exit-with-parent", str(os.getpid()), *flags]
@@ -64,14 +65,23 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 
 def _print_route(backend: LocalBackend) -> None:
     entry = backend.route_entry()
-    click.echo(
-        f"route {entry['name']} epoch {entry['epoch']} ready "
-        f"(routeDigest {str(entry['routeDigest'])[:12]}):"
-    )
-    for stage in entry["stages"]:
-        click.echo(f"  {stage['name']:<12} layers {stage['layers']:<8} {stage['endpoint']}")
-    stages = " ".join(f"--stage {s['endpoint']}" for s in entry["stages"])
-    click.echo(f"try: meshnet generate --route {entry['name']} --prompt 'Hello'   (or {stages})")
+    replicas = entry["replicas"]
+    if not replicas:
+        click.echo(f"route {entry['name']} is scaled to zero replicas")
+    else:
+        click.echo(
+            f"route {entry['name']} epoch {entry['epoch']} ready "
+            f"(routeDigest {str(entry['routeDigest'])[:12]}):"
+        )
+    for replica in replicas:
+        if len(replicas) > 1:
+            click.echo(f"  replica {replica['replica']}:")
+        for stage in replica["stages"]:
+            click.echo(f"  {stage['name']:<12} layers {stage['layers']:<8} {stage['endpoint']}")
+    if replicas:
+        stages = " ".join(f"--stage {s['endpoint']}" for s in entry["stages"])
+        click.echo(f"try: meshnet generate --route {entry['name']} --prompt 'Hello'   "
+                   f"(or {stages})")
     if entry["gateway"]:
         click.echo(f"OpenAI-compatible API: {entry['gateway']}   (model {entry['name']!r})")
 
@@ -145,13 +155,15 @@ def command(
     """Run the route in FILE on this machine until interrupted.
 
     Verifies (and copies to its storage hostPath) the ModelArtifact, starts one worker
-    per stage on 127.0.0.1, and prints the route once every stage is ready. The file is
-    watched: a changed stage layout starts epoch + 1, whose workers replace the old ones
-    once they are ready. An edit that cannot be used (the file gone or unreadable, an
-    invalid spec) is reported once and the route runs on as it was. A worker that dies
-    is restarted with backoff, within a budget (--restart-budget); its log stays in the
-    cache's logs/ folder. Once the route is ready, its OpenAI-compatible gateway serves
-    it on --serve. Ctrl-C stops the gateway and every worker.
+    per stage of each replica (spec.replicas) on 127.0.0.1, and prints the route once every
+    stage is ready. The file is watched: a changed stage layout starts epoch + 1, whose
+    workers replace the old ones once they are ready; a changed `replicas` starts or stops
+    whole replicas, leaving the others running. An edit that cannot be used (the file
+    gone or unreadable, an invalid spec) is reported once and the route runs on as it
+    was. A worker that dies is restarted with backoff, within a budget
+    (--restart-budget); its log stays in the cache's logs/ folder. Once the route is
+    ready, its OpenAI-compatible gateway serves it on --serve, spreading sessions over
+    the replicas. Ctrl-C stops the gateway and every worker.
     """
     signal.signal(signal.SIGTERM, _stop_on_sigterm)
     metrics = OperatorMetrics()
@@ -168,7 +180,7 @@ def command(
         restart_budget=restart_budget,
     )
     seen: FileVersion | None = None
-    announced: tuple[object, object] | None = None
+    announced: tuple[object, ...] | None = None
     gateway: subprocess.Popen[bytes] | None = None
     gateway_flags: list[str] = []
     try:
@@ -178,15 +190,16 @@ def command(
                 seen = version
                 _reload(backend, path, version)
             backend.reconcile()
-            state = (backend.status.get("epoch"), backend.ready())
-            if backend.ready() and serve and gateway is not None:
+            settled = backend.settled()
+            state = (backend.status.get("epoch"), settled, len(backend.whole_replicas()))
+            if settled and serve and gateway is not None:
                 flags = _gateway_flags(backend)
                 if flags != gateway_flags:  # a speculation edit: rolled as a Deployment would be
                     say(f"restarting the gateway with {' '.join(flags)}")
                     _stop(gateway)
                     gateway_flags = flags
                     gateway = _start_gateway(str(backend.route_entry()["name"]), serve, flags)
-            if backend.ready() and state != announced:
+            if settled and state != announced:
                 if serve and (gateway is None or gateway.poll() is not None):
                     gateway_flags = _gateway_flags(backend)
                     gateway = _start_gateway(str(backend.route_entry()["name"]), serve,

@@ -1,7 +1,11 @@
 """The gateway's Prometheus metrics, named as vLLM and the serving ecosystem name them, under
-meshnet_. Labels stay bounded: the route, and an outcome from a fixed set."""
+meshnet_. Labels stay bounded: the route, an outcome from a fixed set, and the replica (as
+many as spec.replicas)."""
 
 from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -65,8 +69,51 @@ class GatewayMetrics:
         self.model_server = ModelServerGauges(route, self.registry)
         self.route_ready = Gauge(
             "meshnet_gateway_route_ready",
-            "1 while the route is servable: every stage answered the handshake.", labels,
-            registry=self.registry).labels(route)
+            "1 while the route is servable: every stage of a replica answered the handshake.",
+            labels, registry=self.registry).labels(route)
+        self.replicas = ReplicaMetrics(route, self.registry)
+
+
+class ReplicaMetrics:
+    """Per replica of the route: ready, sessions running, sessions taken (started there or
+    moved there from a replica that died), and the route's moves."""
+
+    def __init__(self, route: str, registry: CollectorRegistry) -> None:
+        self.route = route
+        labels = ["route", "replica"]
+        self.ready = Gauge("meshnet_replica_ready",
+                           "1 while every stage of the replica answered the last handshake.",
+                           labels, registry=registry)
+        self.running = Gauge("meshnet_replica_requests_running",
+                             "Sessions running on the replica.", labels, registry=registry)
+        self.taken = Counter("meshnet_replica_sessions",
+                             "Sessions the replica took: admitted to it, or moved to it.",
+                             labels, registry=registry)
+        self.moves = Counter("meshnet_session_moves",
+                             "Sessions finished on another replica than they ran on (theirs "
+                             "died or lost their state).", ["route"],
+                             registry=registry).labels(route)
+        self._shown: set[str] = set()
+
+    def sessions(self, replica: str) -> None:
+        self.taken.labels(self.route, replica).inc()
+
+    def moved(self, replica: str) -> None:
+        self.sessions(replica)
+        self.moves.inc()
+
+    def show(self, replicas: Sequence[tuple[str, bool, int]]) -> None:
+        """Sets the gauges of the replicas there are (name, ready, running); a replica
+        scaled away loses its series."""
+        names = {name for name, _, _ in replicas}
+        for name in self._shown - names:
+            for metric in (self.ready, self.running, self.taken):
+                with contextlib.suppress(KeyError):  # a series never set
+                    metric.remove(self.route, name)
+        for name, ready, running in replicas:
+            self.ready.labels(self.route, name).set(1 if ready else 0)
+            self.running.labels(self.route, name).set(running)
+        self._shown = names
 
 
 class ModelServerGauges:

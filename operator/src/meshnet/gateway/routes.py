@@ -1,8 +1,9 @@
-"""Which stages serve the route now, and one route driver for them.
+"""Which stages serve each replica of the route now, and one route driver per replica.
 
-A gateway outlives epochs: `meshnet up` starts a re-split route's workers on new ports,
-so a local route is looked up again in its registry; fixed endpoints (--stage, or the
-stable DNS names of a cluster route's stages) stay as they are.
+A gateway outlives epochs and scaling: `meshnet up` starts a re-split route's workers on
+new ports and adds or removes replicas, so a local route is looked up again in its
+registry at every probe; fixed endpoints (--stage, --replica, or the stable DNS names of a
+cluster route's stages) stay as they are.
 """
 
 from __future__ import annotations
@@ -16,14 +17,20 @@ from meshnet.route import RouteDriver, RouteInfo, TlsFiles
 Endpoints = tuple[str, ...]
 
 
-def fixed_stages(endpoints: Sequence[str]) -> Callable[[], Endpoints]:
-    stages = tuple(endpoints)
-    return lambda: stages
+def fixed_replicas(groups: Sequence[Sequence[str]]) -> Callable[[], dict[str, Endpoints]]:
+    """Replicas labelled by their position ("0", "1", ...), each its stages in order."""
+    replicas = {str(index): tuple(group) for index, group in enumerate(groups)}
+    return lambda: replicas
 
 
-def local_route(name: str) -> Callable[[], Endpoints]:
-    """The stages `meshnet up` publishes for route `name` (RouteNotFound while none)."""
-    return lambda: tuple(str(stage["endpoint"]) for stage in lookup(name)["stages"])
+def local_route(name: str) -> Callable[[], dict[str, Endpoints]]:
+    """The replicas `meshnet up` publishes for route `name` (RouteNotFound while none)."""
+    def replicas() -> dict[str, Endpoints]:
+        entry = lookup(name)
+        return {str(replica["replica"]): tuple(str(s["endpoint"]) for s in replica["stages"])
+                for replica in entry.get("replicas", [{"replica": 0, **entry}])}
+
+    return replicas
 
 
 class RouteHandle:

@@ -4,8 +4,10 @@ The planner is the one the Kubernetes backend uses. Two differences, both becaus
 machine is not a cluster: a pod is a process on a loopback port, and an epoch change is
 make-before-break — old-epoch workers are hidden from the planner (so it starts the new
 epoch at once) but keep serving until the new epoch is Ready, then they are stopped.
-So a chained stage relays to the loopback endpoint of its own epoch's next stage
-(`meshnet.local.links`), never to the old epoch's worker of that stage.
+So a chained stage relays to the loopback endpoint of its own epoch's and its own
+replica's next stage (`meshnet.local.links`), never to another epoch's or replica's.
+Each replica (spec.replicas) is a pipeline of its own workers; scaling adds or stops
+whole replicas and leaves the others running.
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ from meshnet.local.process import WorkerProcess, WorkerStartError
 from meshnet.local.provision import LocalArtifact, provision
 from meshnet.local.registry import publish, withdraw
 from meshnet.local.restarts import DEFAULT_BUDGET, RestartPolicy
-from meshnet.local.stages import LocalStage, launch_spec
+from meshnet.local.stages import LocalStage, launch_spec, worker_name
 from meshnet.metrics.controller import OperatorMetrics
+from meshnet.reconcile.naming import service_name
 from meshnet.reconcile.plan import Create, Delete, Patch, Plan
 from meshnet.reconcile.route import (
     Observed,
@@ -78,7 +81,7 @@ class LocalBackend:
         # A crashed worker comes back on its port, so drivers holding the route's
         # endpoints (`meshnet generate --route`) recover as they do from a pod restart.
         self.ports: dict[str, int] = {}  # pod name -> its gRPC port
-        self.service_hash: str | None = None
+        self.service_hashes: dict[int, str] = {}  # replica -> its Service's template
         self.route_file: RouteFile | None = None
         self.artifact: LocalArtifact | None = None
         self.generation = 0
@@ -91,9 +94,6 @@ class LocalBackend:
         changes: the route loaded before runs on, as a Deployment keeps its pods when an
         update cannot roll out."""
         route = observe_route(route_file.route)
-        if route.spec is not None and route.spec.replicas != 1:  # before any provisioning
-            raise RouteFileError(f"{route_file.path}: invalid spec: spec.replicas: meshnet up"
-                                 f" runs one replica of a route, not {route.spec.replicas}")
         previous, artifact = self.route_file, self.artifact
         if previous is None or previous.artifact.get("spec") != route_file.artifact.get("spec"):
             self.say(f"provisioning ModelArtifact {route_file.artifact['metadata']['name']} ...")
@@ -132,9 +132,10 @@ class LocalBackend:
         pods = tuple(s.observed() for s in self.stages.values() if not s.retiring)
         now = time.monotonic()  # once its backoff is over the planner starts it anew
         pods += tuple(p for name, p in self.crashed.items()
-                      if name not in self.stages and not self.crashes.may_start(p.stage, now))
-        services = {0: self.service_hash} if self.service_hash is not None else {}
-        return Observed(observe_route(body), pods, services, self.artifact.observed)
+                      if name not in self.stages
+                      and not self.crashes.may_start(worker_name(p.stage, p.replica), now))
+        return Observed(observe_route(body), pods, dict(self.service_hashes),
+                        self.artifact.observed)
 
     # ---- one reconcile -----------------------------------------------------------
     def reconcile(self) -> Plan:
@@ -146,13 +147,15 @@ class LocalBackend:
             self.say(f"{event.reason}: {event.message}")
         if result.status is not None:
             self.status = result.status
-        new_pods = {a.worker.stage: (a.obj, a.worker) for a in result.actions
-                    if isinstance(a, Create) and a.worker is not None}
+        new_pods = {(a.worker.replica, a.worker.stage): (a.obj, a.worker)
+                    for a in result.actions if isinstance(a, Create) and a.worker is not None}
         for action in result.actions:
             if not (isinstance(action, Create) and action.worker is not None):
                 self._apply(action)
-        for worker in start_order([w for _, w in new_pods.values()]):  # a chain from its end
-            self._start(new_pods[worker.stage][0], worker)
+        for replica in sorted({r for r, _ in new_pods}):  # each chain from its end
+            workers = [w for (r, _), (_, w) in new_pods.items() if r == replica]
+            for worker in start_order(workers):
+                self._start(new_pods[replica, worker.stage][0], worker)
         self._finish_rollout()
         key = (observed.route.namespace, observed.route.name)
         self.metrics.duration.labels("ShardRoute").observe(time.monotonic() - started)
@@ -167,16 +170,22 @@ class LocalBackend:
         if isinstance(action, Delete) and action.kind == "Pod":
             self._stop_or_retire(action.name)
         elif action_kind(action) == "Service":  # no Services here; remember what was applied
-            self.service_hash = None if isinstance(action, Delete) else _service_hash(action)
+            if isinstance(action, Delete):
+                self.service_hashes = {
+                    r: h for r, h in self.service_hashes.items()
+                    if service_name(self.route_name, r) != action.name}
+            else:
+                replica, template = _service_hash(action)
+                self.service_hashes[replica] = template
 
     def _start(self, pod: dict[str, Any], worker: WorkerSpec) -> None:
         assert self.artifact is not None
-        stage = worker.stage
+        stage = worker_name(worker.stage, worker.replica)
         if not self.crashes.may_start(stage, time.monotonic()):
             return  # backing off; the next reconcile asks again
         name = pod["metadata"]["name"]
         try:
-            links = loopback_links(worker, self._listening(worker.epoch))
+            links = loopback_links(worker, self._listening(worker.epoch, worker.replica))
         except NotListening as exc:  # its next stage did not start: the next reconcile asks
             self.say(f"stage {stage}: not started, {exc}")
             return
@@ -201,11 +210,12 @@ class LocalBackend:
             f"on {process.endpoint} (pid {process.pid})"
         )
 
-    def _listening(self, epoch: int) -> dict[str, str]:
-        """Stage name -> loopback endpoint of each running worker of `epoch` (never
-        another epoch's: a new epoch's chain starts beside the old one, see the module)."""
+    def _listening(self, epoch: int, replica: int) -> dict[str, str]:
+        """Stage name -> loopback endpoint of each running worker of `epoch` in `replica`
+        (never another epoch's: a new epoch's chain starts beside the old one, see the
+        module; never another replica's: each replica is a pipeline of its own)."""
         return {s.stage: s.process.endpoint for s in self.stages.values()
-                if s.epoch == epoch and not s.retiring and s.alive()}
+                if s.epoch == epoch and s.replica == replica and not s.retiring and s.alive()}
 
     def _stop_or_retire(self, name: str) -> None:
         entry = self.stages.get(name)
@@ -224,7 +234,7 @@ class LocalBackend:
         del self.stages[name]
 
     def _note_crash(self, entry: LocalStage) -> None:
-        stage, code, log = entry.stage, entry.process.exit_code(), entry.process.log_path
+        stage, code, log = entry.who, entry.process.exit_code(), entry.process.log_path
         delay = self.crashes.crashed(stage, time.monotonic())
         count = self.crashes.total[stage]
         if self.crashes.exhausted(stage):
@@ -243,8 +253,9 @@ class LocalBackend:
         )
 
     def _finish_rollout(self) -> None:
-        """Once the current epoch is Ready: stop retired workers and publish the route."""
-        if not self.ready():
+        """Once the current epoch is Ready (or scaled to zero): stop retired workers and
+        publish the route."""
+        if not self.settled():
             return
         retired = [s for s in self.stages.values() if s.retiring]
         for entry in retired:
@@ -265,22 +276,39 @@ class LocalBackend:
         return self.route_file.route_name
 
     def ready(self) -> bool:
-        """Ready as planned, and no worker of the route stopped since: the plan that
-        replaces pods at the same epoch (a topology edit) saw them ready before."""
+        """Ready as planned, and every replica whole, no worker of the route stopped since:
+        the plan that replaces pods at the same epoch (a topology edit) saw them ready
+        before."""
         conditions = {c["type"]: c["status"] for c in self.status.get("conditions") or []}
-        stages = self.route_file.route["spec"]["stages"] if self.route_file else []
-        return conditions.get("Ready") == "True" and len(self.current_stages()) == len(stages)
+        return (conditions.get("Ready") == "True"
+                and len(self.whole_replicas()) == self.replicas_wanted())
 
-    def current_stages(self) -> list[LocalStage]:
-        """This epoch's workers in pipeline order."""
+    def settled(self) -> bool:
+        """Ready, or scaled to zero: what there is to serve is running."""
+        return self.ready() or (self.route_file is not None and self.replicas_wanted() == 0)
+
+    def replicas_wanted(self) -> int:
+        assert self.route_file is not None
+        return int((self.route_file.route.get("spec") or {}).get("replicas", 1))
+
+    def current_stages(self, replica: int = 0) -> list[LocalStage]:
+        """This epoch's workers of `replica` in pipeline order."""
         epoch = int(self.status.get("epoch") or 0)
         order = [
             s["name"] for s in (self.route_file.route["spec"]["stages"] if self.route_file else [])
         ]
-        live = {s.stage: s for s in self.stages.values() if s.epoch == epoch and not s.retiring}
+        live = {s.stage: s for s in self.stages.values()
+                if s.epoch == epoch and s.replica == replica and not s.retiring}
         return [live[name] for name in order if name in live]
 
+    def whole_replicas(self) -> list[int]:
+        """The replicas below spec.replicas with a worker of this epoch for every stage."""
+        stages = self.route_file.route["spec"]["stages"] if self.route_file else []
+        return [r for r in range(self.replicas_wanted())
+                if len(self.current_stages(r)) == len(stages)]
+
     def route_entry(self) -> dict[str, Any]:
+        replicas = self._replica_entries()
         return {
             "name": self.route_name,
             "epoch": self.status.get("epoch"),
@@ -293,19 +321,24 @@ class LocalBackend:
             "threads": self.threads,
             "file": str(self.route_file.path) if self.route_file else "",
             "gateway": self.gateway_url,
-            "stages": [
-                {
-                    "name": s.stage,
-                    "layers": str(s.worker.layers),
-                    "endpoint": s.process.endpoint,
-                    "metrics": f"127.0.0.1:{s.process.metrics_port}",
-                    "pid": s.process.pid,
-                    "restarts": s.restarts,
-                    "startedAt": s.started_at,
-                }
-                for s in self.current_stages()
-            ],
+            # the first whole replica's, for what drives one pipeline (`meshnet generate`)
+            "stages": replicas[0]["stages"] if replicas else [],
+            "replicas": replicas,  # the gateway spreads sessions over all of them
         }
+
+    def _replica_entries(self) -> list[dict[str, Any]]:
+        return [{"replica": replica, "stages": [
+            {
+                "name": s.stage,
+                "layers": str(s.worker.layers),
+                "endpoint": s.process.endpoint,
+                "metrics": f"127.0.0.1:{s.process.metrics_port}",
+                "pid": s.process.pid,
+                "restarts": s.restarts,
+                "startedAt": s.started_at,
+            }
+            for s in self.current_stages(replica)
+        ]} for replica in self.whole_replicas()]
 
     def shutdown(self) -> int:
         """Stop every worker (SIGTERM, then SIGKILL); the number stopped."""
@@ -323,10 +356,8 @@ def action_kind(action: Create | Patch | Delete) -> str:
     return str(action.obj["kind"]) if isinstance(action, Create) else action.kind
 
 
-def _service_hash(action: Create | Patch | Delete) -> str | None:
-    meta = (
-        action.obj["metadata"]
-        if isinstance(action, Create)
-        else (action.body.get("metadata") if isinstance(action, Patch) else {})
-    )
-    return str((meta or {}).get("labels", {}).get(labels.TEMPLATE)) or None
+def _service_hash(action: Create | Patch) -> tuple[int, str]:
+    """The replica a Service is for, and its template hash."""
+    meta = action.obj["metadata"] if isinstance(action, Create) else action.body["metadata"]
+    found = meta.get("labels", {})
+    return int(found.get(labels.REPLICA, "0")), str(found.get(labels.TEMPLATE))

@@ -26,6 +26,11 @@ def launch_spec(worker: WorkerSpec, model_path: Path, threads: int,
     return LaunchSpec.of(command, threads=threads, exit_with_parent=True)
 
 
+def worker_name(stage: str, replica: int) -> str:
+    """A stage of a replica: its name alone for replica 0 (as before replicas existed)."""
+    return stage if replica == 0 else f"{stage} of replica {replica}"
+
+
 @dataclass
 class LocalStage:
     """A stage pod and its process; `restarts` counts crashes, as the kubelet would."""
@@ -54,6 +59,15 @@ class LocalStage:
     def epoch(self) -> int:
         return int(self.labels[labels.EPOCH])
 
+    @property
+    def replica(self) -> int:
+        return int(self.labels.get(labels.REPLICA, "0"))
+
+    @property
+    def who(self) -> str:
+        """The stage as messages and the restart budget name it."""
+        return worker_name(self.stage, self.replica)
+
     def alive(self) -> bool:
         return self.process.running()
 
@@ -68,6 +82,7 @@ class LocalStage:
             name=self.name,
             stage=self.stage,
             epoch=self.epoch,
+            replica=self.replica,
             template_hash=self.labels.get(labels.TEMPLATE, ""),
             digest=self.labels.get(labels.DIGEST, ""),
             phase="Running" if running else "Failed",

@@ -19,7 +19,7 @@ from meshnet.route.errors import PromptTooLong, RouteError, RouteRefused, StageE
 from meshnet.route.generation import Generation
 from meshnet.route.handshake import RouteInfo, check_route
 from meshnet.route.sampling import Sampling
-from meshnet.route.session import Session, SessionSettings
+from meshnet.route.session import Refresh, Session, SessionSettings
 from meshnet.route.stage import StageClient, TlsFiles
 from meshnet.route.topology import Topology
 from meshnet.route.topology.walk import walk_for
@@ -172,12 +172,15 @@ class RouteDriver:
         on_token: Callable[[int], None] | None = None,
         speculate: int | None = None,
         windows: int | None = None,
+        refresh: Refresh | None = None,
     ) -> Generation:
         """Prefills `prompt` (text or token ids) and decodes up to `max_tokens`.
         `speculate`: draft up to that many tokens per step (prompt lookup, verified
         exactly; None: the driver's default, 0: off); only where every stage can discard.
         `windows`: a decode loop keeps up to that many verify windows in flight
-        (pipelined speculation; None: the driver's default, 1: one at a time)."""
+        (pipelined speculation; None: the driver's default, 1: one at a time).
+        `refresh`: where a session that recovers goes on (None: these stages, once they
+        answer again within the driver's wait)."""
         sampling = sampling or Sampling()
         route = self.route
         prompt_ids = self.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
@@ -185,16 +188,20 @@ class RouteDriver:
             raise RouteError("the prompt is empty")
         if len(prompt_ids) > route.n_ctx:
             raise PromptTooLong(len(prompt_ids), route.n_ctx)
-        session = Session(self.clients, route, self.settings(speculate, windows), self.connect,
-                          prompt_ids, sampling)
+        session = Session(self.clients, route, self.settings(speculate, windows),
+                          refresh or self.refresh, prompt_ids, sampling)
         try:
             result = session.generate(max_tokens, stop_at_eos, on_token)
         finally:
             # every ending frees the session on every stage: done, failed, or stopped by
             # an exception from on_token (a client that went away)
             session.release()
-        result.text = self.detokenize(result.tokens)
+        result.text = session.detokenize(result.tokens)
         return result
+
+    def refresh(self, wait: float) -> tuple[Sequence[StageClient], RouteInfo]:
+        """These stages, once they answer as one route again (a recovering session's)."""
+        return self.clients, self.connect(wait)
 
 
 def _window_cap(windows: int) -> int:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from meshnet.route.drafts import MAX_DRAFT, DraftLength, PromptLookup
-from meshnet.route.errors import TRANSIENT_CODES, RecoveryFailed, StageError
+from meshnet.route.errors import TRANSIENT_CODES, RecoveryFailed, RouteError, StageError
 from meshnet.route.generation import Generation
 from meshnet.route.handshake import RouteInfo
 from meshnet.route.proto import pb
@@ -36,9 +36,10 @@ RELEASE_TIMEOUT_SECONDS = 5.0
 # MAX_DRAFT drafts; the CPU lane's batch-invariant kernels).
 EXACT_ROWS = MAX_DRAFT + 1
 
-# Waits up to its argument's seconds for the route to answer as one route again; returns
-# the new snapshot.
-Refresh = Callable[[float], RouteInfo]
+# Waits up to its argument's seconds for a route to answer as one route again; returns the
+# stages to go on with and their snapshot: the same stages, or (a fleet's gateway) another
+# replica's of the same epoch, whose output is the same.
+Refresh = Callable[[float], tuple[Sequence[StageClient], RouteInfo]]
 
 
 @dataclass(frozen=True)
@@ -213,10 +214,19 @@ class Session:
                 + "; ".join(result.recovery_reasons)
             ) from cause
         self.release()
-        self.route = self._refresh(self.settings.wait_seconds)
+        clients, self.route = self._refresh(self.settings.wait_seconds)
+        self.clients = tuple(clients)
         self.walk = walk_for(self.route, self.settings)
         self.session_id = uuid.uuid4().hex
         result.session_id = self.session_id
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        """The text of `tokens`, by the stage that holds the vocabulary on the stages the
+        session runs on now."""
+        for client, stage in zip(self.clients, self.route.stages, strict=True):
+            if stage.has_vocab:
+                return client.detokenize(tokens)
+        raise RouteError("no stage can detokenize")
 
     def release(self) -> None:
         """Frees the session on every stage. A stage that does not answer within

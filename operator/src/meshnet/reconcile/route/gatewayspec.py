@@ -1,6 +1,8 @@
-"""Pure builders of a route's gateway: a Deployment running `meshnet serve` against the
-stages' stable DNS names (they outlive epochs: the gateway's driver follows a re-split by
-its handshake) and a ClusterIP Service in front of it. Nothing here talks to the cluster."""
+"""Pure builders of a route's gateway: a Deployment running `meshnet serve` against every
+replica's stages by their stable DNS names (they outlive epochs: the gateway's drivers
+follow a re-split by their handshake) and a ClusterIP Service in front of it. A change of
+spec.replicas changes the gateway's arguments, so the Deployment rolls (a rolling update:
+the old gateway serves until the new one is Ready). Nothing here talks to the cluster."""
 
 from __future__ import annotations
 
@@ -42,12 +44,27 @@ def speculation_args(speculation: Speculation) -> list[str]:
             *(["--drafter", drafter] if drafter else [])]
 
 
+def replica_args(route: RouteRef, stages: list[Stage], replicas: int,
+                 config: WorkerConfig) -> list[str]:
+    """Where the gateway finds the replicas: one replica as `--stage` per stage (the
+    arguments a route had before replicas existed: upgrading rolls no gateway), several
+    as `--replica` per replica, none as `--scaled-to-zero`."""
+    def address(stage: Stage, replica: int) -> str:
+        return endpoint(stage.name, route.name, route.namespace, config.grpc_port, replica)
+
+    if replicas == 0:
+        return ["--scaled-to-zero"]
+    if replicas == 1:
+        return [arg for stage in stages for arg in ("--stage", address(stage, 0))]
+    return [arg for replica in range(replicas)
+            for arg in ("--replica", ",".join(address(stage, replica) for stage in stages))]
+
+
 def gateway_args(route: RouteRef, stages: list[Stage], gateway: Gateway, tls: RouteTls | None,
-                 speculation: Speculation, config: WorkerConfig) -> list[str]:
+                 speculation: Speculation, config: WorkerConfig, replicas: int = 1) -> list[str]:
     args = ["serve", "--model", route.name, "--listen", f"0.0.0.0:{config.gateway_port}",
-            "--max-waiting", str(gateway.max_waiting), *speculation_args(speculation)]
-    for stage in stages:
-        args += ["--stage", endpoint(stage.name, route.name, route.namespace, config.grpc_port)]
+            "--max-waiting", str(gateway.max_waiting), *speculation_args(speculation),
+            *replica_args(route, stages, replicas, config)]
     if tls is not None:
         args += ["--tls-ca", f"{TLS_DIR}/ca.crt"]
         if tls.require_client_cert:  # the stages' own pair: the gateway is one of the route's
@@ -62,14 +79,14 @@ def _http_probe(path: str, period: int, failures: int, port: int) -> dict[str, A
 
 def gateway_deployment(route: RouteRef, stages: list[Stage], gateway: Gateway,
                        tls: RouteTls | None, speculation: Speculation,
-                       config: WorkerConfig) -> dict[str, Any]:
+                       config: WorkerConfig, replicas: int = 1) -> dict[str, Any]:
     assert config.gateway_image is not None
     pod_labels = gateway_labels(route)
     container: dict[str, Any] = {
         "name": "gateway",
         "image": config.gateway_image,
         "imagePullPolicy": config.image_pull_policy,
-        "args": gateway_args(route, stages, gateway, tls, speculation, config),
+        "args": gateway_args(route, stages, gateway, tls, speculation, config, replicas),
         "ports": [{"name": "http", "containerPort": config.gateway_port, "protocol": "TCP"}],
         "resources": {
             "requests": {**DEFAULT_REQUESTS,

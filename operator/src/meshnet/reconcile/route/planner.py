@@ -267,7 +267,7 @@ def _gateway_actions(observed: Observed, ref: RouteRef, spec: ShardRouteSpec,
         return _delete_gateway(observed)
     wanted = (
         (gateway_deployment(ref, spec.stages, spec.gateway, spec.tls, spec.recipe.speculation,
-                            config),
+                            config, spec.replicas),
          observed.gateway_deployment_hash),
         (gateway_service(ref, config), observed.gateway_service_hash),
     )
