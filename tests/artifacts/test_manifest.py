@@ -14,8 +14,8 @@ import yaml
 from meshnet.artifacts.gguf_header import GGUFHeader
 from meshnet.artifacts.splitset import check_split_names, order_split_set
 from meshnet.bundled import smollm2_gguf
+from meshnet.digests import manifest_digest
 from meshnet.errors import IncompleteSplitSet
-from meshnet.identity import manifest_digest
 
 from .conftest import make_split_set
 

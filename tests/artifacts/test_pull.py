@@ -19,7 +19,7 @@ from meshnet.artifacts.pull import compact_json, pull
 from meshnet.artifacts.retry import RetryPolicy
 from meshnet.artifacts.sources import HttpSource
 from meshnet.artifacts.spec import load_artifact
-from meshnet.identity import manifest_digest
+from meshnet.digests import manifest_digest
 
 from .conftest import SplitSet, copy_set, meshnet_command
 

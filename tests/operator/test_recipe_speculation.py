@@ -4,7 +4,7 @@ of recipeDigest (the tokens are those of plain decoding)."""
 from __future__ import annotations
 
 from meshnet.api.shardroute import MAX_DRAFTS, MAX_WINDOWS, Recipe, Speculation
-from meshnet.identity import recipe_digest
+from meshnet.digests import recipe_digest
 from meshnet.route import drafts
 
 

@@ -21,7 +21,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from meshnet.api.shardroute import Recipe
-from meshnet.identity import recipe_digest
+from meshnet.digests import recipe_digest
 from meshnet.layers import LayerRange
 from meshnet.local.process import (
     LaunchSpec,

@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import Field
 
 from meshnet.api.common import ApiModel, Topology
-from meshnet.identity import canonical_digest
+from meshnet.digests import canonical_digest
 
 Backend = Literal["cpu", "cuda", "rocm", "vulkan"]
 Digest = str  # sha256, 64 lower-case hex digits (pattern in the fields below)

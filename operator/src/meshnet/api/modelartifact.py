@@ -19,7 +19,7 @@ from meshnet.api.common import (
     rule,
     validations,
 )
-from meshnet.identity import manifest_digest
+from meshnet.digests import manifest_digest
 
 KIND = "ModelArtifact"
 PLURAL = "modelartifacts"

@@ -17,8 +17,8 @@ from meshnet.artifacts.hashing import sha256_file
 from meshnet.artifacts.spec import API_VERSION, DIGEST_ANNOTATION, KIND
 from meshnet.artifacts.splitset import check_split_names, parse_split_name
 from meshnet.artifacts.verify import MeterFactory
+from meshnet.digests import manifest_digest
 from meshnet.errors import ArtifactSpecError, IncompleteSplitSet
-from meshnet.identity import manifest_digest
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from meshnet.api.certification import Certificate, CertifiedLane
 from meshnet.api.common import GROUP
 from meshnet.certify.gates import Gates
 from meshnet.certify.lane import GPU_PRODUCT_LABELS, UNKNOWN
-from meshnet.identity import canonical_digest
+from meshnet.digests import canonical_digest
 from meshnet.reconcile.naming import child_name
 from meshnet.reconcile.route.podspec import RouteRef, owner_reference
 

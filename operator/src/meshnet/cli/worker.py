@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from meshnet import identity
+from meshnet import digests
 from meshnet.api.shardroute import Recipe
 from meshnet.cli.drift import report_drift
 from meshnet.cli.pin import lane_option, portable_option, say
@@ -86,7 +86,7 @@ def _operator_recipe_digest(lane: str, boundary_dtype: str, ctx: int, slots: int
     recipe = Recipe.model_construct(lane=lane, boundary_dtype=boundary_dtype,
                                     context_length=ctx, session_slots=slots)
     pin = load_manifest(repo_root() / "llama-pin.yaml").digest()
-    return identity.recipe_digest(pin, recipe.identity())
+    return digests.recipe_digest(pin, recipe.identity())
 
 
 @command.command("run", context_settings={"ignore_unknown_options": False})

@@ -262,7 +262,7 @@ def model_files(model: Path) -> list[Path]:
 
 def local_manifest_digest(model: Path) -> str:
     """manifestDigest of a model on local disk (hashes every file of the set)."""
-    from meshnet.identity import manifest_digest
+    from meshnet.digests import manifest_digest
     from meshnet.pin.manifest import sha256_file
 
     return manifest_digest((p.name, p.stat().st_size, sha256_file(p)) for p in model_files(model))

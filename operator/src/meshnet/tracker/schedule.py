@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from meshnet.api.tracker import CapacityReport
-from meshnet.identity import canonical_digest
+from meshnet.digests import canonical_digest
 
 # Figures that move all the time without changing where sessions should go.
 _VOLATILE_TOP = ("sequence", "generatedAt")

@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from meshnet.certify.gates import Gates
+from meshnet.digests import canonical_digest
 from meshnet.envnumbers import env_number
 from meshnet.errors import MeshnetError
-from meshnet.identity import canonical_digest
 from meshnet.paths import repo_root
 from meshnet.pin.manifest import load_manifest
 from meshnet.tracker.client import RetryPolicy

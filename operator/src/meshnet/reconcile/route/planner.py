@@ -11,7 +11,7 @@ from typing import Any
 from meshnet.api import labels
 from meshnet.api.checks import Problem, drafter_problems, route_problems
 from meshnet.api.shardroute import Recipe, RouteTls, ShardRouteSpec, Stage
-from meshnet.identity import recipe_digest, route_digest
+from meshnet.digests import recipe_digest, route_digest
 from meshnet.layers import LayerRange
 from meshnet.reconcile.naming import gateway_name, service_name
 from meshnet.reconcile.plan import Action, Create, Delete, Event, Patch, Plan, steps

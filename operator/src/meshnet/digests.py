@@ -1,4 +1,5 @@
-"""Content identities (docs/architecture.md): same inputs give the same digest, anywhere."""
+"""Digests of content (docs/architecture.md, identities): same inputs give the same digest,
+anywhere."""
 
 from __future__ import annotations
 
