@@ -19,7 +19,7 @@ from meshnet.route.errors import PromptTooLong, RouteError, RouteRefused, StageE
 from meshnet.route.generation import Generation
 from meshnet.route.handshake import RouteInfo, check_route
 from meshnet.route.sampling import Sampling
-from meshnet.route.session import Refresh, Session, SessionSettings
+from meshnet.route.session import Refresh, Session, SessionSettings, vocab_client
 from meshnet.route.stage import StageClient, TlsFiles
 from meshnet.route.topology import Topology
 from meshnet.route.topology.walk import walk_for
@@ -138,11 +138,7 @@ class RouteDriver:
         return usage
 
     def _vocab_client(self) -> StageClient:
-        route = self.route
-        for client, stage in zip(self.clients, route.stages, strict=True):
-            if stage.has_vocab:
-                return client
-        raise RouteError("no stage can tokenize")
+        return vocab_client(self.clients, self.route)
 
     def tokenize(self, text: str) -> list[int]:
         """The prompt's tokens; PromptTooLong when the stage finds they cannot fit its

@@ -223,10 +223,7 @@ class Session:
     def detokenize(self, tokens: Sequence[int]) -> str:
         """The text of `tokens`, by the stage that holds the vocabulary on the stages the
         session runs on now."""
-        for client, stage in zip(self.clients, self.route.stages, strict=True):
-            if stage.has_vocab:
-                return client.detokenize(tokens)
-        raise RouteError("no stage can detokenize")
+        return vocab_client(self.clients, self.route).detokenize(tokens)
 
     def release(self) -> None:
         """Frees the session on every stage. A stage that does not answer within
@@ -277,3 +274,11 @@ def drafter(context: list[int], cap: int) -> tuple[PromptLookup, DraftLength]:
     lookup = PromptLookup()
     lookup.extend(context)
     return lookup, DraftLength(start=cap, most=cap)
+
+
+def vocab_client(clients: Sequence[StageClient], route: RouteInfo) -> StageClient:
+    """The client of the first stage that holds the model's vocabulary (it tokenizes)."""
+    for client, stage in zip(clients, route.stages, strict=True):
+        if stage.has_vocab:
+            return client
+    raise RouteError("no stage can tokenize")
