@@ -21,8 +21,7 @@ from meshnet.route.handshake import RouteInfo, check_route
 from meshnet.route.sampling import Sampling
 from meshnet.route.session import Refresh, Session, SessionSettings, vocab_client
 from meshnet.route.stage import StageClient, TlsFiles
-from meshnet.route.topology import Topology
-from meshnet.route.topology.walk import walk_for
+from meshnet.route.topology import Topology, pick_topology
 
 __all__ = ["Generation", "RouteDriver"]
 
@@ -124,7 +123,8 @@ class RouteDriver:
 
     def topology_of(self, route: RouteInfo) -> Topology:
         """How a generation started now goes through `route`: ring, chain or hub."""
-        return walk_for(route, self.settings()).topology
+        settings = self.settings()
+        return pick_topology(route, settings.topology, loop=settings.loop)
 
     def kv_usage(self) -> float:
         """The route's KV-cache use, 0..1: the fullest stage's share of its cells in use

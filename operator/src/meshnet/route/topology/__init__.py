@@ -1,7 +1,7 @@
 """How a generation goes through a route (docs/architecture.md): the topologies, and the
 one choice among them, made from the handshake alone. The walks that carry a session's
-steps in each are beside this: hub.py, chain.py, loop.py (the ring's too), and walk.py,
-which picks one.
+steps in each are beside this: hub.py, chain.py, loop.py (the ring's too); walk.py says
+what a walk is, and choose.py picks one.
 
 Hub: the driver calls every stage in turn and carries each boundary on. Chain, preferred
 whenever the workers were started with --next-stage: the driver calls the first stage
