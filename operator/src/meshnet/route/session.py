@@ -26,7 +26,7 @@ from meshnet.route.requests import Answer
 from meshnet.route.sampling import Sampling
 from meshnet.route.stage import StageClient
 from meshnet.route.step_context import StepContext, StepCounts
-from meshnet.route.topology import Topology
+from meshnet.route.topology import Requested
 from meshnet.route.topology.choose import walk_for
 from meshnet.route.topology.walk import Walk
 
@@ -46,7 +46,7 @@ class SessionSettings:
     """The driver's settings as a session runs with them: set when it starts, so that a
     change on the driver reaches the sessions started after it only."""
 
-    topology: Topology = Topology.AUTO  # asked for; the walk is picked per snapshot
+    topology: Requested = "auto"  # asked for; the walk is picked per snapshot
     decode_loop: bool = True
     sample_locally: bool = False
     chunk_tokens: int | None = None
@@ -97,7 +97,7 @@ class Session:
         end of the context); the result has no text yet."""
         result, route = self.result, self.route
         prompt_ids = result.prompt_tokens
-        result.topology = self.walk.topology.value
+        result.topology = self.walk.topology
         result.decode_loop = self.walk.loops
         started = time.perf_counter()
         token = self.step_with_recovery(prompt_ids)

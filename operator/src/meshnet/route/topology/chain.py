@@ -7,19 +7,19 @@ from __future__ import annotations
 
 from collections.abc import Generator, Sequence
 
+from meshnet.api.common import Topology
 from meshnet.route.errors import StageError
 from meshnet.route.handshake import RouteInfo
 from meshnet.route.proto import pb
 from meshnet.route.requests import relay_request, sampled_output, verified_output
 from meshnet.route.step_context import DecodedStep, StepContext
-from meshnet.route.topology import Topology
 from meshnet.route.topology.hub import in_chunks, step_by_step
 
 
 class ChainWalk:
     loops = False
 
-    def __init__(self, topology: Topology = Topology.CHAIN) -> None:
+    def __init__(self, topology: Topology = "chain") -> None:
         self.topology = topology  # a ring's prefill and verification go as a chain's
 
     def feed(self, ctx: StepContext, tokens: list[int], n_past: int) -> int:

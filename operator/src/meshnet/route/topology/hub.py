@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator, Sequence
 
+from meshnet.api.common import Topology
 from meshnet.route.proto import pb
 from meshnet.route.requests import chunks, sampled_output, stage_request, verified_output
 from meshnet.route.step_context import DecodedStep, StepContext
-from meshnet.route.topology import Topology
 
 Feed = Callable[[StepContext, list[int], int], int]
 # One chunk of a feed: its tokens, their first position, whether it is the last.
@@ -18,7 +18,7 @@ OneStep = Callable[[list[int], int, bool], int]
 
 
 class HubWalk:
-    topology = Topology.HUB
+    topology: Topology = "hub"
     loops = False
 
     def feed(self, ctx: StepContext, tokens: list[int], n_past: int) -> int:

@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Generator, Sequence
 from typing import Protocol
 
+from meshnet.api.common import Topology
 from meshnet.route.step_context import DecodedStep, StepContext
-from meshnet.route.topology import Topology
 
 
 class Walk(Protocol):
