@@ -13,11 +13,12 @@ from meshnet.route.proto import pb
 from meshnet.route.requests import (
     MIN_CHUNK_TOKENS,
     Answer,
-    ask_verified,
     chunks,
     loop_request,
     relay_request,
+    sampled_output,
     stage_request,
+    verified_output,
 )
 from meshnet.route.sampling import Sampling
 
@@ -26,11 +27,15 @@ KEY = pb.RouteKey(route_id="test/route", epoch=1, session_id="s")
 SAMPLED = Answer(Sampling(temperature=0.8, top_k=40, top_p=0.95, seed=7))
 
 
+def sampled(n_tokens: int, answer: Answer = SAMPLED) -> pb.OutputRequest:
+    return sampled_output(answer, n_tokens)
+
+
 def test_the_first_stage_gets_the_tokens_at_their_positions_and_no_output(
     make_route_info: MakeRoute,
 ) -> None:
     route = make_route_info(3)
-    request = stage_request(route, 0, KEY, [5, 6, 7], 10, None, SAMPLED)
+    request = stage_request(route, 0, KEY, [5, 6, 7], 10, sampled(3))
     assert list(request.tokens) == [5, 6, 7]
     assert list(request.positions) == [10, 11, 12]
     assert request.n_past == 10
@@ -44,18 +49,18 @@ def test_a_later_stage_gets_the_boundary_and_tokens_only_when_it_needs_the_sideb
 ) -> None:
     route = make_route_info(3)
     boundary = pb.Boundary(data=b"\0" * 16)
-    plain = stage_request(route, 1, KEY, [5, 6], 0, boundary, SAMPLED)
+    plain = stage_request(route, 1, KEY, [5, 6], 0, sampled(2), boundary)
     assert plain.boundary.data == boundary.data and not plain.tokens
     sideband = replace(route, stages=(route.stages[0],
                                       replace(route.stages[1], needs_token_sideband=True),
                                       route.stages[2]))
-    assert list(stage_request(sideband, 1, KEY, [5, 6], 0, boundary, SAMPLED).tokens) == [5, 6]
+    assert list(stage_request(sideband, 1, KEY, [5, 6], 0, sampled(2), boundary).tokens) == [5, 6]
 
 
 def test_the_last_stage_samples_the_last_row_with_the_sessions_sampling(
     make_route_info: MakeRoute,
 ) -> None:
-    request = stage_request(make_route_info(3), 2, KEY, [5, 6, 7], 0, pb.Boundary(), SAMPLED)
+    request = stage_request(make_route_info(3), 2, KEY, [5, 6, 7], 0, sampled(3), pb.Boundary())
     assert request.output.kind == pb.OUTPUT_KIND_SAMPLED
     assert list(request.output.rows) == [2]
     assert (request.output.sampling.top_k, request.output.sampling.seed) == (40, 7)
@@ -65,8 +70,8 @@ def test_the_last_stage_samples_the_last_row_with_the_sessions_sampling(
 def test_a_prefill_chunk_before_the_last_asks_for_the_cheapest_answer(
     make_route_info: MakeRoute,
 ) -> None:
-    request = stage_request(make_route_info(3), 2, KEY, [5, 6], 0, pb.Boundary(), SAMPLED,
-                            wants_token=False)
+    request = stage_request(make_route_info(3), 2, KEY, [5, 6], 0,
+                            sampled_output(SAMPLED, 2, wants_token=False), pb.Boundary())
     assert request.output.kind == pb.OUTPUT_KIND_SAMPLED
     assert not request.output.HasField("sampling")
 
@@ -74,14 +79,15 @@ def test_a_prefill_chunk_before_the_last_asks_for_the_cheapest_answer(
 def test_sampling_locally_asks_for_logits_unless_greedy(make_route_info: MakeRoute) -> None:
     route = make_route_info(1)
     local = replace(SAMPLED, sample_locally=True)
-    assert stage_request(route, 0, KEY, [5], 0, None, local).output.kind == pb.OUTPUT_KIND_LOGITS
+    assert stage_request(route, 0, KEY, [5], 0, sampled(1, local)).output.kind == \
+        pb.OUTPUT_KIND_LOGITS
     greedy = Answer(Sampling(), sample_locally=True)
-    assert stage_request(route, 0, KEY, [5], 0, None, greedy).output.kind == \
+    assert stage_request(route, 0, KEY, [5], 0, sampled(1, greedy)).output.kind == \
         pb.OUTPUT_KIND_SAMPLED
 
 
 def test_a_chain_step_goes_to_the_first_stage_which_relays_it(make_route_info: MakeRoute) -> None:
-    request = relay_request(make_route_info(3, chained=True), KEY, [5, 6], 4, SAMPLED)
+    request = relay_request(make_route_info(3, chained=True), KEY, [5, 6], 4, sampled(2))
     assert request.relay
     assert (request.expected_range.begin, request.expected_range.end) == (0, 10)
     assert list(request.tokens) == [5, 6]
@@ -112,16 +118,20 @@ def test_a_verification_step_carries_its_drafts_and_drops_rejected_ones_first(
     make_route_info: MakeRoute,
 ) -> None:
     route = make_route_info(3)
-    request = stage_request(route, 2, KEY, [5, 6, 7], 12, pb.Boundary(), SAMPLED)
-    ask_verified(request, SAMPLED, [5, 6, 7], discard=True)
+    verified = verified_output(SAMPLED, 3)
+    request = stage_request(route, 2, KEY, [5, 6, 7], 12, verified, pb.Boundary(), discard=True)
     assert request.output.kind == pb.OUTPUT_KIND_VERIFIED
     assert list(request.tokens) == [5, 6, 7]  # the last stage has no sideband: the drafts
     assert request.discard_from == 12
     assert request.output.sampling.seed == 7
+    middle = stage_request(route, 1, KEY, [5, 6, 7], 12, verified, pb.Boundary(), discard=True)
+    assert middle.discard_from == 12 and not middle.HasField("output") and not middle.tokens
     local = replace(SAMPLED, sample_locally=True)
-    ask_verified(request, local, [5, 6, 7], discard=False)
+    request = stage_request(route, 2, KEY, [5, 6, 7], 12, verified_output(local, 3),
+                            pb.Boundary())
     assert request.output.kind == pb.OUTPUT_KIND_LOGITS
     assert list(request.output.rows) == [0, 1, 2]
+    assert not request.HasField("discard_from")
 
 
 def test_a_long_prompt_is_cut_to_fill_the_pipeline_at_batch_speed(

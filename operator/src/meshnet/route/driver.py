@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
+from meshnet.api.common import Topology
 from meshnet.route.drafts import MAX_DRAFT, MAX_WINDOWS
 from meshnet.route.errors import PromptTooLong, RouteError, RouteRefused, StageError
 from meshnet.route.generation import Generation
@@ -21,8 +22,7 @@ from meshnet.route.handshake import RouteInfo, check_route
 from meshnet.route.sampling import Sampling
 from meshnet.route.session import Refresh, Session, SessionSettings, vocab_client
 from meshnet.route.stage import StageClient, TlsFiles
-from meshnet.route.topology import Topology
-from meshnet.route.topology.walk import walk_for
+from meshnet.route.topology import REQUESTABLE, Requested, pick_topology
 
 __all__ = ["Generation", "RouteDriver"]
 
@@ -41,14 +41,15 @@ class RouteDriver:
         wait_seconds: float = 60.0,
         chunk_tokens: int | None = None,
         sample_locally: bool = False,
-        topology: str = Topology.AUTO,
+        topology: str = "auto",
         decode_loop: bool = True,
         speculate: int = 0,
         windows: int = 1,
         drafter: str = "",
     ) -> None:
-        if topology not in tuple(Topology):
-            raise RouteError(f"topology must be one of {', '.join(Topology)}, not {topology!r}")
+        if topology not in REQUESTABLE:
+            raise RouteError(f"topology must be one of {', '.join(REQUESTABLE)}, "
+                             f"not {topology!r}")
         if not endpoints:
             raise RouteError("a route needs at least one --stage")
         self.clients = [StageClient(endpoint, tls) for endpoint in endpoints]
@@ -56,7 +57,7 @@ class RouteDriver:
         self.wait_seconds = wait_seconds
         self.chunk_tokens = chunk_tokens
         self.sample_locally = sample_locally
-        self.topology = Topology(topology)
+        self.topology: Requested = REQUESTABLE[REQUESTABLE.index(topology)]  # str -> its word
         self.decode_loop = decode_loop
         self.speculate = _draft_cap(speculate)
         self.windows = _window_cap(windows)
@@ -97,10 +98,10 @@ class RouteDriver:
             try:
                 answers = [(c.endpoint, c.info(timeout=INFO_TIMEOUT)) for c in self.clients]
                 route = check_route(answers, self.drafter)
-                if self.topology in (Topology.CHAIN, Topology.RING) and not route.chained:
+                if self.topology in ("chain", "ring") and not route.chained:
                     raise RouteRefused([f"topology {self.topology} needs every stage but the "
                                         "last started with --next-stage"])
-                if self.topology is Topology.RING and not route.ringed:
+                if self.topology == "ring" and not route.ringed:
                     raise RouteRefused(["topology ring needs the first stage subscribed at the "
                                         "route's last stage (--ring-last)"])
                 return route
@@ -124,7 +125,8 @@ class RouteDriver:
 
     def topology_of(self, route: RouteInfo) -> Topology:
         """How a generation started now goes through `route`: ring, chain or hub."""
-        return walk_for(route, self.settings()).topology
+        settings = self.settings()
+        return pick_topology(route, settings.topology, loop=settings.loop)
 
     def kv_usage(self) -> float:
         """The route's KV-cache use, 0..1: the fullest stage's share of its cells in use

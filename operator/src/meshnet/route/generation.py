@@ -28,7 +28,7 @@ class Generation:
     # the hand-offs between threads and the driver.
     decode_engine_seconds: float = 0.0
     boundary_bytes: int = 0
-    # Speculative decoding (meshnet.route.speculation): the longest draft (0: off), the
+    # Speculative decoding (Session.verified, or in a loop): the longest draft (0: off), the
     # draft tokens verified, those accepted, and the steps that carried a draft.
     speculate: int = 0
     draft_tokens: int = 0

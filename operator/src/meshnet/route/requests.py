@@ -48,52 +48,50 @@ def chunks(route: RouteInfo, n_tokens: int, chunk_tokens: int | None = None,
     return [(start, min(start + size, n_tokens)) for start in range(0, n_tokens, size)]
 
 
-def ask_output(output: pb.OutputRequest, answer: Answer, n_tokens: int,
-               wants_token: bool = True) -> None:
-    """The last row's output: what sampling needs, or without `wants_token` (a prefill
-    chunk before the last) the cheapest answer, one sampled id."""
-    output.rows.append(n_tokens - 1)
+def sampled_output(answer: Answer, n_tokens: int, wants_token: bool = True) -> pb.OutputRequest:
+    """The answer to a step of `n_tokens` for its last row: what sampling needs, or
+    without `wants_token` (a prefill chunk before the last) the cheapest, one sampled id."""
+    output = pb.OutputRequest(rows=[n_tokens - 1])
     if not wants_token:
         output.kind = pb.OUTPUT_KIND_SAMPLED
-        return
-    if answer.logits:
+    elif answer.logits:
         output.kind = pb.OUTPUT_KIND_LOGITS
-        return
-    output.kind = pb.OUTPUT_KIND_SAMPLED
+    else:
+        output.kind = pb.OUTPUT_KIND_SAMPLED
+        _copy_sampling(output.sampling, answer.sampling)
+    return output
+
+
+def verified_output(answer: Answer, n_tokens: int) -> pb.OutputRequest:
+    """The answer to a verification step of `n_tokens` (the last token and its drafts):
+    the accepted drafts and one more (VERIFIED), or where the driver samples every row's
+    logits (verified here, the same rule)."""
+    if answer.logits:
+        return pb.OutputRequest(kind=pb.OUTPUT_KIND_LOGITS, rows=range(n_tokens))
+    output = pb.OutputRequest(kind=pb.OUTPUT_KIND_VERIFIED)
     _copy_sampling(output.sampling, answer.sampling)
+    return output
 
 
 def stage_request(
     route: RouteInfo, index: int, key: pb.RouteKey, tokens: Sequence[int], n_past: int,
-    boundary: pb.Boundary | None, answer: Answer, wants_token: bool = True,
+    output: pb.OutputRequest, boundary: pb.Boundary | None = None, discard: bool = False,
 ) -> pb.ForwardRequest:
     """One step for the stage at `index`: `tokens` at positions from `n_past`, the first
     stage's (and any stage needing the token sideband's) input ids, the previous stage's
-    `boundary`, and on the last stage the output asked for."""
-    stage = route.stages[index]
-    request = pb.ForwardRequest(
-        key=key,
-        n_past=n_past,
-        positions=range(n_past, n_past + len(tokens)),
-        expected_range=pb.LayerRange(begin=stage.begin, end=stage.end),
-    )
-    if index == 0 or stage.needs_token_sideband:
-        request.tokens.extend(tokens)
-    if boundary is not None:
-        request.boundary.CopyFrom(boundary)
-    if index == len(route.stages) - 1:
-        ask_output(request.output, answer, len(tokens), wants_token)
-    return request
+    `boundary`, and on the last stage `output`, what the step answers. `discard`: the
+    stage first drops what it holds past `n_past` (a previous step's rejected drafts)."""
+    last = index == len(route.stages) - 1
+    return _request(route, index, key, tokens, n_past, output if last else None, boundary,
+                    discard)
 
 
 def relay_request(route: RouteInfo, key: pb.RouteKey, tokens: Sequence[int], n_past: int,
-                  answer: Answer, wants_token: bool = True) -> pb.ForwardRequest:
+                  output: pb.OutputRequest, discard: bool = False) -> pb.ForwardRequest:
     """One step through the chain, sent to the first stage, which relays it on; the last
-    stage's output comes back along the chain."""
-    request = stage_request(route, 0, key, tokens, n_past, None, answer)
+    stage's `output` comes back along the chain."""
+    request = _request(route, 0, key, tokens, n_past, output, None, discard)
     request.relay = True
-    request.ClearField("output")
-    ask_output(request.output, answer, len(tokens), wants_token)
     return request
 
 
@@ -107,10 +105,8 @@ def loop_request(
     a stop id. `drafts`: it speculates, drafting up to that many tokens per step from
     `draft_context` (the history) and what it decodes (ForwardRequest.loop_drafts), with
     up to `windows` verify windows in flight (ForwardRequest.loop_windows)."""
-    request = stage_request(route, 0, key, [token], n_past, None, answer)
+    request = _request(route, 0, key, [token], n_past, sampled_output(answer, 1), None, False)
     request.relay = len(route.stages) > 1
-    request.ClearField("output")
-    ask_output(request.output, answer, 1)
     request.continue_tokens = count - 1
     request.stop_token_ids.extend(sorted(stop_ids))
     if drafts:
@@ -121,23 +117,26 @@ def loop_request(
     return request
 
 
-def ask_verified(request: pb.ForwardRequest, answer: Answer, tokens: Sequence[int],
-                 discard: bool) -> None:
-    """Makes `request` (to the last stage, or relayed to it) a verification step of
-    `tokens` (the last token and its drafts): VERIFIED, or where the driver samples every
-    row's logits (verified here, the same way). `discard`: the stage first drops what it
-    holds past `n_past` (a previous step's rejected drafts)."""
-    request.ClearField("output")
+def _request(route: RouteInfo, index: int, key: pb.RouteKey, tokens: Sequence[int],
+             n_past: int, output: pb.OutputRequest | None, boundary: pb.Boundary | None,
+             discard: bool) -> pb.ForwardRequest:
+    stage = route.stages[index]
+    request = pb.ForwardRequest(
+        key=key,
+        n_past=n_past,
+        positions=range(n_past, n_past + len(tokens)),
+        expected_range=pb.LayerRange(begin=stage.begin, end=stage.end),
+    )
+    verifies = output is not None and output.kind == pb.OUTPUT_KIND_VERIFIED
+    if index == 0 or stage.needs_token_sideband or verifies:  # a verifier checks the drafts
+        request.tokens.extend(tokens)
+    if boundary is not None:
+        request.boundary.CopyFrom(boundary)
+    if output is not None:
+        request.output.CopyFrom(output)
     if discard:
-        request.discard_from = request.n_past
-    if not request.tokens:
-        request.tokens.extend(tokens)  # the drafts to check
-    if answer.logits:
-        request.output.kind = pb.OUTPUT_KIND_LOGITS
-        request.output.rows.extend(range(len(tokens)))
-        return
-    request.output.kind = pb.OUTPUT_KIND_VERIFIED
-    _copy_sampling(request.output.sampling, answer.sampling)
+        request.discard_from = n_past
+    return request
 
 
 def _copy_sampling(target: pb.SamplingParams, sampling: Sampling) -> None:

@@ -16,8 +16,6 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 from meshnet.route.drafts import MAX_DRAFT, DraftLength, PromptLookup
 from meshnet.route.errors import TRANSIENT_CODES, RecoveryFailed, RouteError, StageError
 from meshnet.route.generation import Generation
@@ -25,11 +23,12 @@ from meshnet.route.handshake import RouteInfo
 from meshnet.route.proto import pb
 from meshnet.route.release_retry import RELEASES
 from meshnet.route.requests import Answer
-from meshnet.route.sampling import Sampling, sample
-from meshnet.route.speculation import speculated
+from meshnet.route.sampling import Sampling
 from meshnet.route.stage import StageClient
-from meshnet.route.topology import Topology
-from meshnet.route.topology.walk import Walk, walk_for
+from meshnet.route.step_context import StepContext, StepCounts
+from meshnet.route.topology import Requested
+from meshnet.route.topology.choose import walk_for
+from meshnet.route.topology.walk import Walk
 
 RELEASE_TIMEOUT_SECONDS = 5.0
 # The widest step whose rows compute exactly as one-token steps (a verification step of
@@ -47,7 +46,7 @@ class SessionSettings:
     """The driver's settings as a session runs with them: set when it starts, so that a
     change on the driver reaches the sessions started after it only."""
 
-    topology: Topology = Topology.AUTO  # asked for; the walk is picked per snapshot
+    topology: Requested = "auto"  # asked for; the walk is picked per snapshot
     decode_loop: bool = True
     sample_locally: bool = False
     chunk_tokens: int | None = None
@@ -69,21 +68,26 @@ class Session:
     def __init__(self, clients: Sequence[StageClient], route: RouteInfo,
                  settings: SessionSettings, refresh: Refresh, prompt_ids: list[int],
                  sampling: Sampling) -> None:
-        self.clients = tuple(clients)
-        self.route = route
-        self.walk: Walk = walk_for(route, settings)
         self.settings = settings
         self._refresh = refresh
-        self.sampling = sampling
         self.answer = Answer(sampling, settings.sample_locally)
         self.history: list[int] = []  # tokens every stage holds (after a successful step)
         self.step_sizes: list[int] = []  # how the history was fed, step by step
+        self.counts = StepCounts()
         self.session_id = uuid.uuid4().hex
+        self._on_snapshot(clients, route)
         self.result = Generation(session_id=self.session_id, prompt_tokens=list(prompt_ids))
         self.result.speculate = settings.speculate if route.can_discard else 0
         self.result.windows = pipelined_windows(settings.windows, self.result.speculate,
                                                 route.discard_depth)
-        self.engine_seconds = 0.0  # every answered step's engine time, over its stages
+
+    def _on_snapshot(self, clients: Sequence[StageClient], route: RouteInfo) -> None:
+        """Runs the session's steps on `clients`, `route` (its start, or a recovery)."""
+        self.clients = tuple(clients)
+        self.route = route
+        self.walk: Walk = walk_for(route, self.settings.topology, loop=self.settings.loop)
+        self.ctx = StepContext(self.clients, route, self.key(), self.answer,
+                               self.settings.chunk_tokens, self.counts)
 
     # -- a generation -----------------------------------------------------------------
 
@@ -93,13 +97,13 @@ class Session:
         end of the context); the result has no text yet."""
         result, route = self.result, self.route
         prompt_ids = result.prompt_tokens
-        result.topology = self.walk.topology.value
+        result.topology = self.walk.topology
         result.decode_loop = self.walk.loops
         started = time.perf_counter()
         token = self.step_with_recovery(prompt_ids)
         result.prefill_seconds = time.perf_counter() - started
         decode_started = time.perf_counter()
-        engine_before = self.engine_seconds
+        engine_before = self.counts.engine_seconds
         stop_ids = set(route.eos_token_ids) if stop_at_eos else set()
         further = min(max_tokens - 1, route.n_ctx - len(self.history))
         result.tokens.append(token)
@@ -110,8 +114,8 @@ class Session:
         elif further > 0:
             # A walk that loops speculates inside the loop (no driver round trip per
             # step); else the session verifies the drafts itself.
-            tokens = (speculated(self, token, further, stop_ids,
-                                 *drafter([*prompt_ids, token], result.speculate))
+            tokens = (self.verified(token, further, stop_ids,
+                                    *drafter([*prompt_ids, token], result.speculate))
                       if result.speculate and not self.walk.loops else
                       self.decoded(token, further, stop_ids, drafts=result.speculate))
             for next_token in tokens:
@@ -124,29 +128,81 @@ class Session:
         if result.stop_reason != "eos" and len(result.tokens) < max_tokens:
             result.stop_reason = "context"
         result.decode_seconds = time.perf_counter() - decode_started
-        result.decode_engine_seconds = self.engine_seconds - engine_before
+        result.decode_engine_seconds = self.counts.engine_seconds - engine_before
+        result.boundary_bytes = self.counts.boundary_bytes
+        result.prefill_wavefront = self.counts.prefill_wavefront
+        result.loop_depth = self.counts.loop_depth
         return result
 
     def decoded(self, token: int, count: int, stop_ids: set[int],
                 drafts: int = 0) -> Iterator[int]:
         """Up to `count` tokens after `token` (stops after a stop id), recovering as the
-        steps do; a walk that loops drafts up to `drafts` tokens per step."""
+        steps do; a walk that loops drafts up to `drafts` tokens per step. `token` is
+        always the one the route was fed last and has not answered yet: what a recovery
+        feeds again."""
         produced = 0
         while produced < count:
-            pending = [token]  # fed to the route, not yet acknowledged
+            steps = self.walk.decode(self.ctx, token, self.history, count - produced, stop_ids,
+                                     drafts, self.result.windows)
             try:
-                for sampled in self.walk.decode(self, token, count - produced, stop_ids,
-                                                pending, drafts):
-                    produced += 1
-                    token = sampled
-                    yield sampled
+                for step in steps:
+                    self.remember([token, *step.sampled[:-1]])  # the fed token, drafts that held
+                    token = step.sampled[-1]
+                    self.count_drafts(step.drafted, len(step.sampled) - 1)
+                    for sampled in step.sampled[:count - produced]:
+                        produced += 1
+                        yield sampled
+                        if sampled in stop_ids:
+                            return
                 return
             except StageError as exc:
                 self.recover(exc)
-                token = self.steps_with_recovery([*self.forget_history(), pending])
+                token = self.steps_with_recovery([*self.forget_history(), [token]])
                 produced += 1
                 yield token
                 if token in stop_ids:
+                    return
+            finally:
+                steps.close()
+
+    def verified(self, token: int, count: int, stop_ids: set[int], lookup: PromptLookup,
+                 length: DraftLength) -> Iterator[int]:
+        """Up to `count` tokens after `token` (stopping after a stop id) in verification
+        steps driven from here, for a walk that does not loop (the hub): each carries
+        [token, drafts from prompt lookup] through every stage and the last stage answers
+        the drafts that held and one more (docs/architecture.md, "Speculative decoding").
+        The stages then hold the rejected drafts' positions too; the next step drops them
+        first. `lookup` holds the context (prompt and tokens so far, `token` included)."""
+        produced = 0
+        held, held_by = len(self.history), self.session_id  # positions the stages hold
+        while produced < count:
+            if self.session_id != held_by:  # recovered: a new session holds the history only
+                held, held_by = len(self.history), self.session_id
+            n_past = len(self.history)
+            room = min(count - produced - 1, self.route.n_ctx - n_past - 1, length.wanted())
+            draft = lookup.draft(room)
+            step = [token, *draft]
+            try:
+                out = self.walk.verify(self.ctx, step, n_past, discard=held > n_past)
+            except StageError as exc:
+                self.recover(exc)
+                out = [self.steps_with_recovery([*self.forget_history(), [token]])]
+                draft = []
+                held, held_by = len(self.history), self.session_id
+            else:
+                accepted = len(out) - 1
+                self.remember(step[:accepted + 1])
+                held = n_past + len(step)
+                self.count_drafts(len(draft), accepted)
+                length.verified(len(draft), accepted)
+            if not draft:
+                length.decoded_plainly(len(out))
+            for sampled in out[:count - produced]:
+                produced += 1
+                lookup.extend([sampled])
+                token = sampled
+                yield sampled
+                if sampled in stop_ids:
                     return
 
     # -- the history --------------------------------------------------------------------
@@ -166,7 +222,7 @@ class Session:
         while True:
             try:
                 while steps:
-                    token = self.walk.feed(self, steps[0], len(self.history))
+                    token = self.walk.feed(self.ctx, steps[0], len(self.history))
                     self.remember(steps.pop(0))
                 return token
             except StageError as exc:
@@ -214,11 +270,10 @@ class Session:
                 + "; ".join(result.recovery_reasons)
             ) from cause
         self.release()
-        clients, self.route = self._refresh(self.settings.wait_seconds)
-        self.clients = tuple(clients)
-        self.walk = walk_for(self.route, self.settings)
+        clients, route = self._refresh(self.settings.wait_seconds)
         self.session_id = uuid.uuid4().hex
         result.session_id = self.session_id
+        self._on_snapshot(clients, route)
 
     def detokenize(self, tokens: Sequence[int]) -> str:
         """The text of `tokens`, by the stage that holds the vocabulary on the stages the
@@ -237,19 +292,6 @@ class Session:
             except StageError as exc:
                 if exc.code in TRANSIENT_CODES:
                     RELEASES.add(client, key)
-
-    # -- what the walks share -------------------------------------------------------------
-
-    def answered(self, response: pb.ForwardResponse) -> pb.ForwardResponse:
-        self.engine_seconds += sum(hop.engine_micros for hop in response.chain) * 1e-6
-        return response
-
-    def take_output(self, response: pb.ForwardResponse, position: int) -> int:
-        """The token the last stage sampled, or sampled here from its logits."""
-        if response.sampled_tokens:
-            return int(response.sampled_tokens[0])
-        logits = np.asarray(response.rows[0].logits, dtype=np.float32)
-        return sample(logits, self.sampling, position)
 
     def count_drafts(self, drafted: int, accepted: int) -> None:
         if drafted:

@@ -1,7 +1,7 @@
 """How a generation goes through a route (docs/architecture.md): the topologies, and the
 one choice among them, made from the handshake alone. The walks that carry a session's
-steps in each are beside this: hub.py, chain.py, loop.py (the ring's too), and walk.py,
-which picks one.
+steps in each are beside this: hub.py, chain.py, loop.py (the ring's too); walk.py says
+what a walk is, and choose.py picks one.
 
 Hub: the driver calls every stage in turn and carries each boundary on. Chain, preferred
 whenever the workers were started with --next-stage: the driver calls the first stage
@@ -13,31 +13,27 @@ straight from the last stage (--ring-last), S legs per token instead of 2(S-1).
 
 from __future__ import annotations
 
-from enum import StrEnum
+from typing import Literal, get_args
 
+from meshnet.api.common import Topology
 from meshnet.route.handshake import RouteInfo
 
-
-class Topology(StrEnum):
-    """A topology asked for (AUTO: ring, else chain, else hub), or the one picked for a
-    route. The values are the CLI's and the JSON output's words."""
-
-    AUTO = "auto"
-    CHAIN = "chain"
-    HUB = "hub"
-    RING = "ring"
+# A topology asked for: the API's words (the CLI's and the JSON output's too), or "auto":
+# ring, else chain, else hub.
+Requested = Topology | Literal["auto"]
+REQUESTABLE: tuple[Requested, ...] = ("auto", *get_args(Topology))
 
 
-def pick_topology(route: RouteInfo, requested: Topology, *, loop: bool) -> Topology:
+def pick_topology(route: RouteInfo, requested: Requested, *, loop: bool) -> Topology:
     """How a generation goes through `route`: ring (a decode loop the last stage feeds
     straight back to the first), chain or hub. `loop`: the first stage may decode by
     itself (the driver's decode loop is on and the last stage samples); a ring needs it."""
-    if requested is Topology.HUB or len(route.stages) < 2 or not route.chained:
-        return Topology.HUB
-    return Topology.RING if route.ringed and loop else Topology.CHAIN
+    if requested == "hub" or len(route.stages) < 2 or not route.chained:
+        return "hub"
+    return "ring" if route.ringed and loop else "chain"
 
 
 def decodes_in_loop(route: RouteInfo, topology: Topology, *, loop: bool) -> bool:
     """The first stage decodes by itself (ForwardStream continue_tokens): `loop` allows it
     and the route is a chain, a ring, or one stage."""
-    return loop and (len(route.stages) == 1 or topology is not Topology.HUB)
+    return loop and (len(route.stages) == 1 or topology != "hub")

@@ -5,57 +5,53 @@ prefill of several chunks that can be pipelined still goes as the hub's wavefron
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Generator, Sequence
 
+from meshnet.api.common import Topology
 from meshnet.route.errors import StageError
 from meshnet.route.handshake import RouteInfo
 from meshnet.route.proto import pb
-from meshnet.route.requests import ask_verified, relay_request
-from meshnet.route.speculation import accepted_tokens
-from meshnet.route.topology import Topology
+from meshnet.route.requests import relay_request, sampled_output, verified_output
+from meshnet.route.step_context import DecodedStep, StepContext
 from meshnet.route.topology.hub import in_chunks, step_by_step
-
-if TYPE_CHECKING:
-    from meshnet.route.session import Session
 
 
 class ChainWalk:
     loops = False
 
-    def __init__(self, topology: Topology = Topology.CHAIN) -> None:
+    def __init__(self, topology: Topology = "chain") -> None:
         self.topology = topology  # a ring's prefill and verification go as a chain's
 
-    def feed(self, session: Session, tokens: list[int], n_past: int) -> int:
-        return in_chunks(session, tokens, n_past,
-                         lambda part, at, last: chain_step(session, part, at, wants_token=last))
+    def feed(self, ctx: StepContext, tokens: list[int], n_past: int) -> int:
+        return in_chunks(ctx, tokens, n_past,
+                         lambda part, at, last: chain_step(ctx, part, at, wants_token=last))
 
-    def verify(self, session: Session, tokens: list[int], discard: bool) -> list[int]:
-        n_past = len(session.history)
-        request = relay_request(session.route, session.key(), tokens, n_past, session.answer)
-        ask_verified(request, session.answer, tokens, discard)
-        return accepted_tokens(session, relayed(session, request), tokens, n_past)
+    def verify(self, ctx: StepContext, tokens: list[int], n_past: int,
+               discard: bool) -> list[int]:
+        request = relay_request(ctx.route, ctx.key, tokens, n_past,
+                                verified_output(ctx.answer, len(tokens)), discard)
+        return ctx.accepted(relayed(ctx, request), tokens, n_past)
 
-    def decode(self, session: Session, token: int, count: int, stop_ids: set[int],
-               pending: list[int], drafts: int) -> Iterator[int]:
-        return step_by_step(self.feed, session, count, stop_ids, pending)
+    def decode(self, ctx: StepContext, token: int, history: Sequence[int], count: int,
+               stop_ids: set[int], drafts: int, windows: int) -> Generator[DecodedStep]:
+        return step_by_step(self.feed, ctx, token, len(history), count, stop_ids)
 
 
-def chain_step(session: Session, tokens: list[int], n_past: int,
+def chain_step(ctx: StepContext, tokens: list[int], n_past: int,
                wants_token: bool = True) -> int:
     """One step through the chain: only the first stage is called. Without `wants_token`
     (a prefill chunk before the last) it asks for the cheapest answer."""
-    request = relay_request(session.route, session.key(), tokens, n_past, session.answer,
-                            wants_token)
-    return session.take_output(relayed(session, request), request.positions[-1])
+    request = relay_request(ctx.route, ctx.key, tokens, n_past,
+                            sampled_output(ctx.answer, len(tokens), wants_token))
+    return ctx.token_of(relayed(ctx, request), request.positions[-1])
 
 
-def relayed(session: Session, request: pb.ForwardRequest) -> pb.ForwardResponse:
+def relayed(ctx: StepContext, request: pb.ForwardRequest) -> pb.ForwardResponse:
     """The chain's answer to `request`, sent to the first stage; the boundaries it
     carried between the stages are counted."""
-    route = session.route
-    response = session.answered(session.clients[0].forward(request))
-    session.result.boundary_bytes += route.seam_bytes_per_token * len(request.positions) * (
+    route = ctx.route
+    response = ctx.answered(ctx.clients[0].forward(request))
+    ctx.counts.boundary_bytes += route.seam_bytes_per_token * len(request.positions) * (
         len(route.stages) - 1)
     check_chain(route, response)
     return response

@@ -7,15 +7,12 @@ the stream is the same. A loop with drafts speculates in the first stage
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Generator, Sequence
 
 from meshnet.route.requests import loop_request
+from meshnet.route.step_context import DecodedStep, StepContext
 from meshnet.route.topology.chain import check_chain
-
-if TYPE_CHECKING:
-    from meshnet.route.session import Session
-    from meshnet.route.topology.walk import Walk
+from meshnet.route.topology.walk import Walk
 
 
 class LoopWalk:
@@ -25,39 +22,36 @@ class LoopWalk:
         self.under = under
         self.topology = under.topology
 
-    def feed(self, session: Session, tokens: list[int], n_past: int) -> int:
-        return self.under.feed(session, tokens, n_past)
+    def feed(self, ctx: StepContext, tokens: list[int], n_past: int) -> int:
+        return self.under.feed(ctx, tokens, n_past)
 
-    def verify(self, session: Session, tokens: list[int], discard: bool) -> list[int]:
-        return self.under.verify(session, tokens, discard)
+    def verify(self, ctx: StepContext, tokens: list[int], n_past: int,
+               discard: bool) -> list[int]:
+        return self.under.verify(ctx, tokens, n_past, discard)
 
-    def decode(self, session: Session, token: int, count: int, stop_ids: set[int],
-               pending: list[int], drafts: int) -> Iterator[int]:
+    def decode(self, ctx: StepContext, token: int, history: Sequence[int], count: int,
+               stop_ids: set[int], drafts: int, windows: int) -> Generator[DecodedStep]:
         """The first stage decodes `count` tokens by itself. `drafts`: it speculates,
-        drafting up to that many tokens per step from the history; a step then answers
-        the drafts that held and one more token."""
-        route = session.route
-        request = loop_request(route, session.key(), token, len(session.history), count,
-                               stop_ids, session.answer, drafts, session.history,
-                               session.result.windows)
-        stream = session.clients[0].forward_stream(request)
+        drafting up to that many tokens per step from the history, with up to `windows`
+        verify windows in flight; a step then answers the drafts that held and one more
+        token. Ends after `count` tokens or a stop id."""
+        route = ctx.route
+        request = loop_request(route, ctx.key, token, len(history), count, stop_ids,
+                               ctx.answer, drafts, history, windows)
+        stream = ctx.clients[0].forward_stream(request)
         produced = 0
         try:
             for response in stream:
-                session.answered(response)
+                ctx.answered(response)
                 check_chain(route, response)
                 sampled = ([int(t) for t in response.sampled_tokens]
-                           or [session.take_output(response, response.n_past - 1)])
-                session.remember([pending[0], *sampled[:-1]])  # the fed token, the drafts that held
-                pending[0] = sampled[-1]
-                session.count_drafts(response.drafted_tokens, len(sampled) - 1)
-                session.result.loop_depth = max(session.result.loop_depth, response.loop_depth)
-                session.result.boundary_bytes += route.seam_bytes_per_token * (
+                           or [ctx.token_of(response, response.n_past - 1)])
+                ctx.counts.loop_depth = max(ctx.counts.loop_depth, response.loop_depth)
+                ctx.counts.boundary_bytes += route.seam_bytes_per_token * (
                     len(route.stages) - 1) * (1 + response.drafted_tokens)
-                for token_out in sampled:
-                    produced += 1
-                    yield token_out
-                    if token_out in stop_ids or produced == count:
-                        return
+                yield DecodedStep(sampled, response.drafted_tokens)
+                produced += len(sampled)
+                if produced >= count or stop_ids.intersection(sampled):
+                    return
         finally:
             stream.cancel()
