@@ -44,7 +44,10 @@ relay_link::~relay_link() {
     }
     watchdog_.join();
     lock.lock();
-    changed_.wait(lock, [this] { return live_streams_ == 0; });
+    while (live_streams_ > 0) {
+        changed_.wait(lock, [this] { return live_streams_ == 0 || !finished_.empty(); });
+        reap_finished(lock);
+    }
 }
 
 void relay_link::send(std::vector<pb::ForwardRequest> steps, relay_batch_done done) {
@@ -121,6 +124,27 @@ void relay_link::stream_done() {
     changed_.notify_all();
 }
 
+void relay_link::reader_finished(local_stream * ended) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    finished_.push_back(ended);
+    changed_.notify_all();
+}
+
+void relay_link::reap_finished(std::unique_lock<std::mutex> & lock) {
+    std::vector<local_stream *> ended = std::exchange(finished_, {});
+    if (ended.empty()) {
+        return;
+    }
+    lock.unlock();
+    for (local_stream * done : ended) {
+        done->join_reader();
+        delete done;
+    }
+    lock.lock();
+    live_streams_ -= static_cast<int>(ended.size());
+    changed_.notify_all();
+}
+
 void relay_link::probe_local(std::unique_lock<std::mutex> & lock) {
     const auto now = link_clock::now();
     if (try_local_ && local_port_ == 0 && probe_due_ && now - last_probe_ >= probe_every) {
@@ -151,6 +175,7 @@ void relay_link::watch_streams() {
     std::unique_lock<std::mutex> lock(mutex_);
     while (!stopping_) {
         changed_.wait_for(lock, std::chrono::milliseconds(100));
+        reap_finished(lock);
         if (stopping_) {
             continue;
         }

@@ -50,6 +50,10 @@ private:
     class local_stream;
 
     void stream_done(); // a stream's last callback ran: it is gone
+    // A local stream's reader thread has ended: the watchdog (or, at the end, the
+    // destructor) joins it and deletes the stream.
+    void reader_finished(local_stream * ended);
+    void reap_finished(std::unique_lock<std::mutex> & lock);
     // Asks the next stage (GetInfo) for its local relay port; moves new batches to it
     // once the gRPC stream has none in flight.
     void probe_local(std::unique_lock<std::mutex> & lock);
@@ -66,6 +70,7 @@ private:
     std::mutex              mutex_;
     std::condition_variable changed_;
     stream *                current_      = nullptr; // the stream new batches go to
+    std::vector<local_stream *> finished_;          // readers ended, to join and delete
     int                     live_streams_ = 0;
     uint64_t                next_batch_   = 1;
     int                     local_port_   = 0;    // the next stage's local relay (0: gRPC)

@@ -116,9 +116,8 @@ void relay_link::grpc_stream::writes_done_if_idle() {
     }
 }
 
-relay_link::local_stream::local_stream(relay_link & link, int fd) : stream(link), fd_(fd) {
-    std::thread([this] { read_answers(); }).detach(); // it deletes the stream at its end
-}
+relay_link::local_stream::local_stream(relay_link & link, int fd)
+    : stream(link), fd_(fd), reader_([this] { read_answers(); }) {}
 
 void relay_link::local_stream::release(const grpc::Status & why) {
     {
@@ -156,9 +155,7 @@ void relay_link::local_stream::read_answers() {
     }
     in_flight_.fail_all(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the next stage ended the local relay connection"));
     close(fd_);
-    relay_link & link = link_;
-    delete this;
-    link.stream_done();
+    link_.reader_finished(this); // the link joins this thread, then deletes the stream
 }
 
 } // namespace meshnet

@@ -15,12 +15,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
+#include <thread>
 
 namespace meshnet {
 
 // What both kinds of stream share: the batches in flight, and whether the stream can
-// take more. A stream deletes itself once it is over and released (release(), by
-// whoever detached it from the link).
+// take more. A stream goes once it is over and released (release(), by whoever detached
+// it from the link): a gRPC stream deletes itself in its last callback, the link deletes
+// a local one after joining its reader.
 class relay_link::stream {
 public:
     explicit stream(relay_link & link) : link_(link) {}
@@ -95,13 +97,15 @@ private:
 };
 
 // The stream over a local relay connection: batches are written by the sending thread
-// (the engine thread), answers read by a thread of the stream's own.
+// (the engine thread), answers read by a thread of the stream's own, which the link
+// joins before it deletes the stream (relay_link::reap_finished).
 class relay_link::local_stream final : public relay_link::stream {
 public:
     local_stream(relay_link & link, int fd);
 
     bool local() const override { return true; }
     void release(const grpc::Status & why) override;
+    void join_reader() { reader_.join(); }
 
 protected:
     void write(pb::RelayRequest & request) override;
@@ -112,6 +116,7 @@ private:
     const int                   fd_;
     std::condition_variable_any released_cv_;
     bool                        released_ = false;
+    std::thread                 reader_; // last: it starts once the rest is set up
 };
 
 } // namespace meshnet
