@@ -42,8 +42,7 @@ enum class boundary_schema {
 
 struct engine_params {
     std::string model_path;
-    int32_t     layer_begin  = 0;
-    int32_t     layer_end    = -1;   // -1: up to n_layer
+    layer_range layers{0, layer_range::to_n_layer}; // the owned layers (open end: to n_layer)
     int32_t     n_ctx        = 4096; // per slot
     int32_t     n_slots      = 4;    // concurrent sequences
     int32_t     n_batch      = 512;  // max tokens in one step
@@ -68,8 +67,7 @@ struct drafter_facts {
 struct engine_info {
     std::string     arch;
     int32_t         n_layer      = 0;
-    int32_t         layer_begin  = 0;
-    int32_t         layer_end    = 0;
+    layer_range     layers;              // the layers it owns, [begin, end)
     int32_t         n_embd       = 0;
     int32_t         n_vocab      = 0;
     bool            has_vocab    = false; // can tokenize / detokenize
@@ -86,9 +84,8 @@ struct engine_info {
     size_t          discard_bytes = 0;    // memory the snapshots behind discard_depth cost per slot
     drafter_facts   drafter;              // last stage: the drafter it hosts (kind "" when none)
 
-    layer_range layers() const { return {layer_begin, layer_end}; }
-    bool is_first() const { return layer_begin == 0; }
-    bool is_last()  const { return layer_end == n_layer; }
+    bool is_first() const { return layers.begin == 0; }
+    bool is_last()  const { return layers.end == n_layer; }
 };
 
 // One session's part of a step. The first stage takes `tokens`; later stages take

@@ -258,7 +258,7 @@ step_result llama_engine::check(const step_request & request) const {
                            std::to_string(info_.boundary_row) + " floats, got " + std::to_string(request.boundary.size()));
         }
         if (info_.needs_token_sideband && request.tokens.size() != n_tokens) {
-            return failure(engine_status::invalid_argument, "layers " + layer_range{info_.layer_begin, info_.layer_end}.str() +
+            return failure(engine_status::invalid_argument, "layers " + info_.layers.str() +
                            " route experts by token id: the step needs one token id per position beside the boundary");
         }
         if (!request.tokens.empty() && request.tokens.size() != n_tokens) {
@@ -511,7 +511,7 @@ engine_ptr llama_engine_init(const engine_params & params, std::string & error) 
     if (!gguf_facts_read(params.model_path, facts, error)) {
         return nullptr;
     }
-    const layer_range range = { params.layer_begin, params.layer_end < 0 ? facts.n_layer : params.layer_end };
+    const layer_range range = { params.layers.begin, params.layers.end == layer_range::to_n_layer ? facts.n_layer : params.layers.end };
     const std::string range_problem = layer_range_check(range, facts.n_layer);
     if (!range_problem.empty()) {
         error = range_problem;
@@ -598,8 +598,8 @@ engine_ptr llama_engine_init(const engine_params & params, std::string & error) 
     engine_info info;
     info.arch         = facts.arch;
     info.n_layer      = llama_model_n_layer(model.get());
-    info.layer_begin  = llama_model_layer_begin(model.get());
-    info.layer_end    = llama_model_layer_end(model.get());
+    info.layers.begin = llama_model_layer_begin(model.get());
+    info.layers.end   = llama_model_layer_end(model.get());
     info.n_embd       = llama_model_n_embd(model.get());
     info.n_vocab      = llama_vocab_n_tokens(llama_model_get_vocab(model.get()));
     info.has_vocab    = info.n_vocab > 0;

@@ -10,8 +10,7 @@ fake_engine::fake_engine(int32_t n_layer, int32_t layer_begin, int32_t layer_end
     : slot_n_past_(static_cast<size_t>(n_slots), 0), fail_slot_(static_cast<size_t>(n_slots), false) {
     info_.arch         = "fake";
     info_.n_layer      = n_layer;
-    info_.layer_begin  = layer_begin;
-    info_.layer_end    = layer_end < 0 ? n_layer : layer_end;
+    info_.layers       = {layer_begin, layer_end < 0 ? n_layer : layer_end};
     info_.n_embd       = fake_n_embd;
     info_.n_vocab      = fake_n_vocab;
     info_.has_vocab    = true;
@@ -33,7 +32,7 @@ std::vector<step_result> fake_engine::step(const std::vector<step_request> & req
     std::lock_guard<std::mutex> lock(mutex_);
     batch_sizes_.push_back(requests.size());
     std::vector<step_result> results(requests.size());
-    const int32_t layers = info_.layer_end - info_.layer_begin;
+    const int32_t layers = info_.layers.n_layers();
     for (size_t r = 0; r < requests.size(); ++r) {
         const step_request & request = requests[r];
         step_result & result = results[r];

@@ -61,8 +61,7 @@ int main(int argc, char ** argv) {
 
     meshnet::engine_params engine_params;
     engine_params.model_path   = params.model_path;
-    engine_params.layer_begin  = params.layer_begin;
-    engine_params.layer_end    = params.layer_end;
+    engine_params.layers       = params.layers;
     engine_params.n_ctx        = params.n_ctx;
     engine_params.n_slots      = params.n_slots;
     engine_params.n_batch      = params.n_batch;
@@ -94,7 +93,7 @@ int main(int argc, char ** argv) {
     }
     const meshnet::engine_info & info = engine->info();
     std::fprintf(stderr, "meshnet-shard-worker: layers %d:%d of %d (%s), route %s epoch %llu, incarnation %s\n",
-                 info.layer_begin, info.layer_end, info.n_layer, info.arch.c_str(), params.route_id.c_str(),
+                 info.layers.begin, info.layers.end, info.n_layer, info.arch.c_str(), params.route_id.c_str(),
                  static_cast<unsigned long long>(params.epoch), server.incarnation().c_str());
     std::fprintf(stderr, "meshnet-shard-worker: cpu backend %s\n", meshnet::cpu_backend_describe().c_str());
     if (info.discard_depth > 0) {

@@ -57,8 +57,8 @@ void boundary_to_pb(const engine_info & info, wire_dtype dtype, int64_t n_tokens
 
 void trace_to_pb(const engine_info & info, const std::string & incarnation, int64_t engine_micros,
                  pb::StageTrace & out) {
-    out.mutable_layers()->set_begin(info.layer_begin);
-    out.mutable_layers()->set_end(info.layer_end);
+    out.mutable_layers()->set_begin(info.layers.begin);
+    out.mutable_layers()->set_end(info.layers.end);
     out.set_incarnation(incarnation);
     out.set_engine_micros(engine_micros);
 }

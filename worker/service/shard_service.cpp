@@ -30,8 +30,8 @@ grpc::ServerUnaryReactor * shard_service::GetInfo(grpc::CallbackServerContext * 
     response->set_route_digest(identity.route_digest);
     response->set_architecture(info.arch);
     response->set_n_layer(info.n_layer);
-    response->mutable_layers()->set_begin(info.layer_begin);
-    response->mutable_layers()->set_end(info.layer_end);
+    response->mutable_layers()->set_begin(info.layers.begin);
+    response->mutable_layers()->set_end(info.layers.end);
     response->set_n_embd(info.n_embd);
     response->set_n_vocab(info.n_vocab);
     response->set_has_vocab(info.has_vocab);
@@ -144,7 +144,7 @@ grpc::ServerWriteReactor<pb::RingResponse> * shard_service::Ring(grpc::CallbackS
     std::optional<shard_error> error = core_.check_key(key);
     if (!error && !core_.info().is_last()) {
         error = make_error(error_reason::ring_unavailable,
-            "this stage (layers " + core_.info().layers().str() + " of " + std::to_string(core_.info().n_layer) +
+            "this stage (layers " + core_.info().layers.str() + " of " + std::to_string(core_.info().n_layer) +
             ") is not the route's last stage; subscribe at the last stage");
     }
     if (error) {

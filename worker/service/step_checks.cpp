@@ -17,8 +17,8 @@ namespace {
 
 std::optional<shard_error> check_layers(const pb::ForwardRequest & request, const engine_info & info) {
     if (request.has_expected_range() &&
-        (request.expected_range().begin() != info.layer_begin || request.expected_range().end() != info.layer_end)) {
-        const std::string mine = info.layers().str();
+        (request.expected_range().begin() != info.layers.begin || request.expected_range().end() != info.layers.end)) {
+        const std::string mine = info.layers.str();
         const layer_range expected{request.expected_range().begin(), request.expected_range().end()};
         return make_error(error_reason::range_mismatch,
             "this stage owns layers " + mine + ", the route expects " + expected.str(),
@@ -173,7 +173,7 @@ std::optional<shard_error> check_output(const pb::ForwardRequest & request, cons
     const pb::OutputKind kind = request.output().kind();
     if (kind != pb::OUTPUT_KIND_UNSPECIFIED && kind != pb::OUTPUT_KIND_BOUNDARY) {
         return make_error(error_reason::invalid_output_request,
-            std::string(pb::OutputKind_Name(kind)) + " asked of a non-last stage (layers " + info.layers().str() +
+            std::string(pb::OutputKind_Name(kind)) + " asked of a non-last stage (layers " + info.layers.str() +
             " of " + std::to_string(info.n_layer) + "); it answers only its boundary");
     }
     return std::nullopt;

@@ -77,8 +77,7 @@ static bool set_layers(worker_params & params, const std::string & value) {
     std::string why;
     if (!layer_range_parse(value, range, why, /*open_end=*/true)) return false;
     if (range.end != layer_range::to_n_layer && range.end <= range.begin) return false;
-    params.layer_begin = range.begin;
-    params.layer_end   = range.end;
+    params.layers = range;
     return true;
 }
 

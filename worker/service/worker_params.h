@@ -4,6 +4,7 @@
 #pragma once
 
 #include "boundary_codec.h"
+#include "layer_range.h"
 
 #include <cstdint>
 #include <string>
@@ -17,8 +18,7 @@ constexpr int32_t cpu_exact_batch_rows = 8;
 
 struct worker_params {
     std::string model_path;
-    int32_t     layer_begin     = 0;
-    int32_t     layer_end       = -1;          // -1: to n_layer
+    layer_range layers{0, layer_range::to_n_layer}; // --layers (open end: to n_layer)
     std::string route_id        = "local";
     uint64_t    epoch           = 1;
     std::string manifest_digest;

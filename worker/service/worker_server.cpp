@@ -54,7 +54,7 @@ static int32_t pipeline_depth(const worker_params & params, const engine_info & 
     if (params.pipeline_depth > 0) {
         return params.pipeline_depth;
     }
-    const int32_t owned = std::max<int32_t>(1, info.layer_end - info.layer_begin);
+    const int32_t owned = std::max<int32_t>(1, info.layers.n_layers());
     return std::max<int32_t>(1, (info.n_layer + owned / 2) / owned);
 }
 

@@ -44,8 +44,7 @@ struct stage_params {
 inline meshnet::engine_ptr load(const stage_params & stage, std::string * error_out = nullptr) {
     meshnet::engine_params params;
     params.model_path    = stage.path;
-    params.layer_begin   = stage.begin;
-    params.layer_end     = stage.end;
+    params.layers = {stage.begin, stage.end};
     params.n_ctx         = stage.n_ctx;
     params.n_slots       = stage.n_slots;
     params.n_batch       = stage.n_batch;

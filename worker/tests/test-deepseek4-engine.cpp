@@ -30,8 +30,7 @@ std::string model_path() {
 engine_ptr load(int32_t begin, int32_t end, int32_t n_slots = 1, std::string * error_out = nullptr) {
     engine_params params;
     params.model_path  = model_path();
-    params.layer_begin = begin;
-    params.layer_end   = end;
+    params.layers = {begin, end};
     params.n_ctx       = 512;
     params.n_slots     = n_slots;
     params.n_batch     = 512;

@@ -24,8 +24,7 @@ engine_ptr load(int32_t begin, int32_t end, const std::string & drafter, int32_t
                 int32_t discard_depth = 8) {
     engine_params params;
     params.model_path    = ds4_test::model(variable);
-    params.layer_begin   = begin;
-    params.layer_end     = end;
+    params.layers = {begin, end};
     params.n_ctx         = 256;
     params.n_slots       = 2;
     params.n_batch       = 64;

@@ -36,8 +36,7 @@ std::string model_path() {
 engine_ptr load(int32_t begin, int32_t end, int32_t n_slots = 2, std::string * error_out = nullptr) {
     engine_params params;
     params.model_path  = model_path();
-    params.layer_begin = begin;
-    params.layer_end   = end;
+    params.layers = {begin, end};
     params.n_ctx       = 256;
     params.n_slots     = n_slots;
     params.n_batch     = 64;
@@ -126,8 +125,7 @@ TEST("an architecture whose graph ignores ranges refuses a partial range at load
 
     engine_params params;
     params.model_path  = path;
-    params.layer_begin = 0;
-    params.layer_end   = 1;
+    params.layers = {0, 1};
     std::string error;
     CHECK(!llama_engine_init(params, error));
     CHECK(mentions(error, "architecture 'qwen2' can only run all its layers"));
@@ -145,8 +143,8 @@ TEST("a stage owns only its layers: smaller weights and KV, boundary schema") {
     CHECK(first->info().is_first() && !first->info().is_last());
     CHECK(!mid->info().is_first() && !mid->info().is_last());
     CHECK(!last->info().is_first() && last->info().is_last());
-    CHECK_EQ(mid->info().layer_begin, 10);
-    CHECK_EQ(mid->info().layer_end, 20);
+    CHECK_EQ(mid->info().layers.begin, 10);
+    CHECK_EQ(mid->info().layers.end, 20);
     CHECK_EQ(mid->info().n_layer, 30);
     CHECK_EQ(mid->info().boundary_row, int64_t(576));
     CHECK(mid->info().schema == boundary_schema::dense_residual);

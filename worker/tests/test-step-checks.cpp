@@ -22,8 +22,8 @@ stage_facts stage_of(stage_kind kind) {
     engine_info & info = stage.info;
     info.arch         = "fake";
     info.n_layer      = 4;
-    info.layer_begin  = kind == stage_kind::only || kind == stage_kind::first ? 0 : 2;
-    info.layer_end    = kind == stage_kind::first ? 2 : kind == stage_kind::middle ? 3 : 4;
+    info.layers.begin = kind == stage_kind::only || kind == stage_kind::first ? 0 : 2;
+    info.layers.end   = kind == stage_kind::first ? 2 : kind == stage_kind::middle ? 3 : 4;
     info.n_embd       = n_embd;
     info.n_vocab      = 32;
     info.boundary_row = n_embd;

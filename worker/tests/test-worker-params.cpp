@@ -51,7 +51,7 @@ TEST("every flag with a default parses that default, both as --name value and --
 
 // Every field, so that a listed default that is not the struct's shows as a difference.
 static auto fields(const worker_params & p) {
-    return std::tie(p.model_path, p.layer_begin, p.layer_end, p.route_id, p.epoch, p.manifest_digest,
+    return std::tie(p.model_path, p.layers.begin, p.layers.end, p.route_id, p.epoch, p.manifest_digest,
                     p.recipe_digest, p.route_digest, p.listen, p.metrics_listen, p.n_slots, p.n_ctx, p.n_batch,
                     p.n_threads, p.n_gpu_layers, p.discard_depth, p.drafter, p.drafter_k, p.drafter_model,
                     p.boundary_dtype, p.max_message_bytes, p.max_inflight_bytes, p.evict_idle_ms,
@@ -89,7 +89,7 @@ TEST("flags keep their values and bounds") {
                              "--local-relay", "off", "--boundary-dtype", "bf16", "--drafter", "mtp",
                              "--drafter-k", "7", "--max-message-bytes", "1024"});
     CHECK(ok.ok && ok.action == worker_action::run);
-    CHECK(ok.params.model_path == "m.gguf" && ok.params.layer_begin == 3 && ok.params.layer_end == 7);
+    CHECK(ok.params.model_path == "m.gguf" && ok.params.layers.begin == 3 && ok.params.layers.end == 7);
     CHECK(ok.params.epoch == 9 && ok.params.n_slots == 2 && ok.params.n_ctx == 64);
     CHECK(ok.params.max_loop_drafts == 0 && ok.params.max_loop_windows == 8 && ok.params.exit_with_parent == 2);
     CHECK(!ok.params.local_relay && ok.params.boundary_dtype == wire_dtype::bf16 && ok.params.drafter == "mtp");

@@ -217,7 +217,7 @@ bool pipeline_step(std::vector<engine_ptr> & stages, const std::vector<int32_t> 
         std::vector<step_result> results = stages[s]->step({request});
         step_result & result = results.at(0);
         if (result.status != engine_status::ok) {
-            error = "stage " + info.layers().str() +
+            error = "stage " + info.layers.str() +
                     " failed at position " + std::to_string(pos0) + ": " + engine_status_name(result.status) +
                     (result.message.empty() ? "" : " (" + result.message + ")");
             return false;
@@ -231,7 +231,7 @@ bool pipeline_step(std::vector<engine_ptr> & stages, const std::vector<int32_t> 
             value += perturb;
         }
         if (!wire_round_trip(request.boundary, dtype, error)) {
-            error = "the boundary after layer " + std::to_string(info.layer_end) + " cannot cross as " +
+            error = "the boundary after layer " + std::to_string(info.layers.end) + " cannot cross as " +
                     wire_dtype_name(dtype) + ": " + error;
             return false;
         }
@@ -268,8 +268,7 @@ bool run_pipeline(std::vector<engine_ptr> & stages, const std::vector<int32_t> &
 engine_params stage_params(const options & opt, const layer_range & range, int32_t n_ctx) {
     engine_params params;
     params.model_path  = opt.model;
-    params.layer_begin = range.begin;
-    params.layer_end   = range.end;
+    params.layers = range;
     params.n_ctx       = n_ctx;
     params.n_slots     = 1;
     params.n_batch     = std::max<int32_t>(opt.n_prompt, 32);
@@ -290,7 +289,7 @@ std::string seam_json(const engine_info & from, const engine_info & to, wire_dty
         : "[" + std::to_string(from.boundary_row) + "]";
     const size_t bytes = static_cast<size_t>(from.boundary_row) * wire_dtype_size(dtype) +
                          (to.needs_token_sideband ? sizeof(int32_t) : 0);
-    return "{\"after_layer\": " + std::to_string(from.layer_end) +
+    return "{\"after_layer\": " + std::to_string(from.layers.end) +
            ", \"schema\": " + json_str(schema_name(from.schema)) + ", \"row_shape\": " + shape +
            ", \"dtype\": " + json_str(wire_dtype_name(dtype)) +
            ", \"token_sideband\": " + (to.needs_token_sideband ? "true" : "false") +
@@ -298,7 +297,7 @@ std::string seam_json(const engine_info & from, const engine_info & to, wire_dty
 }
 
 std::string stage_json(const engine_info & info) {
-    return "{\"begin\": " + std::to_string(info.layer_begin) + ", \"end\": " + std::to_string(info.layer_end) +
+    return "{\"begin\": " + std::to_string(info.layers.begin) + ", \"end\": " + std::to_string(info.layers.end) +
            ", \"weight_bytes\": " + std::to_string(info.weight_bytes) +
            ", \"kv_bytes\": " + std::to_string(info.kv_bytes) + "}";
 }
