@@ -2,6 +2,7 @@
 // and the first stage's decode loop (plain or speculative) that it runs by itself.
 #include "forward_stream.h"
 #include "loop_pipeline.h"
+#include "proto_convert.h"
 #include "write_queue.h"
 
 #include <algorithm>
@@ -193,53 +194,45 @@ private:
     // windows must reach the scheduler in the order the pipeline made them).
     void submit(std::unique_lock<std::recursive_mutex> & lock, pb::ForwardRequest request,
                 std::shared_ptr<decode_loop> loop) {
-        step_job job;
-        auto plan = std::make_shared<output_plan>();
-        if (auto error = core_.prepare(request, job, *plan, /*streaming =*/ true)) {
-            fail(lock, error_status(*error));
-            return;
-        }
-        ++in_flight_;
-        keys_.insert(job.key);
-        const auto arrived = std::chrono::steady_clock::now();
-        auto step = std::make_shared<step_state>();
-        step->seq    = next_seq_++;
-        step->key    = job.key;
-        step->window = request.window();
-        step->ring   = loop && plan->relay && plan->relay_request.ring();
-        step->loop   = std::move(loop);
-        if (step->loop) {
-            step->loop->steps[step->window] = step;
-            step->depth = static_cast<uint32_t>(step->loop->pipeline.in_flight());
-        } else {
-            step->emit = true;
-        }
-        if (step->ring) {
-            ++ring_waiting_;
-            core_.ring().expect(step->key, step->window, [this, step](window_tokens tokens) {
-                std::unique_lock<std::recursive_mutex> inner(mutex_);
-                --ring_waiting_;
-                if (heard(inner, *step, std::move(tokens))) {
-                    core_.metrics().count_request("Ring", "OK");
-                }
-                maybe_finish(inner);
-            });
-        }
-        job.cancelled = [this] { return cancelled_.load(); };
-        job.done = [this, arrived, step, plan](step_outcome & outcome) {
-            if (!outcome.ok) {
-                std::unique_lock<std::recursive_mutex> inner(mutex_);
-                settle(*step);
-                fail(inner, error_status(outcome.error));
-                return;
-            }
-            auto response = std::make_shared<pb::ForwardStreamResponse>();
-            core_.complete(*plan, outcome, *response->mutable_forward(),
-                [this, arrived, response, step](const grpc::Status & status) {
-                    on_step_answered(status, arrived, *response, step);
-                });
+        auto step     = std::make_shared<step_state>();
+        auto response = std::make_shared<pb::ForwardStreamResponse>();
+        step_call call;
+        call.streaming = true;
+        call.cancelled = [this] { return cancelled_.load(); };
+        call.response  = response->mutable_forward();
+        call.then      = [this, response, step](const grpc::Status & status) {
+            on_step_answered(status, *response, step);
         };
-        core_.steps().submit(std::move(job));
+        // Set up before the step is queued: its tokens may come over the ring first.
+        const auto before_queue = [&](bool rides_ring) {
+            ++in_flight_;
+            step->seq    = next_seq_++;
+            step->key    = key_of(request.key());
+            step->window = request.window();
+            step->ring   = loop && rides_ring;
+            step->loop   = loop;
+            keys_.insert(step->key);
+            if (step->loop) {
+                step->loop->steps[step->window] = step;
+                step->depth = static_cast<uint32_t>(step->loop->pipeline.in_flight());
+            } else {
+                step->emit = true;
+            }
+            if (step->ring) {
+                ++ring_waiting_;
+                core_.ring().expect(step->key, step->window, [this, step](window_tokens tokens) {
+                    std::unique_lock<std::recursive_mutex> inner(mutex_);
+                    --ring_waiting_;
+                    if (heard(inner, *step, std::move(tokens))) {
+                        core_.metrics().count_request("Ring", "OK");
+                    }
+                    maybe_finish(inner);
+                });
+            }
+        };
+        if (auto error = core_.submit(request, std::move(call), before_queue)) {
+            fail(lock, error_status(*error));
+        }
     }
 
     // A step's answer (or failure) is in: it no longer waits for the ring's token (the
@@ -284,15 +277,14 @@ private:
         }
     }
 
-    void on_step_answered(const grpc::Status & status, std::chrono::steady_clock::time_point arrived,
-                          pb::ForwardStreamResponse & response, const std::shared_ptr<step_state> & step) {
+    void on_step_answered(const grpc::Status & status, pb::ForwardStreamResponse & response,
+                          const std::shared_ptr<step_state> & step) {
         std::unique_lock<std::recursive_mutex> lock(mutex_);
         settle(*step);
         if (!status.ok()) {
             fail(lock, status);
             return;
         }
-        core_.record_served(*response.mutable_forward(), arrived);
         core_.metrics().count_request("ForwardStream", "OK");
         if (step->loop) {
             response.mutable_forward()->set_loop_depth(step->depth);

@@ -2,10 +2,9 @@
 // batches finish).
 #include "relay_batches.h"
 
-#include <chrono>
 #include <memory>
 #include <mutex>
-#include <set>
+#include <vector>
 
 namespace meshnet {
 
@@ -31,39 +30,18 @@ void relay_batches::take(const pb::RelayRequest & request) {
         batch->response.add_results(); // every slot exists before any step can answer
     }
     batch->remaining = n_steps;
-    std::vector<step_job> jobs;
-    std::set<session_key> sessions; // of the steps queued so far
+    std::vector<step_call> calls(static_cast<size_t>(n_steps));
     for (int i = 0; i < n_steps; ++i) {
-        step_job    job;
-        output_plan plan;
-        if (auto error = core_.prepare(request.steps(i), job, plan)) {
-            answered(*batch, i, error_status(*error));
-            continue;
-        }
-        if (!sessions.insert(job.key).second) { // run, it would fail and clear the session
-            answered(*batch, i, error_status(make_error(error_reason::duplicate_session,
-                "the batch carries session " + job.key.session_id + " twice; one step per session")));
-            continue;
-        }
-        const auto arrived = std::chrono::steady_clock::now();
-        job.cancelled = [this] { return cancelled_.load(); };
-        job.done = [this, batch, i, plan = std::move(plan), arrived](step_outcome & outcome) mutable {
-            if (!outcome.ok) {
-                answered(*batch, i, error_status(outcome.error));
-                return;
-            }
-            pb::ForwardResponse * response = batch->response.mutable_results(i)->mutable_forward();
-            core_.complete(plan, outcome, *response, [this, batch, i, arrived, response](const grpc::Status & status) {
-                if (status.ok()) {
-                    core_.record_served(*response, arrived);
-                }
-                answered(*batch, i, status);
-            });
-        };
-        jobs.push_back(std::move(job));
+        step_call & call = calls[static_cast<size_t>(i)];
+        call.cancelled = [this] { return cancelled_.load(); };
+        call.response  = batch->response.mutable_results(i)->mutable_forward();
+        call.then      = [this, batch, i](const grpc::Status & status) { answered(*batch, i, status); };
     }
-    if (!jobs.empty()) {
-        core_.steps().submit_all(std::move(jobs));
+    const auto refused = core_.submit_batch(request.steps(), std::move(calls));
+    for (int i = 0; i < n_steps; ++i) {
+        if (const auto & error = refused[static_cast<size_t>(i)]) {
+            answered(*batch, i, error_status(*error));
+        }
     }
 }
 

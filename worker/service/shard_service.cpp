@@ -80,7 +80,7 @@ grpc::ServerUnaryReactor * shard_service::GetCapacity(grpc::CallbackServerContex
     response->set_kv_tokens_total(now.kv_tokens_total);
     response->set_kv_tokens_free(now.kv_tokens_total - now.kv_tokens_used);
     response->set_queue_depth(static_cast<int32_t>(now.queue_depth));
-    response->set_recent_tokens_per_second(core_.steps().recent_tokens_per_second());
+    response->set_recent_tokens_per_second(core_.recent_tokens_per_second());
     response->set_active_sessions(static_cast<int32_t>(now.active_sessions));
     response->set_draft_tokens_verified(core_.metrics().drafts_verified());
     response->set_draft_tokens_accepted(core_.metrics().drafts_accepted());
@@ -92,27 +92,13 @@ grpc::ServerUnaryReactor * shard_service::GetCapacity(grpc::CallbackServerContex
 grpc::ServerUnaryReactor * shard_service::Forward(grpc::CallbackServerContext * ctx, const pb::ForwardRequest * request,
                                                   pb::ForwardResponse * response) {
     auto * reactor = ctx->DefaultReactor();
-    const auto arrived = std::chrono::steady_clock::now();
-    step_job    job;
-    output_plan plan;
-    if (auto error = core_.prepare(*request, job, plan)) {
+    step_call call;
+    call.cancelled = [ctx] { return ctx->IsCancelled(); };
+    call.response  = response;
+    call.then      = [this, reactor](const grpc::Status & status) { finish(reactor, "Forward", status); };
+    if (auto error = core_.submit(*request, std::move(call))) {
         finish(reactor, "Forward", error_status(*error));
-        return reactor;
     }
-    job.cancelled = [ctx] { return ctx->IsCancelled(); };
-    job.done = [this, reactor, response, plan, arrived](step_outcome & outcome) mutable {
-        if (!outcome.ok) {
-            finish(reactor, "Forward", error_status(outcome.error));
-            return;
-        }
-        core_.complete(plan, outcome, *response, [this, reactor, response, arrived](const grpc::Status & status) {
-            if (status.ok()) {
-                core_.record_served(*response, arrived);
-            }
-            finish(reactor, "Forward", status);
-        });
-    };
-    core_.steps().submit(std::move(job));
     return reactor;
 }
 

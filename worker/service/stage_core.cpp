@@ -7,6 +7,7 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <set>
 
 namespace meshnet {
 
@@ -188,6 +189,70 @@ std::optional<shard_error> stage_core::prepare(const pb::ForwardRequest & reques
     job          = job_of(request, plan, stage_.info);
     job.boundary = std::move(boundary);
     return std::nullopt;
+}
+
+std::optional<shard_error> stage_core::accept(const pb::ForwardRequest & request, step_call call, step_job & job,
+                                              bool & rides_ring) {
+    auto plan = std::make_shared<output_plan>();
+    if (auto error = prepare(request, job, *plan, call.streaming)) {
+        return error;
+    }
+    rides_ring    = plan->relay && plan->relay_request.ring();
+    job.cancelled = std::move(call.cancelled);
+    job.done = [this, plan, arrived = std::chrono::steady_clock::now(), response = call.response,
+                then = std::move(call.then)](step_outcome & outcome) {
+        if (!outcome.ok) {
+            then(error_status(outcome.error));
+            return;
+        }
+        complete(*plan, outcome, *response, [this, response, arrived, then](const grpc::Status & status) {
+            if (status.ok()) {
+                record_served(*response, arrived);
+            }
+            then(status);
+        });
+    };
+    return std::nullopt;
+}
+
+std::optional<shard_error> stage_core::submit(const pb::ForwardRequest & request, step_call call,
+                                              const std::function<void(bool rides_ring)> & before_queue) {
+    step_job job;
+    bool     rides_ring = false;
+    if (auto error = accept(request, std::move(call), job, rides_ring)) {
+        return error;
+    }
+    if (before_queue) {
+        before_queue(rides_ring);
+    }
+    steps_.submit(std::move(job));
+    return std::nullopt;
+}
+
+std::vector<std::optional<shard_error>> stage_core::submit_batch(
+    const google::protobuf::RepeatedPtrField<pb::ForwardRequest> & requests, std::vector<step_call> calls) {
+    std::vector<std::optional<shard_error>> errors(static_cast<size_t>(requests.size()));
+    std::vector<step_job> jobs;
+    std::set<session_key> sessions; // of the steps queued so far
+    for (int i = 0; i < requests.size(); ++i) {
+        std::optional<shard_error> & error = errors[static_cast<size_t>(i)];
+        step_job job;
+        bool     rides_ring = false;
+        error = accept(requests.Get(i), std::move(calls[static_cast<size_t>(i)]), job, rides_ring);
+        if (error) {
+            continue;
+        }
+        if (!sessions.insert(job.key).second) { // run, it would fail and clear the session
+            error = make_error(error_reason::duplicate_session,
+                "the batch carries session " + job.key.session_id + " twice; one step per session");
+            continue;
+        }
+        jobs.push_back(std::move(job));
+    }
+    if (!jobs.empty()) {
+        steps_.submit_all(std::move(jobs));
+    }
+    return errors;
 }
 
 void stage_core::complete(output_plan & plan, step_outcome & outcome, pb::ForwardResponse & response,

@@ -78,6 +78,15 @@ struct output_plan {
     std::vector<int32_t> step_tokens;   // VERIFIED: the step's tokens (the drafts after the first)
 };
 
+// One step a transport hands to the core, and how it hears back.
+struct step_call {
+    bool                                      streaming = false; // it came on a ForwardStream
+    std::function<bool()>                     cancelled;         // polled before and after it runs
+    pb::ForwardResponse *                     response = nullptr; // filled before `then` gets OK;
+                                                                  // it must outlive `then`
+    std::function<void(const grpc::Status &)> then;              // once, on any thread
+};
+
 class stage_core {
 public:
     stage_core(service_identity identity, engine_i & engine, session_store & sessions, scheduler & steps,
@@ -87,23 +96,19 @@ public:
     stage_core(const stage_core &) = delete;
     stage_core & operator=(const stage_core &) = delete;
 
-    // Checks a step and turns it into a job; the error answers the request otherwise.
-    std::optional<shard_error> prepare(const pb::ForwardRequest & request, step_job & job, output_plan & plan,
-                                       bool streaming = false);
-    // Fills the response of a step the engine ran.
-    void answer(const output_plan & plan, step_outcome & outcome, pb::ForwardResponse & response);
-    // Answers a step the engine ran: fills `response` (relaying it down the chain first
-    // when the plan says so), then calls `then` with the status, on any thread. Called
-    // from `done` on the engine thread: a relayed step waits in the outbox until the
-    // engine step's last `done`, and goes with the others as one batch.
-    void complete(output_plan & plan, step_outcome & outcome, pb::ForwardResponse & response,
-                  std::function<void(const grpc::Status &)> then);
-    // This stage's output boundary (n_tokens rows), encoded in its wire dtype.
-    void write_boundary(int64_t n_tokens, const std::vector<float> & rows, pb::Boundary & out);
-    // This stage's entry in a step's chain trace.
-    void write_trace(int64_t engine_micros, pb::StageTrace & out) const;
-    // A step answered: its time from `arrived` goes in `response` and the latency histogram.
-    void record_served(pb::ForwardResponse & response, std::chrono::steady_clock::time_point arrived);
+    // The one way a step reaches the engine, whatever carried it: checked, then queued;
+    // once run it is answered (relayed down the chain first when it asks), its latency
+    // recorded, and `call.then` gets the status. A refused step returns its error and
+    // nothing is queued (`then` is not called). `before_queue`, when given, runs once the
+    // checks passed and before the step is queued, told whether its tokens will also
+    // come back over the ring (a decode loop's step while the ring is up).
+    std::optional<shard_error> submit(const pb::ForwardRequest & request, step_call call,
+                                      const std::function<void(bool rides_ring)> & before_queue = nullptr);
+    // The steps of one relayed batch, one call each: none starts before all are queued, so
+    // they share an engine step; a session's second step in the batch is refused (run, it
+    // would fail and clear the session). Each step's error, or nullopt where it was queued.
+    std::vector<std::optional<shard_error>> submit_batch(
+        const google::protobuf::RepeatedPtrField<pb::ForwardRequest> & requests, std::vector<step_call> calls);
     std::optional<shard_error> check_key(const pb::RouteKey & key) const;
     // The checks of prepare that need neither session nor engine (step_checks).
     std::optional<shard_error> check(const pb::ForwardRequest & request, bool streaming) const {
@@ -131,11 +136,33 @@ public:
     std::chrono::milliseconds stream_flush() const { return identity_.stream_flush; }
     engine_i &                engine() { return engine_; }
     session_store &           sessions() { return sessions_; }
-    scheduler &               steps() { return steps_; }
+    double                    recent_tokens_per_second() const { return steps_.recent_tokens_per_second(); }
     metrics_registry &        metrics() { return metrics_; }
     metrics_registry::gauges  gauges() const;
 
 private:
+    // Checks a step and turns it into a job answering `call` (submit); `rides_ring` says
+    // whether its tokens also come over the ring.
+    std::optional<shard_error> accept(const pb::ForwardRequest & request, step_call call, step_job & job,
+                                      bool & rides_ring);
+    // Checks a step and turns it into a job; the error answers the request otherwise.
+    std::optional<shard_error> prepare(const pb::ForwardRequest & request, step_job & job, output_plan & plan,
+                                       bool streaming);
+    // Fills the response of a step the engine ran.
+    void answer(const output_plan & plan, step_outcome & outcome, pb::ForwardResponse & response);
+    // Answers a step the engine ran: fills `response` (relaying it down the chain first
+    // when the plan says so), then calls `then` with the status, on any thread. Called
+    // from `done` on the engine thread: a relayed step waits in the outbox until the
+    // engine step's last `done`, and goes with the others as one batch.
+    void complete(output_plan & plan, step_outcome & outcome, pb::ForwardResponse & response,
+                  std::function<void(const grpc::Status &)> then);
+    // This stage's output boundary (n_tokens rows), encoded in its wire dtype.
+    void write_boundary(int64_t n_tokens, const std::vector<float> & rows, pb::Boundary & out);
+    // This stage's entry in a step's chain trace.
+    void write_trace(int64_t engine_micros, pb::StageTrace & out) const;
+    // A step answered: its time from `arrived` goes in `response` and the latency histogram.
+    void record_served(pb::ForwardResponse & response, std::chrono::steady_clock::time_point arrived);
+
     // A step waiting to be relayed with the others of its engine step.
     struct relay_entry {
         pb::ForwardRequest                        request;
