@@ -1,5 +1,6 @@
 """A DSpark drafter GGUF on the last stage of a deepseek4 route (the tiny 8-layer model and its
-tiny random-weight drafter reading layers 5-7, real workers on loopback): only the last
+tiny random-weight drafter reading layers 5-7, and the 43-layer one with a drafter reading
+layers 40-42 as V4-Flash's does; real workers on loopback): only the last
 stage loads it and the token embeddings it borrows, it drafts each next verify window from
 the hidden states of the layers it taps, and the tokens stay those of plain decoding,
 greedy and sampled; a stage that cannot host it refuses to start, saying why."""
@@ -26,7 +27,9 @@ from meshnet.unsplit import unsplit_tokens
 pytestmark = pytest.mark.slow
 
 ROUTE_ID = "test/deepseek4-tail-dspark"
-SPLIT = [(0, 2), (2, 3), (3, 8)]  # the drafter reads layers 5-7: all on the last stage
+# the drafters read layers 5-7 and 40-42: all on the last stage
+SPLITS = {"small": [(0, 2), (2, 3), (3, 8)], "v4": [(0, 2), (2, 22), (22, 43)]}
+TAPPED = {"small": [5, 6, 7], "v4": [40, 41, 42]}
 DRAFTS, WINDOWS = 4, 3  # 4 of the drafter's block of 5
 DISCARD_DEPTH = WINDOWS * (DRAFTS + 1) - 1
 TOKENS = 32
@@ -44,30 +47,30 @@ def drafting_passes(worker: WorkerProcess) -> int:
 
 
 class Routes:
-    """Routes of the small model, started on first use and stopped with the module:
-    "on" (the DSpark drafter on the last stage), "off", "restart" (on, answers unbatched)."""
+    """Routes of a model and its drafter, started on first use and stopped with the module:
+    (model, "on" | "off" | "restart"); "restart" is "on" with answers unbatched."""
 
-    def __init__(self, binary: Path, model: Path, drafter: Path,
+    def __init__(self, binary: Path, models: dict[str, tuple[Path, Path]],
                  logs: pytest.TempPathFactory):
-        self.binary, self.model, self.drafter, self.logs = binary, model, drafter, logs
-        self.started: dict[str, list[WorkerProcess]] = {}
+        self.binary, self.models, self.logs = binary, models, logs
+        self.started: dict[tuple[str, str], list[WorkerProcess]] = {}
 
-    def __call__(self, kind: str) -> list[WorkerProcess]:
-        if kind not in self.started:
+    def __call__(self, model: str, kind: str) -> list[WorkerProcess]:
+        if (model, kind) not in self.started:
+            split, (path, drafter) = SPLITS[model], self.models[model]
             drafting = kind != "off"
             flush = ("--stream-flush-ms", "0") if kind == "restart" else ()
-            specs = [LaunchSpec(model=self.model, layers=LayerRange(*span), route_id=ROUTE_ID,
+            specs = [LaunchSpec(model=path, layers=LayerRange(*span), route_id=ROUTE_ID,
                                 threads=1, ctx=512, discard_depth=DISCARD_DEPTH,
-                                drafter="dspark" if drafting and span == SPLIT[-1] else None,
-                                drafter_k=DRAFTS if drafting and span == SPLIT[-1] else None,
-                                drafter_model=self.drafter
-                                if drafting and span == SPLIT[-1] else None,
-                                extra=flush if span == SPLIT[0] else ())
-                     for span in SPLIT]
-            self.started[kind] = start_route(self.binary, specs,
-                                             self.logs.mktemp(f"ds4-dspark-{kind}"),
-                                             chain=True, ring=True)
-        return self.started[kind]
+                                drafter="dspark" if drafting and span == split[-1] else None,
+                                drafter_k=DRAFTS if drafting and span == split[-1] else None,
+                                drafter_model=drafter if drafting and span == split[-1] else None,
+                                extra=flush if span == split[0] else ())
+                     for span in split]
+            self.started[model, kind] = start_route(
+                self.binary, specs, self.logs.mktemp(f"ds4-dspark-{model}-{kind}"), chain=True,
+                ring=True)
+        return self.started[model, kind]
 
     def stop(self) -> None:
         for workers in self.started.values():
@@ -76,37 +79,40 @@ class Routes:
 
 
 @pytest.fixture(scope="module")
-def routes(shard_worker: Path, ds4_small: Path, ds4_dspark: Path,
-           tmp_path_factory: pytest.TempPathFactory) -> Iterator[Routes]:
-    started = Routes(shard_worker, ds4_small, ds4_dspark, tmp_path_factory)
+def routes(shard_worker: Path, ds4_small: Path, ds4_dspark: Path, ds4_v4: Path,
+           ds4_v4_dspark: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Routes]:
+    started = Routes(shard_worker, {"small": (ds4_small, ds4_dspark),
+                                    "v4": (ds4_v4, ds4_v4_dspark)}, tmp_path_factory)
     yield started
     started.stop()
 
 
-def test_only_the_last_stage_hosts_the_drafter(routes: Routes, ds4_dspark: Path) -> None:
+@pytest.mark.parametrize("model", ["small", "v4"])
+def test_only_the_last_stage_hosts_the_drafter(routes: Routes, model: str) -> None:
     """(That the other stages hold exactly what they hold without it, and the last grew by
     drafter.weight_bytes, test-deepseek4-dspark checks on the engines' footprints.)"""
-    infos = [StageClient(w.endpoint).info() for w in routes("on")]
+    infos = [StageClient(w.endpoint).info() for w in routes(model, "on")]
     assert [i.HasField("drafter") for i in infos] == [False, False, True]
     drafter = infos[-1].drafter
     assert (drafter.kind, drafter.max_drafts, list(drafter.target_layers)) == (
-        "dspark", DRAFTS, [5, 6, 7])
+        "dspark", DRAFTS, TAPPED[model])
     assert drafter.n_vocab == infos[-1].n_vocab
     # its own file's tensors and the token embeddings it borrows
-    assert drafter.weight_bytes > ds4_dspark.stat().st_size // 2
+    assert drafter.weight_bytes > routes.models[model][1].stat().st_size // 2
     assert drafter.state_bytes > 0
     # it drafts from the sampled token and the tapped rows: no token ids beside the boundary
     assert not infos[-1].boundary.needs_token_sideband
 
 
+@pytest.mark.parametrize("model", ["small", "v4"])
 @pytest.mark.parametrize("sampling", [Sampling(), Sampling(temperature=0.8, top_k=20, seed=7)],
                          ids=["greedy", "sampled"])
 def test_the_dspark_drafter_on_and_off_gives_the_plain_tokens(
-    routes: Routes, ds4_small: Path, sampling: Sampling,
+    routes: Routes, model: str, sampling: Sampling,
 ) -> None:
     runs = {}
     for kind in ("on", "off"):
-        workers = routes(kind)
+        workers = routes(model, kind)
         with RouteDriver([w.endpoint for w in workers], topology="ring") as driver:
             driver.connect(wait=30)
             runs[kind, "plain"] = driver.generate(PROMPT_TOKENS, max_tokens=TOKENS,
@@ -121,13 +127,13 @@ def test_the_dspark_drafter_on_and_off_gives_the_plain_tokens(
     assert all(run.tokens == plain for run in runs.values())
     assert all(run.recoveries == 0 for run in runs.values())
     if sampling.temperature == 0:
-        assert plain == unsplit_tokens(ds4_small, PROMPT_TOKENS, TOKENS, threads=1)
+        assert plain == unsplit_tokens(routes.models[model][0], PROMPT_TOKENS, TOKENS, threads=1)
     # every window after the first carries the drafter's drafts (lookup has few to offer)
     serial = runs["on", "serial"]
     assert serial.draft_tokens >= DRAFTS * (TOKENS // (DRAFTS + 1)), serial.to_json()
     assert serial.draft_tokens > runs["off", "serial"].draft_tokens
     for key, run in runs.items():
-        print(f"dspark {sampling} {key}: drafts {run.draft_tokens}, accepted "
+        print(f"dspark {model} {sampling} {key}: drafts {run.draft_tokens}, accepted "
               f"{run.accepted_draft_tokens} ({run.acceptance_rate:.3f}), depth {run.loop_depth}")
 
 
@@ -136,7 +142,7 @@ def test_killing_and_restarting_the_last_stage_costs_one_recovery_and_no_text(
 ) -> None:
     """The restarted last stage refills the drafter's KV as the driver re-prefills (the
     tapped rows of the prompt come again) and drafts the windows after it."""
-    workers = routes("restart")
+    workers = routes("small", "restart")
     last = workers[-1]
     tokens, seen = 120, [0]
 
