@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -117,16 +118,21 @@ TEST("only the last stage holds the drafter's weights, and GetInfo's facts say w
     CHECK(load(6, 8, true));
 }
 
-TEST("the logits are the same bits with the drafter on and off, through verify windows and discards") {
+TEST("the logits are the same bits with the drafter on and off, and the split drafts what the unsplit model drafts") {
     route on  = split(true);
     route off = split(false);
+    engine_ptr whole = load(0, -1, true);
+    CHECK(whole && whole->info().drafter.kind == "dspark");
+    if (!whole) return;
     const int32_t n_vocab = on.last().info().n_vocab;
     const std::vector<int32_t> prompt = ds4_test::tokens(N_PROMPT, 5);
     std::vector<float> logits = on.step(1, prompt, 0);
     CHECK(!logits.empty() && off.step(1, prompt, 0) == logits);
+    CHECK(ds4_test::run(*whole, ds4_test::token_step(1, prompt, 0)).logits == logits);
     int32_t pos = N_PROMPT;
     int32_t token = greedy(logits, N_PROMPT - 1, n_vocab);
     int32_t drafted = 0, accepted = 0, windows = 0;
+    std::set<int32_t> distinct; // what it proposed: tokens of the vocabulary, not one noise id
     double draft_ms = 0;
     on.last_ms  = 0;
     off.last_ms = 0;
@@ -135,12 +141,15 @@ TEST("the logits are the same bits with the drafter on and off, through verify w
         const std::vector<int32_t> drafts = on.last().draft(1, pos, token, K);
         draft_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         CHECK(drafts.size() == static_cast<size_t>(K));
-        // a repeated pass over the same history drafts the same
+        // a repeated pass over the same history drafts the same, and so does the unsplit model
         CHECK(on.last().draft(1, pos, token, K) == drafts);
+        CHECK(whole->draft(1, pos, token, K) == drafts);
+        distinct.insert(drafts.begin(), drafts.end());
         std::vector<int32_t> window = {token};
         window.insert(window.end(), drafts.begin(), drafts.end());
         logits = on.step(1, window, pos);
         CHECK(!logits.empty() && off.step(1, window, pos) == logits);
+        CHECK(ds4_test::run(*whole, ds4_test::token_step(1, window, pos)).logits == logits);
         ++windows;
         size_t kept = 0;
         int32_t next = greedy(logits, 0, n_vocab);
@@ -157,10 +166,13 @@ TEST("the logits are the same bits with the drafter on and off, through verify w
                     CHECK(stage->slot_discard(1, keep_to).status == discard_status::done);
                 }
             }
+            CHECK(whole->slot_discard(1, keep_to).status == discard_status::done);
         }
         pos = keep_to;
         token = next;
     }
+    CHECK(distinct.size() > 10);
+    std::printf("  %zu distinct tokens drafted\n", distinct.size());
     const double step_ms = off.last_ms / windows, catch_up_ms = (on.last_ms - off.last_ms) / windows;
     std::printf("  %d windows: %d of %d drafts accepted (%.2f); the last stage per window of %d rows: its verify "
                 "step %.2f ms without the drafter, the drafter's intake of the tapped rows %.2f ms, drafting "
