@@ -83,6 +83,7 @@ DS4_SELECTING_MODEL := .work/test-models/tiny-deepseek4-8L-topk4-q8.gguf
 DS4_TOPK512_MODEL := .work/test-models/tiny-deepseek4-8L-topk512.gguf
 # the 8-layer model's main weights (same seed) with one MTP block after them (patch 0016)
 DS4_MTP_MODEL := .work/test-models/tiny-deepseek4-8L-mtp.gguf
+DS4_DSPARK_MODEL := .work/test-models/tiny-dspark-for-8L.gguf
 DS4_GENERATOR := operator/src/meshnet/devtools/tiny_deepseek4.py operator/src/meshnet/devtools/__main__.py
 
 $(DS4_TEST_MODEL): $(DS4_GENERATOR) | venv
@@ -101,10 +102,17 @@ $(DS4_MTP_MODEL): $(DS4_GENERATOR) | venv
 	mkdir -p $(dir $@)
 	$(BIN)/python -m meshnet.devtools tiny-deepseek4 $@ --layers 8 --mtp-layers 1 --seed 1
 
+# A DSpark drafter for the 8-layer model (3 stages reading layers 5-7, block 5).
+$(DS4_DSPARK_MODEL): $(DS4_GENERATOR) operator/src/meshnet/devtools/tiny_dspark.py | venv
+	mkdir -p $(dir $@)
+	$(BIN)/python -m meshnet.devtools tiny-dspark $@ --seed 4
+
 # The engine tests' model from this checkout's .venv (the build may be a cached one).
-test-cpp: worker $(DS4_TEST_MODEL) $(DS4_SELECTING_MODEL) $(DS4_TOPK512_MODEL) $(DS4_MTP_MODEL)
+test-cpp: worker $(DS4_TEST_MODEL) $(DS4_SELECTING_MODEL) $(DS4_TOPK512_MODEL) $(DS4_MTP_MODEL) \
+		$(DS4_DSPARK_MODEL)
 	MESHNET_TEST_DS4_MODEL="$(abspath $(DS4_TEST_MODEL))" \
 	MESHNET_TEST_DS4_MTP_MODEL="$(abspath $(DS4_MTP_MODEL))" \
+	MESHNET_TEST_DS4_DSPARK_MODEL="$(abspath $(DS4_DSPARK_MODEL))" \
 	MESHNET_TEST_DS4_SELECTING_MODEL="$(abspath $(DS4_SELECTING_MODEL))" \
 	MESHNET_TEST_DS4_TOPK512_MODEL="$(abspath $(DS4_TOPK512_MODEL))" \
 	MESHNET_TEST_MODEL="$$($(BIN)/python -c 'from meshnet.bundled import smollm2_gguf as m; print(m())')" \

@@ -1,6 +1,6 @@
 """Tiny random-weight deepseek4 GGUFs, written once per test session by our generator: an
 8-layer model (F32, with Q8_0 experts, with an MTP block), one of V4's depth and layer
-pattern, and a DSpark drafter for the 8-layer model."""
+pattern, and DSpark drafters for both."""
 
 from __future__ import annotations
 
@@ -57,3 +57,9 @@ def ds4_dspark(ds4_dir: Path) -> Path:
     """A DSpark drafter for `ds4_small`: 3 stages reading layers 5-7, block size 5, Q8_0
     experts."""
     return write_tiny_dspark(ds4_dir / "small-dspark.gguf", SMALL, DSPARK, seed=4)
+
+
+@pytest.fixture(scope="session")
+def ds4_v4_dspark(ds4_dir: Path) -> Path:
+    """A DSpark drafter for `ds4_v4`: 3 stages reading layers 40-42, as V4-Flash's does."""
+    return write_tiny_dspark(ds4_dir / "v4-43-dspark.gguf", V4_DEPTH, DSPARK, seed=5)

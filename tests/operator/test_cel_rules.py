@@ -91,14 +91,18 @@ def test_a_route_may_draft_with_mtp_on_its_last_stage_whose_layers_the_artifact_
     assert (missing.path, missing.reason) == ("spec.recipe.speculation.mode", "DrafterMissing")
 
 
-def test_dspark_is_reserved_until_the_worker_hosts_it(make_route: MakeRoute) -> None:
+def test_a_route_may_draft_with_dspark_on_its_last_stage_if_the_artifact_carries_one(
+        make_route: MakeRoute) -> None:
     route = make_route(recipe={"lane": "cpu", "speculation": {"mode": "DSpark"}})
-    message = ("spec.recipe.speculation.mode: mode DSpark is reserved: the worker cannot host"
-               " a DSpark drafter yet (the artifact may carry one; MTP drafts with the model's"
-               " own layers)")
-    assert problems(route) == [message]
-    spec = ShardRouteSpec.model_validate(route["spec"])  # the operator's own check says the same
-    assert [str(p) for p in route_problems(spec, None)] == [message]
+    assert problems(route) == []
+    spec = ShardRouteSpec.model_validate(route["spec"])
+    assert route_problems(spec, None) == []
+    assert drafter_problems(spec, False, None) == []  # headers not read yet: nothing to say
+    (missing,) = drafter_problems(spec, True, None)
+    assert (missing.path, missing.reason) == ("spec.recipe.speculation.mode", "DrafterMissing")
+    mtp = GgufDrafter(kind="MTP", target_layers=[29], vocab_size=49152)
+    (other,) = drafter_problems(spec, True, mtp)  # MTP blocks are no DSpark drafter
+    assert other.reason == "DrafterMissing" and "carries a MTP drafter" in str(other)
 
 
 def test_a_split_keeping_layers_the_drafter_reads_off_the_last_stage_is_refused_naming_them(

@@ -16,7 +16,7 @@ from typing import Any, get_args
 import pytest
 
 from meshnet.api.common import Topology
-from meshnet.api.shardroute import RESERVED_MODES, Recipe, RouteTls, SpeculationMode, Stage
+from meshnet.api.shardroute import Recipe, RouteTls, SpeculationMode, Stage
 from meshnet.local.stages import launch_spec
 from meshnet.reconcile.route.planner import stage_worker
 from meshnet.reconcile.route.podspec import RouteRef, WorkerConfig, worker_args
@@ -26,8 +26,7 @@ ROUTE = RouteRef("r1", "ml", "uid-1")
 CONFIG = WorkerConfig(pin_digest="p")
 IDENTITIES = Identities("a" * 64, "b" * 64, "c" * 64)
 SPANS = {1: [(0, 30)], 2: [(0, 15), (15, 30)], 3: [(0, 10), (10, 20), (20, 30)]}
-# Modes the schema refuses (the CRD's CEL rule) never reach the planner.
-MODES = [mode for mode in get_args(SpeculationMode) if mode not in RESERVED_MODES]
+MODES = list(get_args(SpeculationMode))
 TLS = [None, RouteTls(secret_name="t"), RouteTls(secret_name="t", require_client_cert=True)]
 # The recipe fields that reach the command line, at their defaults and at their bounds.
 RECIPE_BOUNDS: list[dict[str, Any]] = [

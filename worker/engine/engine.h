@@ -50,7 +50,9 @@ struct engine_params {
     int32_t     n_gpu_layers = 0;
     int32_t     discard_depth = 0;   // deepseek4: compressor-state snapshots per slot, the most
                                      // positions one discard may drop; 0: it cannot discard
-    std::string drafter;             // "": none; "mtp": the model's own MTP layers (last stage)
+    std::string drafter;             // "": none; "mtp": the model's own MTP layers; "dspark": a
+                                     // DSpark GGUF (drafter_model); last stage only
+    std::string drafter_model;       // dspark: the drafter's GGUF
     int32_t     drafter_k    = 3;    // tokens the drafter proposes per window
 };
 

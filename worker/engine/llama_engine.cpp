@@ -5,6 +5,7 @@
 #include "engine.h"
 #include "gguf_facts.h"
 #include "layer_range.h"
+#include "dspark_drafter.h"
 #include "mtp_drafter.h"
 #include "rollback_depth.h"
 #include "slot_memory.h"
@@ -70,11 +71,21 @@ step_result failure(engine_status status, std::string message) {
 
 // Why `params.drafter` cannot run on this stage ("" when it can).
 std::string drafter_problem(const engine_params & params, const gguf_facts & facts, const layer_range & range) {
-    if (params.drafter != "mtp") {
-        return "unknown drafter '" + params.drafter + "' (this worker runs: mtp)";
+    if (params.drafter != "mtp" && params.drafter != "dspark") {
+        return "unknown drafter '" + params.drafter + "' (this worker runs: mtp, dspark)";
     }
     if (params.drafter_k < 1 || params.drafter_k > 7) {
         return "the drafter proposes 1 to 7 tokens per window, got " + std::to_string(params.drafter_k);
+    }
+    if (params.drafter == "dspark") {
+        if (params.drafter_model.empty()) {
+            return "the dspark drafter needs its GGUF (drafter_model)";
+        }
+        if (facts.arch != "deepseek4" || range.end != facts.n_layer) {
+            return "the dspark drafter runs on the last stage of a deepseek4 model, not layers " + range.str() +
+                   " of " + facts.arch;
+        }
+        return ""; // which layers it reads, the drafter's own file says (dspark_drafter::init)
     }
     if (facts.arch != "deepseek4" || facts.n_nextn <= 0) {
         return "the mtp drafter needs a deepseek4 model with MTP (nextn) layers; " + params.model_path + " is " +
@@ -112,7 +123,7 @@ int32_t default_threads() {
 class llama_engine final : public engine_i {
 public:
     llama_engine(engine_info info, llama_model_ptr model, llama_context_ptr ctx, int32_t n_batch,
-                 std::unique_ptr<mtp_drafter> drafter)
+                 std::unique_ptr<tail_drafter> drafter)
         : info_(std::move(info)), model_(std::move(model)), ctx_(std::move(ctx)), n_batch_(n_batch),
           batch_(llama_batch_ext_init(ctx_.get())), depth_(info_.n_slots, info_.discard_depth),
           model_needs_ids_(llama_model_needs_token_ids(model_.get())), drafter_(std::move(drafter)) {}
@@ -194,7 +205,7 @@ private:
     llama_batch_ext_ptr batch_;
     rollback_depth    depth_;    // deepseek4: what each slot can drop now (unused at depth 0)
     bool              model_needs_ids_; // the owned layers route by token id (the drafter aside)
-    std::unique_ptr<mtp_drafter> drafter_; // last stage: the model's MTP layers, or none
+    std::unique_ptr<tail_drafter> drafter_; // last stage: MTP layers, a DSpark GGUF, or none
     mutable std::mutex mutex_;
 };
 
@@ -362,10 +373,11 @@ bool llama_engine::decode(const std::vector<step_request> & requests, const std:
         depth_.stepped(requests[r].slot, static_cast<int32_t>(requests[r].positions.size()));
     }
     if (drafter_) {
-        std::vector<mtp_step> fed(group.size());
+        std::vector<drafter_step> fed(group.size());
         for (size_t g = 0; g < group.size(); ++g) {
             const step_request & request = requests[group[g]];
-            fed[g] = { request.slot, request.positions[0], &request.tokens, first_index[g] };
+            fed[g] = { request.slot, request.positions[0], &request.tokens, first_index[g],
+                       static_cast<int32_t>(request.positions.size()) };
         }
         drafter_->stepped(fed);
     }
@@ -544,7 +556,8 @@ engine_ptr llama_engine_init(const engine_params & params, std::string & error) 
     // footprint equal to the tensors it owns
     mparams.use_extra_bufts = false;
     // the MTP layers and what they need beside the stage's own (patch 0016)
-    mparams.load_mtp        = params.drafter == "mtp";
+    // (with dspark: only the token embeddings, which the drafter borrows, patch 0017)
+    mparams.load_mtp        = params.drafter == "mtp" || params.drafter == "dspark";
 
     llama_model_ptr model;
     {
@@ -628,7 +641,7 @@ engine_ptr llama_engine_init(const engine_params & params, std::string & error) 
     }
 
     const int32_t n_batch = static_cast<int32_t>(llama_n_batch(ctx.get()));
-    std::unique_ptr<mtp_drafter> drafter;
+    std::unique_ptr<tail_drafter> drafter;
     if (params.drafter == "mtp") {
         mtp_drafter_params dparams;
         dparams.n_slots    = info.n_slots;
@@ -651,6 +664,30 @@ engine_ptr llama_engine_init(const engine_params & params, std::string & error) 
         info.drafter.state_bytes   = drafter->state_bytes();
         info.drafter.target_layers = { info.n_layer - 1 };
         info.drafter.n_vocab       = info.n_vocab;
+    } else if (params.drafter == "dspark") {
+        dspark_drafter_params dparams;
+        dparams.path       = params.drafter_model;
+        dparams.n_slots    = info.n_slots;
+        dparams.n_ctx      = info.n_ctx;
+        dparams.n_batch    = n_batch;
+        dparams.n_threads  = n_threads;
+        dparams.max_drafts = params.drafter_k;
+        load_log_capture capture;
+        std::unique_ptr<dspark_drafter> dspark = dspark_drafter::init(model.get(), ctx.get(), dparams, error);
+        if (!dspark) {
+            return nullptr;
+        }
+        info.drafter.kind          = "dspark";
+        info.drafter.max_drafts    = params.drafter_k;
+        // its own file, and the token embeddings the stage loads for it
+        info.drafter.weight_bytes  = dspark->weight_bytes() + drafter_weight_bytes(facts, info.is_first());
+        info.weight_bytes         += dspark->weight_bytes(); // the stage's footprint holds it
+        info.drafter.state_bytes   = dspark->state_bytes();
+        for (int32_t t : dspark->shape().target_layers) {
+            info.drafter.target_layers.push_back(t - 1); // the main layer whose output it is
+        }
+        info.drafter.n_vocab       = dspark->shape().n_vocab;
+        drafter = std::move(dspark);
     }
     return std::make_unique<llama_engine>(std::move(info), std::move(model), std::move(ctx), n_batch, std::move(drafter));
 }

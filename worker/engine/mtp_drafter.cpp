@@ -64,7 +64,7 @@ bool mtp_drafter::run(const std::vector<int32_t> & slots) {
     return false;
 }
 
-void mtp_drafter::stepped(const std::vector<mtp_step> & steps) {
+void mtp_drafter::stepped(const std::vector<drafter_step> & steps) {
     llama_batch_ext * batch = batch_.get();
     llama_batch_ext_clear(batch);
     llama_memory_t memory = llama_get_memory(ctx_.get());
@@ -74,7 +74,7 @@ void mtp_drafter::stepped(const std::vector<mtp_step> & steps) {
     std::vector<size_t>             fed;
     std::vector<int32_t>            slots;
     for (size_t s = 0; s < steps.size(); ++s) {
-        const mtp_step & step = steps[s];
+        const drafter_step & step = steps[s];
         const size_t n = step.tokens->size();
         const float * before = step.pos0 == 0 ? zeros_.data() : rows_[static_cast<size_t>(step.slot)].at(step.pos0 - 1);
         if (before == nullptr) {

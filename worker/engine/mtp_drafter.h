@@ -6,6 +6,7 @@
 #pragma once
 
 #include "hidden_rows.h"
+#include "tail_drafter.h"
 
 #include "llama-cpp.h"
 #include "llama.h"
@@ -27,15 +28,7 @@ struct mtp_drafter_params {
     int32_t keep_rows  = 8; // hidden rows held per slot: as far back as a discard may reach, and more
 };
 
-// One session's rows of a decode the main context ran.
-struct mtp_step {
-    int32_t                      slot = 0;
-    int32_t                      pos0 = 0;
-    const std::vector<int32_t> * tokens = nullptr; // one per row
-    int32_t                      first_index = 0;  // the rows' first entry in the main batch
-};
-
-class mtp_drafter {
+class mtp_drafter final : public tail_drafter {
 public:
     // Creates the MTP context on `model` (loaded with load_mtp) and makes `main` output its
     // rows' hidden stream; null with `error` on failure.
@@ -45,21 +38,21 @@ public:
     // After `main` decoded `steps`: keeps their hidden rows and runs the MTP block over them
     // (its own KV, as in plain decoding). A failure forgets those slots' drafter state: they
     // draft nothing until their next step.
-    void stepped(const std::vector<mtp_step> & steps);
+    void stepped(const std::vector<drafter_step> & steps) override;
 
     // Up to `most` (and max_drafts) tokens to follow `token`, sampled for position `pos` of the slot (the
     // slot keeps positions < pos; the drafter forgets what it held from pos on). Empty when
     // the row at pos - 1 is unknown or the context has no room.
-    std::vector<int32_t> draft(int32_t slot, int32_t pos, int32_t token, int32_t most);
+    std::vector<int32_t> draft(int32_t slot, int32_t pos, int32_t token, int32_t most) override;
 
     // The slot's positions >= from are gone (a discard), or all of them (a clear).
-    void discard(int32_t slot, int32_t from);
-    void clear(int32_t slot);
+    void discard(int32_t slot, int32_t from) override;
+    void clear(int32_t slot) override;
 
-    int32_t max_drafts() const { return params_.max_drafts; }
+    int32_t max_drafts() const override { return params_.max_drafts; }
     // bytes of its state on this stage: the MTP context's KV, the rows held for every slot
     // and the main context's buffer of hidden rows
-    size_t state_bytes() const { return state_bytes_; }
+    size_t state_bytes() const override { return state_bytes_; }
 
 private:
     mtp_drafter(llama_context_ptr ctx, llama_context * main, const mtp_drafter_params & params, size_t row_width);

@@ -70,6 +70,7 @@ int main(int argc, char ** argv) {
     engine_params.discard_depth = params.discard_depth;
     engine_params.drafter      = params.drafter;
     engine_params.drafter_k    = params.drafter_k;
+    engine_params.drafter_model = params.drafter_model;
     meshnet::engine_ptr engine = meshnet::llama_engine_init(engine_params, error);
     if (!engine) {
         std::fprintf(stderr, "error: cannot load %s: %s\n", params.model_path.c_str(), error.c_str());

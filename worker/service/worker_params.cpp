@@ -146,19 +146,22 @@ const std::vector<worker_flag> & worker_flags() {
          "first stage: a speculative decode loop keeps at most N verify windows in flight "
          "(loop_windows, the recipe's maxWindows); 1 to 8",
          set_int32<&P::max_loop_windows, 1, max_loop_windows>},
-        {"--drafter", "mtp", nullptr, nullptr,
-         "the last stage of a deepseek4 route whose model carries an MTP (nextn) block: load the block "
-         "(patch 0016) and, after each step that asks (ForwardRequest.want_drafts, set by a speculative "
-         "decode loop), draft the next verify window's tokens (ForwardResponse.next_drafts, and the "
-         "ring's token); GetInfo reports it as drafter. Refused at start on a stage without the last "
-         "layer, a model without MTP layers or another architecture",
+        {"--drafter", "mtp|dspark", nullptr, nullptr,
+         "the last stage of a deepseek4 route hosts a drafter: mtp, the model's own MTP (nextn) block "
+         "(patch 0016), or dspark, the DSpark GGUF of --drafter-model (patch 0017 loads the token "
+         "embeddings it borrows). After each step that asks (ForwardRequest.want_drafts, set by a "
+         "speculative decode loop) it drafts the next verify window's tokens "
+         "(ForwardResponse.next_drafts, and the ring's token); GetInfo reports it as drafter. Refused "
+         "at start on a stage without the last layer (or, for dspark, without a layer the drafter "
+         "reads), a model without MTP layers (mtp), a drafter of another vocabulary (dspark) or "
+         "another architecture",
          set_string<&P::drafter>},
         {"--drafter-k", "N", "3", nullptr,
          "tokens the drafter proposes per window, 1 to 7",
          set_drafter_k},
         {"--drafter-model", "F", nullptr, nullptr,
-         "reserved for --drafter dspark (a DSpark GGUF, what the operator passes for "
-         "recipe.speculation.mode: DSpark); this worker refuses both at start for now",
+         "--drafter dspark: the DSpark drafter's GGUF (the artifact's Drafter-role file, what the "
+         "operator passes for recipe.speculation.mode: DSpark)",
          set_string<&P::drafter_model>},
         {"--boundary-dtype", "T", "f32", nullptr,
          "f32, f16 or bf16 on the wire",
@@ -309,18 +312,13 @@ bool worker_params_validate(const worker_params & params, std::string & error) {
         error = "--model is required";
         return false;
     }
-    if (params.drafter == "dspark") {
-        error = "--drafter dspark (a DSpark GGUF, --drafter-model) is not implemented by this worker yet; "
-                "--drafter mtp is";
+    if (!params.drafter.empty() && params.drafter != "mtp" && params.drafter != "dspark") {
+        error = "--drafter takes mtp (the model's own MTP layers) or dspark (a DSpark GGUF), got '" +
+                params.drafter + "'";
         return false;
     }
-    if (!params.drafter.empty() && params.drafter != "mtp") {
-        error = "--drafter takes mtp (the model's own MTP layers), got '" + params.drafter + "'";
-        return false;
-    }
-    if (!params.drafter_model.empty()) {
-        error = "--drafter-model names a DSpark drafter's GGUF (--drafter dspark), which this worker "
-                "does not run yet";
+    if ((params.drafter == "dspark") != !params.drafter_model.empty()) {
+        error = "--drafter dspark and --drafter-model (the DSpark drafter's GGUF) go together";
         return false;
     }
     if (params.drafter_k < 1 || params.drafter_k > 7) {

@@ -34,7 +34,7 @@ struct worker_params {
     int32_t     discard_depth   = 0;            // deepseek4: snapshots per slot (positions a discard may drop)
     std::string drafter;                        // "": none; "mtp": the model's MTP layers (last stage)
     int32_t     drafter_k       = 3;            // tokens the drafter proposes per window (1..7)
-    std::string drafter_model;                  // --drafter dspark's GGUF (refused for now)
+    std::string drafter_model;                  // --drafter dspark's GGUF
     wire_dtype  boundary_dtype  = wire_dtype::f32;
     int64_t     max_message_bytes = 64ll << 20;
     int64_t     max_inflight_bytes = 0;         // requests gRPC holds undecoded, all calls (0: derived)

@@ -92,7 +92,7 @@ TEST("the mtp drafter loads only on the stage that owns the last layer, of a mod
     CHECK(error.find("with 0 MTP layers") != std::string::npos);
     CHECK(!load(5, 8, "mtp", 8, &error));
     CHECK(error.find("1 to 7") != std::string::npos);
-    CHECK(!load(5, 8, "dspark", 3, &error));
+    CHECK(!load(5, 8, "eagle", 3, &error));
     CHECK(error.find("unknown drafter") != std::string::npos);
 }
 

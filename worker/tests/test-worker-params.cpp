@@ -107,7 +107,9 @@ TEST("flags keep their values and bounds") {
 TEST("combinations are refused with a message that names the fix") {
     CHECK(!parse({"--layers", "0:4"}).ok && parse({"--layers", "0:4"}).error == "--model is required");
     CHECK(refused({"--drafter-k", "8"}, "--drafter-k takes 1 to 7"));
-    CHECK(refused({"--drafter", "dspark"}, "not implemented"));
+    CHECK(refused({"--drafter", "dspark"}, "--drafter dspark and --drafter-model"));
+    CHECK(refused({"--drafter-model", "d.gguf"}, "--drafter dspark and --drafter-model"));
+    CHECK(refused({"--drafter", "eagle"}, "--drafter takes mtp"));
     CHECK(refused({"--tls-cert", "c"}, "--tls-cert and --tls-key go together"));
     CHECK(refused({"--tls-client-ca", "ca"}, "--tls-client-ca needs"));
     CHECK(refused({"--tls-cert", "c", "--tls-key", "k", "--next-stage", "h:1"}, "--next-stage-ca F"));

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from meshnet.api.modelartifact import GgufDrafter
-from meshnet.api.shardroute import DEFAULT_GPU_RESOURCES, RESERVED_MODES, ShardRouteSpec
+from meshnet.api.shardroute import DEFAULT_GPU_RESOURCES, ShardRouteSpec
 
 
 @dataclass(frozen=True)
@@ -35,9 +35,6 @@ def route_problems(spec: ShardRouteSpec, block_count: int | None) -> list[Proble
             "spec.stages[0].layers", f"stage {first.name!r} begins at layer {first.layers.begin}:"
             f" {_layers(0, first.layers.begin)} would never run (the first stage must begin at 0)",
         ))
-    mode = spec.recipe.speculation.mode
-    if mode in RESERVED_MODES:
-        problems.append(Problem("spec.recipe.speculation.mode", RESERVED_MODES[mode]))
     seen: set[str] = set()
     previous_end: int | None = None
     for i, stage in enumerate(spec.stages):

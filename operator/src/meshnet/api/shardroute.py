@@ -57,19 +57,7 @@ MAX_WINDOWS = 8
 SpeculationMode = Literal["Disabled", "Lookup", "MTP", "DSpark"]
 # The worker's --drafter for the modes whose drafts come from a drafter on the last stage.
 STAGE_DRAFTERS = {"MTP": "mtp", "DSpark": "dspark"}
-# Modes the schema names but the worker cannot serve yet: refused saying so, not as unknown.
-RESERVED_MODES = {
-    "DSpark": "mode DSpark is reserved: the worker cannot host a DSpark drafter yet (the"
-              " artifact may carry one; MTP drafts with the model's own layers)",
-}
-
-
-class Speculation(
-    ApiModel,
-    json_schema_extra=validations(*(
-        rule(f"!has(self.mode) || self.mode != '{mode}'", message, fieldPath=".mode")
-        for mode, message in RESERVED_MODES.items())),
-):
+class Speculation(ApiModel):
     """Speculative decoding on the route: drafts verified in one step through every stage.
     Exact by construction (the tokens are those of plain decoding, greedy or sampled), so
     it is not part of recipeDigest: changing it keeps the epoch and replaces the stage pods
@@ -84,8 +72,7 @@ class Speculation(
                     " artifact's DSpark drafter GGUF (its file of role Drafter). MTP and"
                     " DSpark run on the last stage, which must own every layer the drafter"
                     " reads; it sends its drafts with each token to the first stage. Every"
-                    " draft is verified exactly at the last stage. DSpark is reserved and"
-                    " refused until the worker hosts it.",
+                    " draft is verified exactly at the last stage.",
     )
     max_drafts: int = Field(
         default=6, ge=1, le=MAX_DRAFTS,
