@@ -274,7 +274,8 @@ class Gateway(ApiModel):
 class Rollout(
     ApiModel,
     json_schema_extra=validations(rule(
-        "self.maxSurge > 0 || self.maxUnavailable > 0",
+        "!has(self.maxSurge) || self.maxSurge > 0 || !has(self.maxUnavailable)"
+        " || self.maxUnavailable > 0",
         "maxSurge and maxUnavailable cannot both be 0: no replica could be replaced")),
 ):
     """How a new epoch replaces the replicas, and how a replica leaves: one replica at a
