@@ -335,3 +335,22 @@ def test_without_surge_a_replica_is_drained_first_within_max_unavailable(
     assert sorted(pipelines_of(fleet)) == ["e1/r1", "e2/r0"]
     fleet.converge()
     assert sorted(pipelines_of(fleet)) == ["e2/r0", "e2/r1"]
+
+
+def test_an_in_place_change_replaces_one_replica_at_a_time_while_another_serves(
+        make_route: MakeRoute, make_artifact: MakeArtifact) -> None:
+    fleet = Fleet(make_route(replicas=2), make_artifact())
+    fleet.converge()
+    fleet.route["spec"]["recipe"]["image"] = "registry.local/worker:patched"  # same epoch
+    fleet.route["metadata"]["generation"] += 1
+    first = plan(fleet.observe(), fleet.config, fleet.now)
+    assert sorted(a.name for a in first.actions if isinstance(a, Delete)) == [
+        "r1-s0-e1", "r1-s1-e1", "r1-s2-e1"]  # replica 0 only: replica 1 serves meanwhile
+    for _ in range(10):
+        result = fleet.step()
+        assert fleet.route["status"]["readyReplicas"] >= 1
+        if not result.actions and result.status is None:
+            break
+    assert all(p["spec"]["containers"][0]["image"] == "registry.local/worker:patched"
+               for p in fleet.pods.values()) and len(fleet.pods) == 6
+    assert fleet.route["status"]["epoch"] == 1

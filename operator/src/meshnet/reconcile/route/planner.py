@@ -30,7 +30,7 @@ from meshnet.reconcile.route.podspec import (
     headless_service,
     stage_pod,
 )
-from meshnet.reconcile.route.rollout import RolloutPlan, roll
+from meshnet.reconcile.route.rollout import RolloutPlan, in_place, roll
 from meshnet.reconcile.route.topology import stage_links
 from meshnet.reconcile.route.workerspec import (
     Identities,
@@ -130,8 +130,7 @@ def _rollout(observed: Observed, spec: ShardRouteSpec, manifest: str, config: Wo
     if config.side_by_side:
         rolled = roll(observed.pods, [s.name for s in spec.stages], epoch, spec.replicas,
                       spec.rollout, now)
-        actions, events = _rolling_pod_actions(observed.pods, desired, epoch, spec.replicas,
-                                               rolled)
+        actions, events = _rolling_pod_actions(observed.pods, desired, epoch, spec, rolled)
         serving, draining, requeue = rolled.serving, rolled.draining, rolled.requeue_after
     else:
         actions, events = _pod_actions(observed.pods, desired, epoch, spec.replicas)
@@ -216,15 +215,20 @@ def _pod_actions(pods: Sequence[ObservedPod], desired: Mapping[PodKey, Desired],
 
 
 def _rolling_pod_actions(pods: Sequence[ObservedPod], desired: Mapping[PodKey, Desired],
-                         epoch: int, replicas: int,
+                         epoch: int, spec: ShardRouteSpec,
                          rolled: RolloutPlan) -> tuple[list[Action], list[Event]]:
     """The rollout's pipelines (meshnet.reconcile.route.rollout), then within the epoch:
-    a pod whose template changed or that ended is replaced in place, and the missing pods
-    of the replicas the rollout lets start are created."""
+    a pod whose template changed or that ended is replaced in place, a replica at a time
+    (`in_place`), and the missing pods of the replicas the rollout lets start are
+    created."""
+    replicas, max_unavailable = spec.replicas, spec.rollout.max_unavailable
+    stages = [s.name for s in spec.stages]
     actions, events = list(rolled.actions), list(rolled.events)
-    replaced = [p for p in pods if not p.terminating and p.epoch == epoch
-                and p.replica < replicas]
-    more, noted = _deletions(replaced, desired, epoch, replicas)
+    live = [p for p in pods if not p.terminating and p.epoch == epoch and p.replica < replicas]
+    outdated = {p.replica for p in live if _delete_reason(p, desired, epoch, replicas)}
+    allowed = in_place(pods, stages, epoch, rolled.serving, outdated, max_unavailable)
+    more, noted = _deletions([p for p in live if p.replica in allowed], desired, epoch,
+                             replicas)
     actions += more
     events += noted
     present = {(p.replica, p.stage) for p in pods if p.epoch == epoch}

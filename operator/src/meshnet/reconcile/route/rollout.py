@@ -17,7 +17,7 @@ The gateway lists, per replica, the pipeline that serves it (`serving`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -81,6 +81,27 @@ def roll(pods: Sequence[ObservedPod], stages: Sequence[str], epoch: int, replica
     """Which pipelines to start (their replicas in `creatable`), drain and delete, so that
     every replica ends at `epoch` and no replica past `replicas` is left."""
     return _Roll(pipelines(pods), stages, epoch, replicas, rollout, now).plan()
+
+
+def in_place(pods: Sequence[ObservedPod], stages: Sequence[str], epoch: int,
+             serving: Mapping[int, int], outdated: set[int], max_unavailable: int) -> set[int]:
+    """Of the replicas with a pod of `epoch` to replace in place (its template changed or
+    it ended: same name, so nothing can start beside it), those whose pods go now: any
+    that is not serving at `epoch` or is down already, and of the serving ones as many as
+    maxUnavailable allows (at least one: an in-place change has no other way), never the
+    last serving one while another replica could take its turn."""
+    groups = pipelines(pods)
+    up = {r for r, e in serving.items()
+          if (group := groups.get((r, e))) is not None and group.ready(stages)}
+    allowed = set()
+    for replica in sorted(outdated):
+        if serving.get(replica) != epoch or replica not in up:
+            allowed.add(replica)
+        elif len(serving) - len(up) < max(1, max_unavailable) \
+                and (len(up) > 1 or len(serving) == 1):
+            allowed.add(replica)
+            up.discard(replica)
+    return allowed
 
 
 class _Roll:
