@@ -220,3 +220,17 @@ def test_unknown_fields_and_wrong_types_are_reported_with_their_path(
     found = problems(route)
     assert "spec.recipe.sessionSlots: 'four' is not of type 'integer'" in found
     assert any(p.startswith("spec.stages[0]: Additional properties") for p in found)
+
+
+@pytest.mark.parametrize(("rollout", "valid"), [
+    ({}, True),
+    ({"maxSurge": 0}, True),
+    ({"maxUnavailable": 0}, True),
+    ({"maxSurge": 0, "maxUnavailable": 0}, False),
+])
+def test_a_rollout_needs_surge_or_unavailability_to_replace_a_replica(
+        make_route: MakeRoute, rollout: dict[str, int], valid: bool) -> None:
+    found = problems(make_route(rollout=rollout))
+    assert found == ([] if valid else [
+        "spec.rollout: maxSurge and maxUnavailable cannot both be 0: no replica could be"
+        " replaced"])

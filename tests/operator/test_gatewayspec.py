@@ -16,7 +16,7 @@ STAGES = [Stage.model_validate({"name": f"s{i}", "layers": {"begin": b, "end": e
 
 
 def serve_flags(speculation: Speculation) -> dict[str, str]:
-    body = gateway_deployment(ROUTE, STAGES, Gateway(), None, speculation, CONFIG)
+    body = gateway_deployment(ROUTE, STAGES, Gateway(), None, speculation, CONFIG, [1])
     args = body["spec"]["template"]["spec"]["containers"][0]["args"][1:]
     return {flag: args[i + 1] for i, flag in enumerate(args)
             if flag in ("--speculate", "--windows", "--drafter")}
@@ -39,26 +39,37 @@ def test_the_gateway_speculates_by_default_as_far_as_the_recipe_allows(
 
 def test_a_speculation_change_rolls_the_gateway_deployment() -> None:
     def template_hash(speculation: Speculation) -> str:
-        body = gateway_deployment(ROUTE, STAGES, Gateway(), None, speculation, CONFIG)
+        body = gateway_deployment(ROUTE, STAGES, Gateway(), None, speculation, CONFIG, [1])
         return str(body["metadata"]["labels"]["meshnet.dev/template-hash"])
 
     assert template_hash(Speculation()) != template_hash(Speculation(mode="Lookup"))
     assert template_hash(Speculation()) == template_hash(Speculation(max_windows=5))
 
 
-def replica_flags(replicas: int) -> list[str]:
-    body = gateway_deployment(ROUTE, STAGES, Gateway(), None, Speculation(), CONFIG, replicas)
+def replica_flags(epochs: list[int]) -> list[str]:
+    body = gateway_deployment(ROUTE, STAGES, Gateway(), None, Speculation(), CONFIG, epochs)
     args = body["spec"]["template"]["spec"]["containers"][0]["args"]
-    return args[args.index("--windows") + 2:]
+    return args[args.index("--drain-seconds") + 2:]
 
 
-def test_the_gateway_is_given_every_replicas_stages_and_rolls_when_the_route_scales() -> None:
-    assert replica_flags(1) == ["--stage", "s0.r1-workers.ml.svc:50051",
-                                "--stage", "s1.r1-workers.ml.svc:50051"]
-    assert replica_flags(2) == [
-        "--replica", "s0.r1-workers.ml.svc:50051,s1.r1-workers.ml.svc:50051",
-        "--replica", "s0.r1-workers-r1.ml.svc:50051,s1.r1-workers-r1.ml.svc:50051"]
-    assert replica_flags(0) == ["--scaled-to-zero"]
-    hashes = {gateway_deployment(ROUTE, STAGES, Gateway(), None, Speculation(), CONFIG, n)
-              ["metadata"]["labels"]["meshnet.dev/template-hash"] for n in (0, 1, 2)}
-    assert len(hashes) == 3
+def test_the_gateway_is_given_each_replicas_serving_pipeline_and_rolls_when_one_changes(
+) -> None:
+    assert replica_flags([1]) == ["--stage", "s0-e1.r1-workers.ml.svc:50051",
+                                  "--stage", "s1-e1.r1-workers.ml.svc:50051"]
+    # mid-rollout: replica 0 already switched to epoch 2, replica 1 still on epoch 1
+    assert replica_flags([2, 1]) == [
+        "--replica", "s0-e2.r1-workers.ml.svc:50051,s1-e2.r1-workers.ml.svc:50051",
+        "--replica", "s0-e1.r1-workers-r1.ml.svc:50051,s1-e1.r1-workers-r1.ml.svc:50051"]
+    assert replica_flags([]) == ["--scaled-to-zero"]
+    hashes = {gateway_deployment(ROUTE, STAGES, Gateway(), None, Speculation(), CONFIG, e)
+              ["metadata"]["labels"]["meshnet.dev/template-hash"]
+              for e in ([], [1], [1, 1], [2, 1])}
+    assert len(hashes) == 4
+
+
+def test_an_old_gateway_pod_finishes_its_sessions_for_the_drain_before_it_is_stopped() -> None:
+    body = gateway_deployment(ROUTE, STAGES, Gateway(), None, Speculation(), CONFIG, [1], 90)
+    args = body["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--drain-seconds") + 1] == "90"
+    assert body["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] > 90
+    assert body["spec"]["strategy"]["rollingUpdate"] == {"maxUnavailable": 0, "maxSurge": 1}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import json
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -83,7 +84,8 @@ async def ready_route(cluster: Emulator, make_route: MakeRoute, make_artifact: M
     await create(cluster, ARTIFACTS, artifact)
     await cluster.patch(f"{ARTIFACTS}/smollm2/status", json={"status": artifact["status"]})
     await create(cluster, ROUTES, make_route(**route_args))
-    await eventually(lambda: len(pods(cluster)) == 3, what="three stage pods")
+    count = 3 * route_args.get("replicas", 1)
+    await eventually(lambda: len(pods(cluster)) == count, what=f"{count} stage pods")
     await mark_pods(cluster, NS)
     await eventually(lambda: condition(route(cluster), "Ready").get("status") == "True",
                      what="the route to be Ready")
@@ -211,19 +213,76 @@ async def test_an_artifact_and_a_route_become_stage_pods_and_a_headless_service(
                      what="the epoch advance counted and the route counted Ready")
 
 
-async def test_a_stage_range_change_advances_the_epoch_and_replaces_every_pod(
+def gateway_pods(cluster: Emulator) -> list[list[dict[str, Any]]]:
+    """Per replica the gateway is given, the stage pods its addresses name (as DNS would
+    resolve them: hostname.subdomain); a name no pod has is missing from its list."""
+    args = gateway(cluster)["spec"]["template"]["spec"]["containers"][0]["args"]
+    pairs = list(itertools.pairwise(args))
+    groups = [[v for k, v in pairs if k == "--stage"]] if "--stage" in args else [
+        v.split(",") for k, v in pairs if k == "--replica"]
+    by_host = {f"{p['spec']['hostname']}.{p['spec']['subdomain']}": p
+               for p in pods(cluster).values()}
+    return [[by_host[h] for a in group if (h := ".".join(a.split(".")[:2])) in by_host]
+            for group in groups]
+
+
+def serving_replicas(cluster: Emulator, stages: int) -> int:
+    """Replicas whose gateway-named stage pods are all there and Ready."""
+    return sum(1 for group in gateway_pods(cluster) if len(group) == stages and all(
+        condition(p, "Ready").get("status") == "True" for p in group))
+
+
+@pytest.mark.parametrize("replicas", [1, 2])
+async def test_a_resplit_rolls_replica_by_replica_and_a_replica_is_ready_at_every_change(
         cluster: Emulator, metrics: OperatorMetrics, make_route: MakeRoute,
-        make_artifact: MakeArtifact) -> None:
-    await ready_route(cluster, make_route, make_artifact)
+        make_artifact: MakeArtifact, replicas: int) -> None:
+    """maxSurge 1: each replica's new pipeline starts beside the old one, the gateway
+    switches to it once it is Ready, and the old one drains; sampled at every API write,
+    the gateway always names a ready pipeline and the route never stops being Ready."""
+    await ready_route(cluster, make_route, make_artifact, replicas=replicas,
+                      rollout={"drainSeconds": 1})
+    await mark_pods(cluster, NS)
+    await eventually(lambda: route(cluster)["status"].get("readyReplicas") == replicas,
+                     what="every replica ready")
+    samples: list[tuple[int, str, int]] = []  # (serving replicas, Ready, pods)
+
+    def sample() -> None:
+        samples.append((serving_replicas(cluster, 3),
+                        condition(route(cluster), "Ready").get("status", ""),
+                        len(pods(cluster))))
+
+    cluster.on_write.append(sample)
     stages = make_route(ranges=[(0, 12), (12, 20), (20, 30)])["spec"]["stages"]
     await cluster.patch(f"{ROUTES}/r1", json={"spec": {"stages": stages}})
-    await eventually(lambda: sorted(pods(cluster)) == ["r1-s0-e2", "r1-s1-e2", "r1-s2-e2"],
-                     what="epoch-2 pods only")
-    await mark_pods(cluster, NS)
-    await eventually(lambda: condition(route(cluster), "Ready").get("status") == "True")
+    await eventually(lambda: "r1-s0-e2" in pods(cluster), what="epoch 2's first pipeline")
+    assert "r1-s0-e1" in pods(cluster)  # beside the old one, which still serves
+    new = [n for n in pods(cluster) if "-e2" in n]
+    assert len(new) == 3  # one replica at a time (maxSurge 1)
+
+    async def kubelet() -> bool:
+        await mark_pods(cluster, NS)
+        return all("-e2" in n for n in pods(cluster)) and len(pods(cluster)) == 3 * replicas
+
+    for _ in range(200):
+        if await kubelet():
+            break
+        await asyncio.sleep(0.1)
+    expected = sorted(f"r1-s{n}-e2" + (f"-r{r}" if r else "")
+                      for n in range(3) for r in range(replicas))
+    assert sorted(pods(cluster)) == expected
+    await eventually(lambda: route(cluster)["status"].get("updatedReplicas") == replicas
+                     and condition(route(cluster), "Progressing").get("status") == "False",
+                     what="the rollout complete")
+    cluster.on_write.remove(sample)
+    assert len(samples) > 10
+    assert all(serving >= 1 for serving, _, _ in samples), samples
+    assert all(ready == "True" for _, ready, _ in samples), samples
+    assert max(count for _, _, count in samples) <= 3 * (replicas + 1)  # the surge
     status = route(cluster)["status"]
     assert status["epoch"] == 2 and {s["epoch"] for s in status["stages"]} == {2}
-    assert event_reasons(cluster).count("StagePodReplaced") == 1
+    reasons = event_reasons(cluster)
+    assert reasons.count("PipelineDraining") == replicas
+    assert reasons.count("StagePodReplaced") == replicas
 
 
 async def test_a_label_change_does_not_start_a_new_epoch(
@@ -266,7 +325,7 @@ async def test_a_route_gets_a_gateway_that_follows_its_spec(
     assert container["image"] == "meshnet/operator:test" and container["args"][0] == "serve"
     args = container["args"]
     assert [args[i + 1] for i, a in enumerate(args) if a == "--stage"] == [
-        f"s{n}.r1-workers.{NS}.svc:50051" for n in range(3)]
+        f"s{n}-e1.r1-workers.{NS}.svc:50051" for n in range(3)]
     assert container["readinessProbe"]["httpGet"]["path"] == "/ready"
     assert pod["securityContext"]["runAsNonRoot"] and \
         container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
@@ -326,7 +385,7 @@ async def test_a_ring_route_links_its_stage_pods_over_tls_and_a_topology_change_
         make_artifact: MakeArtifact) -> None:
     await ready_route(cluster, make_route, make_artifact, tls={"secretName": "r1-tls"},
                       recipe={"lane": "cpu", "topology": "ring"})
-    stage = [f"s{n}.r1-workers.{NS}.svc:50051" for n in range(3)]
+    stage = [f"s{n}-e1.r1-workers.{NS}.svc:50051" for n in range(3)]
     ca = "/etc/meshnet/tls/ca.crt"
     assert {name: links(pod) for name, pod in pods(cluster).items()} == {
         "r1-s0-e1": {"--next-stage": stage[1], "--next-stage-ca": ca, "--ring-last": stage[2]},
@@ -373,7 +432,7 @@ async def test_a_ready_route_edited_to_an_invalid_layout_keeps_serving_until_it_
         make_artifact: MakeArtifact) -> None:
     """As a Deployment keeps its old pods when an update cannot roll out: an edit the
     operator (not CEL) finds invalid deletes nothing and says why; fixed, it rolls out."""
-    await ready_route(cluster, make_route, make_artifact)
+    await ready_route(cluster, make_route, make_artifact, rollout={"drainSeconds": 0})
     serving = {name: pod["metadata"]["uid"] for name, pod in pods(cluster).items()}
     addresses = [s["endpoint"] for s in route(cluster)["status"]["stages"]]
     short = make_route(ranges=[(0, 10), (10, 20), (20, 29)])["spec"]["stages"]
@@ -393,9 +452,11 @@ async def test_a_ready_route_edited_to_an_invalid_layout_keeps_serving_until_it_
 
     fixed = make_route(ranges=[(0, 15), (15, 30)])["spec"]["stages"]
     await cluster.patch(f"{ROUTES}/r1", json={"spec": {"stages": fixed}})
-    await eventually(lambda: sorted(pods(cluster)) == ["r1-s0-e2", "r1-s1-e2"],
-                     what="the pods of epoch 2")
+    await eventually(lambda: {"r1-s0-e2", "r1-s1-e2"} <= set(pods(cluster)),
+                     what="the pods of epoch 2 beside epoch 1's")
     await mark_pods(cluster, NS)
+    await eventually(lambda: sorted(pods(cluster)) == ["r1-s0-e2", "r1-s1-e2"],
+                     what="epoch 1 gone once epoch 2 is ready")
     await eventually(lambda: condition(route(cluster), "Ready").get("status") == "True",
                      what="epoch 2 to be Ready")
     assert route(cluster)["status"]["epoch"] == 2
@@ -505,10 +566,10 @@ REPLICA_0 = ["r1-s0-e1", "r1-s1-e1", "r1-s2-e1"]
 REPLICA_1 = ["r1-s0-e1-r1", "r1-s1-e1-r1", "r1-s2-e1-r1"]
 
 
-async def test_scaling_a_route_adds_and_removes_whole_pipelines_at_the_same_epoch(
+async def test_scaling_a_route_adds_and_drains_whole_pipelines_at_the_same_epoch(
         cluster: Emulator, metrics: OperatorMetrics, make_route: MakeRoute,
         make_artifact: MakeArtifact) -> None:
-    await ready_route(cluster, make_route, make_artifact)
+    await ready_route(cluster, make_route, make_artifact, rollout={"drainSeconds": 2})
     serving = {name: pod["metadata"]["uid"] for name, pod in pods(cluster).items()}
     await cluster.patch(f"{ROUTES}/r1", json={"spec": {"replicas": 2}})
     await eventually(lambda: sorted(pods(cluster)) == sorted(REPLICA_0 + REPLICA_1),
@@ -528,9 +589,16 @@ async def test_scaling_a_route_adds_and_removes_whole_pipelines_at_the_same_epoc
     assert [r["stagesReady"] for r in status["replicaStatuses"]] == ["3/3", "3/3"]
 
     await cluster.patch(f"{ROUTES}/r1", json={"spec": {"replicas": 1}})
+    await eventually(lambda: route(cluster)["status"].get("draining") == ["e1/r1"],
+                     what="replica 1 draining")
+    # it takes no new sessions (the gateway no longer names it) and its sessions go on
+    assert [[p["metadata"]["name"] for p in group] for group in gateway_pods(cluster)] \
+        == [REPLICA_0]
+    assert sorted(pods(cluster)) == sorted(REPLICA_0 + REPLICA_1)
+    assert "r1-workers-r1" in service_names(cluster)  # its stages keep their names
     await eventually(lambda: sorted(pods(cluster)) == REPLICA_0
                      and service_names(cluster) == ["r1-gateway", "r1-workers"],
-                     what="replica 1's pods and Service gone")
+                     what="replica 1's pods and Service gone after its drain")
     await eventually(lambda: route(cluster)["status"].get("replicas") == 1,
                      what="the status of one replica")
     status = route(cluster)["status"]
@@ -546,7 +614,7 @@ async def test_kubectl_scale_goes_through_the_scale_subresource_down_to_zero_and
         cluster: Emulator, metrics: OperatorMetrics, make_route: MakeRoute,
         make_artifact: MakeArtifact, tmp_path: Path) -> None:
     run = kubectl_for(cluster, tmp_path)
-    await ready_route(cluster, make_route, make_artifact)
+    await ready_route(cluster, make_route, make_artifact, rollout={"drainSeconds": 0})
     scale_path = f"{ROUTES}/r1/scale"
     scale = json.loads(await run("get", "--raw", scale_path))
     assert (scale["kind"], scale["spec"], scale["status"]) == (

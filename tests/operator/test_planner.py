@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from meshnet.api.modelartifact import ModelArtifactSpec
-from meshnet.reconcile.plan import Create, Delete, Plan
+from meshnet.reconcile.plan import Create, Delete, Patch, Plan
 from meshnet.reconcile.route import (
     Observed,
     ObservedPod,
@@ -34,6 +34,10 @@ def kubelet(pods: dict[str, dict[str, Any]], result: Plan, *, ready: bool = True
     for action in result.actions:
         if isinstance(action, Delete) and action.kind == "Pod":
             pods.pop(action.name)
+        elif isinstance(action, Patch) and action.kind == "Pod":
+            meta = pods[action.name]["metadata"]
+            meta["annotations"] = {**meta.get("annotations", {}),
+                                   **action.body["metadata"]["annotations"]}
         elif isinstance(action, Create) and action.obj["kind"] == "Pod":
             body = copy.deepcopy(action.obj)
             body["metadata"]["uid"] = "pod-" + body["metadata"]["name"]
@@ -110,7 +114,7 @@ def test_a_converged_route_is_ready_with_endpoints_coverage_and_capacity(
     assert condition(route, "Degraded")["status"] == "False"
     assert status["stagesReady"] == "3/3" and status["coverage"] == "0-30/30"
     assert status["capacity"] == {"readyStages": 3, "totalStages": 3, "sessionSlots": 4}
-    assert status["stages"][1]["endpoint"] == "s1.r1-workers.default.svc:50051"
+    assert status["stages"][1]["endpoint"] == "s1-e1.r1-workers.default.svc:50051"
     assert all(c["observedGeneration"] == 1 for c in status["conditions"])
 
 
@@ -139,17 +143,18 @@ def test_labels_annotations_and_status_changes_never_advance_the_epoch(
 
 def test_a_stage_range_change_advances_the_epoch_and_replaces_every_pod_without_mixing(
         make_route: MakeRoute, make_artifact: MakeArtifact) -> None:
-    route, artifact, pods = make_route(), make_artifact(), {}
+    route, artifact, pods = make_route(rollout={"drainSeconds": 0}), make_artifact(), {}
     converge(route, artifact, pods)
     route["spec"]["stages"][0]["layers"]["end"] = 12
     route["spec"]["stages"][1]["layers"]["begin"] = 12
     first = plan(observe(route, artifact, pods), CONFIG, NOW)
-    assert all(isinstance(a, Delete) for a in first.actions)  # old epoch goes first
+    assert all(isinstance(a, Create) for a in first.actions)  # beside the old epoch
     assert first.status is not None and first.status["epoch"] == 2
     plans = converge(route, artifact, pods)
     assert sorted(pods) == ["r1-s0-e2", "r1-s1-e2", "r1-s2-e2"]
     assert [e.message for p in plans for e in p.events if e.reason == "StagePodReplaced"] == [
-        "deleted pods r1-s0-e1, r1-s1-e1, r1-s2-e1: epoch 1 is replaced by epoch 2"]
+        "deleted pipeline e1/r0 (pods r1-s0-e1, r1-s1-e1, r1-s2-e1): epoch 2 of replica 0 is"
+        " ready"]
     assert reasons(plans).count("EpochAdvanced") == 1
     assert route["status"]["epoch"] == 2
 
@@ -181,7 +186,7 @@ def links(result: Plan) -> dict[str, dict[str, str]]:
     return found
 
 
-S1, S2 = "s1.r1-workers.default.svc:50051", "s2.r1-workers.default.svc:50051"
+S1, S2 = "s1-e1.r1-workers.default.svc:50051", "s2-e1.r1-workers.default.svc:50051"
 
 
 @pytest.mark.parametrize(("topology", "expected"), [
@@ -337,7 +342,8 @@ def test_a_spec_that_turns_invalid_keeps_the_last_valid_epochs_pods_and_says_why
 
 def test_an_invalid_layout_keeps_the_old_one_running_and_the_fixed_one_rolls_to_epoch_two(
         make_route: MakeRoute, make_artifact: MakeArtifact) -> None:
-    route, artifact, pods = make_route(), make_artifact(block_count=30), {}
+    route, artifact = make_route(rollout={"drainSeconds": 0}), make_artifact(block_count=30)
+    pods: dict[str, dict[str, Any]] = {}
     converge(route, artifact, pods)
     route["spec"]["stages"][2]["layers"]["end"] = 29  # layer 29 would never run
     converge(route, artifact, pods)

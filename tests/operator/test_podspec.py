@@ -83,8 +83,8 @@ def test_tls_adds_certificate_flags_and_a_read_only_secret_mount() -> None:
         container["volumeMounts"]
 
 
-NEXT = "s2.r1-workers.ml.svc:50051"  # the addresses of stages s2 and s3
-LAST = "s3.r1-workers.ml.svc:50051"
+NEXT = "s2-e3.r1-workers.ml.svc:50051"  # the addresses of stages s2 and s3
+LAST = "s3-e3.r1-workers.ml.svc:50051"
 CA = ["--next-stage-ca", "/etc/meshnet/tls/ca.crt"]
 
 

@@ -3,12 +3,18 @@ with its own pods, Service and links; scaling is placement, never a new identity
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
-from meshnet.reconcile.plan import Create, Delete, Plan
+import pytest
+
+from meshnet.reconcile.plan import Create, Delete, Patch, Plan, steps
 from meshnet.reconcile.route import (
     Observed,
+    WorkerConfig,
     observe_pod,
     observe_referenced_artifact,
     observe_route,
@@ -17,6 +23,7 @@ from meshnet.reconcile.route import (
 
 from .test_planner import CONFIG, NOW, kubelet
 
+GATEWAYED = dataclasses.replace(CONFIG, gateway_image="meshnet/operator:1")
 MakeArtifact = MakeRoute = Callable[..., dict[str, Any]]  # fixtures from conftest.py
 IDENTITY = ("epoch", "routeDigest", "recipeDigest", "manifestDigest")
 
@@ -24,10 +31,14 @@ IDENTITY = ("epoch", "routeDigest", "recipeDigest", "manifestDigest")
 class Fleet:
     """A route, its artifact, and its pods and Services as the cluster would keep them."""
 
-    def __init__(self, route: dict[str, Any], artifact: dict[str, Any]) -> None:
-        self.route, self.artifact = route, artifact
+    def __init__(self, route: dict[str, Any], artifact: dict[str, Any],
+                 config: WorkerConfig = GATEWAYED) -> None:
+        self.route, self.artifact, self.config = route, artifact, config
         self.pods: dict[str, dict[str, Any]] = {}
         self.services: dict[str, dict[str, Any]] = {}
+        self.gateway: dict[str, str] = {}  # kind -> template hash of the gateway's children
+        self.now = NOW
+        self.gateway_args: list[list[str]] = []  # the replicas the gateway is given
 
     def observe(self) -> Observed:
         pods = tuple(p for p in map(observe_pod, self.pods.values()) if p is not None)
@@ -35,13 +46,21 @@ class Fleet:
                     s["metadata"]["labels"]["meshnet.dev/template-hash"]
                     for s in self.services.values()}
         return Observed(observe_route(self.route), pods, services=services,
-                        artifact=observe_referenced_artifact(self.artifact))
+                        artifact=observe_referenced_artifact(self.artifact),
+                        gateway_deployment_hash=self.gateway.get("Deployment"),
+                        gateway_service_hash=self.gateway.get("Service"))
 
     def step(self) -> Plan:
-        result = plan(self.observe(), CONFIG, NOW)
+        result = plan(self.observe(), self.config, self.now)
         kubelet(self.pods, result)
         for action in result.actions:
-            if isinstance(action, Create) and action.obj["kind"] == "Service":
+            if isinstance(action, Create | Patch) and _is_gateway(action):
+                body = action.obj if isinstance(action, Create) else action.body
+                kind = action.obj["kind"] if isinstance(action, Create) else action.kind
+                self.gateway[kind] = body["metadata"]["labels"]["meshnet.dev/template-hash"]
+                if kind == "Deployment":
+                    self.gateway_args = gateway_replicas(Plan(steps((action,))))
+            elif isinstance(action, Create) and action.obj["kind"] == "Service":
                 self.services[action.obj["metadata"]["name"]] = action.obj
             elif isinstance(action, Delete) and action.kind == "Service":
                 self.services.pop(action.name)
@@ -66,6 +85,23 @@ class Fleet:
         return next(c for c in self.route["status"]["conditions"] if c["type"] == kind)
 
 
+def _is_gateway(action: Create | Patch) -> bool:
+    name = action.obj["metadata"]["name"] if isinstance(action, Create) else action.name
+    return name.endswith("-gateway")
+
+
+def gateway_replicas(result: Plan) -> list[list[str]]:
+    """The stage hosts (no namespace, no port) of each replica the plan gives the gateway."""
+    body = next(a.obj if isinstance(a, Create) else a.body for a in result.actions
+                if (isinstance(a, Create) and a.obj["kind"] == "Deployment")
+                or (isinstance(a, Patch) and a.kind == "Deployment"))
+    values = body["spec"]["template"]["spec"]["containers"][0]["args"]
+    pairs = list(itertools.pairwise(values))
+    groups = [[v for k, v in pairs if k == "--stage"]] if "--stage" in values else [
+        v.split(",") for k, v in pairs if k == "--replica"]
+    return [[".".join(a.split(".")[:2]) for a in group] for group in groups]
+
+
 def reasons(plans: list[Plan]) -> list[str]:
     return [e.reason for p in plans for e in p.events]
 
@@ -77,7 +113,7 @@ def args(pod: dict[str, Any]) -> dict[str, str]:
 
 def test_scaling_never_changes_the_epoch_or_the_digests_nor_touches_running_replicas(
         make_route: MakeRoute, make_artifact: MakeArtifact) -> None:
-    fleet = Fleet(make_route(), make_artifact())
+    fleet = Fleet(make_route(rollout={"drainSeconds": 0}), make_artifact())
     fleet.converge()
     identity = {k: fleet.route["status"][k] for k in IDENTITY}
     uids = {n: p["metadata"]["uid"] for n, p in fleet.pods.items()}
@@ -106,12 +142,12 @@ def test_each_replica_is_a_pipeline_with_its_own_pods_service_and_ring_links(
         selector = fleet.services[service]["spec"]["selector"]
         assert selector == {"meshnet.dev/route": "r1", "meshnet.dev/replica": str(replica)}
     head = fleet.pods["r1-s0-e1-r1"]
-    assert head["spec"]["hostname"] == "s0" and head["spec"]["subdomain"] == "r1-workers-r1"
+    assert head["spec"]["hostname"] == "s0-e1" and head["spec"]["subdomain"] == "r1-workers-r1"
     assert head["metadata"]["labels"]["meshnet.dev/replica"] == "1"
     assert {k: v for k, v in args(head).items() if k in ("--next-stage", "--ring-last")} == {
-        "--next-stage": "s1.r1-workers-r1.default.svc:50051",
-        "--ring-last": "s2.r1-workers-r1.default.svc:50051"}
-    assert args(fleet.pods["r1-s0-e1"])["--next-stage"] == "s1.r1-workers.default.svc:50051"
+        "--next-stage": "s1-e1.r1-workers-r1.default.svc:50051",
+        "--ring-last": "s2-e1.r1-workers-r1.default.svc:50051"}
+    assert args(fleet.pods["r1-s0-e1"])["--next-stage"] == "s1-e1.r1-workers.default.svc:50051"
     # same epoch, same identities: the replicas differ only in where their links point
     assert args(head)["--route-digest"] == args(fleet.pods["r1-s0-e1"])["--route-digest"]
     status = fleet.route["status"]
@@ -122,7 +158,7 @@ def test_each_replica_is_a_pipeline_with_its_own_pods_service_and_ring_links(
     assert [(r["replica"], r["ready"], r["stagesReady"]) for r in status["replicaStatuses"]] \
         == [(0, True, "3/3"), (1, True, "3/3")]
     assert status["replicaStatuses"][1]["stages"][2]["endpoint"] == \
-        "s2.r1-workers-r1.default.svc:50051"
+        "s2-e1.r1-workers-r1.default.svc:50051"
     assert status["stages"] == status["replicaStatuses"][0]["stages"]
     assert fleet.condition("Ready")["message"] == "2/2 replicas ready at epoch 1"
 
@@ -151,16 +187,29 @@ def test_pods_of_one_stage_prefer_different_nodes_unless_the_stage_says_otherwis
     assert fleet.pods["r1-s2-e1-r1"]["spec"]["affinity"] == {"podAntiAffinity": {}}
 
 
-def test_scaling_down_deletes_the_replicas_past_spec_replicas_and_their_services(
+def test_scaling_down_drains_the_replicas_past_spec_replicas_then_deletes_them_and_services(
         make_route: MakeRoute, make_artifact: MakeArtifact) -> None:
     fleet = Fleet(make_route(replicas=3), make_artifact())
     fleet.converge()
     first = fleet.scale(1)[0]
-    assert sorted(a.name for a in first.actions if isinstance(a, Delete)) == [
+    assert not any(isinstance(a, Delete) for a in first.actions)
+    assert sorted(a.name for a in first.actions if isinstance(a, Patch) and a.kind == "Pod") == [
+        "r1-s0-e1-r1", "r1-s0-e1-r2", "r1-s1-e1-r1", "r1-s1-e1-r2", "r1-s2-e1-r1",
+        "r1-s2-e1-r2"]
+    assert [e.reason for e in first.events] == ["PipelineDraining", "PipelineDraining"]
+    assert "replica 1 is past spec.replicas 1" in first.events[0].message
+    status = fleet.route["status"]
+    assert status["draining"] == ["e1/r1", "e1/r2"]
+    assert gateway_replicas(first) == [["s0-e1.r1-workers", "s1-e1.r1-workers",
+                                        "s2-e1.r1-workers"]]  # the drained ones take no more
+    fleet.now += timedelta(seconds=59)
+    assert not any(isinstance(a, Delete) for a in fleet.step().actions)
+    fleet.now += timedelta(seconds=1)
+    last = fleet.converge()
+    assert sorted(a.name for p in last for a in p.actions if isinstance(a, Delete)) == [
         "r1-s0-e1-r1", "r1-s0-e1-r2", "r1-s1-e1-r1", "r1-s1-e1-r2", "r1-s2-e1-r1",
         "r1-s2-e1-r2", "r1-workers-r1", "r1-workers-r2"]
-    assert [e.reason for e in first.events] == ["ReplicaRemoved"]
-    assert "replica 1 is past spec.replicas 1" in first.events[0].message
+    assert "ReplicaRemoved" in reasons(last) and "draining" not in fleet.route["status"]
     assert sorted(fleet.pods) == ["r1-s0-e1", "r1-s1-e1", "r1-s2-e1"]
     assert sorted(fleet.services) == ["r1-workers"]
     status = fleet.route["status"]
@@ -222,3 +271,86 @@ def test_an_invalid_edit_keeps_every_replica_serving_and_described(
     assert [r["stagesReady"] for r in status["replicaStatuses"]] == ["3/3", "3/3"]
     assert status["replicas"] == status["readyReplicas"] == 2  # they serve, not advertised
     assert status["capacity"]["sessionSlots"] == 0
+
+
+def pipelines_of(fleet: Fleet) -> dict[str, set[str]]:
+    """Each running pipeline ("e<epoch>/r<replica>") and the epochs its links name."""
+    found: dict[str, set[str]] = {}
+    for pod in fleet.pods.values():
+        tags = pod["metadata"]["labels"]
+        key = f"e{tags['meshnet.dev/epoch']}/r{tags['meshnet.dev/replica']}"
+        found.setdefault(key, set()).update(
+            v.split(".")[0].rsplit("-", 1)[1] for k, v in args(pod).items()
+            if k in ("--next-stage", "--ring-last"))
+    return found
+
+
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_a_resplit_rolls_replica_by_replica_beside_the_old_epoch_and_always_serves(
+        make_route: MakeRoute, make_artifact: MakeArtifact, replicas: int) -> None:
+    fleet = Fleet(make_route(replicas=replicas, recipe={"lane": "cpu", "topology": "ring"}),
+                  make_artifact())
+    fleet.converge()
+    fleet.route["spec"]["stages"][0]["layers"]["end"] = 12
+    fleet.route["spec"]["stages"][1]["layers"]["begin"] = 12
+    fleet.route["metadata"]["generation"] += 1
+    seen, gateway = [], [fleet.gateway_args]
+    for _ in range(40):
+        result = fleet.step()
+        status = fleet.route["status"]
+        seen.append(sorted(pipelines_of(fleet)))
+        # never down: a replica is ready, the gateway names only ready pipelines' stages
+        assert status["readyReplicas"] >= 1 and fleet.condition("Ready")["status"] == "True"
+        assert len(pipelines_of(fleet)) <= replicas + 1  # maxSurge 1
+        for name, linked in pipelines_of(fleet).items():  # never mixed inside a pipeline
+            assert linked <= {name.split("/")[0]}, name
+        if fleet.gateway_args != gateway[-1]:
+            gateway.append(fleet.gateway_args)
+        if not result.actions and result.status is None:
+            if not status.get("draining"):
+                break
+            fleet.now += timedelta(seconds=60)  # the drain ends
+    assert sorted(pipelines_of(fleet)) == [f"e2/r{r}" for r in range(replicas)]
+    assert fleet.route["status"]["updatedReplicas"] == replicas
+    assert fleet.condition("Progressing")["status"] == "False"
+    # replica by replica: at most one replica had both epochs' pipelines at once
+    assert all(sum(1 for r in range(replicas) if f"e1/r{r}" in s and f"e2/r{r}" in s) <= 1
+               for s in seen)
+    epochs = [[group[0].split(".")[0].rsplit("-", 1)[1] for group in groups]
+              for groups in gateway]
+    assert epochs[0] == ["e1"] * replicas and epochs[-1] == ["e2"] * replicas
+    assert len(epochs) == replicas + 1  # the gateway switched one replica at a time
+
+
+def test_without_surge_a_replica_is_drained_first_within_max_unavailable(
+        make_route: MakeRoute, make_artifact: MakeArtifact) -> None:
+    fleet = Fleet(make_route(replicas=2, rollout={"maxSurge": 0, "drainSeconds": 0}),
+                  make_artifact())
+    fleet.converge()
+    fleet.route["spec"]["stages"][0]["layers"]["end"] = 12
+    fleet.route["spec"]["stages"][1]["layers"]["begin"] = 12
+    first = fleet.step()
+    assert sorted(a.name for a in first.actions if isinstance(a, Delete)) == [
+        "r1-s0-e1", "r1-s1-e1", "r1-s2-e1"]  # replica 0 first; replica 1 serves meanwhile
+    assert sorted(pipelines_of(fleet)) == ["e1/r1", "e2/r0"]
+    fleet.converge()
+    assert sorted(pipelines_of(fleet)) == ["e2/r0", "e2/r1"]
+
+
+def test_an_in_place_change_replaces_one_replica_at_a_time_while_another_serves(
+        make_route: MakeRoute, make_artifact: MakeArtifact) -> None:
+    fleet = Fleet(make_route(replicas=2), make_artifact())
+    fleet.converge()
+    fleet.route["spec"]["recipe"]["image"] = "registry.local/worker:patched"  # same epoch
+    fleet.route["metadata"]["generation"] += 1
+    first = plan(fleet.observe(), fleet.config, fleet.now)
+    assert sorted(a.name for a in first.actions if isinstance(a, Delete)) == [
+        "r1-s0-e1", "r1-s1-e1", "r1-s2-e1"]  # replica 0 only: replica 1 serves meanwhile
+    for _ in range(10):
+        result = fleet.step()
+        assert fleet.route["status"]["readyReplicas"] >= 1
+        if not result.actions and result.status is None:
+            break
+    assert all(p["spec"]["containers"][0]["image"] == "registry.local/worker:patched"
+               for p in fleet.pods.values()) and len(fleet.pods) == 6
+    assert fleet.route["status"]["epoch"] == 1

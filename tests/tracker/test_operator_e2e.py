@@ -206,8 +206,11 @@ async def test_a_tracker_that_is_down_costs_retries_and_a_failure_metric_never_t
         await cluster.patch(f"{ROUTES}/r1", json={"spec": {"stages": [
             {"name": "s0", "layers": {"begin": 0, "end": 12}},
             {"name": "s1", "layers": {"begin": 12, "end": 30}}]}})
+        # (the old epoch serves, and the route is Ready, until epoch 2 takes over)
         await eventually(lambda: condition("Ready")(route(cluster)).get("status") == "True"
-                         and route(cluster)["status"]["epoch"] == 2, 60, "epoch 2 Ready")
+                         and route(cluster)["status"]["epoch"] == 2
+                         and route(cluster)["status"].get("updatedReplicas") == 1, 60,
+                         "epoch 2 Ready")
 
         # The Tracker comes back on the same address: reports flow, unadvertised (no
         # certificate), and the delivery error clears.

@@ -15,6 +15,10 @@ TEMPLATE = f"{GROUP}/template-hash"
 # ROUTE: the stages' headless Service selects ROUTE and must not pick gateway pods.
 GATEWAY = f"{GROUP}/gateway"
 ROUTE_DIGEST_ANNOTATION = f"{GROUP}/route-digest"
+# On the stage pods of a pipeline being retired (replaced by a new epoch or scaled away):
+# when the gateway stopped sending it new sessions (RFC 3339); it goes spec.rollout
+# .drainSeconds later.
+DRAINING_ANNOTATION = f"{GROUP}/draining-since"
 MANAGED_BY = "app.kubernetes.io/managed-by"
 OPERATOR_NAME = "meshnet-operator"
 FIELD_MANAGER = "meshnet-operator"

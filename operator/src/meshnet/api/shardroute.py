@@ -258,6 +258,35 @@ class Gateway(ApiModel):
     )
 
 
+class Rollout(
+    ApiModel,
+    json_schema_extra=validations(rule(
+        "!has(self.maxSurge) || self.maxSurge > 0 || !has(self.maxUnavailable)"
+        " || self.maxUnavailable > 0",
+        "maxSurge and maxUnavailable cannot both be 0: no replica could be replaced")),
+):
+    """How a new epoch replaces the replicas, and how a replica leaves: one replica at a
+    time by default, the new epoch's pipeline started beside the old one, which drains."""
+
+    max_surge: int = Field(
+        default=1, ge=0, le=1000,
+        description="Pipelines beyond spec.replicas that may run during a rollout (a new"
+                    " epoch's beside the old one it replaces, or one draining).",
+    )
+    max_unavailable: int = Field(
+        default=1, ge=0, le=1000,
+        description="Replicas that may be without a ready pipeline while the rollout"
+                    " replaces them (used when maxSurge is spent); the last serving replica"
+                    " is only taken down with maxSurge 0.",
+    )
+    drain_seconds: int = Field(
+        default=60, ge=0, le=86400,
+        description="How long a replaced or scaled-away pipeline keeps running after the"
+                    " gateway stops sending it new sessions, so that running ones finish (the"
+                    " gateway pods' termination grace too); 0 deletes it at once.",
+    )
+
+
 class ShardRouteSpec(
     ApiModel,
     json_schema_extra=validations(rule(
@@ -277,6 +306,9 @@ class ShardRouteSpec(
                     " numerics: not part of the route's identity, so scaling never changes the"
                     " epoch. The scale subresource sets it (kubectl scale, HPA, KEDA).",
     )
+    rollout: Rollout = Field(
+        default_factory=Rollout, description="How epochs roll over the replicas and how a"
+                                             " replica drains before it goes.")
     recipe: Recipe = Field(default_factory=Recipe, description="The runtime recipe.")
     stages: list[Stage] = Field(
         min_length=1, max_length=MAX_STAGES,
@@ -340,9 +372,11 @@ class RouteSpeculation(StatusModel):
 
 
 class ReplicaStatus(StatusModel):
-    """One replica's pipeline: its stages at the current epoch."""
+    """One replica's pipeline: the stages that serve it (the current epoch's, or during a
+    rollout the old epoch's until the new one is ready)."""
 
     replica: int = Field(ge=0, description="The replica's index (0 to spec.replicas - 1).")
+    epoch: int | None = Field(default=None, description="The epoch of the pipeline serving it.")
     ready: bool = Field(default=False, description="Every stage pod of the epoch is ready.")
     stages_ready: str = Field(description="Ready stages, e.g. 3/4.")
     stages: list[StageStatus] = Field(default_factory=list, description="Per-stage state.")
@@ -364,7 +398,14 @@ class ShardRouteStatus(StatusModel):
         default=0, ge=0, description="Replicas that have stage pods (the scale subresource's"
                                      " status.replicas).")
     ready_replicas: int = Field(
-        default=0, ge=0, description="Replicas whose every stage pod of the epoch is ready.")
+        default=0, ge=0, description="Replicas whose serving pipeline has every stage pod"
+                                     " ready (of the current epoch or, mid-rollout, the old).")
+    updated_replicas: int = Field(
+        default=0, ge=0, description="Replicas served by a ready pipeline of the current"
+                                     " epoch.")
+    draining: list[str] = Field(
+        default_factory=list, description="Pipelines taking no new sessions until they are"
+                                          " deleted, e.g. e1/r0 (epoch 1, replica 0).")
     selector: str | None = Field(
         default=None, description="Label selector of the route's stage pods (the scale"
                                   " subresource's, for an HPA).")

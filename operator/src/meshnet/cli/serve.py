@@ -46,6 +46,9 @@ def split_listen(listen: str, option: str = "--listen") -> tuple[str, int]:
               help="Requests queued beyond the route's session slots before HTTP 429.")
 @click.option("--recovery-wait", type=click.FloatRange(0), default=15.0, show_default=True,
               help="Seconds a generation waits for a lost stage to come back before 503.")
+@click.option("--drain-seconds", type=click.FloatRange(0), default=60.0, show_default=True,
+              help="On SIGTERM, how long running requests may go on before they are cut (new "
+                   "connections are refused at once): a rollout's old gateway pod drains.")
 @click.option("--exit-with-parent", type=click.IntRange(2), default=None, metavar="PID",
               help="Stop once PID, this process's parent, is gone (`meshnet up` sets it).")
 @click.option("--speculate", type=click.IntRange(0, MAX_DRAFT), default=0, is_flag=False,
@@ -63,7 +66,8 @@ def split_listen(listen: str, option: str = "--listen") -> tuple[str, int]:
 @tls_client_options
 def command(route_name: str | None, stages: tuple[str, ...], replicas: tuple[str, ...],
             scaled_to_zero: bool, model: str | None, listen: str,
-            max_waiting: int, recovery_wait: float, exit_with_parent: int | None,
+            max_waiting: int, recovery_wait: float, drain_seconds: float,
+            exit_with_parent: int | None,
             speculate: int, windows: int, drafter: str | None, tls: TlsFiles | None) -> None:
     """Serve one route over an OpenAI-compatible HTTP API until interrupted.
 
@@ -94,7 +98,7 @@ def command(route_name: str | None, stages: tuple[str, ...], replicas: tuple[str
         app.cleanup_ctx.append(_exit_with_parent(exit_with_parent))
     click.echo(f"serving {name} on http://{host}:{port}/v1", err=True)
     web.run_app(app, host=host, port=port, handler_cancellation=True, print=None,
-                access_log=None)
+                access_log=None, shutdown_timeout=drain_seconds)
 
 
 def _exit_with_parent(parent: int) -> Callable[[web.Application], AsyncIterator[None]]:

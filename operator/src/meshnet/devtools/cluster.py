@@ -51,6 +51,9 @@ RESOURCES: dict[str, dict[str, Any]] = {
 }
 
 
+WRITE_ACTIONS = (kmock.action.CREATE, kmock.action.UPDATE, kmock.action.DELETE)
+
+
 class Emulator(kmock.KubernetesEmulator):
     """The emulator plus the metadata an API server fills in: uid, creationTimestamp,
     generateName, resourceVersion, and a generation that moves with the spec; the scale
@@ -82,6 +85,8 @@ class Emulator(kmock.KubernetesEmulator):
         self.watched: set[str] = set()  # plurals someone watches (kopf, once it is serving)
         self.calls: collections.Counter[str] = collections.Counter()  # "patch pods/status": n
         self.scaled = scale_paths()  # plural -> its CRD's scale subresource
+        # called after every write, so a test can sample the cluster at each change
+        self.on_write: list[Callable[[], None]] = []
 
     async def _handle_k8s(self, request: Any) -> Any:
         data = request.data
@@ -99,9 +104,13 @@ class Emulator(kmock.KubernetesEmulator):
         elif request.resource is not None and request.action == kmock.action.UPDATE:
             self._on_update(request, data)
         try:
-            return await super()._handle(request)
+            response = await super()._handle(request)
         except jsonpatch.JsonPatchTestFailed as exc:  # optimistic concurrency lost: 422
             raise kmock.KubernetesError(status=422, reason="Invalid", message=str(exc)) from exc
+        if request.resource is not None and request.action in WRITE_ACTIONS:
+            for watcher in self.on_write:
+                watcher()
+        return response
 
     def _on_update(self, request: Any, data: Any) -> None:
         version = str(next(self._serial))

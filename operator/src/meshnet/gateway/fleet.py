@@ -195,6 +195,19 @@ class Fleet:
             time.sleep(delay)
             delay = min(delay * 2, 1.0)
 
+    def switch(self, current: Replica, lost: str) -> Replica | None:
+        """Another ready replica for a session whose replica failed it before it began
+        (its first stage refused to tokenize: it just died), its slot moved there, with
+        `current` taken out; None when no other replica is ready."""
+        self.lost(current, lost)
+        with self._lock:
+            others = [r for r in self.replicas.values() if r is not current and r.info is not None]
+            ranked = _ranked(others, current.name)
+        if not ranked:
+            return None
+        self._move(current, ranked[0])
+        return ranked[0]
+
     def close(self) -> None:
         for replica in self.known():
             replica.handle.close()

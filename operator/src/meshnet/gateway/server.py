@@ -411,7 +411,7 @@ class _Generation:
     def _generate(self) -> Any:
         try:
             try:
-                prompt = self.gateway._prompt_ids(self.driver, self.job)
+                prompt = self._tokenize()
                 self.job = self.job.within_context(len(prompt))
             except BaseException as exc:
                 self.loop.call_soon_threadsafe(self._settle_prompt, None, exc)
@@ -428,6 +428,26 @@ class _Generation:
                                         refresh=self._relocate)
         finally:
             self.loop.call_soon_threadsafe(self.tokens.put_nowait, None)
+
+    def _tokenize(self) -> list[int]:
+        """The prompt's tokens. A replica whose stage fails the Tokenize (it died since the
+        last probe) is taken out, and the prompt goes to another ready replica, where the
+        session then runs; a refusal that is about the request or the load is no death."""
+        try:
+            return self.gateway._prompt_ids(self.driver, self.job)
+        except (PromptTooLong, ChatTemplateError):
+            raise
+        except (MeshnetError, OSError) as exc:
+            if isinstance(exc, StageError) and exc.reason == "CAPACITY_EXHAUSTED":
+                raise
+            gateway = self.gateway
+            replica = gateway.fleet.switch(self.replica, f"replica {self.replica.name} failed"
+                                                         f" a Tokenize: {exc}")
+            if replica is None:
+                raise
+            gateway.metrics.replicas.moved(replica.name)
+            self.replica, self.driver = replica, replica.handle.driver()
+            return gateway._prompt_ids(self.driver, self.job)
 
     def _relocate(self, wait: float) -> tuple[list[StageClient], RouteInfo]:
         """Where the session goes on after losing its stages' state (the driver's

@@ -70,6 +70,7 @@ class LocalBackend:
         self.config = WorkerConfig(
             images={"cpu": "local", "cuda": "local", "rocm": "local", "vulkan": "local"},
             pin_digest=pin_digest,
+            side_by_side=False,  # make-before-break is this backend's own (see above)
         )
         self.stages: dict[str, LocalStage] = {}
         self.status: dict[str, Any] = {}

@@ -58,6 +58,9 @@ async def _reconcile_once(ctx: Context, namespace: str, name: str,
     observed = _observe(body, indices, ctx.expectations)
     result = plan(observed, ctx.settings.worker_config(), utc_now())
     await execute(ctx.client, body, shardroute.PLURAL, result, STATUS_KEYS, ctx.expectations)
+    if result.requeue_after is not None:
+        ctx.wake_later(key, result.requeue_after,
+                       lambda: reconcile(ctx, namespace, name, indices))
     ctx.metrics.epoch_advances.inc(int(result.epoch_advanced))
     gone = observed.route.deleting
     ctx.metrics.route_conditions(key, None if gone else result.conditions)

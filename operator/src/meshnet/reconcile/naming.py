@@ -32,10 +32,17 @@ def service_name(route: str, replica: int = 0) -> str:
     return child_name(route, "workers", *_replica_suffix(replica))
 
 
-def endpoint(stage: str, route: str, namespace: str, port: int, replica: int = 0) -> str:
-    """host:port of a stage of a replica; the pod's hostname is the stage name, its
-    subdomain the replica's Service."""
-    return f"{stage}.{service_name(route, replica)}.{namespace}.svc:{port}"
+def stage_host(stage: str, epoch: int) -> str:
+    """A stage pod's hostname: the stage and its epoch, so that a new epoch's pipeline
+    runs beside the old one in the same replica and the two never share an address."""
+    return child_name(stage, f"e{epoch}")
+
+
+def endpoint(stage: str, route: str, namespace: str, port: int, replica: int,
+             epoch: int) -> str:
+    """host:port of a stage of a replica at an epoch; the pod's hostname is
+    `stage_host`, its subdomain the replica's Service."""
+    return f"{stage_host(stage, epoch)}.{service_name(route, replica)}.{namespace}.svc:{port}"
 
 
 def gateway_name(route: str) -> str:

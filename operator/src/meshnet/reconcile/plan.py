@@ -59,6 +59,8 @@ class Plan:
     # The condition types `status` stamps: its writer's. Other writers' are kept as the
     # object has them when the status is written, not as the plan's read had them.
     own_conditions: tuple[str, ...] = ()
+    # Reconcile again in this many seconds even if nothing changes (a drain that ends).
+    requeue_after: float | None = None
 
     @property
     def actions(self) -> tuple[Action, ...]:

@@ -1,11 +1,14 @@
-"""Pure builders of a route's gateway: a Deployment running `meshnet serve` against every
-replica's stages by their stable DNS names (they outlive epochs: the gateway's drivers
-follow a re-split by their handshake) and a ClusterIP Service in front of it. A change of
-spec.replicas changes the gateway's arguments, so the Deployment rolls (a rolling update:
-the old gateway serves until the new one is Ready). Nothing here talks to the cluster."""
+"""Pure builders of a route's gateway: a Deployment running `meshnet serve` against the
+stages of the pipeline serving each replica, by their DNS names (which carry the epoch),
+and a ClusterIP Service in front of it. A scale, or a replica switched to a new epoch's
+pipeline, changes the gateway's arguments, so the Deployment rolls: the new gateway pod
+takes new sessions once it is Ready, and the old one finishes its running sessions (on
+the old pipelines, which drain as long) before it exits. Nothing here talks to the
+cluster."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from meshnet.api import labels
@@ -20,6 +23,7 @@ from meshnet.reconcile.route.podspec import (
     owner_reference,
 )
 
+GRACE_MARGIN_SECONDS = 10  # beyond the drain: the gateway's own shutdown after it
 DEFAULT_REQUESTS = {"cpu": "100m", "memory": "256Mi"}
 DEFAULT_LIMITS = {"memory": "1Gi"}
 
@@ -44,27 +48,30 @@ def speculation_args(speculation: Speculation) -> list[str]:
             *(["--drafter", drafter] if drafter else [])]
 
 
-def replica_args(route: RouteRef, stages: list[Stage], replicas: int,
+def replica_args(route: RouteRef, stages: list[Stage], epochs: Sequence[int],
                  config: WorkerConfig) -> list[str]:
-    """Where the gateway finds the replicas: one replica as `--stage` per stage (the
-    arguments a route had before replicas existed: upgrading rolls no gateway), several
-    as `--replica` per replica, none as `--scaled-to-zero`."""
+    """Where the gateway finds the replicas, `epochs[r]` the epoch of the pipeline serving
+    replica r: one replica as `--stage` per stage, several as `--replica` per replica, none
+    as `--scaled-to-zero`."""
     def address(stage: Stage, replica: int) -> str:
-        return endpoint(stage.name, route.name, route.namespace, config.grpc_port, replica)
+        return endpoint(stage.name, route.name, route.namespace, config.grpc_port, replica,
+                        epochs[replica])
 
-    if replicas == 0:
+    if not epochs:
         return ["--scaled-to-zero"]
-    if replicas == 1:
+    if len(epochs) == 1:
         return [arg for stage in stages for arg in ("--stage", address(stage, 0))]
-    return [arg for replica in range(replicas)
+    return [arg for replica in range(len(epochs))
             for arg in ("--replica", ",".join(address(stage, replica) for stage in stages))]
 
 
 def gateway_args(route: RouteRef, stages: list[Stage], gateway: Gateway, tls: RouteTls | None,
-                 speculation: Speculation, config: WorkerConfig, replicas: int = 1) -> list[str]:
+                 speculation: Speculation, config: WorkerConfig, epochs: Sequence[int],
+                 drain_seconds: int = 0) -> list[str]:
     args = ["serve", "--model", route.name, "--listen", f"0.0.0.0:{config.gateway_port}",
             "--max-waiting", str(gateway.max_waiting), *speculation_args(speculation),
-            *replica_args(route, stages, replicas, config)]
+            "--drain-seconds", str(drain_seconds),
+            *replica_args(route, stages, epochs, config)]
     if tls is not None:
         args += ["--tls-ca", f"{TLS_DIR}/ca.crt"]
         if tls.require_client_cert:  # the stages' own pair: the gateway is one of the route's
@@ -79,14 +86,16 @@ def _http_probe(path: str, period: int, failures: int, port: int) -> dict[str, A
 
 def gateway_deployment(route: RouteRef, stages: list[Stage], gateway: Gateway,
                        tls: RouteTls | None, speculation: Speculation,
-                       config: WorkerConfig, replicas: int = 1) -> dict[str, Any]:
+                       config: WorkerConfig, epochs: Sequence[int],
+                       drain_seconds: int = 0) -> dict[str, Any]:
     assert config.gateway_image is not None
     pod_labels = gateway_labels(route)
     container: dict[str, Any] = {
         "name": "gateway",
         "image": config.gateway_image,
         "imagePullPolicy": config.image_pull_policy,
-        "args": gateway_args(route, stages, gateway, tls, speculation, config, replicas),
+        "args": gateway_args(route, stages, gateway, tls, speculation, config, epochs,
+                             drain_seconds),
         "ports": [{"name": "http", "containerPort": config.gateway_port, "protocol": "TCP"}],
         "resources": {
             "requests": {**DEFAULT_REQUESTS,
@@ -109,10 +118,15 @@ def gateway_deployment(route: RouteRef, stages: list[Stage], gateway: Gateway,
     spec: dict[str, Any] = {
         "replicas": gateway.replicas,
         "selector": {"matchLabels": {labels.GATEWAY: route.name}},
+        # a new gateway pod is Ready before an old one stops taking sessions
+        "strategy": {"type": "RollingUpdate",
+                     "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
         "template": {
             "metadata": {"labels": pod_labels},
             "spec": {
                 "automountServiceAccountToken": False,
+                # an old gateway pod finishes its running sessions (`--drain-seconds`)
+                "terminationGracePeriodSeconds": drain_seconds + GRACE_MARGIN_SECONDS,
                 "enableServiceLinks": False,
                 "securityContext": dict(POD_SECURITY),
                 "containers": [container],

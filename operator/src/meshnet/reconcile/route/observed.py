@@ -39,6 +39,7 @@ class ObservedPod:
     failing_reason: str | None = None  # e.g. CrashLoopBackOff
     failing_message: str = ""
     unschedulable: str | None = None  # the scheduler's message
+    draining_since: str | None = None  # its pipeline takes no new sessions since (RFC 3339)
 
 
 @dataclass(frozen=True)
@@ -128,6 +129,7 @@ def observe_pod(body: Mapping[str, Any]) -> ObservedPod | None:
         failing_message=_failing_message(failing, containers, meta) if failing else "",
         unschedulable=scheduled.get("message", "unschedulable")
         if scheduled.get("reason") == "Unschedulable" else None,
+        draining_since=(meta.get("annotations") or {}).get(labels.DRAINING_ANNOTATION),
     )
 
 

@@ -30,6 +30,7 @@ from meshnet.reconcile.route.podspec import (
     headless_service,
     stage_pod,
 )
+from meshnet.reconcile.route.rollout import RolloutPlan, in_place, roll
 from meshnet.reconcile.route.topology import stage_links
 from meshnet.reconcile.route.workerspec import (
     Identities,
@@ -39,8 +40,8 @@ from meshnet.reconcile.route.workerspec import (
 )
 
 STATUS_KEYS = ("observedGeneration", "epoch", "routeDigest", "recipeDigest", "manifestDigest",
-               "replicas", "readyReplicas", "selector", "stages", "replicaStatuses",
-               "stagesReady", "coverage", "capacity", "endpoint", "conditions")
+               "replicas", "readyReplicas", "updatedReplicas", "draining", "selector", "stages",
+               "replicaStatuses", "stagesReady", "coverage", "capacity", "endpoint", "conditions")
 
 
 Desired = tuple[dict[str, Any], WorkerSpec]  # a stage's pod and its worker
@@ -126,23 +127,30 @@ def _rollout(observed: Observed, spec: ShardRouteSpec, manifest: str, config: Wo
                                   observed.artifact.drafter_file)
             body = stage_pod(StageInputs(ref, stage, spec.recipe, storage, worker), config)
             desired[replica, stage.name] = (body, worker)
-    actions, events = _pod_actions(observed.pods, desired, epoch, spec.replicas)
+    if config.side_by_side:
+        rolled = roll(observed.pods, [s.name for s in spec.stages], epoch, spec.replicas,
+                      spec.rollout, now)
+        actions, events = _rolling_pod_actions(observed.pods, desired, epoch, spec, rolled)
+        serving, draining, requeue = rolled.serving, rolled.draining, rolled.requeue_after
+    else:
+        actions, events = _pod_actions(observed.pods, desired, epoch, spec.replicas)
+        serving, draining, requeue = dict.fromkeys(range(spec.replicas), epoch), [], None
     actions += _service_actions(observed, ref, config, spec.replicas)
-    actions += _gateway_actions(observed, ref, spec, config)
+    actions += _gateway_actions(observed, ref, spec, config, serving)
     if advanced:
         previous = route.status.get("epoch") or 0
         events.insert(0, Event("Normal", "EpochAdvanced",
                                f"epoch {previous} -> {epoch}: route digest {digest[:12]}"))
     current = {(p.replica, p.stage): p for p in observed.pods
-               if p.epoch == epoch and (p.replica, p.stage) in desired}
+               if serving.get(p.replica) == p.epoch and (p.replica, p.stage) in desired}
     rolling = any(p.epoch != epoch for p in observed.pods)
     verdict = derive.from_stages(spec, current, rolling, epoch)
     identity = {"epoch": epoch, "routeDigest": digest, "recipeDigest": recipe,
                 "manifestDigest": manifest}
     result = _finish(observed, verdict, config, now, identity,
-                     _served(observed, spec, current, config))
+                     _served(observed, spec, current, config, tuple(draining)))
     return Plan(steps(actions), tuple(events), result.status, advanced, result.conditions,
-                result.own_conditions)
+                result.own_conditions, requeue)
 
 
 def stage_worker(stages: Sequence[Stage], index: int, recipe: Recipe, tls: RouteTls | None,
@@ -195,9 +203,42 @@ def next_epoch(status: Mapping[str, Any], pods: Sequence[ObservedPod],
 
 def _pod_actions(pods: Sequence[ObservedPod], desired: Mapping[PodKey, Desired],
                  epoch: int, replicas: int) -> tuple[list[Action], list[Event]]:
-    """Old-epoch pods go first; new ones are created only once no other epoch is left.
-    One event per kind of change (each API write counts at scale, and one line per
-    reconcile reads better than one per pod)."""
+    """Without side-by-side rollouts (the local backend, which keeps the old epoch's
+    workers serving itself): old-epoch pods go first; new ones are created only once no
+    other epoch is left. One event per kind of change (each API write counts at scale,
+    and one line per reconcile reads better than one per pod)."""
+    actions, events = _deletions(pods, desired, epoch, replicas)
+    if any(p.epoch != epoch for p in pods):
+        return actions, events  # never mix epochs: wait until the old ones are gone
+    present = {(p.replica, p.stage) for p in pods}
+    return actions, events + _creations(actions, desired, present, epoch)
+
+
+def _rolling_pod_actions(pods: Sequence[ObservedPod], desired: Mapping[PodKey, Desired],
+                         epoch: int, spec: ShardRouteSpec,
+                         rolled: RolloutPlan) -> tuple[list[Action], list[Event]]:
+    """The rollout's pipelines (meshnet.reconcile.route.rollout), then within the epoch:
+    a pod whose template changed or that ended is replaced in place, a replica at a time
+    (`in_place`), and the missing pods of the replicas the rollout lets start are
+    created."""
+    replicas, max_unavailable = spec.replicas, spec.rollout.max_unavailable
+    stages = [s.name for s in spec.stages]
+    actions, events = list(rolled.actions), list(rolled.events)
+    live = [p for p in pods if not p.terminating and p.epoch == epoch and p.replica < replicas]
+    outdated = {p.replica for p in live if _delete_reason(p, desired, epoch, replicas)}
+    allowed = in_place(pods, stages, epoch, rolled.serving, outdated, max_unavailable)
+    more, noted = _deletions([p for p in live if p.replica in allowed], desired, epoch,
+                             replicas)
+    actions += more
+    events += noted
+    present = {(p.replica, p.stage) for p in pods if p.epoch == epoch}
+    wanted = {key: value for key, value in desired.items() if key[0] in rolled.creatable}
+    return actions, events + _creations(actions, wanted, present, epoch)
+
+
+def _deletions(pods: Sequence[ObservedPod], desired: Mapping[PodKey, Desired], epoch: int,
+               replicas: int) -> tuple[list[Action], list[Event]]:
+    """The pods that go as `_delete_reason` says, and one event per kind of change."""
     actions: list[Action] = []
     deleted: dict[tuple[str, str], list[str]] = {}  # (event reason, why) -> pod names
     for pod in pods:
@@ -210,9 +251,12 @@ def _pod_actions(pods: Sequence[ObservedPod], desired: Mapping[PodKey, Desired],
         events.append(Event("Normal", reason, "; ".join(
             f"deleted pod{'s' * (len(names) > 1)} {', '.join(names)}: {why}"
             for (kind, why), names in deleted.items() if kind == reason)))
-    if any(p.epoch != epoch for p in pods):
-        return actions, events  # never mix epochs: wait until the old ones are gone
-    present = {(p.replica, p.stage) for p in pods}
+    return actions, events
+
+
+def _creations(actions: list[Action], desired: Mapping[PodKey, Desired],
+               present: set[PodKey], epoch: int) -> list[Event]:
+    """Appends a Create for each desired pod not `present`; the event naming them."""
     created: list[str] = []
     for (replica, stage), (body, worker) in desired.items():
         if (replica, stage) not in present:
@@ -220,10 +264,10 @@ def _pod_actions(pods: Sequence[ObservedPod], desired: Mapping[PodKey, Desired],
             of = f" of replica {replica}" if replica else ""
             created.append(f"{body['metadata']['name']} for stage {stage}{of}"
                            f" (layers {worker.layers})")
-    if created:
-        events.append(Event("Normal", "StagePodCreated", f"created pod{'s' * (len(created) > 1)}"
-                            f" {', '.join(created)}, epoch {epoch}"))
-    return actions, events
+    if not created:
+        return []
+    return [Event("Normal", "StagePodCreated", f"created pod{'s' * (len(created) > 1)}"
+                  f" {', '.join(created)}, epoch {epoch}")]
 
 
 def _delete_reason(pod: ObservedPod, desired: Mapping[PodKey, Desired], epoch: int,
@@ -245,7 +289,8 @@ def _delete_reason(pod: ObservedPod, desired: Mapping[PodKey, Desired], epoch: i
 
 def _service_actions(observed: Observed, ref: RouteRef, config: WorkerConfig,
                      replicas: int) -> list[Action]:
-    """A headless Service per replica, as its template says; a scaled-away one's goes."""
+    """A headless Service per replica, as its template says; a scaled-away one's goes once
+    its last pod has (a draining pipeline's sessions still reach its stages by name)."""
     actions: list[Action] = []
     for replica in range(replicas):
         service = headless_service(ref, config, replica)
@@ -256,18 +301,22 @@ def _service_actions(observed: Observed, ref: RouteRef, config: WorkerConfig,
             actions.append(Patch("Service", service["metadata"]["name"],
                                  {"metadata": {"labels": service["metadata"]["labels"]},
                                   "spec": service["spec"]}))
+    running = {p.replica for p in observed.pods}
     return actions + [Delete("Service", service_name(observed.route.name, replica))
-                      for replica in sorted(observed.services) if replica >= replicas]
+                      for replica in sorted(observed.services)
+                      if replica >= replicas and replica not in running]
 
 
 def _gateway_actions(observed: Observed, ref: RouteRef, spec: ShardRouteSpec,
-                     config: WorkerConfig) -> list[Action]:
-    """The gateway's Deployment and Service as the spec says (gone when disabled)."""
+                     config: WorkerConfig, serving: Mapping[int, int]) -> list[Action]:
+    """The gateway's Deployment and Service as the spec says (gone when disabled); its
+    replicas are the pipelines `serving` names (replica -> epoch)."""
     if not _has_gateway(spec, config):
         return _delete_gateway(observed)
     wanted = (
         (gateway_deployment(ref, spec.stages, spec.gateway, spec.tls, spec.recipe.speculation,
-                            config, spec.replicas),
+                            config, [serving[r] for r in range(spec.replicas)],
+                            spec.rollout.drain_seconds),
          observed.gateway_deployment_hash),
         (gateway_service(ref, config), observed.gateway_service_hash),
     )
@@ -309,15 +358,16 @@ class Served:
     replicas: int  # the replicas to describe
     session_slots: int  # per ready replica
     endpoint: str | None  # the gateway's URL, None without one
+    draining: tuple[str, ...] = ()  # pipelines draining, e.g. e1/r0
 
 
 def _served(observed: Observed, spec: ShardRouteSpec, current: Mapping[PodKey, ObservedPod],
-            config: WorkerConfig) -> Served:
+            config: WorkerConfig, draining: tuple[str, ...] = ()) -> Served:
     route = observed.route
     url = gateway_url(RouteRef(route.name, route.namespace, route.uid), config) \
         if _has_gateway(spec, config) else None
     return Served(derive.layout_of(spec), current, spec.replicas, spec.recipe.session_slots,
-                  url)
+                  url, draining)
 
 
 def _finish(observed: Observed, verdict: derive.Verdicts, config: WorkerConfig, now: datetime,
@@ -354,19 +404,32 @@ def _stage_status(status: dict[str, Any], observed: Observed, served: Served,
               for replica in range(served.replicas)]
     ready = [sum(1 for s in table if s["ready"]) for table in tables]
     ready_replicas = sum(1 for n in ready if n == len(served.layout))
+    epochs = [_epoch_of(table) for table in tables]
+    updated = sum(1 for n, e in zip(ready, epochs, strict=True)
+                  if n == len(served.layout) and e == status.get("epoch"))
     total = len(served.layout) * served.replicas
     block_count = observed.artifact.block_count if observed.artifact else None
     status.update(
         replicas=len({p.replica for p in observed.pods if not p.terminating}),
         readyReplicas=ready_replicas,
+        updatedReplicas=updated,
         selector=f"{labels.ROUTE}={route.name}",
         stages=tables[0] if tables else derive.stage_entries(
             served.layout, {}, route.name, route.namespace, port),
         replicaStatuses=[{"replica": r, "ready": n == len(served.layout),
                           "stagesReady": f"{n}/{len(served.layout)}", "stages": table}
-                         for r, (table, n) in enumerate(zip(tables, ready, strict=True))],
+                         | ({"epoch": e} if e is not None else {})
+                         for r, (table, n, e) in enumerate(zip(tables, ready, epochs,
+                                                               strict=True))],
         stagesReady=f"{sum(ready)}/{total}",
         coverage=derive.coverage(served.layout, block_count),
         capacity={"readyStages": sum(ready), "totalStages": total,
                   "sessionSlots": served.session_slots * ready_replicas},
     )
+    if served.draining:
+        status["draining"] = list(served.draining)
+
+
+def _epoch_of(table: Sequence[Mapping[str, Any]]) -> int | None:
+    """The epoch of the pipeline a replica's stage table shows (None: no pod yet)."""
+    return next((s["epoch"] for s in table if "epoch" in s), None)

@@ -13,7 +13,7 @@ from meshnet.api.common import API_VERSION
 from meshnet.api.modelartifact import ArtifactStorage
 from meshnet.api.shardroute import DEFAULT_GPU_RESOURCES, KIND, Recipe, Stage
 from meshnet.reconcile.children import CONTAINER_SECURITY, POD_SECURITY, template_hash
-from meshnet.reconcile.naming import endpoint, pod_name, service_name
+from meshnet.reconcile.naming import endpoint, pod_name, service_name, stage_host
 from meshnet.reconcile.route.worker_command import worker_command
 from meshnet.reconcile.route.workerspec import WorkerSpec
 
@@ -33,6 +33,10 @@ class WorkerConfig:
     startup_seconds: int = 1800  # large models take minutes to map and warm up
     gateway_image: str | None = None  # the operator's image (`meshnet serve`); None: no gateways
     gateway_port: int = 8000
+    # A new epoch's pipeline of a replica starts beside the old one, which drains
+    # (meshnet.reconcile.route.rollout). The local backend keeps old workers serving itself
+    # (it hides them from the planner) and sets False: old epochs are deleted first.
+    side_by_side: bool = True
 
 
 @dataclass(frozen=True)
@@ -47,9 +51,10 @@ class RouteRef:
 def worker_args(worker: WorkerSpec, route: RouteRef, config: WorkerConfig) -> list[str]:
     """The `meshnet-shard-worker` command line of a stage pod: the model where the pod
     mounts it, its ports, its TLS Secret's files, and its links as the DNS names of the
-    route's headless Service (pods of two epochs never run together, so the stable name
-    is this epoch's pod of that stage in this worker's replica)."""
-    links = {stage: endpoint(stage, route.name, route.namespace, config.grpc_port, worker.replica)
+    route's headless Service: this epoch's pod of that stage in this worker's replica (the
+    name carries the epoch: a rollout runs two epochs of a replica side by side)."""
+    links = {stage: endpoint(stage, route.name, route.namespace, config.grpc_port,
+                             worker.replica, worker.epoch)
              for stage in worker.links.names()}
     return worker_command(worker, PurePosixPath(MODEL_DIR) / worker.model_file,
                           f"0.0.0.0:{config.grpc_port}", f"0.0.0.0:{config.metrics_port}",
@@ -161,7 +166,7 @@ def stage_pod(inputs: StageInputs, config: WorkerConfig) -> dict[str, Any]:
         volumes.append({"name": "tls", "secret": {"secretName": worker.tls.secret_name,
                                                   "defaultMode": 0o440}})
     spec: dict[str, Any] = {
-        "hostname": stage.name,
+        "hostname": stage_host(stage.name, worker.epoch),
         "subdomain": service_name(route.name, worker.replica),
         "restartPolicy": "Always",
         "automountServiceAccountToken": False,
@@ -191,7 +196,8 @@ def stage_pod(inputs: StageInputs, config: WorkerConfig) -> dict[str, Any]:
 
 
 def headless_service(route: RouteRef, config: WorkerConfig, replica: int = 0) -> dict[str, Any]:
-    """One headless Service per replica: DNS names for its stage pods of the live epoch."""
+    """One headless Service per replica: DNS names for its stage pods of every epoch
+    running (each pod's hostname carries its epoch)."""
     replica_label = {labels.REPLICA: str(replica)}
     spec = {
         "clusterIP": "None",

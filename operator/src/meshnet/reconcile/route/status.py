@@ -40,8 +40,10 @@ def scaled_to_zero(epoch: int) -> Verdicts:
 
 def from_stages(spec: ShardRouteSpec, current: Mapping[PodKey, ObservedPod], rolling: bool,
                 epoch: int) -> Verdicts:
-    """Ready while at least one replica has every stage pod of this epoch ready (it can
-    serve); AllStagesReady once every replica has. Degraded names failing stages."""
+    """Ready while at least one replica has every stage pod of the pipeline serving it
+    ready (it can serve: mid-rollout, the old epoch's counts until the new one takes over);
+    AllStagesReady once every replica is ready at this epoch. Degraded names failing
+    stages."""
     if spec.replicas == 0:
         return scaled_to_zero(epoch)
     names, replicas = [s.name for s in spec.stages], range(spec.replicas)
@@ -54,11 +56,15 @@ def from_stages(spec: ShardRouteSpec, current: Mapping[PodKey, ObservedPod], rol
     degraded = (Verdict(DEGRADED, True, "StageCrashLooping" if crash else "StageFailing",
                         "; ".join(failing)) if failing else NOT_FAILING)
     ready = [r for r in replicas if not missing[r]]
-    if spec.replicas == 1:
+    old = sorted({p.epoch for _, _, p in pods if p.epoch != epoch})
+    if spec.replicas == 1 and not old:
         count = f"{len(names) - len(missing[0])}/{len(names)} stages ready at epoch {epoch}"
     else:
-        count = f"{len(ready)}/{spec.replicas} replicas ready at epoch {epoch}"
-    if len(ready) == spec.replicas:
+        updated = [r for r in ready if all(p.epoch == epoch for q, _, p in pods if q == r)]
+        count = (f"{len(ready)}/{spec.replicas} replicas ready, {len(updated)} at epoch"
+                 f" {epoch}" if old else f"{len(ready)}/{spec.replicas} replicas ready at"
+                                         f" epoch {epoch}")
+    if len(ready) == spec.replicas and not rolling:
         return (Verdict(READY, True, "AllStagesReady", count),
                 Verdict(PROGRESSING, False, "RolloutComplete", f"epoch {epoch} is live"),
                 degraded)
@@ -70,9 +76,14 @@ def from_stages(spec: ShardRouteSpec, current: Mapping[PodKey, ObservedPod], rol
                      if p.unschedulable and n in missing[r]]
     why = "; ".join(unschedulable) or "; ".join(
         f"waiting for {', '.join(missing[r])}{of(r)}" for r in replicas if missing[r])
+    if rolling:
+        why = "; ".join(filter(None, [f"rolling out epoch {epoch} replica by replica"
+                                      + (f" (epoch {', '.join(map(str, old))} serves the"
+                                         " others meanwhile)" if old else ""), why]))
     reason = ("EpochRollout" if rolling else
               "StageUnschedulable" if unschedulable else "StagesStarting")
-    serving = (Verdict(READY, True, "SomeReplicasReady", f"{count}: {why}") if ready else
+    serving = (Verdict(READY, True, "EpochRollout" if rolling and len(ready) == spec.replicas
+                       else "SomeReplicasReady", f"{count}: {why}") if ready else
                Verdict(READY, False, "StagesNotReady", f"{count}: {why}"))
     return serving, Verdict(PROGRESSING, True, reason, why), degraded
 
@@ -111,7 +122,8 @@ def recorded_layout(status: Mapping[str, Any]) -> tuple[StageLayers, ...]:
 
 def stage_entries(layout: Sequence[StageLayers], current: Mapping[str, ObservedPod],
                   route: str, namespace: str, port: int, replica: int = 0) -> list[dict[str, Any]]:
-    """One replica's stages: `current` holds its pods by stage name."""
+    """One replica's stages: `current` holds the pods of the pipeline serving it by stage
+    name."""
     entries = []
     for stage in layout:
         entry: dict[str, Any] = {"name": stage.name,
@@ -120,7 +132,8 @@ def stage_entries(layout: Sequence[StageLayers], current: Mapping[str, ObservedP
         pod = current.get(stage.name)
         if pod is not None:
             entry.update(pod=pod.name, epoch=pod.epoch, ready=pod.ready and not pod.terminating,
-                         endpoint=endpoint(stage.name, route, namespace, port, replica),
+                         endpoint=endpoint(stage.name, route, namespace, port, replica,
+                                           pod.epoch),
                          restarts=pod.restarts, incarnation=f"{pod.uid[:8]}-{pod.restarts}")
         entries.append(entry)
     return entries
