@@ -24,8 +24,7 @@ constexpr int32_t K        = 4;
 engine_ptr load(int32_t begin, int32_t end, bool drafting, int32_t k = K, std::string * error = nullptr) {
     engine_params params;
     params.model_path    = ds4_test::model("MESHNET_TEST_DS4_MODEL");
-    params.layer_begin   = begin;
-    params.layer_end     = end;
+    params.layers        = {begin, end};
     params.n_ctx         = 256;
     params.n_slots       = 2;
     params.n_batch       = 64;
