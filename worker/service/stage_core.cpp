@@ -133,6 +133,7 @@ pb::ForwardRequest relay_request_of(const pb::ForwardRequest & request, bool rin
     next.set_ring(ring);
     next.set_window(request.window());
     next.set_want_drafts(request.want_drafts());
+    *next.mutable_prefix_tokens() = request.prefix_tokens();
     return next;
 }
 
@@ -150,6 +151,8 @@ step_job job_of(const pb::ForwardRequest & request, const output_plan & plan, co
         job.output_rows = plan.rows;
     }
     job.discard_from = request.has_discard_from() ? request.discard_from() : -1;
+    job.fed_tokens.assign(request.tokens().begin(), request.tokens().end());
+    job.prefix_tokens.assign(request.prefix_tokens().begin(), request.prefix_tokens().end());
     return job;
 }
 
