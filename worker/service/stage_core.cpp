@@ -70,6 +70,13 @@ metrics_registry::gauges stage_core::gauges() const {
     now.kv_tokens_total  = engine_.kv_total();
     now.queue_depth      = steps_.queue_depth();
     now.epoch            = identity_.epoch;
+    const scheduler::prefix_counts prefix = steps_.prefix_stats();
+    now.prefix_lookups       = prefix.lookups;
+    now.prefix_hits          = prefix.hits;
+    now.prefix_reused_tokens = prefix.reused_tokens;
+    now.prefix_entries       = prefix.entries;
+    const int64_t kv_cells   = engine_.kv_total();
+    now.prefix_entry_bytes   = kv_cells > 0 ? static_cast<int64_t>(stage_.info.kv_bytes) / kv_cells * prefix.entry_tokens : 0;
     return now;
 }
 

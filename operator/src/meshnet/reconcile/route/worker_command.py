@@ -136,6 +136,8 @@ def worker_command(worker: WorkerSpec, model: PurePath, listen: str, metrics_lis
         max_loop_drafts=worker.loop.drafts if worker.loop else None,
         max_loop_windows=worker.loop.windows if worker.loop else None,
         discard_depth=worker.discard_depth or None,
+        prefix_cache_entries=worker.prefix_cache_entries or None,
+        prefix_block=worker.prefix_block or None,
         drafter=drafter.kind if drafter else None,
         drafter_k=drafter.max_drafts if drafter else None,
         drafter_model=model.parent / drafter.model_file
