@@ -37,6 +37,7 @@ def start(binary: Path, model: Path, log_dir: Path, cached: bool) -> list[Worker
     specs = [LaunchSpec(model=model, layers=LayerRange(*span), threads=1,
                         route_id="bench/prefix-" + ("on" if cached else "off"), **extra)
              for span in SPLIT]
+    log_dir.mkdir(parents=True, exist_ok=True)
     return start_route(binary, specs, log_dir)
 
 
@@ -63,7 +64,7 @@ def main() -> None:
             driver.connect(wait=60)
         system = off.tokenize(PARAGRAPH * 40)[:SYSTEM_TOKENS]
         words = off.tokenize(" ".join(f"question {i} about parcel {i * 7919 % 10007}"
-                                      for i in range(400)))
+                                      for i in range(300)))
 
         def question(i: int) -> list[int]:
             start_at = (i * QUESTION_TOKENS) % (len(words) - QUESTION_TOKENS)

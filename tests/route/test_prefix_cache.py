@@ -5,6 +5,7 @@ cached tokens, and falls back to what every stage holds when one stage evicted i
 from __future__ import annotations
 
 import random
+import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -165,3 +166,28 @@ def test_an_entry_evicted_on_one_stage_falls_back_to_what_every_stage_holds(
     assert run.cached_tokens == 128  # the last stage's miss named what it still holds
     assert run.recoveries == 0
     assert run.tokens == cold(prompt, 8)
+
+
+def prefix_counts(worker: WorkerProcess) -> dict[str, float]:
+    """The stage's meshnet_shard_prefix_* metrics."""
+    text = urllib.request.urlopen(
+        f"http://127.0.0.1:{worker.metrics_port}/metrics", timeout=5).read().decode()
+    return {name.removeprefix("meshnet_shard_prefix_"): float(value)
+            for name, value in (line.split() for line in text.splitlines()
+                                if line.startswith("meshnet_shard_prefix_"))}
+
+
+def test_every_stage_counts_its_lookups_hits_and_reused_tokens(
+    driver: RouteDriver, cached_route: list[WorkerProcess],
+) -> None:
+    prompt = scaffold(11, 200)
+    driver.generate(prompt, max_tokens=1)
+    before = [prefix_counts(worker) for worker in cached_route]
+    hit = driver.generate(prompt, max_tokens=1)
+    assert hit.cached_tokens == 192
+    for worker, was in zip(cached_route, before, strict=True):
+        now = prefix_counts(worker)
+        assert now["hits_total"] - was["hits_total"] == 1
+        assert now["lookups_total"] - was["lookups_total"] == 1
+        assert now["reused_tokens_total"] - was["reused_tokens_total"] == 192
+        assert now["cache_entries"] >= 1 and now["cache_bytes"] > 0
