@@ -191,3 +191,14 @@ def test_every_stage_counts_its_lookups_hits_and_reused_tokens(
         assert now["lookups_total"] - was["lookups_total"] == 1
         assert now["reused_tokens_total"] - was["reused_tokens_total"] == 192
         assert now["cache_entries"] >= 1 and now["cache_bytes"] > 0
+
+
+def test_a_restarted_stage_holds_no_entry_and_the_request_is_served_cold(
+    driver: RouteDriver, cached_route: list[WorkerProcess], cold: Callable[..., list[int]],
+) -> None:
+    prompt = scaffold(12, 300)
+    driver.generate(prompt, max_tokens=1)
+    cached_route[-1].restart()  # a new incarnation: its entries are gone
+    run = driver.generate(prompt, max_tokens=8, stop_at_eos=False)
+    assert run.cached_tokens == 0
+    assert run.tokens == cold(prompt, 8)
