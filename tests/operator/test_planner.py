@@ -254,6 +254,23 @@ def test_a_speculation_change_replaces_the_pods_whose_flags_change_at_the_same_e
     assert replaced({"mode": "Lookup", "maxDrafts": 6, "maxWindows": 3}) == []
 
 
+def test_a_prefix_cache_gives_every_stage_its_flags_at_the_same_epoch(
+        make_route: MakeRoute, make_artifact: MakeArtifact) -> None:
+    """A prefix hit gives a cold run's tokens: no new routeDigest, new pods whose every
+    stage keeps entries and reuses in the recipe's block."""
+    route, artifact, pods = make_route(), make_artifact(), {}
+    converge(route, artifact, pods)
+    digest = route["status"]["routeDigest"]
+    assert "--prefix-cache-entries" not in pods["r1-s0-e1"]["spec"]["containers"][0]["args"]
+    route["spec"]["recipe"]["prefixCache"] = {"entries": 3, "block": 64}
+    converge(route, artifact, pods)
+    assert (route["status"]["epoch"], route["status"]["routeDigest"]) == (1, digest)
+    for name in ("r1-s0-e1", "r1-s1-e1", "r1-s2-e1"):
+        args = pods[name]["spec"]["containers"][0]["args"]
+        at = args.index("--prefix-cache-entries")
+        assert args[at:at + 4] == ["--prefix-cache-entries", "3", "--prefix-block", "64"]
+
+
 def test_a_route_waits_for_its_artifact_to_be_ready(
         make_route: MakeRoute, make_artifact: MakeArtifact) -> None:
     route = make_route()

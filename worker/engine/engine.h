@@ -85,6 +85,7 @@ struct engine_info {
                                           // drop (fewer where recent steps hold fewer); 0: any
     size_t          discard_bytes = 0;    // memory the snapshots behind discard_depth cost per slot
     drafter_facts   drafter;              // last stage: the drafter it hosts (kind "" when none)
+    bool            can_copy_prefix = false; // slot_copy_prefix works (prefix cache)
 
     bool is_first() const { return layers.begin == 0; }
     bool is_last()  const { return layers.end == n_layer; }
@@ -144,6 +145,14 @@ struct engine_i {
     // refusal says why and leaves the slot untouched
     virtual discard_result slot_discard(int32_t /*slot*/, int32_t /*from*/) {
         return {discard_status::unsupported, 0};
+    }
+
+    // prefix cache: `slot` holds the first `n` positions of `source` and nothing more (the
+    // same slot: it keeps its first `n`); false where the memory cannot (can_copy_prefix),
+    // and `slot` is then empty
+    virtual bool slot_copy_prefix(int32_t /*source*/, int32_t slot, int32_t /*n*/) {
+        slot_clear(slot);
+        return false;
     }
 
     // last stage with a drafter: up to `most` (and drafter.max_drafts) tokens proposed to

@@ -146,6 +146,29 @@ public:
 
     discard_result slot_discard(int32_t slot, int32_t from) override;
 
+    bool slot_copy_prefix(int32_t source, int32_t slot, int32_t n) override {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (slot < 0 || slot >= info_.n_slots) {
+            return false;
+        }
+        if (!info_.can_copy_prefix || source < 0 || source >= info_.n_slots) {
+            clear(slot);
+            return false;
+        }
+        if (source != slot) {
+            // Slots are KV streams of their own: the memory copies a whole stream (at the
+            // next decode), then the copy's positions from `n` on are dropped, which puts
+            // the stream's head back at cell `n`, where a cold run writes position `n` too.
+            clear(slot);
+            llama_memory_seq_cp(memory(), source, slot, -1, -1);
+        }
+        if (!llama_memory_seq_rm(memory(), slot, n, -1)) {
+            clear(slot);
+            return false;
+        }
+        return true;
+    }
+
     std::vector<int32_t> draft(int32_t slot, int32_t pos, int32_t token, int32_t most) override {
         std::lock_guard<std::mutex> lock(mutex_);
         return drafter_ ? drafter_->draft(slot, pos, token, most) : std::vector<int32_t>{};
@@ -638,6 +661,8 @@ engine_ptr llama_engine_init(const engine_params & params, std::string & error) 
         info.discard_bytes = info.can_discard ? discard_bytes_per_slot(model.get(), cparams, llama_n_rs_seq(ctx.get())) : 0;
     } else {
         info.can_discard   = !llama_model_is_recurrent(model.get()) && !llama_model_is_hybrid(model.get());
+        // an attention KV cache copies a stream and drops any suffix of it exactly
+        info.can_copy_prefix = info.can_discard;
     }
 
     const int32_t n_batch = static_cast<int32_t>(llama_n_batch(ctx.get()));

@@ -125,6 +125,16 @@ std::string metrics_registry::render(const gauges & now) const {
     simple("meshnet_shard_kv_tokens_capacity", "gauge", "KV cells in total, all slots.", now.kv_tokens_total);
     simple("meshnet_shard_queue_depth", "gauge", "Steps waiting for the engine.", now.queue_depth);
     simple("meshnet_shard_epoch", "gauge", "Route epoch this worker serves.", now.epoch);
+    simple("meshnet_shard_prefix_lookups_total", "counter",
+           "New sessions that asked to start from a cached prefix.", now.prefix_lookups);
+    simple("meshnet_shard_prefix_hits_total", "counter",
+           "New sessions that started from a cached prefix (hits / lookups: the hit ratio).", now.prefix_hits);
+    simple("meshnet_shard_prefix_reused_tokens_total", "counter",
+           "Prompt positions copied from a cached prefix instead of computed.", now.prefix_reused_tokens);
+    simple("meshnet_shard_prefix_cache_entries", "gauge",
+           "Released sessions' slots kept as prefix cache entries.", now.prefix_entries);
+    simple("meshnet_shard_prefix_cache_bytes", "gauge",
+           "KV bytes of the positions the prefix cache entries hold.", now.prefix_entry_bytes);
     char started[32];
     std::snprintf(started, sizeof(started), "%.3f", start_time_);
     out << "# HELP meshnet_shard_start_time_seconds Unix time this worker (incarnation) started.\n"

@@ -66,6 +66,12 @@ public:
         int64_t kv_tokens_total  = 0;
         int64_t queue_depth      = 0;
         int64_t epoch            = 0;
+        // prefix cache (scheduler::prefix_counts)
+        int64_t prefix_lookups       = 0;
+        int64_t prefix_hits          = 0;
+        int64_t prefix_reused_tokens = 0;
+        int64_t prefix_entries       = 0;
+        int64_t prefix_entry_bytes   = 0; // KV bytes of the positions the entries hold
     };
 
     std::string render(const gauges & now) const;

@@ -160,13 +160,7 @@ void scheduler::run() {
             }
         }
         for (auto & job : releases) {
-            const int32_t slot = sessions_.release(job.key);
-            if (slot >= 0) {
-                engine_.slot_clear(slot);
-            }
-            if (job.done) {
-                job.done(slot >= 0);
-            }
+            release_or_keep(job.key, job.done);
         }
         if (stopping) {
             for (auto & job : batch) {
@@ -181,6 +175,75 @@ void scheduler::run() {
         }
         kv_used_ = engine_.kv_used();
     }
+}
+
+void scheduler::set_prefix_cache(int32_t block, int32_t max_entries) {
+    if (block <= 0 || max_entries <= 0 || !engine_.info().can_copy_prefix) {
+        prefix_.reset();
+        return;
+    }
+    prefix_             = std::make_unique<prefix_cache>(sessions_.n_slots(), block);
+    prefix_max_entries_ = static_cast<size_t>(max_entries);
+}
+
+scheduler::prefix_counts scheduler::prefix_stats() const {
+    prefix_counts counts;
+    counts.lookups       = prefix_lookups_.load();
+    counts.hits          = prefix_hits_.load();
+    counts.reused_tokens = prefix_reused_.load();
+    counts.entries       = sessions_.entries();
+    if (prefix_) {
+        for (int32_t slot : sessions_.entry_slots()) {
+            counts.entry_tokens += prefix_->held(slot);
+        }
+    }
+    return counts;
+}
+
+void scheduler::clear_slot(int32_t slot) {
+    engine_.slot_clear(slot);
+    if (prefix_) {
+        prefix_->forget(slot);
+    }
+}
+
+void scheduler::release_or_keep(const session_key & key, std::function<void(bool)> & done) {
+    const int32_t slot = sessions_.release(key);
+    if (slot >= 0) {
+        if (prefix_ && prefix_->held(slot) > 0) {
+            // Its exact prefix stays for later sessions; the positions after it are
+            // dropped when one copies it.
+            sessions_.keep(slot, session_clock::now());
+            for (int32_t dropped : sessions_.drop_entries(prefix_max_entries_)) {
+                clear_slot(dropped);
+            }
+        } else {
+            clear_slot(slot);
+        }
+    }
+    if (done) {
+        done(slot >= 0);
+    }
+}
+
+int32_t scheduler::prefix_source(const step_job & job, std::optional<shard_error> & error) {
+    ++prefix_lookups_;
+    prefix_cache::match found;
+    if (prefix_ && static_cast<int64_t>(job.prefix_tokens.size()) == job.n_past) {
+        std::vector<int32_t> candidates;
+        for (int32_t slot = 0; slot < sessions_.n_slots(); ++slot) {
+            candidates.push_back(slot); // entries and live sessions alike: positions before
+        }                               // a slot's exact prefix end are never rewritten
+        found = prefix_->find(job.key.route_id, job.key.epoch, job.prefix_tokens, candidates);
+    }
+    if (found.slot >= 0 && found.held >= job.n_past && job.n_past > 0) {
+        return found.slot;
+    }
+    error = make_error(error_reason::cache_miss,
+        "the stage holds no exact prefix of " + std::to_string(job.n_past) + " of these tokens",
+        {{"stage_n_past", "0"}, {"expected_n_past", std::to_string(job.n_past)},
+         {"prefix_held", std::to_string(std::min<int64_t>(found.held, job.n_past))}});
+    return -1;
 }
 
 void scheduler::wait_for_burst(std::unique_lock<std::mutex> & lock) {
@@ -226,7 +289,7 @@ void scheduler::run_batch(std::vector<step_job> & batch) {
     auto release_slot = [&](const session_key & key) {
         const int32_t slot = sessions_.release(key);
         if (slot >= 0) {
-            engine_.slot_clear(slot);
+            clear_slot(slot);
         }
     };
 
@@ -238,7 +301,16 @@ void scheduler::run_batch(std::vector<step_job> & batch) {
             outcome.error = make_error(error_reason::session_cancelled, "the call was cancelled; the session was released");
             continue;
         }
-        const session_store::admission admitted = sessions_.admit(job.key, job.n_past, busy, now);
+        int32_t source = -1;
+        if (!job.prefix_tokens.empty() && sessions_.find(job.key) < 0) {
+            std::optional<shard_error> miss;
+            source = prefix_source(job, miss);
+            if (miss) {
+                outcome.error = std::move(*miss);
+                continue;
+            }
+        }
+        const session_store::admission admitted = sessions_.admit(job.key, job.n_past, busy, now, source);
         if (admitted.refused == session_store::admission::refusal::cache_miss) {
             outcome.error = make_error(error_reason::cache_miss,
                 "the stage holds no state for this session (new, evicted, released or restarted)",
@@ -252,8 +324,24 @@ void scheduler::run_batch(std::vector<step_job> & batch) {
             continue;
         }
         const int32_t slot = admitted.slot;
-        if (admitted.fresh) {
-            engine_.slot_clear(slot); // a reused slot starts empty
+        if (admitted.fresh && source >= 0) {
+            // A hit: the slot holds the source's first n_past positions (the source's own
+            // slot when that was the entry it took: it keeps them and drops the rest).
+            if (!engine_.slot_copy_prefix(source, slot, static_cast<int32_t>(job.n_past))) {
+                release_slot(job.key);
+                outcome.error = make_error(error_reason::cache_miss, "the stage could not copy the prefix",
+                                           {{"stage_n_past", "0"}, {"prefix_held", "0"}});
+                continue;
+            }
+            prefix_->copied(source, slot, job.n_past);
+            sessions_.touch_entry(source, now);
+            ++prefix_hits_;
+            prefix_reused_ += job.n_past;
+        } else if (admitted.fresh) {
+            clear_slot(slot); // a reused slot starts empty
+        }
+        if (job.discard_from >= 0 && prefix_) {
+            prefix_->truncated(slot, job.discard_from);
         }
         if (auto error = discard_suffix(engine_, slot, job.discard_from)) {
             outcome.error = std::move(*error);
@@ -313,6 +401,9 @@ void scheduler::run_batch(std::vector<step_job> & batch) {
                 continue;
             }
             sessions_.touch(job.key, finished);
+            if (prefix_) {
+                prefix_->stepped(requests[r].slot, job.key.route_id, job.key.epoch, job.n_past, job.fed_tokens);
+            }
             outcome.ok       = true;
             outcome.n_past   = engine_.slot_n_past(requests[r].slot);
             outcome.slot     = requests[r].slot;

@@ -4,13 +4,16 @@
 
 #include "engine.h"
 #include "error_info.h"
+#include "prefix_cache.h"
 #include "session_store.h"
 
 #include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -37,6 +40,8 @@ struct step_job {
     std::vector<float>   boundary;
     std::vector<int32_t> output_rows;
     int64_t              discard_from = -1; // >= 0: drop positions from here first
+    std::vector<int32_t> fed_tokens;    // the step's token ids as the request carried them (prefix cache)
+    std::vector<int32_t> prefix_tokens; // a new session's positions 0..n_past-1, to copy from a cached prefix
     std::function<bool()>               cancelled; // polled before and after the step
     std::function<void(step_outcome &)> done;      // called once, on the engine thread
 };
@@ -80,8 +85,23 @@ public:
     // sends the steps those calls handed on, as one batch). Set before start().
     void set_after_batch(std::function<void()> after_batch) { after_batch_ = std::move(after_batch); }
 
-    // Forgets the session and clears its slot; `done(released)` on the engine thread.
+    // Forgets the session and clears its slot, or keeps the slot as a prefix cache entry;
+    // `done(released)` on the engine thread.
     void release(const session_key & key, std::function<void(bool)> done);
+
+    // Prefix cache (prefix_cache.h): whole blocks of `block` tokens, up to `max_entries`
+    // released sessions' slots kept. Off (0) unless set, before start(), on an engine that
+    // can copy a prefix.
+    void set_prefix_cache(int32_t block, int32_t max_entries);
+    int32_t prefix_block() const { return prefix_ ? prefix_->block() : 0; }
+    struct prefix_counts {
+        int64_t lookups = 0;       // new sessions that asked to start from a prefix
+        int64_t hits = 0;          // ... and did
+        int64_t reused_tokens = 0; // positions copied instead of computed
+        int64_t entries = 0;       // kept slots
+        int64_t entry_tokens = 0;  // positions they hold
+    };
+    prefix_counts prefix_stats() const;
 
     int32_t queue_depth() const;
     double  recent_tokens_per_second() const;
@@ -107,6 +127,11 @@ private:
     size_t group_size(session_clock::time_point now) const;
     void run_batch(std::vector<step_job> & batch);
     void record_tokens(int64_t n_tokens);
+    void release_or_keep(const session_key & key, std::function<void(bool)> & done);
+    void clear_slot(int32_t slot);
+    // A new session's step that starts from a cached prefix: the slot to copy it from, or
+    // -1 with the refusal in `error` (CACHE_MISS with `prefix_held`).
+    int32_t prefix_source(const step_job & job, std::optional<shard_error> & error);
 
     engine_i &      engine_;
     session_store & sessions_;
@@ -129,6 +154,11 @@ private:
     std::atomic<int64_t> steps_run_{0};
     std::atomic<int64_t> engine_micros_{0};
     std::atomic<int64_t> kv_used_{0};
+    std::unique_ptr<prefix_cache> prefix_;
+    size_t               prefix_max_entries_ = 0;
+    std::atomic<int64_t> prefix_lookups_{0};
+    std::atomic<int64_t> prefix_hits_{0};
+    std::atomic<int64_t> prefix_reused_{0};
     mutable std::mutex   rate_mutex_;
     std::deque<std::pair<session_clock::time_point, int64_t>> rate_window_;
 };

@@ -16,13 +16,14 @@ int32_t session_store::find(const session_key & key) const {
 }
 
 session_store::acquire_result session_store::acquire(const session_key & key, const std::vector<int32_t> & busy,
-                                                     session_clock::time_point now) {
+                                                     session_clock::time_point now, int32_t spare) {
     std::lock_guard<std::mutex> lock(mutex_);
-    return acquire_locked(key, busy, now);
+    return acquire_locked(key, busy, now, spare);
 }
 
 session_store::admission session_store::admit(const session_key & key, int64_t n_past,
-                                              const std::vector<int32_t> & busy, session_clock::time_point now) {
+                                              const std::vector<int32_t> & busy, session_clock::time_point now,
+                                              int32_t prefix_source) {
     std::lock_guard<std::mutex> lock(mutex_);
     admission result;
     const auto found = sessions_.find(key);
@@ -30,23 +31,24 @@ session_store::admission session_store::admit(const session_key & key, int64_t n
         result.slot = found->second.slot;
         return result;
     }
-    if (n_past > 0) { // its positions are not here to build on
+    if (n_past > 0 && prefix_source < 0) { // its positions are not here to build on
         result.refused = admission::refusal::cache_miss;
         return result;
     }
-    const acquire_result acquired = acquire_locked(key, busy, now);
+    const acquire_result acquired = acquire_locked(key, busy, now, prefix_source);
     if (acquired.slot < 0) {
         result.refused = admission::refusal::capacity_exhausted;
         return result;
     }
-    result.slot  = acquired.slot;
-    result.fresh = true;
+    result.slot       = acquired.slot;
+    result.fresh      = true;
+    result.took_entry = acquired.took_entry;
     return result;
 }
 
 session_store::acquire_result session_store::acquire_locked(const session_key & key,
                                                             const std::vector<int32_t> & busy,
-                                                            session_clock::time_point now) {
+                                                            session_clock::time_point now, int32_t spare) {
     acquire_result result;
     const auto found = sessions_.find(key);
     if (found != sessions_.end()) {
@@ -55,9 +57,16 @@ session_store::acquire_result session_store::acquire_locked(const session_key & 
     }
     int32_t slot = -1;
     for (size_t i = 0; i < slot_owner_.size(); ++i) {
-        if (slot_owner_[i] == nullptr) {
+        if (slot_owner_[i] == nullptr && kept_.count(static_cast<int32_t>(i)) == 0) {
             slot = static_cast<int32_t>(i);
             break;
+        }
+    }
+    if (slot < 0) {
+        slot = oldest_entry_locked(spare);
+        if (slot >= 0) {
+            kept_.erase(slot);
+            result.took_entry = true;
         }
     }
     if (slot < 0) {
@@ -106,8 +115,59 @@ int32_t session_store::release(const session_key & key) {
     return slot;
 }
 
+int32_t session_store::oldest_entry_locked(int32_t spare) const {
+    int32_t oldest = -1;
+    for (const auto & [slot, last_used] : kept_) {
+        if (slot != spare && (oldest < 0 || last_used < kept_.at(oldest))) {
+            oldest = slot;
+        }
+    }
+    return oldest >= 0 || kept_.count(spare) == 0 ? oldest : spare;
+}
+
+void session_store::keep(int32_t slot, session_clock::time_point now) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (slot >= 0 && slot < n_slots() && slot_owner_[static_cast<size_t>(slot)] == nullptr) {
+        kept_[slot] = now;
+    }
+}
+
+void session_store::touch_entry(int32_t slot, session_clock::time_point now) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto it = kept_.find(slot);
+    if (it != kept_.end()) {
+        it->second = now;
+    }
+}
+
+std::vector<int32_t> session_store::drop_entries(size_t most) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::vector<int32_t> dropped;
+    while (kept_.size() > most) {
+        const int32_t slot = oldest_entry_locked(-1);
+        kept_.erase(slot);
+        dropped.push_back(slot);
+    }
+    return dropped;
+}
+
+int32_t session_store::entries() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return static_cast<int32_t>(kept_.size());
+}
+
+std::vector<int32_t> session_store::entry_slots() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::vector<int32_t> slots;
+    for (const auto & entry : kept_) {
+        slots.push_back(entry.first);
+    }
+    return slots;
+}
+
 int32_t session_store::slots_free() const {
     std::lock_guard<std::mutex> lock(mutex_);
+    // a kept entry gives its slot to any session that needs it: free for capacity
     return static_cast<int32_t>(std::count(slot_owner_.begin(), slot_owner_.end(), nullptr));
 }
 

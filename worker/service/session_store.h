@@ -1,5 +1,6 @@
 // session_store.h - (route_id, epoch, session_id) -> engine slot: bounded slots, LRU
-// eviction of idle sessions, and the slot each session's KV lives in.
+// eviction of idle sessions, the slot each session's KV lives in, and the released slots
+// kept as prefix cache entries (prefix_cache says what they hold).
 #pragma once
 
 #include <chrono>
@@ -38,18 +39,22 @@ public:
         bool        created = false; // the session was new
         bool        evicted = false; // `evicted_key` lost its slot to make room
         session_key evicted_key;
+        bool        took_entry = false; // the slot was a kept entry's (gone as one now)
     };
 
     // The session's slot, or -1 when it holds none.
     int32_t find(const session_key & key) const;
 
     // The session's slot, allocating one for a new session: a free slot, else the
-    // least-recently-used session that is idle past the grace and not in `busy`.
+    // least-recently-used kept entry (`spare` last of them), else the least-recently-used
+    // session that is idle past the grace and not in `busy`. A kept entry never holds a
+    // slot a live session needs; a live session is never evicted for an entry.
     acquire_result acquire(const session_key & key, const std::vector<int32_t> & busy,
-                           session_clock::time_point now);
+                           session_clock::time_point now, int32_t spare = -1);
 
     // Whether a step of the session that builds on `n_past` positions may run, and in
-    // which slot: the session's own, or (n_past 0 only) one taken as acquire() takes it.
+    // which slot: the session's own, or one taken as acquire() takes it for n_past 0 or,
+    // with a `prefix_source` slot that holds those positions, to copy them from it.
     struct admission {
         enum class refusal {
             none,
@@ -58,10 +63,22 @@ public:
         };
         int32_t slot    = -1;
         bool    fresh   = false; // just taken for the session: the caller clears its KV
+        bool    took_entry = false; // fresh: the slot was a kept entry's
         refusal refused = refusal::none;
     };
     admission admit(const session_key & key, int64_t n_past, const std::vector<int32_t> & busy,
-                    session_clock::time_point now);
+                    session_clock::time_point now, int32_t prefix_source = -1);
+
+    // A released session's slot stays as a prefix cache entry (its KV untouched) until
+    // acquire() takes it or drop_entries() drops it.
+    void keep(int32_t slot, session_clock::time_point now);
+    // A hit used the entry in `slot`: it is the most recently used.
+    void touch_entry(int32_t slot, session_clock::time_point now);
+    // Drops the least recently used entries past `most`; returns their slots (now free,
+    // the caller clears them).
+    std::vector<int32_t> drop_entries(size_t most);
+    int32_t entries() const;
+    std::vector<int32_t> entry_slots() const;
 
     // Marks a step of the session done at `now` (LRU order).
     void touch(const session_key & key, session_clock::time_point now);
@@ -77,7 +94,8 @@ public:
 
 private:
     acquire_result acquire_locked(const session_key & key, const std::vector<int32_t> & busy,
-                                  session_clock::time_point now); // the caller holds mutex_
+                                  session_clock::time_point now, int32_t spare); // the caller holds mutex_
+    int32_t oldest_entry_locked(int32_t spare) const; // -1 when none
 
     struct entry {
         int32_t                   slot;
@@ -87,7 +105,8 @@ private:
     mutable std::mutex                 mutex_;
     session_clock::duration            evict_idle_;
     std::map<session_key, entry>       sessions_;
-    std::vector<const session_key *>   slot_owner_; // null: free
+    std::vector<const session_key *>   slot_owner_; // null: free or a kept entry
+    std::map<int32_t, session_clock::time_point> kept_; // entry slot -> last used
 };
 
 } // namespace meshnet

@@ -51,6 +51,7 @@ grpc::ServerUnaryReactor * shard_service::GetInfo(grpc::CallbackServerContext * 
     response->set_local_relay_token(identity.local_relay_token);
     response->set_can_discard(info.can_discard);
     response->set_discard_depth(info.discard_depth);
+    response->set_prefix_block(static_cast<uint32_t>(core_.prefix_block()));
     response->set_ring_last(identity.ring_last);
     response->set_ring_last_incarnation(core_.ring_last_incarnation());
     if (!info.drafter.kind.empty()) {

@@ -71,6 +71,13 @@ metrics_registry::gauges stage_core::gauges() const {
     now.kv_tokens_total  = engine_.kv_total();
     now.queue_depth      = steps_.queue_depth();
     now.epoch            = identity_.epoch;
+    const scheduler::prefix_counts prefix = steps_.prefix_stats();
+    now.prefix_lookups       = prefix.lookups;
+    now.prefix_hits          = prefix.hits;
+    now.prefix_reused_tokens = prefix.reused_tokens;
+    now.prefix_entries       = prefix.entries;
+    const int64_t kv_cells   = engine_.kv_total();
+    now.prefix_entry_bytes   = kv_cells > 0 ? static_cast<int64_t>(stage_.info.kv_bytes) / kv_cells * prefix.entry_tokens : 0;
     return now;
 }
 
@@ -134,6 +141,7 @@ pb::ForwardRequest relay_request_of(const pb::ForwardRequest & request, bool rin
     next.set_ring(ring);
     next.set_window(request.window());
     next.set_want_drafts(request.want_drafts());
+    *next.mutable_prefix_tokens() = request.prefix_tokens();
     return next;
 }
 
@@ -151,6 +159,8 @@ step_job job_of(const pb::ForwardRequest & request, const output_plan & plan, co
         job.output_rows = plan.rows;
     }
     job.discard_from = request.has_discard_from() ? request.discard_from() : -1;
+    job.fed_tokens.assign(request.tokens().begin(), request.tokens().end());
+    job.prefix_tokens.assign(request.prefix_tokens().begin(), request.prefix_tokens().end());
     return job;
 }
 

@@ -137,6 +137,7 @@ public:
     engine_i &                engine() { return engine_; }
     session_store &           sessions() { return sessions_; }
     double                    recent_tokens_per_second() const { return steps_.recent_tokens_per_second(); }
+    int32_t                   prefix_block() const { return steps_.prefix_block(); } // 0: no prefix cache
     metrics_registry &        metrics() { return metrics_; }
     metrics_registry::gauges  gauges() const;
 

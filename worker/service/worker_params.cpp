@@ -146,6 +146,19 @@ const std::vector<worker_flag> & worker_flags() {
          "first stage: a speculative decode loop keeps at most N verify windows in flight "
          "(loop_windows, the recipe's maxWindows); 1 to 8",
          set_int32<&P::max_loop_windows, 1, max_loop_windows>},
+        {"--prefix-cache-entries", "N", "0", nullptr,
+         "prefix cache: keep up to N released sessions' slots (their KV) so that a new session whose "
+         "prompt starts with the same tokens copies those positions instead of computing them, bit for "
+         "bit what a cold run computes (GetInfo prefix_block). An entry holds a slot no live session "
+         "needs: it is given up, least recently used first, as soon as one does, so its memory is "
+         "within --slots x --ctx. 0: off. Needs a memory that copies any prefix (an attention KV cache; "
+         "not deepseek4)",
+         set_int32<&P::prefix_cache_entries, 0>},
+        {"--prefix-block", "N", "128", nullptr,
+         "prefix cache: tokens per reusable block; a prefix is reusable in whole blocks, each "
+         "prefilled as one step at a multiple of N from position 0 (the driver cuts prefills on this "
+         "grid when every stage has the same)",
+         set_int32<&P::prefix_block, 1>},
         {"--drafter", "mtp|dspark", nullptr, nullptr,
          "the last stage of a deepseek4 route hosts a drafter: mtp, the model's own MTP (nextn) block "
          "(patch 0016), or dspark, the DSpark GGUF of --drafter-model (patch 0017 loads the token "

@@ -45,6 +45,8 @@ struct worker_params {
     int64_t     stream_flush_ms = 100;          // decode loop: send its answers at least this often
     int32_t     max_loop_drafts  = 7;           // a speculative loop's drafts per window at most
     int32_t     max_loop_windows = 8;           // its verify windows in flight at most
+    int32_t     prefix_cache_entries = 0;       // released slots kept for their prefix (0: off)
+    int32_t     prefix_block    = 128;          // tokens per reusable prefix block
     std::string tls_cert;
     std::string tls_key;
     std::string tls_client_ca;                  // set: clients must present a cert (mTLS)

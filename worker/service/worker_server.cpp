@@ -195,6 +195,7 @@ bool worker_server::start(const worker_params & params, engine_i & engine, std::
     scheduler_ = std::make_unique<scheduler>(engine, *sessions_, params.n_batch,
                                              std::chrono::microseconds(params.batch_wait_us),
                                              pipeline_depth(params, info), exact_batch_rows(params));
+    scheduler_->set_prefix_cache(params.prefix_block, params.prefix_cache_entries);
     registry_  = std::make_unique<metrics_registry>();
     core_      = std::make_unique<stage_core>(identity_, engine, *sessions_, *scheduler_, *registry_, next_stage,
                                               next_stage_local, ring_last);

@@ -113,6 +113,24 @@ class Speculation(ApiModel):
         return self.max_windows * (self.max_drafts + 1) - 1 if self.enabled else 0
 
 
+class PrefixCache(ApiModel):
+    """Prefix reuse on every stage (docs/architecture.md, "Prefix cache"): a session whose
+    prompt starts with a cached prefix copies its KV instead of computing it, bit for bit
+    what a cold run computes. It changes no tokens, so it is not part of recipeDigest."""
+
+    entries: int = Field(
+        default=0, ge=0, le=1024,
+        description="Released sessions' slots each stage keeps for their prefix (0: off). An"
+                    " entry only holds a slot no live session needs (within sessionSlots x"
+                    " contextLength of KV, allocated either way) and gives it up first.",
+    )
+    block: int = Field(
+        default=128, ge=1, le=4096,
+        description="Tokens per reusable block: prefills are cut at multiples of it from"
+                    " position 0 and a prefix is reused in whole blocks.",
+    )
+
+
 class Recipe(ApiModel):
     """The runtime recipe: every input that changes numerics or capacity (recipeDigest)."""
 
@@ -144,6 +162,13 @@ class Recipe(ApiModel):
                     " and changing it keeps the epoch; it replaces the stage pods whose"
                     " worker flags change (the first stage's drafts and windows, every"
                     " stage's discard depth) and rolls the gateway, at the same epoch.",
+    )
+
+    prefix_cache: PrefixCache = Field(
+        default_factory=PrefixCache,
+        description="Prefix reuse across requests (default: off). Exact: a hit gives the"
+                    " tokens of a cold run, so it is not part of recipeDigest; changing it"
+                    " replaces the stage pods at the same epoch.",
     )
 
     def identity(self) -> dict[str, Any]:

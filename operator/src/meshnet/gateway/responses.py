@@ -7,12 +7,14 @@ from typing import Any
 
 
 def usage(prompt_tokens: int, completion_tokens: int,
-          drafts: tuple[int, int] | None = None) -> dict[str, Any]:
+          drafts: tuple[int, int] | None = None, cached_tokens: int = 0) -> dict[str, Any]:
     """`drafts`: (drafted, accepted) tokens of speculative decoding, reported as OpenAI
-    reports predicted outputs (completion_tokens_details)."""
+    reports predicted outputs (completion_tokens_details). `cached_tokens`: prompt tokens
+    taken from the stages' prefix cache (prompt_tokens_details, as OpenAI reports them)."""
     used: dict[str, Any] = {"prompt_tokens": prompt_tokens,
                             "completion_tokens": completion_tokens,
-                            "total_tokens": prompt_tokens + completion_tokens}
+                            "total_tokens": prompt_tokens + completion_tokens,
+                            "prompt_tokens_details": {"cached_tokens": cached_tokens}}
     if drafts is not None:
         drafted, accepted = drafts
         used["completion_tokens_details"] = {"accepted_prediction_tokens": accepted,

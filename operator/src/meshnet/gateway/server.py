@@ -61,11 +61,12 @@ class _Outcome:
     finish_reason: str = "length"
     draft_tokens: int = 0  # speculative decoding: drafts verified, and accepted
     accepted_draft_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens from the stages' prefix cache
 
     def usage(self, prompt_tokens: int) -> dict[str, Any]:
         return responses.usage(prompt_tokens, self.completion_tokens,
                                (self.draft_tokens, self.accepted_draft_tokens)
-                               if self.draft_tokens else None)
+                               if self.draft_tokens else None, self.cached_tokens)
 
 
 class Gateway:
@@ -509,6 +510,7 @@ class _Generation:
         if result is not None:
             outcome.draft_tokens = result.draft_tokens
             outcome.accepted_draft_tokens = result.accepted_draft_tokens
+            outcome.cached_tokens = result.cached_tokens
         return outcome
 
     async def _text(self, tokens: list[int]) -> str | None:

@@ -87,6 +87,20 @@ def route() -> Board:
             Query(f"{BY} (meshnet_shard_kv_tokens_used{{{STAGE}}})", "used {{stage}}"),
             Query(f"{BY} (meshnet_shard_kv_tokens_capacity{{{STAGE}}} - "
                   f"meshnet_shard_kv_tokens_used{{{STAGE}}})", "free {{stage}}")))
+    (board.row("Prefix cache")
+     .graph("Prefix hit ratio", "New sessions that started from a cached prefix, of those "
+            "that asked to, per stage (a miss falls back to a shorter prefix or a cold "
+            "prefill; it answers CACHE_MISS with prefix_held).", "percentunit",
+            Query(_rate("meshnet_shard_prefix_hits_total") + " / "
+                  + _rate("meshnet_shard_prefix_lookups_total"), "{{stage}}"),
+            quiet="only stages started with --prefix-cache-entries look prefixes up")
+     .graph("Reused tokens/s", "Prompt positions copied from a cached prefix instead of "
+            "computed, per stage.", "short",
+            Query(_rate("meshnet_shard_prefix_reused_tokens_total"), "{{stage}}"))
+     .graph("Prefix cache entries", "Released sessions' slots kept as entries, and the KV "
+            "bytes of the positions they hold, per stage.", "short",
+            Query(f"{BY} (meshnet_shard_prefix_cache_entries{{{STAGE}}})", "entries {{stage}}"),
+            Query(f"{BY} (meshnet_shard_prefix_cache_bytes{{{STAGE}}})", "bytes {{stage}}")))
     (board.row("Seams")
      .graph("Boundary bytes per token", "Bytes each stage sends to the next per token "
             "position: the seam's cost, set by the boundary dtype and width.", "bytes",

@@ -46,6 +46,7 @@ class RouteDriver:
         speculate: int = 0,
         windows: int = 1,
         drafter: str = "",
+        reuse_prefix: bool = True,
     ) -> None:
         if topology not in REQUESTABLE:
             raise RouteError(f"topology must be one of {', '.join(REQUESTABLE)}, "
@@ -62,6 +63,9 @@ class RouteDriver:
         self.speculate = _draft_cap(speculate)
         self.windows = _window_cap(windows)
         self.drafter = drafter  # the drafter the last stage must host ("": none asked)
+        # Start sessions from the stages' cached prefixes where the route has a prefix
+        # cache (off: every prefill is cold, on the cache's grid all the same).
+        self.reuse_prefix = reuse_prefix
         self._lock = threading.Lock()
         self._route: RouteInfo | None = None
 
@@ -121,6 +125,7 @@ class RouteDriver:
             max_recoveries=self.max_recoveries, wait_seconds=self.wait_seconds,
             speculate=self.speculate if speculate is None else _draft_cap(speculate),
             windows=self.windows if windows is None else _window_cap(windows),
+            reuse_prefix=self.reuse_prefix,
         )
 
     def topology_of(self, route: RouteInfo) -> Topology:

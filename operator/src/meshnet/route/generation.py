@@ -38,6 +38,9 @@ class Generation:
     # and the most it did (ForwardResponse.loop_depth).
     windows: int = 1
     loop_depth: int = 0
+    # Prompt tokens every stage copied from a cached prefix instead of computing them
+    # (OpenAI's usage.prompt_tokens_details.cached_tokens).
+    cached_tokens: int = 0
 
     @property
     def acceptance_rate(self) -> float:

@@ -58,6 +58,9 @@ class RouteInfo:
     # Positions one discard may drop on every stage (0: any; deepseek4's rollback snapshots).
     discard_depth: int = 0
     drafter: str = ""  # the last stage's drafter (mtp, dspark), "" when it hosts none
+    # Prefix cache block (GetInfo prefix_block) when every stage has the same, else 0 (off):
+    # prefills are cut on this grid and a session may start from a cached prefix.
+    prefix_block: int = 0
 
     @property
     def chained(self) -> bool:
@@ -181,6 +184,7 @@ def check_route(answers: Sequence[tuple[str, pb.GetInfoResponse]],
         discard_depth=min((info.discard_depth for _, info in answers if info.discard_depth > 0),
                           default=0),
         drafter=hosted,
+        prefix_block=common_prefix_block([info.prefix_block for _, info in answers]),
         boundary_schema=first.boundary.schema,
         boundary_dtype=first.boundary.dtype,
         boundary_row_shape=tuple(first.boundary.row_shape),
@@ -202,3 +206,9 @@ def check_route(answers: Sequence[tuple[str, pb.GetInfoResponse]],
             for endpoint, info in answers
         ),
     )
+
+
+def common_prefix_block(blocks: Sequence[int]) -> int:
+    """The prefix cache's block when every stage has the same one, else 0: a prefix is only
+    reusable where all stages hold it on the same grid."""
+    return blocks[0] if blocks and len(set(blocks)) == 1 else 0

@@ -33,19 +33,34 @@ class Answer:
 
 
 def chunks(route: RouteInfo, n_tokens: int, chunk_tokens: int | None = None,
-           ) -> list[tuple[int, int]]:
-    """[start, end) of each step of a feed of `n_tokens`: `chunk_tokens` when given, else
-    small enough that a prefill fills the pipeline (CHUNKS_PER_STAGE chunks per stage)
-    and large enough that each step still runs at batch speed (MIN_CHUNK_TOKENS).
+           n_past: int = 0) -> list[tuple[int, int]]:
+    """[start, end) of each step of a feed of `n_tokens` after `n_past`: `chunk_tokens` when
+    given, else small enough that a prefill fills the pipeline (CHUNKS_PER_STAGE chunks per
+    stage) and large enough that each step still runs at batch speed (MIN_CHUNK_TOKENS).
     Nothing to pipeline (one stage, or stages that take turns on the same CPUs), or a
     model whose numerics depend on its steps: the largest steps, as the unsplit model
-    takes them."""
+    takes them. A route with a prefix cache: the cache's grid, whole blocks at multiples
+    of the block from position 0, so that any session computes a block as any other does
+    and its positions are reusable bit for bit (docs/architecture.md, "Prefix cache")."""
+    if route.prefix_block and not chunk_tokens:
+        return grid_chunks(route.prefix_block, n_tokens, n_past)
     n_stages = len(route.stages)
     size = chunk_tokens or max(MIN_CHUNK_TOKENS, -(-n_tokens // (CHUNKS_PER_STAGE * n_stages)))
     if (n_stages == 1 or route.stages_take_turns or route.step_sensitive) and not chunk_tokens:
         size = route.max_step_tokens
     size = max(1, min(size, route.max_step_tokens))
     return [(start, min(start + size, n_tokens)) for start in range(0, n_tokens, size)]
+
+
+def grid_chunks(block: int, n_tokens: int, n_past: int) -> list[tuple[int, int]]:
+    """[start, end) of the steps of a feed of `n_tokens` after `n_past`, cut at the
+    multiples of `block` (absolute positions)."""
+    steps, start = [], 0
+    while start < n_tokens:
+        end = min(n_tokens, start + block - (n_past + start) % block)
+        steps.append((start, end))
+        start = end
+    return steps
 
 
 def sampled_output(answer: Answer, n_tokens: int, wants_token: bool = True) -> pb.OutputRequest:
@@ -128,7 +143,8 @@ def _request(route: RouteInfo, index: int, key: pb.RouteKey, tokens: Sequence[in
         expected_range=pb.LayerRange(begin=stage.begin, end=stage.end),
     )
     verifies = output is not None and output.kind == pb.OUTPUT_KIND_VERIFIED
-    if index == 0 or stage.needs_token_sideband or verifies:  # a verifier checks the drafts
+    # A verifier checks the drafts; with a prefix cache every stage records what it holds.
+    if index == 0 or stage.needs_token_sideband or verifies or route.prefix_block:
         request.tokens.extend(tokens)
     if boundary is not None:
         request.boundary.CopyFrom(boundary)

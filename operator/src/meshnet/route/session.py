@@ -14,12 +14,13 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from meshnet.route.drafts import MAX_DRAFT, DraftLength, PromptLookup
 from meshnet.route.errors import TRANSIENT_CODES, RecoveryFailed, RouteError, StageError
 from meshnet.route.generation import Generation
 from meshnet.route.handshake import RouteInfo
+from meshnet.route.prefix import first_try, next_try
 from meshnet.route.proto import pb
 from meshnet.route.release_retry import RELEASES
 from meshnet.route.requests import Answer
@@ -54,6 +55,7 @@ class SessionSettings:
     wait_seconds: float = 60.0
     speculate: int = 0  # the longest draft (0: off)
     windows: int = 1  # verify windows a decode loop keeps in flight (pipelined speculation)
+    reuse_prefix: bool = True  # start from the stages' cached prefix where the route has one
 
     @property
     def loop(self) -> bool:
@@ -100,7 +102,7 @@ class Session:
         result.topology = self.walk.topology
         result.decode_loop = self.walk.loops
         started = time.perf_counter()
-        token = self.step_with_recovery(prompt_ids)
+        token = self.prefill(prompt_ids)
         result.prefill_seconds = time.perf_counter() - started
         decode_started = time.perf_counter()
         engine_before = self.counts.engine_seconds
@@ -210,6 +212,32 @@ class Session:
     def key(self) -> pb.RouteKey:
         return pb.RouteKey(route_id=self.route.route_id, epoch=self.route.epoch,
                            session_id=self.session_id)
+
+    def prefill(self, prompt_ids: list[int]) -> int:
+        """Feeds the prompt to the new session, starting from the longest cached prefix
+        every stage holds (prefix.py), else cold; returns the token sampled after it."""
+        block = self.route.prefix_block
+        reuse = first_try(len(prompt_ids), block) if self.settings.reuse_prefix else 0
+        while reuse:
+            prefix = prompt_ids[:reuse]
+            self.ctx = replace(self.ctx, prefix=tuple(prefix))
+            try:
+                token = self.walk.feed(self.ctx, prompt_ids[reuse:], reuse)
+            except StageError as exc:
+                # Some stage lacks it (evicted, restarted) or failed: this session's
+                # state is unknown, so it goes on under a new id from what is left.
+                reuse = next_try(exc, reuse, block)
+                self.release()
+                self.session_id = uuid.uuid4().hex
+                self.result.session_id = self.session_id
+                self._on_snapshot(self.clients, self.route)
+                continue
+            self.ctx = replace(self.ctx, prefix=())
+            self.remember(prefix)
+            self.remember(prompt_ids[reuse:])
+            self.result.cached_tokens = reuse
+            return token
+        return self.step_with_recovery(prompt_ids)
 
     def step_with_recovery(self, tokens: list[int]) -> int:
         """Feeds `tokens` after the history; returns the token sampled after the last."""

@@ -37,6 +37,15 @@ class StepContext:
     answer: Answer
     chunk_tokens: int | None = None  # the prefill's step size asked for (None: planned)
     counts: StepCounts = field(default_factory=StepCounts)
+    # The session starts from a cached prefix: its tokens, which the session's first step
+    # (the one at n_past == len(prefix)) names on every stage (ForwardRequest.prefix_tokens).
+    prefix: tuple[int, ...] = ()
+
+    def reusing(self, request: pb.ForwardRequest) -> pb.ForwardRequest:
+        """`request`, naming the cached prefix when it is the session's first step."""
+        if self.prefix and request.n_past == len(self.prefix):
+            request.prefix_tokens.extend(self.prefix)
+        return request
 
     def answered(self, response: pb.ForwardResponse) -> pb.ForwardResponse:
         """`response`, its stages' engine time counted."""

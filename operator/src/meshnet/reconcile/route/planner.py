@@ -183,6 +183,8 @@ def stage_worker(stages: Sequence[Stage], index: int, recipe: Recipe, tls: Route
         loop=LoopSpeculation(speculation.loop_drafts(), speculation.loop_windows())
         if index == 0 else None,
         discard_depth=speculation.discard_depth(),
+        prefix_cache_entries=recipe.prefix_cache.entries,
+        prefix_block=recipe.prefix_cache.block if recipe.prefix_cache.entries else 0,
         replica=replica,
         drafter=drafter,
     )

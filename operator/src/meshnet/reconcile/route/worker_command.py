@@ -55,6 +55,10 @@ class WorkerCommand:
     drafter: str | None = None
     drafter_k: int | None = None
     drafter_model: PurePath | None = None
+    # Prefix cache: released sessions' slots kept (0: off) and the block it reuses in;
+    # None: the worker's defaults.
+    prefix_cache_entries: int | None = None
+    prefix_block: int | None = None
     extra: tuple[str, ...] = ()
 
     def args(self, parent_pid: int | None = None) -> list[str]:
@@ -81,6 +85,8 @@ class WorkerCommand:
             ("--drafter", self.drafter),
             ("--drafter-k", self.drafter_k),
             ("--drafter-model", self.drafter_model),
+            ("--prefix-cache-entries", self.prefix_cache_entries),
+            ("--prefix-block", self.prefix_block),
             ("--gpu-layers", self.gpu_layers or None),
             ("--tls-cert", self.tls_cert),
             ("--tls-key", self.tls_key),
@@ -130,6 +136,8 @@ def worker_command(worker: WorkerSpec, model: PurePath, listen: str, metrics_lis
         max_loop_drafts=worker.loop.drafts if worker.loop else None,
         max_loop_windows=worker.loop.windows if worker.loop else None,
         discard_depth=worker.discard_depth or None,
+        prefix_cache_entries=worker.prefix_cache_entries or None,
+        prefix_block=worker.prefix_block or None,
         drafter=drafter.kind if drafter else None,
         drafter_k=drafter.max_drafts if drafter else None,
         drafter_model=model.parent / drafter.model_file

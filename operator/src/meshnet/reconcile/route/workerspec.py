@@ -65,3 +65,6 @@ class WorkerSpec:
     # Positions one rejected draft may drop at once (0: the route does not speculate); a
     # deepseek4 stage keeps that many rollback snapshots per session, a llama one none.
     discard_depth: int = 0
+    # Prefix cache: released slots kept (0: off) and the block it reuses in.
+    prefix_cache_entries: int = 0
+    prefix_block: int = 0

@@ -41,8 +41,8 @@ def chain_step(ctx: StepContext, tokens: list[int], n_past: int,
                wants_token: bool = True) -> int:
     """One step through the chain: only the first stage is called. Without `wants_token`
     (a prefill chunk before the last) it asks for the cheapest answer."""
-    request = relay_request(ctx.route, ctx.key, tokens, n_past,
-                            sampled_output(ctx.answer, len(tokens), wants_token))
+    request = ctx.reusing(relay_request(ctx.route, ctx.key, tokens, n_past,
+                                        sampled_output(ctx.answer, len(tokens), wants_token)))
     return ctx.token_of(relayed(ctx, request), request.positions[-1])
 
 

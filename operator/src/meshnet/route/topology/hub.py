@@ -32,8 +32,8 @@ class HubWalk:
         for index, client in enumerate(ctx.clients):
             if boundary is not None:
                 ctx.counts.boundary_bytes += len(boundary.data)
-            request = stage_request(ctx.route, index, ctx.key, tokens, n_past, output,
-                                    boundary, discard)
+            request = ctx.reusing(stage_request(ctx.route, index, ctx.key, tokens, n_past,
+                                                output, boundary, discard))
             response = ctx.answered(client.forward(request))
             boundary = response.boundary
         return ctx.accepted(response, tokens, n_past)
@@ -48,7 +48,7 @@ def in_chunks(ctx: StepContext, tokens: list[int], n_past: int, one_step: OneSte
     one and the stages do not take turns on the same CPUs, else chunk after chunk through
     `one_step`. The token sampled after the last."""
     route = ctx.route
-    steps = chunks(route, len(tokens), ctx.chunk_tokens)
+    steps = chunks(route, len(tokens), ctx.chunk_tokens, n_past)
     if len(steps) > 1 and not route.stages_take_turns:
         return wavefront(ctx, tokens, n_past, steps)
     token = -1
@@ -79,8 +79,9 @@ def wavefront(ctx: StepContext, tokens: list[int], n_past: int,
                 ctx.counts.boundary_bytes += len(boundary.data)
             output = sampled_output(ctx.answer, end - start,
                                     wants_token=step_index == len(steps) - 1)
-            request = stage_request(ctx.route, stage_index, ctx.key, tokens[start:end],
-                                    n_past + start, output, boundary)
+            request = ctx.reusing(stage_request(ctx.route, stage_index, ctx.key,
+                                                tokens[start:end], n_past + start, output,
+                                                boundary))
             call = ctx.clients[stage_index].forward_async(request)
             calls.append((stage_index, step_index, request, call))
         for stage_index, step_index, request, call in calls:

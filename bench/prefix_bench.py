@@ -1,0 +1,125 @@
+"""What the prefix cache buys on a 3-stage SmolLM2 route (1 thread per stage): the time to
+first token of a 1,500-token shared system prompt plus a 50-token question, cold and on a
+hit, and the throughput of an agent-like trace of 16 sessions (one shared scaffold,
+different questions) with the cache on and off.
+
+    .venv/bin/python bench/prefix_bench.py [--rounds 3] [--sessions 16] [--concurrency 4]
+
+Two routes run side by side: one with the cache off (the workers' defaults) and one with
+it on (--prefix-cache-entries 4 --prefix-block 64). Rounds interleave cold, cold-on-grid
+and hit requests, each with a question of its own; the table prints min / median / max.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from meshnet.bundled import smollm2_gguf
+from meshnet.layers import LayerRange
+from meshnet.local.process import LaunchSpec, WorkerProcess, start_route, worker_binary
+from meshnet.route import RouteDriver
+
+SPLIT = [(0, 10), (10, 20), (20, 30)]
+SYSTEM_TOKENS, QUESTION_TOKENS = 1500, 50
+PARAGRAPH = ("You are the support agent of a freight company. Answer politely, cite the "
+             "tariff table when prices come up, never promise delivery dates, and escalate "
+             "damaged goods to a human. Tools: track(parcel_id), quote(weight, zone), "
+             "reroute(parcel_id, address). ")
+
+
+def start(binary: Path, model: Path, log_dir: Path, cached: bool) -> list[WorkerProcess]:
+    extra = {"prefix_cache_entries": 4, "prefix_block": 64} if cached else {}
+    specs = [LaunchSpec(model=model, layers=LayerRange(*span), threads=1,
+                        route_id="bench/prefix-" + ("on" if cached else "off"), **extra)
+             for span in SPLIT]
+    log_dir.mkdir(parents=True, exist_ok=True)
+    return start_route(binary, specs, log_dir)
+
+
+def spread(values: list[float]) -> str:
+    return (f"{min(values):7.3f} / {statistics.median(values):7.3f} / {max(values):7.3f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--sessions", type=int, default=16)
+    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--completion", type=int, default=32, help="tokens per trace answer")
+    options = parser.parse_args()
+    binary, model = worker_binary(), smollm2_gguf()
+    work = Path(tempfile.mkdtemp(prefix="meshnet-prefix-bench-"))
+    off_route = start(binary, model, work / "off", cached=False)
+    on_route = start(binary, model, work / "on", cached=True)
+    try:
+        off = RouteDriver([w.endpoint for w in off_route])
+        on = RouteDriver([w.endpoint for w in on_route])
+        on_cold = RouteDriver([w.endpoint for w in on_route], reuse_prefix=False)
+        for driver in (off, on, on_cold):
+            driver.connect(wait=60)
+        system = off.tokenize(PARAGRAPH * 40)[:SYSTEM_TOKENS]
+        words = off.tokenize(" ".join(f"question {i} about parcel {i * 7919 % 10007}"
+                                      for i in range(300)))
+
+        def question(i: int) -> list[int]:
+            start_at = (i * QUESTION_TOKENS) % (len(words) - QUESTION_TOKENS)
+            return words[start_at:start_at + QUESTION_TOKENS]
+
+        assert len(system) == SYSTEM_TOKENS
+        on.generate(system + question(9999), max_tokens=1)  # the scaffold is cached once
+        ttft: dict[str, list[float]] = {"cold, cache off": [], "cold, cache on (grid)": [],
+                                        "hit": []}
+        cached: list[int] = []
+        drivers: dict[str, RouteDriver] = {"cold, cache off": off,
+                                           "cold, cache on (grid)": on_cold, "hit": on}
+        n = 0
+        for _ in range(options.rounds):
+            for name, driver in drivers.items():
+                n += 1
+                run = driver.generate(system + question(n), max_tokens=1)
+                ttft[name].append(run.prefill_seconds)
+                if name == "hit":
+                    cached.append(run.cached_tokens)
+        print(f"TTFT, {SYSTEM_TOKENS}-token system prompt + {QUESTION_TOKENS}-token question, "
+              f"3 stages x 1 thread, {options.rounds} interleaved rounds (s, min / median / max)")
+        for name, values in ttft.items():
+            print(f"  {name:24s} {spread(values)}")
+        print(f"  cached tokens on a hit: {sorted(set(cached))}")
+        print(f"  speedup (median cold, cache off / median hit): "
+              f"{statistics.median(ttft['cold, cache off']) / statistics.median(ttft['hit']):.1f}x")
+
+        def trace(driver: RouteDriver, first: int) -> tuple[float, int, int]:
+            prompts = [system + question(first + i) for i in range(options.sessions)]
+
+            def one(prompt: list[int]) -> tuple[int, int]:
+                run = driver.generate(prompt, max_tokens=options.completion, stop_at_eos=False)
+                return len(run.tokens), run.cached_tokens
+
+            started = time.perf_counter()
+            with ThreadPoolExecutor(options.concurrency) as pool:
+                results = list(pool.map(one, prompts))
+            seconds = time.perf_counter() - started
+            return seconds, sum(r[0] for r in results), sum(r[1] > 0 for r in results)
+
+        print(f"\nTrace: {options.sessions} sessions (scaffold + own question, "
+              f"{options.completion} tokens each), {options.concurrency} at a time")
+        for round_ in range(options.rounds):
+            for name, driver in (("cache off", off), ("cache on", on)):
+                seconds, tokens, hits = trace(driver, 1000 * (round_ + 1))
+                print(f"  round {round_}  {name:9s} {seconds:7.2f} s  "
+                      f"{options.sessions / seconds:5.2f} sessions/s  "
+                      f"{tokens / seconds:6.1f} completion tok/s  hits {hits}/{options.sessions}")
+        for driver in (off, on, on_cold):
+            driver.close()
+    finally:
+        for worker in off_route + on_route:
+            worker.stop()
+
+
+if __name__ == "__main__":
+    main()

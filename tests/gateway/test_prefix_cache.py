@@ -1,0 +1,65 @@
+"""A chat through the gateway of a route with the prefix cache on: every turn after the
+first starts from what the stages cached of the conversation so far, reports it as
+usage.prompt_tokens_details.cached_tokens, and answers what a cold run answers."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import openai
+import pytest
+
+from meshnet.gateway.chat import render_chat
+from meshnet.layers import LayerRange
+from meshnet.local.process import LaunchSpec, WorkerProcess, start_route
+from meshnet.route import RouteDriver
+
+from .conftest import MODEL, SLOTS, Gateway
+
+BLOCK = 64
+SYSTEM = ("You are a careful assistant for a shipping company. " * 30).strip()
+QUESTIONS = ["Where is my parcel?", "How long does customs take?",
+             "Can I change the address?", "What does express cost?"]
+
+
+@pytest.fixture(scope="module")
+def route(shard_worker: Path, smollm2: Path, tmp_path_factory: pytest.TempPathFactory,
+          ) -> Iterator[list[WorkerProcess]]:
+    specs = [LaunchSpec(model=smollm2, layers=LayerRange(*span), route_id="test/gateway",
+                        threads=1, slots=SLOTS, prefix_cache_entries=2, prefix_block=BLOCK)
+             for span in [(0, 15), (15, 30)]]
+    workers = start_route(shard_worker, specs, tmp_path_factory.mktemp("prefix-gateway"),
+                          chain=True)
+    yield workers
+    for worker in workers:
+        worker.stop()
+
+
+def test_every_turn_of_a_chat_after_the_first_hits_and_answers_as_a_cold_run(
+    gateway: Gateway, route: list[WorkerProcess],
+) -> None:
+    api = openai.OpenAI(base_url=gateway.base_url, api_key="unused", max_retries=0)
+    messages = [{"role": "system", "content": SYSTEM}]
+    answers, cached = [], []
+    for question in QUESTIONS:
+        messages.append({"role": "user", "content": question})
+        answer = api.chat.completions.create(model=MODEL, messages=messages,  # type: ignore[arg-type]
+                                             temperature=0, max_tokens=16)
+        details = answer.usage.prompt_tokens_details  # type: ignore[union-attr]
+        cached.append(details.cached_tokens if details else None)
+        text = answer.choices[0].message.content or ""
+        answers.append(text)
+        messages.append({"role": "assistant", "content": text})
+    assert cached[0] == 0
+    assert all(n is not None and n >= BLOCK for n in cached[1:]), cached
+    assert cached[1:] == sorted(cached[1:])  # each turn reuses at least the turn before's
+
+    with RouteDriver([w.endpoint for w in route], reuse_prefix=False) as cold:
+        template, eos = cold.route.chat_template, set(cold.route.eos_token_ids)
+        for turn, text in enumerate(answers):
+            history = messages[:2 + 2 * turn]
+            run = cold.generate(render_chat(template, history), max_tokens=16)
+            tokens = [t for t in run.tokens if t not in eos]
+            assert run.cached_tokens == 0
+            assert cold.detokenize(tokens) == text

@@ -1,0 +1,117 @@
+// test-prefix-cache.cpp - a slot's exact prefix grows only by whole blocks fed as one step
+// at the grid, matches compare tokens and never cross routes or epochs, and a kept entry
+// gives its slot to any session that needs one before a live session is evicted.
+#include "prefix_cache.h"
+#include "service_test.h"
+#include "session_store.h"
+
+#include <numeric>
+
+using namespace meshnet;
+using namespace std::chrono_literals;
+
+static std::vector<int32_t> tokens_from(int32_t first, int32_t n) {
+    std::vector<int32_t> tokens(static_cast<size_t>(n));
+    std::iota(tokens.begin(), tokens.end(), first);
+    return tokens;
+}
+
+TEST("only whole blocks at the grid extend a slot's exact prefix") {
+    prefix_cache cache(2, 4);
+    cache.stepped(0, "r", 1, 0, tokens_from(0, 4));
+    cache.stepped(0, "r", 1, 4, tokens_from(4, 4));
+    CHECK_EQ(cache.held(0), 8);
+    cache.stepped(0, "r", 1, 8, tokens_from(8, 3)); // a partial block ends the prefix here
+    cache.stepped(0, "r", 1, 11, tokens_from(11, 4));
+    CHECK_EQ(cache.held(0), 8);
+    cache.stepped(1, "r", 1, 0, tokens_from(0, 8)); // two blocks in one step: not a cold run's
+    CHECK_EQ(cache.held(1), 0);
+    cache.truncated(0, 6); // a discard inside the second block drops it
+    CHECK_EQ(cache.held(0), 4);
+}
+
+TEST("a match is the longest run of whole blocks with the same tokens") {
+    prefix_cache cache(2, 4);
+    for (int32_t n_past = 0; n_past < 12; n_past += 4) {
+        cache.stepped(1, "r", 1, n_past, tokens_from(n_past, 4));
+    }
+    std::vector<int32_t> asked = tokens_from(0, 10);
+    asked[9] = 99; // differs inside the third block
+    const auto found = cache.find("r", 1, asked, {0, 1});
+    CHECK_EQ(found.slot, 1);
+    CHECK_EQ(found.held, 8);
+    asked[1] = 99;
+    CHECK_EQ(cache.find("r", 1, asked, {0, 1}).held, 0);
+}
+
+TEST("another epoch's or route's prefix is never matched") {
+    prefix_cache cache(1, 4);
+    cache.stepped(0, "r", 1, 0, tokens_from(0, 4));
+    CHECK_EQ(cache.find("r", 1, tokens_from(0, 5), {0}).held, 4);
+    CHECK_EQ(cache.find("r", 2, tokens_from(0, 5), {0}).held, 0);
+    CHECK_EQ(cache.find("s", 1, tokens_from(0, 5), {0}).held, 0);
+}
+
+TEST("a copy holds the source's first positions only") {
+    prefix_cache cache(2, 4);
+    cache.stepped(0, "r", 1, 0, tokens_from(0, 4));
+    cache.stepped(0, "r", 1, 4, tokens_from(4, 4));
+    cache.copied(0, 1, 4);
+    CHECK_EQ(cache.held(1), 4);
+    cache.forget(0);
+    CHECK_EQ(cache.held(0), 0);
+    CHECK_EQ(cache.held(1), 4);
+}
+
+TEST("a kept entry gives its slot before any idle session is evicted") {
+    session_store store(2, 0ms);
+    const auto t = session_clock::now();
+    const int32_t a = store.acquire(session_key{"r", 1, "a"}, {}, t).slot;
+    store.acquire(session_key{"r", 1, "b"}, {}, t);
+    CHECK_EQ(store.release(session_key{"r", 1, "a"}), a);
+    store.keep(a, t);
+    CHECK_EQ(store.entries(), 1);
+    const auto c = store.acquire(session_key{"r", 1, "c"}, {}, t + 1ms);
+    CHECK_EQ(c.slot, a);
+    CHECK(c.took_entry && !c.evicted);
+    CHECK_EQ(store.entries(), 0);
+    CHECK(store.find(session_key{"r", 1, "b"}) >= 0);
+}
+
+TEST("a hit's new session takes another entry's slot before its source's") {
+    session_store store(2, 0ms);
+    const auto t = session_clock::now();
+    for (const char * id : {"a", "b"}) {
+        const int32_t slot = store.acquire(session_key{"r", 1, id}, {}, t).slot;
+        store.release(session_key{"r", 1, id});
+        store.keep(slot, id[0] == 'a' ? t : t + 1ms);
+    }
+    const int32_t source = store.entry_slots().front();
+    const auto other = store.admit(session_key{"r", 1, "c"}, 4, {}, t + 2ms, source);
+    CHECK(other.fresh && other.took_entry);
+    CHECK(other.slot != source);
+    const auto same = store.admit(session_key{"r", 1, "d"}, 4, {}, t + 2ms, source);
+    CHECK_EQ(same.slot, source); // the last one: the hit takes its source over
+    CHECK(store.admit(session_key{"r", 1, "e"}, 4, {}, t + 2ms).refused ==
+          session_store::admission::refusal::cache_miss);
+}
+
+TEST("entries past the bound are dropped least recently used first") {
+    session_store store(3, 0ms);
+    const auto t = session_clock::now();
+    std::vector<int32_t> slots;
+    for (const char * id : {"a", "b", "c"}) {
+        slots.push_back(store.acquire(session_key{"r", 1, id}, {}, t).slot);
+    }
+    for (size_t i = 0; i < slots.size(); ++i) {
+        store.release(session_key{"r", 1, std::string(1, static_cast<char>('a' + i))});
+        store.keep(slots[i], t + std::chrono::milliseconds(i));
+    }
+    const auto dropped = store.drop_entries(1);
+    CHECK_EQ(dropped.size(), 2u);
+    CHECK_EQ(dropped[0], slots[0]);
+    CHECK_EQ(dropped[1], slots[1]);
+    CHECK_EQ(store.entries(), 1);
+}
+
+TEST_MAIN()
