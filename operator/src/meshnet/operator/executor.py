@@ -1,6 +1,8 @@
-"""Carries a plan out against the cluster, for every resource we own: each step with the
-operator's field manager and its event once it took effect, then the plan's events,
-then the status as a merge patch of the keys we own, only when it changed."""
+"""Carries a plan out against the cluster, for every resource we own and every writer of
+its status (the reconcile, the Tracker daemon): each step with the operator's field
+manager and its event once it took effect, then the plan's events, then the status as a
+merge patch of the writer's keys, only when it changed, and conditional on the
+resourceVersion where it changes conditions (each writer stamps only its own types)."""
 
 from __future__ import annotations
 
