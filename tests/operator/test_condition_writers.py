@@ -126,6 +126,27 @@ async def test_the_planner_and_the_daemon_writing_at_once_never_lose_each_others
     assert again["metadata"]["resourceVersion"] == settled["metadata"]["resourceVersion"]
 
 
+async def test_a_write_redone_after_a_conflict_is_dropped_when_what_it_rests_on_moved(
+        cluster: tuple[Emulator, KubeClient]) -> None:
+    _, client = cluster
+    stale = await client.get(ROUTE)
+    assert stale is not None
+    # The route turns Ready after the daemon's pass read it as not Ready...
+    await client.patch(f"{ROUTE}/status", {"status": {"conditions": [
+        condition("Ready", "True", "AllStagesReady")]}})
+
+    def ready(route: Mapping[str, Any]) -> str | None:
+        return next(c["status"] for c in route["status"]["conditions"] if c["type"] == "Ready")
+
+    # ...so its write, refused as stale, is not redone: the next pass decides anew.
+    await execute(client, stale, "shardroutes", daemon_plan(stale, "CertificationPending"),
+                  STATUS_KEYS, still_current=lambda fresh: ready(fresh) == ready(stale))
+
+    fresh = await client.get(ROUTE)
+    assert fresh is not None
+    assert [c["type"] for c in fresh["status"]["conditions"]] == ["Ready"]
+
+
 def daemon_plan(route: Mapping[str, Any], reason: str) -> Plan:
     """A daemon pass's plan whose Certified condition says `reason`."""
     decision = Decision(Verdict(CERTIFIED, False, reason, "lane cpu"), None)
