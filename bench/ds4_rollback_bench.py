@@ -13,8 +13,8 @@ import argparse
 import tempfile
 from pathlib import Path
 
+from meshnet.api.shardroute import LayerRange
 from meshnet.devtools.tiny_deepseek4 import V4_DEPTH, write_tiny_deepseek4
-from meshnet.layers import LayerRange
 from meshnet.local.process import LaunchSpec, start_route, worker_binary
 from meshnet.route import RouteDriver
 

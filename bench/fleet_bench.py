@@ -32,8 +32,8 @@ from typing import Any
 
 import httpx
 
+from meshnet.api.shardroute import LayerRange
 from meshnet.bundled import smollm2_gguf
-from meshnet.layers import LayerRange
 from meshnet.local.process import LaunchSpec, WorkerProcess, free_port, start_route, worker_binary
 
 MODEL = "smollm2"

@@ -54,8 +54,8 @@ from typing import Any
 
 from hop_floor import grpc_hop_floor_ms, hop_floor_ms
 
+from meshnet.api.shardroute import LayerRange
 from meshnet.bundled import smollm2_gguf
-from meshnet.layers import LayerRange
 from meshnet.local.process import (
     WORKER_ENV_DEFAULTS,
     LaunchSpec,

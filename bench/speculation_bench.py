@@ -28,9 +28,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from meshnet.api.shardroute import LayerRange
 from meshnet.bundled import smollm2_gguf
 from meshnet.devtools.delay_proxy import DelayProxy
-from meshnet.layers import LayerRange
 from meshnet.local.process import LaunchSpec, free_port, start_route, worker_binary
 from meshnet.route import Generation, RouteDriver
 

@@ -38,10 +38,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from meshnet.api.shardroute import LayerRange
 from meshnet.bundled import smollm2_gguf
 from meshnet.devtools.delay_proxy import DelayProxy
 from meshnet.devtools.tiny_deepseek4 import V4_DEPTH, write_tiny_deepseek4
-from meshnet.layers import LayerRange
 from meshnet.local.process import LaunchSpec, WorkerProcess, free_port, start_route, worker_binary
 from meshnet.paths import workspace
 from meshnet.route import RouteDriver

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from meshnet.api.certification import Certificate, CertifiedLane, ParityResult
+from meshnet.api.shardroute import LayerRange
 from meshnet.certify import verdict
 from meshnet.certify.gates import Gates
-from meshnet.layers import LayerRange
 from meshnet.local.process import LaunchSpec, WorkerProcess, start_route
 
 Route = Callable[[str], list[WorkerProcess]]

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from meshnet.api.shardroute import LayerRange
 from meshnet.certify.gates import Gates
 from meshnet.certify.run import Reference, certify
-from meshnet.layers import LayerRange
 from meshnet.local.process import LaunchSpec, start_route
 from meshnet.route.stage import TlsFiles
 

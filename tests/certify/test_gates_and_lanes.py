@@ -79,25 +79,25 @@ def test_a_ready_route_without_a_certificate_gets_a_certification_job() -> None:
     decision = decide(seen())
 
     assert decision.create_job
-    assert decision.condition[:2] == ("False", "CertificationRunning")
+    assert (decision.condition.status, decision.condition.reason) == (False, "CertificationRunning")
 
 
 def test_a_route_not_ready_yet_waits_and_a_missing_image_is_said_plainly() -> None:
-    assert decide(seen(route_ready=False)).condition[1] == "CertificationPending"
+    assert decide(seen(route_ready=False)).condition.reason == "CertificationPending"
     missing = decide(seen(image=None))
-    assert not missing.create_job and missing.condition[1] == "NoCertifier"
-    assert "certify.images.cpu" in missing.condition[2]
+    assert not missing.create_job and missing.condition.reason == "NoCertifier"
+    assert "certify.images.cpu" in missing.condition.message
 
 
 def test_a_running_job_is_waited_for_and_its_certificate_recorded_when_done() -> None:
-    assert decide(seen(job_exists=True, outcome=JobOutcome(False))).condition[1] == \
+    assert decide(seen(job_exists=True, outcome=JobOutcome(False))).condition.reason == \
         "CertificationRunning"
 
     done = decide(seen(job_exists=True, outcome=JobOutcome(True, cert())))
 
     assert done.certificate == cert() and not done.create_job
-    assert done.condition[:2] == ("True", "LaneCertified")
-    assert "max |delta logit| 0, greedy identical" in done.condition[2]
+    assert (done.condition.status, done.condition.reason) == (True, "LaneCertified")
+    assert "max |delta logit| 0, greedy identical" in done.condition.message
 
 
 def test_a_failed_certificate_stays_failed_until_a_new_recertify_request() -> None:
@@ -106,14 +106,14 @@ def test_a_failed_certificate_stays_failed_until_a_new_recertify_request() -> No
     kept = decide(seen(stored=failed))
     again = decide(seen(stored=failed, request="2026-11-30"))
 
-    assert kept.condition[1] == "CertificationFailed" and not kept.create_job
+    assert kept.condition.reason == "CertificationFailed" and not kept.create_job
     assert again.create_job  # the Job for (lane, request) does not exist yet
 
 
 def test_a_recipe_change_invalidates_the_certificate_and_certifies_the_new_lane() -> None:
     decision = decide(seen(stored=cert(recipe_digest="e" * 64)))
 
-    assert decision.create_job and decision.condition[1] == "CertificationRunning"
+    assert decision.create_job and decision.condition.reason == "CertificationRunning"
     state = lanes.state(LANE, decision.certificate)
     assert not state.passed
     assert lanes.verdict(state)[0] == "LaneNotCertified"
@@ -122,5 +122,5 @@ def test_a_recipe_change_invalidates_the_certificate_and_certifies_the_new_lane(
 def test_a_job_that_left_no_certificate_is_an_error_and_is_not_rerun() -> None:
     decision = decide(seen(job_exists=True, outcome=JobOutcome(True, error="OOMKilled")))
 
-    assert not decision.create_job and decision.condition[1] == "CertificationError"
-    assert "OOMKilled" in decision.condition[2]
+    assert not decision.create_job and decision.condition.reason == "CertificationError"
+    assert "OOMKilled" in decision.condition.message

@@ -3,6 +3,7 @@ its certificate is read back from the pod's termination message."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from meshnet.api import labels
@@ -10,10 +11,14 @@ from meshnet.api.certification import CertifiedLane
 from meshnet.api.modelartifact import ArtifactStorage
 from meshnet.api.shardroute import Recipe, RouteTls, Stage
 from meshnet.certify import job as jobs
+from meshnet.certify.decide import CERTIFIED, Decision
 from meshnet.certify.gates import Gates
+from meshnet.reconcile.conditions import Verdict
+from meshnet.reconcile.plan import Create
 from meshnet.reconcile.route.planner import stage_worker
 from meshnet.reconcile.route.podspec import RouteRef, StageInputs, WorkerConfig, stage_pod
 from meshnet.reconcile.route.workerspec import Identities
+from meshnet.tracker.planner import Shown, plan_pass
 
 from .conftest import LANE, cert
 
@@ -132,3 +137,28 @@ def test_a_job_without_a_certificate_reports_its_last_words() -> None:
     assert outcome.finished and outcome.certificate is None
     assert outcome.error == "error: model not found"
     assert not jobs.job_outcome({"status": {"active": 1}}, []).finished
+
+
+def test_a_pass_that_starts_certification_plans_the_job_as_a_step_and_certified_as_its_own(
+) -> None:
+    inputs = jobs.JobInputs(
+        route=ROUTE, lane=CUDA, stage_pod=pod(), endpoints=["10.0.0.5:50051"],
+        image="meshnet/certify:cuda", gates=Gates(), route_digest=None, epoch=3)
+    starting = Decision(Verdict(CERTIFIED, False, "CertificationRunning", "starting"), None,
+                        create_job=True)
+    route = {"metadata": {"name": "r1", "namespace": "serving", "generation": 4},
+             "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+    now = datetime(2026, 12, 6, 12, tzinfo=UTC)
+
+    planned = plan_pass(route, starting, inputs, Shown(None, None, None), now)
+
+    (step,) = planned.steps
+    assert isinstance(step.action, Create) and step.action.obj == jobs.certification_job(inputs)
+    assert step.event is not None and step.event.reason == "CertificationStarted"
+    assert planned.own_conditions == (CERTIFIED,)
+    assert planned.status is not None and planned.status["conditions"] == [{
+        "type": CERTIFIED, "status": "False", "reason": "CertificationRunning",
+        "message": "starting", "observedGeneration": 4,
+        "lastTransitionTime": "2026-12-06T12:00:00Z"}]
+    # Until the stages' endpoints are known there is nothing to start the Job with.
+    assert plan_pass(route, starting, None, Shown(None, None, None), now).steps == ()

@@ -17,6 +17,7 @@ import pytest
 import yaml
 from gguf import GGMLQuantizationType, GGUFReader
 
+from meshnet.api.shardroute import LayerRange
 from meshnet.artifacts.drafter import DSPARK, MTP
 from meshnet.artifacts.facts import artifact_facts, stage_footprint
 from meshnet.artifacts.gguf_header import read_header
@@ -25,7 +26,6 @@ from meshnet.devtools.tiny_deepseek4 import SMALL, vocabulary, write_tiny_deepse
 from meshnet.devtools.tiny_dspark import DSPARK as TINY_DSPARK
 from meshnet.devtools.tiny_dspark import write_tiny_dspark
 from meshnet.errors import DrafterMismatch, IncompleteSplitSet
-from meshnet.layers import LayerRange
 from meshnet.local.process import LaunchSpec, start_route
 from meshnet.paths import workspace
 from meshnet.route import RouteDriver, StageClient

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from meshnet.api.shardroute import LayerRange
 from meshnet.devtools.tiny_deepseek4 import SMALL, write_tiny_deepseek4
-from meshnet.layers import LayerRange
 from meshnet.local.process import LaunchSpec, WorkerProcess, start_route
 from meshnet.route import RouteDriver, RouteRefused, StageClient, StageError
 from meshnet.route.proto import pb

@@ -13,8 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from meshnet.api.shardroute import LayerRange
 from meshnet.gateway.chat import render_chat
-from meshnet.layers import LayerRange
 from meshnet.local.process import LaunchSpec, WorkerProcess, free_port, start_route
 from meshnet.route import RouteDriver
 from meshnet.unsplit import unsplit_tokens

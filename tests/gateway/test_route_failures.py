@@ -16,7 +16,7 @@ import httpx
 import openai
 import pytest
 
-from meshnet.layers import LayerRange
+from meshnet.api.shardroute import LayerRange
 from meshnet.local.process import LaunchSpec, WorkerProcess, start_route
 from meshnet.route.driver import INFO_TIMEOUT
 

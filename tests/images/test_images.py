@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from meshnet.layers import LayerRange
+from meshnet.api.shardroute import LayerRange
 from meshnet.local.process import LaunchSpec, WorkerProcess, start_route
 
 from .conftest import (

@@ -8,8 +8,7 @@ from typing import Any
 import pytest
 
 from meshnet.api.modelartifact import ArtifactStorage
-from meshnet.api.shardroute import Recipe, RouteTls, Stage
-from meshnet.layers import LayerRange
+from meshnet.api.shardroute import LayerRange, Recipe, RouteTls, Stage
 from meshnet.reconcile.route.planner import stage_worker
 from meshnet.reconcile.route.podspec import (
     RouteRef,

@@ -15,7 +15,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from meshnet.layers import LayerRange
+from meshnet.api.shardroute import LayerRange
 from meshnet.local.process import LaunchSpec, WorkerProcess, start_route
 from meshnet.route import RouteDriver, StageClient, TlsFiles
 from meshnet.route.proto import pb

@@ -15,7 +15,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from meshnet.layers import LayerRange
+from meshnet.api.shardroute import LayerRange
 from meshnet.local.process import SERVING, LaunchSpec, WorkerProcess, free_port, start_route
 from meshnet.route import RouteDriver, RouteRefused
 from meshnet.route.proto import pb, pb_grpc

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from meshnet.layers import LayerRange
+from meshnet.api.shardroute import LayerRange
 from meshnet.local.process import LaunchSpec, WorkerProcess, free_port, start_route
 from meshnet.route import Generation, RecoveryFailed, RouteDriver, RouteError, StageClient
 from meshnet.route.proto import pb

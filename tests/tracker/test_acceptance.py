@@ -4,17 +4,21 @@ last stage's GetCapacity said (it verifies every draft), and written only when i
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any
 
 from meshnet.api.shardroute import Recipe, ShardRouteStatus
+from meshnet.certify.decide import Decision
+from meshnet.reconcile.conditions import Verdict
 from meshnet.tracker.acceptance import route_speculation
 from meshnet.tracker.inputs import StageSample
-from meshnet.tracker.kubernetes import status_patch
+from meshnet.tracker.planner import Shown, plan_pass
 
 from .conftest import samples, stage_views
 
 LOOKUP = Recipe.model_validate({"speculation": {"mode": "Lookup"}})
-CONDITION = ("False", "NoCertifier", "no certification image for lane cpu")
+NO_CERTIFIER = Decision(Verdict("Certified", False, "NoCertifier",
+                                "no certification image for lane cpu"), None)
 NOW = "2026-12-04T12:00:00Z"
 
 
@@ -66,13 +70,18 @@ def body(status: dict[str, Any]) -> dict[str, Any]:
 
 def test_status_speculation_is_written_when_it_changed_and_removed_once_unobserved() -> None:
     speculation = route_speculation(LOOKUP, stage_views(), counted(736, 655))
-    ops = status_patch(body({}), None, CONDITION, None, None, NOW, speculation)
-    assert ops is not None
-    assert {"op": "add", "path": "/status/speculation", "value": speculation} in ops
+    status = shown(body({}), speculation)
+    assert status is not None and status["speculation"] == speculation
     assert ShardRouteStatus.model_validate(
         {"speculation": speculation}).speculation is not None  # the CRD's own shape
 
     written = body({"speculation": speculation})
-    assert status_patch(written, None, CONDITION, None, None, NOW, speculation) is None
-    ops = status_patch(written, None, CONDITION, None, None, NOW, None)
-    assert ops is not None and {"op": "remove", "path": "/status/speculation"} in ops
+    assert shown(written, speculation) is None
+    status = shown(written, None)
+    assert status is not None and "speculation" not in status  # the merge patch removes it
+
+
+def shown(route: dict[str, Any], speculation: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The status a daemon pass writes (None: unchanged) when it shows `speculation`."""
+    later = datetime(2026, 12, 4, 13, tzinfo=UTC)
+    return plan_pass(route, NO_CERTIFIER, None, Shown(None, None, speculation), later).status

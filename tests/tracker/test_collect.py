@@ -14,10 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from meshnet.api.shardroute import Recipe
+from meshnet.api.shardroute import LayerRange, Recipe
 from meshnet.api.tracker import Provider
 from meshnet.certify import lane as lanes
-from meshnet.layers import LayerRange
 from meshnet.local.process import LaunchSpec, WorkerProcess, start_route
 from meshnet.route import RouteDriver, RouteRefused
 from meshnet.tracker.acceptance import route_speculation

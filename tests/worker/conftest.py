@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from meshnet.layers import LayerRange
+from meshnet.api.shardroute import LayerRange
 from meshnet.local.process import LaunchSpec, WorkerProcess, start_route
 
 

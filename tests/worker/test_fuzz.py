@@ -19,7 +19,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from meshnet.layers import LayerRange
+from meshnet.api.shardroute import LayerRange
 from meshnet.local.process import LaunchSpec, WorkerProcess, start_route
 from meshnet.route import RouteDriver, StageClient
 from meshnet.route.proto import pb

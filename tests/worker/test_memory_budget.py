@@ -12,7 +12,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from meshnet.layers import LayerRange
+from meshnet.api.shardroute import LayerRange
 from meshnet.local.process import LaunchSpec, WorkerProcess
 from meshnet.route import StageClient
 from meshnet.route.proto import pb

@@ -15,7 +15,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from meshnet.layers import LayerRange
+from meshnet.api.shardroute import LayerRange
 from meshnet.local.process import LaunchSpec, WorkerProcess
 from meshnet.route.proto import pb, pb_grpc
 from meshnet.route.stage import StageClient, stage_error

@@ -20,9 +20,8 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from meshnet.api.shardroute import Recipe
+from meshnet.api.shardroute import LayerRange, Recipe
 from meshnet.digests import recipe_digest
-from meshnet.layers import LayerRange
 from meshnet.local.process import (
     LaunchSpec,
     WorkerProcess,
@@ -185,7 +184,7 @@ def test_a_stream_sending_faster_than_it_is_served_is_held_back_not_buffered(
     """While a decode loop runs, a client pushes 20,000 messages of ~8 KB down the same
     ForwardStream: the stage reads a few ahead and lets flow control hold the rest back
     (they once all queued), and then still serves exact tokens."""
-    spec = LaunchSpec(model=smollm2, layers=LayerRange(0, None), threads=1, slots=2)
+    spec = LaunchSpec(model=smollm2, layers=LayerRange(0, 30), threads=1, slots=2)
     with WorkerProcess(shard_worker, spec).start() as worker:
         key = pb.RouteKey(route_id="local", epoch=1, session_id=uuid.uuid4().hex)
         step = pb.ForwardRequest(key=key, n_past=0, positions=[0, 1, 2], tokens=[504, 3458, 314],
@@ -261,7 +260,7 @@ def test_idle_connections_do_not_starve_metrics_or_service(
     serves. The order of events is the property, not a time: a starved scrape is
     answered after the worker let the idle clients go, in every round; a busy machine
     that stalls this test between the answer and the check may spoil one round."""
-    spec = LaunchSpec(model=smollm2, layers=LayerRange(0, None), threads=1, slots=1)
+    spec = LaunchSpec(model=smollm2, layers=LayerRange(0, 30), threads=1, slots=1)
     with WorkerProcess(shard_worker, spec).start() as worker:
         relay_port = StageClient(worker.endpoint).info().local_relay_port
         held = [socket.create_connection(("127.0.0.1", port))

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from meshnet.api.shardroute import LayerRange
 from meshnet.errors import MeshnetError
-from meshnet.layers import LayerRange
 from meshnet.native.build import find_binary
 from meshnet.pin.workspace import Workspace
 

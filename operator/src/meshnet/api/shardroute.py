@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from meshnet.api.certification import Certificate
 from meshnet.api.common import (
@@ -190,13 +190,20 @@ class LayerRange(
         "self.begin < self.end", "layers.begin must be less than layers.end",
     )),
 ):
-    """A half-open layer range [begin, end)."""
+    """A half-open layer range [begin, end): a stage's in the spec, and the one typed form
+    from the plan to the worker's command line. Not checked here for fitting the model: the
+    worker's parser (layer_range) refuses what it cannot serve, with the reason."""
 
     begin: int = Field(ge=0, le=4096, description="First owned layer.")
     end: int = Field(ge=1, le=4096, description="One past the last owned layer.")
 
+    def __init__(self, begin: int, end: int) -> None:
+        """Positional too: LayerRange(0, 15), as ranges are written everywhere else."""
+        BaseModel.__init__(self, begin=begin, end=end)  # ApiModel's is typed by the fields
+
     def __str__(self) -> str:
-        return f"{self.begin}-{self.end}"
+        """The worker's --layers form, BEGIN:END."""
+        return f"{self.begin}:{self.end}"
 
 
 class StageResources(ApiModel):

@@ -1,5 +1,5 @@
-"""What the operator does about a route's certification on each pass, and the Certified
-condition it shows (pure: the daemon observes and acts)."""
+"""What the operator decides about a route's certification on each pass, and what its
+Certified condition says (pure: tracker/plan.py turns it into the pass's Plan)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ from dataclasses import dataclass
 
 from meshnet.api.certification import Certificate, CertifiedLane
 from meshnet.certify.job import JobOutcome
+from meshnet.reconcile.conditions import Verdict
 
-Condition = tuple[str, str, str]  # status, reason, message
+CERTIFIED = "Certified"
 
 
 @dataclass(frozen=True)
@@ -25,7 +26,7 @@ class Observation:
 
 @dataclass(frozen=True)
 class Decision:
-    condition: Condition
+    condition: Verdict  # the Certified condition
     certificate: Certificate | None  # what status.certification should hold
     create_job: bool = False
 
@@ -33,8 +34,9 @@ class Decision:
 def decide(seen: Observation) -> Decision:
     lane, stored = seen.lane, seen.stored
     if lane is None:
-        return Decision(("False", "CertificationPending",
-                         "waiting for the route's identity and the nodes of its stages"), stored)
+        return Decision(_not("CertificationPending",
+                             "waiting for the route's identity and the nodes of its stages"),
+                        stored)
     if stored is not None and stored.lane == lane and stored.request == seen.request:
         return Decision(judged(stored), stored)
     if seen.job_exists and seen.outcome is not None and seen.outcome.finished:
@@ -43,27 +45,32 @@ def decide(seen: Observation) -> Decision:
             return Decision(judged(found), found.model_copy(update={"request": seen.request}))
         why = seen.outcome.error if found is None else (
             f"it certified lane {found.lane.describe()}, not {lane.describe()}")
-        return Decision(("False", "CertificationError",
-                         f"certification Job {seen.job_name} gave no certificate for lane"
-                         f" {lane.describe()}: {why} (delete the Job, or set a new"
-                         f" meshnet.dev/recertify annotation, to run it again)"), stored)
+        return Decision(_not("CertificationError",
+                             f"certification Job {seen.job_name} gave no certificate for lane"
+                             f" {lane.describe()}: {why} (delete the Job, or set a new"
+                             f" meshnet.dev/recertify annotation, to run it again)"), stored)
     if seen.job_exists:
-        return Decision(("False", "CertificationRunning",
-                         f"Job {seen.job_name} is certifying lane {lane.describe()}"), stored)
+        return Decision(_not("CertificationRunning",
+                             f"Job {seen.job_name} is certifying lane {lane.describe()}"), stored)
     if not seen.route_ready:
-        return Decision(("False", "CertificationPending",
-                         f"lane {lane.describe()} is certified once the route is Ready"), stored)
+        return Decision(_not("CertificationPending",
+                             f"lane {lane.describe()} is certified once the route is Ready"),
+                        stored)
     if not seen.image:
-        return Decision(("False", "NoCertifier",
-                         f"no certification image for lane {lane.backend} (chart value"
-                         f" certify.images.{lane.backend}); lane {lane.describe()} stays"
-                         " unadvertised"), stored)
-    return Decision(("False", "CertificationRunning",
-                     f"starting Job {seen.job_name} to certify lane {lane.describe()}"), stored,
-                    create_job=True)
+        return Decision(_not("NoCertifier",
+                             f"no certification image for lane {lane.backend} (chart value"
+                             f" certify.images.{lane.backend}); lane {lane.describe()} stays"
+                             " unadvertised"), stored)
+    return Decision(_not("CertificationRunning",
+                         f"starting Job {seen.job_name} to certify lane {lane.describe()}"),
+                    stored, create_job=True)
 
 
-def judged(certificate: Certificate) -> Condition:
+def _not(reason: str, message: str) -> Verdict:
+    return Verdict(CERTIFIED, False, reason, message)
+
+
+def judged(certificate: Certificate) -> Verdict:
     """The condition a finished certificate of the current lane gives."""
     parity, speed = certificate.parity, certificate.speed
     worst = parity.max_abs_delta_logit
@@ -71,8 +78,9 @@ def judged(certificate: Certificate) -> Condition:
                f" greedy {'identical' if parity.greedy_match else 'differs'}, decode"
                f" {speed.decode_tokens_per_second:.1f} tok/s = {speed.fraction:.2f} x unsplit"
                f" {speed.reference_decode_tokens_per_second:.1f}")
+    lane, at = certificate.lane.describe(), certificate.certified_at
     if certificate.passed:
-        return ("True", "LaneCertified", f"lane {certificate.lane.describe()} certified at"
-                f" {certificate.certified_at}: {figures}")
-    return ("False", "CertificationFailed", f"lane {certificate.lane.describe()} failed at"
-            f" {certificate.certified_at}: " + "; ".join(certificate.failures))
+        return Verdict(CERTIFIED, True, "LaneCertified",
+                       f"lane {lane} certified at {at}: {figures}")
+    return _not("CertificationFailed",
+                f"lane {lane} failed at {at}: " + "; ".join(certificate.failures))

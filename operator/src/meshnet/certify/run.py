@@ -40,8 +40,8 @@ def certify(endpoints: Sequence[str], lane: CertifiedLane, reference: Reference,
         prompts = [driver.tokenize(text) for text in PROMPTS]
     ctx = max(len(p) for p in prompts) + max(gates.parity_steps, gates.speed_tokens) + 8
     say(f"unsplit reference: {reference.model.name} on this machine")
-    with reference_worker(reference.binary, reference.model, ctx=max(ctx, 256),
-                          threads=reference.threads, backend=lane.backend,
+    with reference_worker(reference.binary, reference.model, layers=route.n_layer,
+                          ctx=max(ctx, 256), threads=reference.threads, backend=lane.backend,
                           log=reference.log) as ref_endpoint:
         compared = _parity(list(endpoints), ref_endpoint, prompts, gates, tls)
         say(f"parity: {compared.parity_summary()}")

@@ -8,10 +8,9 @@ from pathlib import Path
 import click
 
 from meshnet import digests
-from meshnet.api.shardroute import Recipe
+from meshnet.api.shardroute import LayerRange, Recipe
 from meshnet.cli.drift import report_drift
 from meshnet.cli.pin import lane_option, portable_option, say
-from meshnet.layers import LayerRange
 from meshnet.local.process import (
     LaunchSpec,
     cpu_binding_env,
@@ -159,8 +158,8 @@ def run_cmd(model: Path, layers: str, route_id: str, epoch: int, listen: str, me
     """Start a built meshnet-shard-worker serving LAYERS of MODEL (replaces this process)."""
     begin_text, _, end_text = layers.partition(":")
     try:
-        span = (int(begin_text), int(end_text) if end_text else None)
-    except ValueError:
+        span = LayerRange(int(begin_text), int(end_text))
+    except ValueError:  # pydantic's ValidationError is one too
         raise click.BadParameter("expected BEGIN:END, e.g. 0:10", param_hint="--layers") from None
     try:
         cpu_list = tuple(int(cpu) for cpu in cpus.split(",") if cpu.strip())
@@ -174,7 +173,7 @@ def run_cmd(model: Path, layers: str, route_id: str, epoch: int, listen: str, me
     if recipe_digest is None:
         recipe_digest = _operator_recipe_digest(lane, boundary_dtype, ctx, slots)
     spec = LaunchSpec(
-        model=model, layers=LayerRange(*span), route_id=route_id, epoch=epoch, listen=listen,
+        model=model, layers=span, route_id=route_id, epoch=epoch, listen=listen,
         metrics_listen=metrics_listen, slots=slots, ctx=ctx, batch=batch, threads=threads,
         boundary_dtype=boundary_dtype,
         manifest_digest=manifest_digest or local_manifest_digest(model),

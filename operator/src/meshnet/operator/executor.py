@@ -1,10 +1,12 @@
-"""Carries a plan out against the cluster, for every resource we own: each step with the
-operator's field manager and its event once it took effect, then the plan's events,
-then the status as a merge patch of the keys we own, only when it changed."""
+"""Carries a plan out against the cluster, for every resource we own and every writer of
+its status (the reconcile, the Tracker daemon): each step with the operator's field
+manager and its event once it took effect, then the plan's events, then the status as a
+merge patch of the writer's keys, only when it changed, and conditional on the
+resourceVersion where it changes conditions (each writer stamps only its own types)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
 import kopf
@@ -37,9 +39,12 @@ def owner_path(plural: str, namespace: str, name: str, sub: str = "") -> str:
 
 
 async def execute(client: KubeClient, owner: Mapping[str, Any], plural: str, result: Plan,
-                  status_keys: Sequence[str], expectations: Expectations | None = None) -> None:
+                  status_keys: Sequence[str], expectations: Expectations | None = None,
+                  still_current: Callable[[Mapping[str, Any]], bool] | None = None) -> None:
     """Apply `result` for `owner` (a resource of `plural`); `expectations` learns of the
-    pods created and deleted, before the watch tells."""
+    pods created and deleted, before the watch tells; a status write redone after a
+    concurrent writer's is dropped when the fresh read fails `still_current` (what the
+    plan rests on moved: the next pass plans anew)."""
     namespace, name = owner["metadata"]["namespace"], owner["metadata"]["name"]
     body = kopf.Body(cast(kopf.RawBody, dict(owner)))
     for step in result.steps:
@@ -49,11 +54,13 @@ async def execute(client: KubeClient, owner: Mapping[str, Any], plural: str, res
     for event in result.events:
         _post(body, event)
     if result.status is not None:
-        await _write_status(client, owner, plural, result, status_keys)
+        await _write_status(client, owner, plural, result, status_keys,
+                            still_current or (lambda _: True))
 
 
 async def _write_status(client: KubeClient, owner: Mapping[str, Any], plural: str,
-                        result: Plan, status_keys: Sequence[str]) -> None:
+                        result: Plan, status_keys: Sequence[str],
+                        still_current: Callable[[Mapping[str, Any]], bool]) -> None:
     """The plan's status as a merge patch of our keys. Conditions are a list another
     controller writes too (the Tracker daemon's Certified): a patch that changes them is
     conditional on the resourceVersion it was computed from, and one refused as stale is
@@ -81,6 +88,8 @@ async def _write_status(client: KubeClient, owner: Mapping[str, Any], plural: st
             if exc.status != 409:
                 raise
         current = await client.get(owner_path(plural, namespace, name))
+        if current is not None and not still_current(current):
+            return
     raise KubeApiError(409, f"{plural}/{name}: status kept changing under {STATUS_ATTEMPTS}"
                             " writes; the next reconcile writes it")
 
@@ -88,12 +97,16 @@ async def _write_status(client: KubeClient, owner: Mapping[str, Any], plural: st
 def with_others_conditions(wanted: Mapping[str, Any], current: Mapping[str, Any],
                            own: set[str]) -> dict[str, Any]:
     """`wanted` with its conditions of `own` types, and every other writer's as `current`
-    has them now (not as the read the plan was made from had them)."""
+    has them now (not as the read the plan was made from had them). The list keeps
+    `current`'s order, a new type of ours going last: every writer then writes the same
+    order, and neither sees the other's write as a change to undo."""
     if "conditions" not in wanted:
         return dict(wanted)
-    ours = [c for c in wanted["conditions"] if c.get("type") in own]
-    others = [dict(c) for c in current.get("conditions") or [] if c.get("type") not in own]
-    return {**wanted, "conditions": ours + others}
+    ours = {c.get("type"): c for c in wanted["conditions"] if c.get("type") in own}
+    kept = [ours.pop(c.get("type")) if c.get("type") in own else dict(c)
+            for c in current.get("conditions") or []
+            if c.get("type") not in own or c.get("type") in ours]
+    return {**wanted, "conditions": kept + list(ours.values())}
 
 
 async def _apply(client: KubeClient, action: Action, namespace: str, key: tuple[str, str],

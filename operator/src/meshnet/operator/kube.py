@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import ssl
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from json import dumps, loads
 from pathlib import Path
@@ -19,7 +19,6 @@ from meshnet.errors import KubeApiError, OperatorError
 
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 MERGE_PATCH = "application/merge-patch+json"
-JSON_PATCH = "application/json-patch+json"
 
 
 @dataclass(frozen=True)
@@ -133,12 +132,6 @@ class KubeClient:
     async def patch(self, url: str, body: Mapping[str, Any]) -> dict[str, Any]:
         _, patched = await self._request("PATCH", url, json=body, params=_manager(),
                                          content_type=MERGE_PATCH)
-        return cast(dict[str, Any], patched)
-
-    async def json_patch(self, url: str, operations: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-        """An RFC 6902 patch: its `test` operations make a write conditional (422 if not)."""
-        _, patched = await self._request("PATCH", url, json=list(operations),
-                                         params=_manager(), content_type=JSON_PATCH)
         return cast(dict[str, Any], patched)
 
     async def delete(self, url: str) -> bool:

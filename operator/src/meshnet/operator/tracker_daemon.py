@@ -1,8 +1,9 @@
 """A daemon per ShardRoute, beside the reconcile and never in its way: every few seconds
 (less often while nothing changes, see pace.py) it asks the stages for their capacity,
-runs the lane's certification Job when needed, shows the outcome in status (Certified
-condition, certification, tracker, and the acceptance of the route's speculation) and
-reports to the Tracker. A slow stage or a down Tracker delays only this route's daemon.
+reports to the Tracker, and plans the pass (tracker/planner.py): the lane's certification
+Job when needed, and status (its Certified condition, certification, tracker, and the
+acceptance of the route's speculation), which the executor writes as it writes a
+reconcile's plan. A slow stage or a down Tracker delays only this route's daemon.
 
 Steady state costs the API server nothing: the route body is kopf's live copy, stage
 pods, artifacts, certification Jobs and their pods come from indices fed by the watches,
@@ -15,7 +16,7 @@ import contextlib
 import copy
 import logging
 import time
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,18 +30,20 @@ from meshnet.certify import lane as lanes
 from meshnet.certify.decide import Decision, Observation, decide
 from meshnet.errors import KubeApiError
 from meshnet.operator.context import Context
-from meshnet.operator.executor import owner_path
+from meshnet.operator.executor import execute, owner_path
 from meshnet.operator.handlers import ARTIFACTS, OURS, ROUTE_LABEL, ROUTES
 from meshnet.operator.kube import path
 from meshnet.operator.pace import Pace
+from meshnet.reconcile.plan import Plan
 from meshnet.reconcile.route.podspec import RouteRef
-from meshnet.timestamps import now_rfc3339
+from meshnet.timestamps import utc_now
 from meshnet.tracker import kubernetes as kube_inputs
 from meshnet.tracker.acceptance import route_speculation
 from meshnet.tracker.client import TrackerClient
 from meshnet.tracker.collect import StageChannels
 from meshnet.tracker.inputs import StageView
 from meshnet.tracker.metrics import TrackerMetrics
+from meshnet.tracker.planner import STATUS_KEYS, Shown, plan_pass
 from meshnet.tracker.reporter import Reporting, step, withdraw
 from meshnet.tracker.schedule import Cadence
 from meshnet.tracker.settings import pin_facts
@@ -253,48 +256,44 @@ async def _pass(shared: Shared, namespace: str, name: str, cadence: Cadence,
     lane = kube_inputs.lane(spec, body, pods, node_labels)
     view = kube_inputs.route_view(body, spec, seen.artifacts.get(spec.artifact_ref.name))
     stages = kube_inputs.stage_views(spec, pods, settings.worker_grpc_port)
-    decision = await _certification(shared, seen, view.ready and not deleting, lane, pods,
-                                    stages)
+    decision, observed = _certification(shared, seen, view.ready and not deleting, lane)
+    job = await _job_inputs(shared, body, observed, pods, stages) \
+        if decision.create_job else None
     state = lanes.state(lane, decision.certificate)
     stepped = await step(shared.reporting, cadence, view, stages, state)
     report, delivery = stepped.report, stepped.delivery
-    speculation = route_speculation(spec.recipe, stages, stepped.samples)
     if delivery is not None and not delivery.ok:
         log.warning("report of %s/%s did not reach the Tracker after %d attempts: %s",
                     namespace, name, delivery.attempts, delivery.error)
     error = None if delivery is None or delivery.ok else delivery.error[:1024]
     if delivery is None and cadence.last_success is None and shared.reporting.client:
         error = (status.get("tracker") or {}).get("deliveryError")  # not due: unchanged
-    now = _now()
-
-    def patch_of(current: Mapping[str, Any]) -> list[dict[str, Any]] | None:
-        return kube_inputs.status_patch(current, decision.certificate, decision.condition,
-                                        report, error, now, speculation)
-
-    if patch_of(body) is not None and not deleting:
-        await _patch_status(shared, namespace, name, body, patch_of)
+    shown = Shown(report, error, route_speculation(spec.recipe, stages, stepped.samples))
+    if not deleting:
+        await _execute(shared, body, plan_pass(body, decision, job, shown, utc_now()))
     # A stage that keeps failing is quiet too, whatever its error says this time.
     answers = tuple((n, s.info, s.capacity) for n, s in sorted(stepped.samples.items()))
     return report, answers if error is None else None
 
 
-async def _patch_status(shared: Shared, namespace: str, name: str, seen: Mapping[str, Any],
-                        patch_of: Callable[[Mapping[str, Any]], list[dict[str, Any]] | None]
-                        ) -> None:
-    """Write what changed, judged against a fresh read: kopf's live body lags the watch (our
+async def _execute(shared: Shared, seen: Mapping[str, Any], plan: Plan) -> None:
+    """Carry the pass's plan out against a fresh read: kopf's live body lags the watch (our
     own last write included), and its resourceVersion also moves with writes that touch
     nothing of ours. One read per change; none in steady state."""
+    if plan.status is None and not plan.steps:
+        return
+    meta = seen["metadata"]
+    namespace, name = meta.get("namespace", "default"), meta["name"]
     client = shared.ctx.client
     fresh = await client.get(owner_path(shardroute.PLURAL, namespace, name))
-    if fresh is None or _basis(fresh) != _basis(seen):
+    basis = _basis(seen)
+    if fresh is None or _basis(fresh) != basis:
         return  # gone, or the reconcile moved on since this pass looked: judged anew next pass
-    patch = patch_of(fresh)
-    if patch is None:
-        return
     try:
-        await client.json_patch(owner_path(shardroute.PLURAL, namespace, name, "status"), patch)
+        await execute(client, fresh, shardroute.PLURAL, plan, STATUS_KEYS,
+                      still_current=lambda current: _basis(current) == basis)
     except KubeApiError as exc:
-        if exc.status not in (404, 409, 422):  # the reconcile wrote first: next pass
+        if exc.status not in (404, 409):  # deleted, or rewritten throughout: next pass
             raise
 
 
@@ -307,16 +306,15 @@ def _basis(body: Mapping[str, Any]) -> tuple[Any, ...]:
             status.get("recipeDigest"), status.get("manifestDigest"), ready)
 
 
-async def _certification(shared: Shared, seen: Seen, ready: bool, lane: CertifiedLane | None,
-                         pods: Mapping[str, Any], stages: list[StageView]) -> Decision:
-    """Decide about the lane's certificate; create the Job or read its result (the Job
-    comes from the watch: hundreds of uncertified routes cost the API server nothing)."""
-    client, settings = shared.ctx.client, shared.ctx.settings.tracker
+def _certification(shared: Shared, seen: Seen, ready: bool,
+                   lane: CertifiedLane | None) -> tuple[Decision, Observation]:
+    """Decide about the lane's certificate from what the watches show of its Job (hundreds
+    of uncertified routes cost the API server nothing)."""
+    settings = shared.ctx.settings.tracker
     body, meta = seen.body, seen.body["metadata"]
-    namespace, name = meta.get("namespace", "default"), meta["name"]
     request = (meta.get("annotations") or {}).get(jobs.RECERTIFY) or None
     stored = kube_inputs.stored_certificate(body)
-    job_name = jobs.job_name(name, lane, request) if lane else ""
+    job_name = jobs.job_name(meta["name"], lane, request) if lane else ""
     job = next(iter(seen.jobs[job_name]), None) if lane else None
     outcome = jobs.job_outcome(job, seen.job_pods[job_name]) if job is not None else None
     observed = Observation(lane=lane, route_ready=ready, stored=stored, request=request,
@@ -327,24 +325,30 @@ async def _certification(shared: Shared, seen: Seen, ready: bool, lane: Certifie
     if decision.certificate is not None and decision.certificate != stored:
         shared.reporting.metrics.certifications.labels(
             "passed" if decision.certificate.passed else "failed").inc()
+    return decision, observed
+
+
+async def _job_inputs(shared: Shared, body: Mapping[str, Any], observed: Observation,
+                      pods: Mapping[str, Any], stages: list[StageView]) -> jobs.JobInputs | None:
+    """What the certification Job is made of: the first stage pod whole (the index keeps
+    only facts of it); None until every stage has an endpoint."""
     endpoints = [s.endpoint for s in stages]
-    if decision.create_job and lane is not None and all(endpoints) and pods:
-        status = body.get("status") or {}
-        first = pods.get(stages[0].name) or next(iter(pods.values()))
-        stage_pod = await client.get(path("v1", "pods", namespace, first["metadata"]["name"]))
-        if stage_pod is None:
-            return decision  # replaced meanwhile: the next pass sees the new one
-        manifest = jobs.certification_job(jobs.JobInputs(
-            route=RouteRef(name, namespace, meta.get("uid", "")), lane=lane,
-            stage_pod=stage_pod, endpoints=[str(e) for e in endpoints],
-            image=observed.image or "", gates=settings.gates,
-            route_digest=status.get("routeDigest"), epoch=int(status.get("epoch") or 0),
-            request=request, deadline_seconds=settings.certify_deadline_seconds))
-        # False: it exists, and the watch had not shown it yet.
-        if await client.create(path("batch/v1", "jobs", namespace), manifest) is not None:
-            kopf.event(body, type="Normal", reason="CertificationStarted",  # type: ignore[arg-type]
-                       message=f"Job {job_name} certifies lane {lane.describe()}")
-    return decision
+    if observed.lane is None or not all(endpoints) or not pods:
+        return None
+    meta, status = body["metadata"], body.get("status") or {}
+    namespace, name = meta.get("namespace", "default"), meta["name"]
+    first = pods.get(stages[0].name) or next(iter(pods.values()))
+    stage_pod = await shared.ctx.client.get(
+        path("v1", "pods", namespace, first["metadata"]["name"]))
+    if stage_pod is None:
+        return None  # replaced meanwhile: the next pass sees the new one
+    settings = shared.ctx.settings.tracker
+    return jobs.JobInputs(
+        route=RouteRef(name, namespace, meta.get("uid", "")), lane=observed.lane,
+        stage_pod=stage_pod, endpoints=[str(e) for e in endpoints], image=observed.image or "",
+        gates=settings.gates, route_digest=status.get("routeDigest"),
+        epoch=int(status.get("epoch") or 0), request=observed.request,
+        deadline_seconds=settings.certify_deadline_seconds)
 
 
 async def _node_labels(shared: Shared, node: str) -> dict[str, str]:
@@ -371,6 +375,3 @@ async def _ensure_cluster_id(shared: Shared) -> None:
     shared.reporting.provider = shared.reporting.provider.model_copy(
         update={"cluster": shared.cluster_id})
 
-
-def _now() -> str:
-    return now_rfc3339()

@@ -5,5 +5,6 @@ routes, `meshnet.local`) observes and carries the plan out.
 - `reconcile.route`: ShardRoutes -> stage pods, the headless Service, the gateway.
 - `reconcile.artifact`: ModelArtifacts -> provisioning Jobs, node labels, status.
 - shared: `plan` (the Plan/Step shape), `conditions` (the one condition stamper),
-  `naming` (children's names), `children` (what every child pod shares).
+  `resource` (what every resource we own is observed as), `naming` (children's names),
+  `children` (what every child pod shares).
 """

@@ -9,4 +9,5 @@ change and at least every N seconds with bounded, jittered retries.
     kubernetes    inputs from cluster objects    local       inputs of `meshnet up`
     schema        the published JSON schema      validate    reports against it
     settings      MESHNET_TRACKER_*/CERTIFY_*    inputs      plain data between them
+    planner       a daemon pass as a Plan        acceptance  a route's draft acceptance
 """

@@ -1,5 +1,5 @@
 """Report inputs read from Kubernetes objects: the ShardRoute, its stage pods and their
-nodes; and the status patch that shows the outcome (pure: the daemon does the I/O)."""
+nodes (pure: the daemon does the I/O; tracker/planner.py plans what it shows)."""
 
 from __future__ import annotations
 
@@ -12,13 +12,8 @@ from pydantic import ValidationError
 from meshnet.api import labels
 from meshnet.api.certification import Certificate, CertifiedLane
 from meshnet.api.shardroute import ShardRouteSpec
-from meshnet.api.tracker import CapacityReport, MeasuredCapacity, TrackerStatus, Unavailable
 from meshnet.certify.lane import gpu_product
 from meshnet.tracker.inputs import RouteView, StageView
-
-CERTIFIED = "Certified"
-ROUTE_WIDE = {"RouteNotReady": "the route is not Ready: see its Ready condition and stages",
-              "RouteDeleted": "the route is being deleted"}
 
 
 def route_spec(body: Mapping[str, Any]) -> ShardRouteSpec | None:
@@ -124,64 +119,6 @@ def stored_certificate(body: Mapping[str, Any]) -> Certificate | None:
         return Certificate.model_validate(raw) if raw else None
     except ValidationError:
         return None  # written by another version: certify again
-
-
-def status_patch(body: Mapping[str, Any], certificate: Certificate | None,
-                 condition: tuple[str, str, str], report: CapacityReport | None,
-                 delivery_error: str | None, now: str,
-                 speculation: Mapping[str, Any] | None = None) -> list[dict[str, Any]] | None:
-    """JSON-patch operations setting status.certification, status.tracker, the Certified
-    condition and status.speculation (as observed: removed when None); None when nothing
-    changed. The first operation tests
-    resourceVersion: when the reconcile wrote status meanwhile the patch is refused (and
-    redone on the next pass) rather than writing back conditions it has changed."""
-    status = body.get("status") or {}
-    conditions = [dict(c) for c in status.get("conditions") or []]
-    old = next((c for c in conditions if c.get("type") == CERTIFIED), {})
-    kind, reason, message = condition
-    new = {"type": CERTIFIED, "status": kind, "reason": reason, "message": message,
-           "lastTransitionTime": old.get("lastTransitionTime") if old.get("status") == kind
-           else now}
-    generation = (body.get("metadata") or {}).get("generation")
-    if generation is not None:
-        new["observedGeneration"] = generation
-    conditions = [c for c in conditions if c.get("type") != CERTIFIED] + [new]
-    wanted: dict[str, Any] = {
-        "certification": certificate.model_dump(mode="json", by_alias=True, exclude_none=True)
-        if certificate else None,
-        "tracker": _tracker_status(report, delivery_error) if report else status.get("tracker"),
-        "conditions": conditions,
-        "speculation": dict(speculation) if speculation else None,
-    }
-    if all(status.get(k) == v for k, v in wanted.items()):
-        return None
-    version = (body.get("metadata") or {}).get("resourceVersion")
-    ops: list[dict[str, Any]] = []
-    if version:
-        ops.append({"op": "test", "path": "/metadata/resourceVersion", "value": version})
-    if "status" not in body or body["status"] is None:
-        ops.append({"op": "add", "path": "/status", "value": {}})
-    for key, value in wanted.items():
-        if value is not None:
-            ops.append({"op": "add", "path": f"/status/{key}", "value": value})
-        elif key in status:
-            ops.append({"op": "remove", "path": f"/status/{key}"})
-    return ops
-
-
-def _tracker_status(report: CapacityReport, delivery_error: str | None) -> dict[str, Any]:
-    """What the report says, for status. Of a route that is not Ready (or going away) only
-    that: which stage is doing what is in the route's own status, kept current by the
-    reconcile, and repeating it here would rewrite status at every step of a rollout."""
-    capacity = report.capacity.model_dump(exclude={"recent_tokens_per_second"})
-    reasons = report.unavailable_reasons
-    route_wide = [r for r in reasons if r.reason in ROUTE_WIDE]
-    if route_wide:
-        reasons = [Unavailable(reason=r.reason, message=ROUTE_WIDE[r.reason]) for r in route_wide]
-    summary = TrackerStatus(available=report.available, unavailable_reasons=reasons,
-                            capacity=None if route_wide else MeasuredCapacity(**capacity),
-                            lane=report.certification.lane, delivery_error=delivery_error)
-    return summary.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
 def _condition(status: Mapping[str, Any], kind: str) -> Mapping[str, Any]:

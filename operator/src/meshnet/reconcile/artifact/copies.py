@@ -42,7 +42,7 @@ def _condition(status: ModelArtifactStatus, kind: str) -> Condition:
     return next(c for c in status.conditions if c.type == kind)
 
 
-def copies_status(spec: ModelArtifactSpec, copies: Sequence[Copy], *, generation: int,
+def copies_status(spec: ModelArtifactSpec, copies: Sequence[Copy], *, generation: int | None,
                   now: datetime, previous_conditions: Sequence[Condition] = ()
                   ) -> ModelArtifactStatus:
     """Ready / Progressing / Failed over every selected node's copy, plus `nodes`."""

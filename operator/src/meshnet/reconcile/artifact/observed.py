@@ -9,25 +9,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from pydantic import ValidationError
-
 from meshnet.api import labels
 from meshnet.api.modelartifact import PULL_SUMMARY_KIND, ModelArtifactSpec
 from meshnet.reconcile.artifact.status import JobPhase
+from meshnet.reconcile.resource import ObservedResource, observe_resource
 
-
-@dataclass(frozen=True)
-class ObservedArtifact:
-    """The ModelArtifact itself; spec is None when it does not parse (problems say why)."""
-
-    name: str
-    namespace: str
-    uid: str
-    generation: int
-    spec: ModelArtifactSpec | None
-    spec_errors: tuple[str, ...] = ()
-    status: Mapping[str, Any] = field(default_factory=dict)
-    deleting: bool = False
+ObservedArtifact = ObservedResource[ModelArtifactSpec]
 
 
 @dataclass(frozen=True)
@@ -74,21 +61,7 @@ class Observed:
 
 
 def observe_artifact(body: Mapping[str, Any]) -> ObservedArtifact:
-    meta = body.get("metadata") or {}
-    spec: ModelArtifactSpec | None = None
-    errors: tuple[str, ...] = ()
-    try:
-        spec = ModelArtifactSpec.model_validate(body.get("spec") or {})
-    except ValidationError as exc:
-        errors = tuple(
-            f"spec.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
-        )
-    return ObservedArtifact(
-        name=meta.get("name", ""), namespace=meta.get("namespace", "default"),
-        uid=meta.get("uid", ""), generation=int(meta.get("generation") or 0), spec=spec,
-        spec_errors=errors, status=body.get("status") or {},
-        deleting=bool(meta.get("deletionTimestamp")),
-    )
+    return observe_resource(body, ModelArtifactSpec)
 
 
 def job_phase(status: Mapping[str, Any]) -> JobPhase:

@@ -141,7 +141,7 @@ def artifact_status(
     summary: Mapping[str, Any] | None,
     job_phase: JobPhase,
     *,
-    generation: int,
+    generation: int | None,
     now: datetime,
     previous_conditions: Sequence[Condition] = (),
 ) -> ModelArtifactStatus:

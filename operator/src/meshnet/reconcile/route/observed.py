@@ -13,6 +13,7 @@ from meshnet.api import labels
 from meshnet.api.modelartifact import ArtifactStorage, GgufDrafter, ModelArtifactSpec
 from meshnet.api.shardroute import ShardRouteSpec
 from meshnet.api.validate import artifact_drafter, block_count
+from meshnet.reconcile.resource import ObservedResource, observe_resource
 
 # Container waiting reasons that mean the stage will not come up without help.
 FAILING_REASONS = frozenset({
@@ -58,18 +59,7 @@ class ReferencedArtifact:
     drafter_file: str | None = None  # its file of role Drafter (a DSpark GGUF)
 
 
-@dataclass(frozen=True)
-class ObservedRoute:
-    """The ShardRoute itself; spec is None when it does not parse (problems say why)."""
-
-    name: str
-    namespace: str
-    uid: str
-    generation: int | None
-    spec: ShardRouteSpec | None
-    spec_errors: tuple[str, ...] = ()
-    status: Mapping[str, Any] = field(default_factory=dict)
-    deleting: bool = False
+ObservedRoute = ObservedResource[ShardRouteSpec]
 
 
 @dataclass(frozen=True)
@@ -87,21 +77,7 @@ class Observed:
 
 
 def observe_route(body: Mapping[str, Any]) -> ObservedRoute:
-    meta = body.get("metadata") or {}
-    spec: ShardRouteSpec | None = None
-    errors: tuple[str, ...] = ()
-    try:
-        spec = ShardRouteSpec.model_validate(body.get("spec") or {})
-    except ValidationError as exc:
-        errors = tuple(
-            f"spec.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
-        )
-    return ObservedRoute(
-        name=meta.get("name", ""), namespace=meta.get("namespace", "default"),
-        uid=meta.get("uid", ""), generation=meta.get("generation"), spec=spec,
-        spec_errors=errors, status=body.get("status") or {},
-        deleting=bool(meta.get("deletionTimestamp")),
-    )
+    return observe_resource(body, ShardRouteSpec)
 
 
 def observe_pod(body: Mapping[str, Any]) -> ObservedPod | None:

@@ -12,7 +12,6 @@ from meshnet.api import labels
 from meshnet.api.checks import Problem, drafter_problems, route_problems
 from meshnet.api.shardroute import Recipe, RouteTls, ShardRouteSpec, Stage
 from meshnet.digests import recipe_digest, route_digest
-from meshnet.layers import LayerRange
 from meshnet.reconcile.naming import gateway_name, service_name
 from meshnet.reconcile.plan import Action, Create, Delete, Event, Patch, Plan, steps
 from meshnet.reconcile.route import status as derive
@@ -168,7 +167,7 @@ def stage_worker(stages: Sequence[Stage], index: int, recipe: Recipe, tls: Route
                if kind and index == len(stages) - 1 else None)
     return WorkerSpec(
         stage=stage.name,
-        layers=LayerRange(stage.layers.begin, stage.layers.end),
+        layers=stage.layers,
         route_id=route_id,
         epoch=epoch,
         identities=identities,

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import PurePath
 
-from meshnet.layers import LayerRange
+from meshnet.api.shardroute import LayerRange
 from meshnet.reconcile.route.workerspec import WorkerSpec
 
 # --gpu-layers: llama.cpp offloads the last N layers of the whole model, so more than any

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from meshnet.api.shardroute import RouteTls
-from meshnet.layers import LayerRange
+from meshnet.api.shardroute import LayerRange, RouteTls
 from meshnet.reconcile.route.topology import UNLINKED, StageLinks
 
 
