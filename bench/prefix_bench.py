@@ -19,8 +19,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from meshnet.api.shardroute import LayerRange
 from meshnet.bundled import smollm2_gguf
-from meshnet.layers import LayerRange
 from meshnet.local.process import LaunchSpec, WorkerProcess, start_route, worker_binary
 from meshnet.route import RouteDriver
 

@@ -21,9 +21,9 @@ import tempfile
 import urllib.request
 from pathlib import Path
 
+from meshnet.api.shardroute import LayerRange
 from meshnet.devtools.tiny_deepseek4 import SMALL, write_tiny_deepseek4
 from meshnet.devtools.tiny_dspark import DSPARK, write_tiny_dspark
-from meshnet.layers import LayerRange
 from meshnet.local.process import LaunchSpec, WorkerProcess, start_route, worker_binary
 from meshnet.route import RouteDriver
 from meshnet.route.proto import pb

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from meshnet.layers import LayerRange
+from meshnet.api.shardroute import LayerRange
 from meshnet.local.process import LaunchSpec, WorkerProcess, start_route
 from meshnet.route import RouteDriver, StageError
 from meshnet.route.proto import pb

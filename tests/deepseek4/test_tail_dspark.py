@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from gguf import GGUFWriter
 
+from meshnet.api.shardroute import LayerRange
 from meshnet.devtools import tiny_dspark
 from meshnet.devtools.tiny_deepseek4 import SMALL, vocabulary
-from meshnet.layers import LayerRange
 from meshnet.local.process import LaunchSpec, WorkerProcess, start_route
 from meshnet.route import RouteDriver, Sampling, StageClient
 from meshnet.unsplit import unsplit_tokens

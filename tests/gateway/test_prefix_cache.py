@@ -10,8 +10,8 @@ from pathlib import Path
 import openai
 import pytest
 
+from meshnet.api.shardroute import LayerRange
 from meshnet.gateway.chat import render_chat
-from meshnet.layers import LayerRange
 from meshnet.local.process import LaunchSpec, WorkerProcess, start_route
 from meshnet.route import RouteDriver
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import httpx
 
+from meshnet.api.shardroute import LayerRange
 from meshnet.gateway.spread import affinity
-from meshnet.layers import LayerRange
 from meshnet.local.process import LaunchSpec, WorkerProcess, start_route
 
 from .conftest import MODEL, SLOTS, start_gateway

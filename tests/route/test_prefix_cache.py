@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from meshnet.layers import LayerRange
+from meshnet.api.shardroute import LayerRange
 from meshnet.local.process import LaunchSpec, WorkerProcess, start_route
 from meshnet.route import RouteDriver, Sampling, StageClient, StageError
 from meshnet.route.handshake import RouteInfo
