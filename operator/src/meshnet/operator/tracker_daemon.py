@@ -256,7 +256,9 @@ async def _pass(shared: Shared, namespace: str, name: str, cadence: Cadence,
     decision = await _certification(shared, seen, view.ready and not deleting, lane, pods,
                                     stages)
     state = lanes.state(lane, decision.certificate)
-    stepped = await step(shared.reporting, cadence, view, stages, state)
+    replicas = kube_inputs.replica_views(spec, body, seen.pods, settings.worker_grpc_port)
+    stepped = await step(shared.reporting, cadence, view, stages, state,
+                         replicas=replicas or None)
     report, delivery = stepped.report, stepped.delivery
     speculation = route_speculation(spec.recipe, stages, stepped.samples)
     if delivery is not None and not delivery.ok:
