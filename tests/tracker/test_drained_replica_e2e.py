@@ -83,5 +83,6 @@ async def test_a_replica_scaled_away_with_no_session_goes_at_once_once_the_gatew
                              "replica 1's pod deleted once its sessions ended")
             assert time.monotonic() - started < DRAIN_SECONDS
             assert sorted(live(cluster, "v1/pods")) == ["r1-s0-e1"]
-            messages = [e["message"] for e in cluster.live("v1/events", NS)]
-            assert any("its sessions ended" in m for m in messages), messages
+            await eventually(lambda: any("its sessions ended" in e["message"]
+                                         for e in cluster.live("v1/events", NS)), 10,
+                             "the event saying why it went")
