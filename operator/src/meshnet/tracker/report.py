@@ -184,9 +184,10 @@ def _route_capacity(stages: Sequence[StageReport], available: bool) -> RouteCapa
 def _replica(route: RouteView, view: ReplicaView, samples: Mapping[str, StageSample],
              now: float, first_seen: Mapping[str, float]) -> tuple[ReplicaReport, RouteCapacity]:
     """One replica's pipeline, judged against its own epoch, and its capacity."""
-    own = dataclasses.replace(route, epoch=view.epoch) if view.epoch != route.epoch else route
-    if own is not route:  # an older epoch's pipeline: its digests are not the route's now
-        own = dataclasses.replace(own, route_digest=None, recipe_digest=None)
+    # An older epoch's pipeline answers for its own epoch, and its digests are not the
+    # route's now.
+    own = route if view.epoch == route.epoch else dataclasses.replace(
+        route, epoch=view.epoch, route_digest=None, recipe_digest=None)
     checked = [_stage(own, stage, samples.get(stage.name), i == len(view.stages) - 1, now,
                       first_seen) for i, stage in enumerate(view.stages)]
     problems = [p.message for _, p in checked if p is not None]
