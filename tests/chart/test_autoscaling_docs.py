@@ -14,10 +14,13 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from meshnet.api import shardroute
 from meshnet.api.common import API_VERSION, GROUP
 from meshnet.api.crd import crd_documents
+from meshnet.gateway.metrics import GatewayMetrics
 from meshnet.paths import repo_root
 
 DOC = repo_root() / "docs" / "autoscaling.md"
@@ -93,6 +96,28 @@ def queries() -> list[str]:
             query = query.replace(template, value)
         found.append(query)
     return found
+
+
+def per_replica_gauges() -> set[str]:
+    """The gateway's families labelled by replica, as its real metrics export them."""
+    metrics = GatewayMetrics("chat")
+    metrics.running.show({"0": 1})
+    metrics.kv_usage.show({"0": 0.5})
+    metrics.replicas.show([("0", True, 1)])
+    text = generate_latest(metrics.registry).decode()
+    return {s.name for f in text_string_to_metric_families(text) for s in f.samples
+            if "replica" in s.labels}
+
+
+def test_every_query_aggregates_the_per_replica_gauges_it_reads() -> None:
+    """A per-replica gauge read bare would give the autoscaler one series per replica."""
+    gauges = per_replica_gauges()
+    assert {"meshnet_num_requests_running", "vllm:kv_cache_usage_perc"} <= gauges
+    for query in queries():
+        for name in gauges:
+            for bare in re.finditer(rf"(?<![\w:]){re.escape(name)}(?![\w:])", query):
+                before = query[:bare.start()].rstrip()
+                assert re.search(r"(sum|max|avg|min)( by \(\w+\))? ?\($", before), (name, query)
 
 
 def test_every_query_on_the_page_parses_in_promtool(tmp_path: Path) -> None:

@@ -230,8 +230,8 @@ def test_metrics_name_what_the_serving_ecosystem_names(gateway: Gateway) -> None
                  "meshnet_prompt_tokens_total", "meshnet_generation_tokens_total",
                  "meshnet_num_requests_running", "meshnet_num_requests_waiting",
                  'meshnet_requests_total{route="smollm2",status="ok"}',
-                 'vllm:num_requests_running{model_name="smollm2"}',
+                 'vllm:num_requests_running{model_name="smollm2",replica="0"}',
                  'vllm:num_requests_waiting{model_name="smollm2"}',
-                 'vllm:kv_cache_usage_perc{model_name="smollm2"}',
+                 'vllm:kv_cache_usage_perc{model_name="smollm2",replica="0"}',
                  'vllm:cache_config_info{block_size="1",model_name="smollm2"} 1.0'):
         assert name in text, name

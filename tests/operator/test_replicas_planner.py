@@ -39,6 +39,8 @@ class Fleet:
         self.gateway: dict[str, str] = {}  # kind -> template hash of the gateway's children
         self.now = NOW
         self.gateway_args: list[list[str]] = []  # the replicas the gateway is given
+        self.gateway_rolled_out = False  # the Deployment controller's word
+        self.idle: frozenset[tuple[int, int]] = frozenset()  # what the stages answered
 
     def observe(self) -> Observed:
         pods = tuple(p for p in map(observe_pod, self.pods.values()) if p is not None)
@@ -48,7 +50,8 @@ class Fleet:
         return Observed(observe_route(self.route), pods, services=services,
                         artifact=observe_referenced_artifact(self.artifact),
                         gateway_deployment_hash=self.gateway.get("Deployment"),
-                        gateway_service_hash=self.gateway.get("Service"))
+                        gateway_service_hash=self.gateway.get("Service"),
+                        gateway_rolled_out=self.gateway_rolled_out, idle_pipelines=self.idle)
 
     def step(self) -> Plan:
         result = plan(self.observe(), self.config, self.now)
@@ -215,6 +218,39 @@ def test_scaling_down_drains_the_replicas_past_spec_replicas_then_deletes_them_a
     status = fleet.route["status"]
     assert status["replicas"] == 1 and status["readyReplicas"] == 1
     assert len(status["replicaStatuses"]) == 1 and status["stagesReady"] == "3/3"
+
+
+def test_a_draining_replica_goes_once_its_sessions_end_and_no_gateway_can_send_it_more(
+        make_route: MakeRoute, make_artifact: MakeArtifact) -> None:
+    fleet = Fleet(make_route(replicas=2), make_artifact())
+    fleet.converge()
+    fleet.scale(1)
+    assert fleet.route["status"]["draining"] == ["e1/r1"]
+    assert fleet.step().requeue_after == 2.0  # back soon to ask its stages, not in 60 s
+    fleet.idle = frozenset({(1, 1)})
+    # the gateway's old pod may still admit sessions to it until the Deployment has rolled
+    assert not any(isinstance(a, Delete) for a in fleet.step().actions)
+    fleet.gateway_rolled_out = True
+    gone = fleet.step()
+    assert sorted(a.name for a in gone.actions if isinstance(a, Delete)) == [
+        "r1-s0-e1-r1", "r1-s1-e1-r1", "r1-s2-e1-r1"]
+    assert any("its sessions ended" in e.message for e in gone.events)
+    fleet.idle = frozenset()
+    fleet.converge()
+    assert sorted(fleet.pods) == ["r1-s0-e1", "r1-s1-e1", "r1-s2-e1"]
+    assert "draining" not in fleet.route["status"]
+
+
+def test_a_draining_replica_whose_stages_hold_sessions_waits_for_its_drain_to_end(
+        make_route: MakeRoute, make_artifact: MakeArtifact) -> None:
+    fleet = Fleet(make_route(replicas=2), make_artifact())
+    fleet.converge()
+    fleet.scale(1)
+    fleet.gateway_rolled_out = True  # and fleet.idle stays empty: a stage holds a session
+    fleet.now += timedelta(seconds=59)
+    assert not any(isinstance(a, Delete) for a in fleet.step().actions)
+    fleet.now += timedelta(seconds=1)
+    assert any("drain ended" in e.message for e in fleet.step().events)
 
 
 def test_a_route_at_zero_replicas_runs_nothing_and_is_not_ready_without_being_degraded(

@@ -8,8 +8,9 @@ from typing import Any
 from meshnet.api.certification import Certificate
 from meshnet.api.tracker import CapacityReport, Provider
 from meshnet.certify import lane as lanes
-from meshnet.tracker.inputs import PinFacts, RouteView, StageSample, StageView
+from meshnet.tracker.inputs import PinFacts, ReplicaView, RouteView, StageSample, StageView
 from meshnet.tracker.report import build_report, withdrawn
+from meshnet.tracker.reporter import wire as sent
 from meshnet.tracker.validate import report_errors
 
 from .conftest import certificate, lane, route_view, samples, stage_views
@@ -21,12 +22,15 @@ PIN = PinFacts(llama_cpp_commit="0c1e57098bba43ac29e6e3b677cdceebdd22334f",
 
 def report(route: RouteView | None = None, stages: list[StageView] | None = None,
            answers: dict[str, StageSample] | None = None,
-           cert: Certificate | None = None) -> CapacityReport:
+           cert: Certificate | None = None,
+           replicas: list[tuple[ReplicaView, dict[str, StageSample]]] | None = None
+           ) -> CapacityReport:
     built = build_report(route or route_view(), stages or stage_views(),
                          samples() if answers is None else answers,
                          lanes.state(lane(), cert), provider=Provider(id="p1", cluster="c1"),
-                         pin=PIN, sequence=7, now=NOW, first_seen={})
+                         pin=PIN, sequence=7, now=NOW, first_seen={}, replicas=replicas)
     assert report_errors(wire(built)) == []  # every report, whatever it says
+    assert report_errors(sent(built)) == []
     return built
 
 
@@ -95,6 +99,36 @@ def test_an_unreachable_stage_makes_the_route_unavailable_naming_the_stage() -> 
     assert built.stages[1].capacity is None and not built.stages[1].health.reachable
     assert built.capacity.session_slots_free is None
     assert built.capacity.session_slots_advertised == 0
+
+
+def test_a_fleet_reports_the_sum_of_its_whole_replicas_and_lists_each() -> None:
+    """Replica 1 is still served by epoch 0 (a rollout has not reached it): judged at its
+    own epoch, it counts. Replica 2 has a stage that does not answer: listed, not counted."""
+    broken = samples()
+    broken["s2"] = StageSample("127.0.0.4:5000", error="UNAVAILABLE: connection refused")
+    replicas = [(ReplicaView(0, 1, stage_views()), samples()),
+                (ReplicaView(1, 0, stage_views()), samples(epoch=0)),
+                (ReplicaView(2, 1, stage_views()), broken)]
+
+    built = report(cert=certificate(), replicas=replicas)
+
+    assert built.available
+    assert [(r.replica, r.epoch, r.ready, r.session_slots_free) for r in built.replicas or []] \
+        == [(0, 1, True, 3), (1, 0, True, 3), (2, 1, False, None)]
+    assert "UNAVAILABLE" in (built.replicas or [])[2].problem  # type: ignore[operator]
+    capacity = built.capacity
+    assert (capacity.session_slots_advertised, capacity.session_slots_total,
+            capacity.active_sessions, capacity.kv_tokens_free) == (6, 8, 2, 2 * 7992)
+    assert "replicas" not in sent(report(cert=certificate()))  # unknown: not on the wire
+
+
+def test_a_replica_answering_for_another_epoch_than_its_own_is_not_counted() -> None:
+    built = report(cert=certificate(),
+                   replicas=[(ReplicaView(0, 1, stage_views()), samples()),
+                             (ReplicaView(1, 0, stage_views()), samples(epoch=1))])
+
+    assert [r.ready for r in built.replicas or []] == [True, False]
+    assert built.capacity.session_slots_advertised == 3
 
 
 def test_a_worker_of_another_epoch_is_a_stage_mismatch() -> None:

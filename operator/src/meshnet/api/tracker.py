@@ -138,21 +138,42 @@ class StageReport(ApiModel):
 
 
 class RouteCapacity(ApiModel):
-    """The route as a whole: the smallest free figures over the stages, the busiest load."""
+    """The route as a whole: the smallest free figures over the stages, the busiest load.
+    A route of several replicas sums these over its ready replicas (see `replicas`)."""
 
-    # A session needs a slot and KV cells on every stage at once.
+    # A session needs a slot and KV cells on every stage of one pipeline at once.
 
     session_slots_advertised: int = Field(
         ge=0, description="Sessions the Tracker may send now: sessionSlotsFree when available,"
                           " else 0.")
     session_slots_free: int | None = Field(
-        ge=0, description="Smallest free slots over the stages (null: a stage did not answer).")
+        ge=0, description="Smallest free slots over the stages (null: a stage did not answer);"
+                          " summed over the ready replicas.")
+    session_slots_total: int | None = Field(ge=0, description="Smallest slot count (summed over"
+                                                              " the ready replicas).")
+    kv_tokens_free: int | None = Field(ge=0, description="Smallest free KV cells (summed).")
+    kv_tokens_total: int | None = Field(ge=0, description="Smallest KV cell count (summed).")
+    queue_depth: int | None = Field(ge=0, description="Deepest engine queue over the stages"
+                                                      " (summed).")
+    active_sessions: int | None = Field(ge=0, description="Most sessions held by one stage"
+                                                          " (summed).")
+    recent_tokens_per_second: float | None = Field(ge=0, description="The last stage's (summed).")
+
+
+class ReplicaReport(ApiModel):
+    """One replica of the route: the pipeline serving it and what it can take."""
+
+    replica: int = Field(ge=0, description="The replica's index.")
+    epoch: int = Field(ge=0, description="The epoch of the pipeline serving it (an older one"
+                                         " while a rollout has not reached it).")
+    ready: bool = Field(description="Every stage answered, ready and consistent: counted in"
+                                    " capacity.")
+    session_slots_free: int | None = Field(ge=0, description="Smallest free slots over its"
+                                                             " stages.")
     session_slots_total: int | None = Field(ge=0, description="Smallest slot count.")
-    kv_tokens_free: int | None = Field(ge=0, description="Smallest free KV cells.")
-    kv_tokens_total: int | None = Field(ge=0, description="Smallest KV cell count.")
-    queue_depth: int | None = Field(ge=0, description="Deepest engine queue over the stages.")
     active_sessions: int | None = Field(ge=0, description="Most sessions held by one stage.")
-    recent_tokens_per_second: float | None = Field(ge=0, description="The last stage's.")
+    problem: str | None = Field(default=None, max_length=4096,
+                                description="Why it is not ready.")
 
 
 class CertificationState(ApiModel):
@@ -205,6 +226,9 @@ class CapacityReport(ApiModel, json_schema_extra=_availability_rules):
     recipe: RecipeFacts = Field(description="Compatibility: how it runs.")
     stages: list[StageReport] = Field(description="In pipeline order.")
     capacity: RouteCapacity = Field(description="The route as a whole.")
+    replicas: list[ReplicaReport] | None = Field(
+        default=None, description="Every replica, by index (absent: a reporter that does not"
+                                  " know replicas, e.g. `meshnet up`: `stages` is the route).")
     certification: CertificationState = Field(description="The lane's certification.")
     available: bool = Field(description="The Tracker may route sessions here.")
     unavailable_reasons: list[Unavailable] = Field(

@@ -5,7 +5,7 @@ many as spec.replicas)."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -52,9 +52,6 @@ class GatewayMetrics:
             "meshnet_spec_decode_num_accepted_tokens",
             "Speculative draft tokens accepted (each one a decode step saved).",
             labels, registry=self.registry).labels(route)
-        self.running = Gauge(
-            "meshnet_num_requests_running", "Requests holding a session slot.", labels,
-            registry=self.registry).labels(route)
         self.waiting = Gauge(
             "meshnet_num_requests_waiting", "Requests queued for a session slot.", labels,
             registry=self.registry).labels(route)
@@ -62,11 +59,17 @@ class GatewayMetrics:
             "meshnet_requests", "Requests by outcome.", ["route", "status"],
             registry=self.registry)
         self.outcomes = {outcome: requests.labels(route, outcome) for outcome in OUTCOMES}
-        self.kv_usage = Gauge(
-            "meshnet_kv_cache_usage_perc",
-            "Share of the route's KV cells in use, 0..1 (its fullest stage's), as of the"
-            " last probe.", labels, registry=self.registry).labels(route)
         self.model_server = ModelServerGauges(route, self.registry)
+        # Per replica (a Prometheus family has one label set): a route-wide figure is
+        # sum (running) or max (KV use) by route in the query.
+        self.running = PerReplica(route, [Gauge(
+            "meshnet_num_requests_running", "Requests holding a session slot on the replica.",
+            [*labels, "replica"], registry=self.registry), self.model_server.running])
+        self.kv_usage = PerReplica(route, [Gauge(
+            "meshnet_kv_cache_usage_perc",
+            "Share of the replica's KV cells in use, 0..1 (its fullest stage's), as of the"
+            " last probe.", [*labels, "replica"], registry=self.registry),
+            *self.model_server.kv_usage])
         self.route_ready = Gauge(
             "meshnet_gateway_route_ready",
             "1 while the route is servable: every stage of a replica answered the handshake.",
@@ -116,11 +119,32 @@ class ReplicaMetrics:
         self._shown = names
 
 
+class PerReplica:
+    """Gauge families labelled (route or model name, replica), set together: a replica
+    that is gone (scaled away, or not measured this time) loses its series."""
+
+    def __init__(self, route: str, families: Sequence[Gauge]) -> None:
+        self.route, self.families = route, list(families)
+        self._shown: set[str] = set()
+
+    def show(self, values: Mapping[str, float]) -> None:
+        for name in self._shown - set(values):
+            for family in self.families:
+                with contextlib.suppress(KeyError):
+                    family.remove(self.route, name)
+        for name, value in values.items():
+            for family in self.families:
+                family.labels(self.route, name).set(value)
+        self._shown = set(values)
+
+
 class ModelServerGauges:
     """The gauges the Gateway API Inference Extension's endpoint picker and the autoscalers
     built for vLLM read, under vLLM's names (its model server protocol: queued and running
     requests, KV-cache utilisation, the cache's block size), so they work unchanged on a
-    meshnet route. The same values as meshnet_num_requests_*/meshnet_kv_cache_usage_perc."""
+    meshnet route. The same values as meshnet_num_requests_*/meshnet_kv_cache_usage_perc:
+    running requests and KV use per replica ({model_name, replica}, as vLLM exports them per
+    server), the queue for the whole route ({model_name}: admission is fleet-wide)."""
 
     # One KV cell per token: the route's caches are not paged in blocks.
     BLOCK_SIZE = 1
@@ -129,10 +153,11 @@ class ModelServerGauges:
         labels = ["model_name"]
         self.waiting = Gauge("vllm:num_requests_waiting", "Requests queued for a session slot.",
                              labels, registry=registry).labels(route)
-        self.running = Gauge("vllm:num_requests_running", "Requests holding a session slot.",
-                             labels, registry=registry).labels(route)
-        usage = "KV-cache usage, 0..1 (1 means 100%)."
-        self.kv_usage = [Gauge(name, usage, labels, registry=registry).labels(route)
+        self.running = Gauge("vllm:num_requests_running",
+                             "Requests holding a session slot on the replica.",
+                             [*labels, "replica"], registry=registry)
+        usage = "The replica's KV-cache usage, 0..1 (1 means 100%)."
+        self.kv_usage = [Gauge(name, usage, [*labels, "replica"], registry=registry)
                          for name in ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")]
         Gauge("vllm:cache_config_info", "The KV cache's configuration, in its labels.",
               ["model_name", "block_size"], registry=registry,

@@ -141,16 +141,15 @@ class Gateway:
             await asyncio.sleep(self.config.probe_seconds)
 
     async def _measure_kv_usage(self) -> None:
-        """The route's KV use: the mean over its ready replicas (each its fullest stage's)."""
-        usages: list[float] = []
+        """Each ready replica's KV use (its fullest stage's); one that did not answer
+        shows none until it does."""
+        usages: dict[str, float] = {}
         for replica in self.fleet.ready():
             try:
-                usages.append(await self._call(replica.handle.kv_usage))
+                usages[replica.name] = await self._call(replica.handle.kv_usage)
             except (MeshnetError, OSError):
                 continue  # the next handshake finds out what is wrong
-        if usages:
-            for gauge in (self.metrics.kv_usage, *self.metrics.model_server.kv_usage):
-                gauge.set(sum(usages) / len(usages))
+        self.metrics.kv_usage.show(usages)
 
     # -- handlers ---------------------------------------------------------------------
 
@@ -174,13 +173,11 @@ class Gateway:
                                   "replicas": len(self.fleet.ready())})
 
     async def prometheus(self, _: web.Request) -> web.Response:
-        gauges = self.metrics.model_server
-        for gauge in (self.metrics.running, gauges.running):
-            gauge.set(self.admission.running)
-        for gauge in (self.metrics.waiting, gauges.waiting):
-            gauge.set(self.admission.waiting)
-        self.metrics.replicas.show([(r.name, r.info is not None, r.running)
-                                    for r in self.fleet.known()])
+        for gauge in (self.metrics.waiting, self.metrics.model_server.waiting):
+            gauge.set(self.admission.waiting)  # the route's queue: admission is fleet-wide
+        known = self.fleet.known()
+        self.metrics.running.show({r.name: r.running for r in known})
+        self.metrics.replicas.show([(r.name, r.info is not None, r.running) for r in known])
         body = generate_latest(self.metrics.registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 

@@ -3,18 +3,21 @@ delete, a child pod's event, its artifact's event) runs the same level-based rec
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import kopf
 
 from meshnet.api import GROUP, VERSION, labels, modelartifact, shardroute
 from meshnet.operator.context import Context
+from meshnet.operator.drain_watch import idle_pipelines
 from meshnet.operator.executor import execute, owner_path
 from meshnet.operator.expectations import Expectations
 from meshnet.operator.registration import on_every_trigger, run_reconcile
 from meshnet.reconcile.route import (
     STATUS_KEYS,
     Observed,
+    gateway_rolled_out,
     observe_pod,
     observe_referenced_artifact,
     observe_route,
@@ -56,6 +59,11 @@ async def _reconcile_once(ctx: Context, namespace: str, name: str,
         ctx.expectations.forget(key)
         return
     observed = _observe(body, indices, ctx.expectations)
+    if observed.gateway_rolled_out or observed.gateway_deployment_hash is None:
+        # (while a gateway rolls out, its old pod may still send a draining pipeline new
+        # sessions: no need to ask)
+        idle = await idle_pipelines(observed.pods, ctx.settings.worker_grpc_port)
+        observed = dataclasses.replace(observed, idle_pipelines=idle)
     result = plan(observed, ctx.settings.worker_config(), utc_now())
     await execute(ctx.client, body, shardroute.PLURAL, result, STATUS_KEYS, ctx.expectations)
     if result.requeue_after is not None:
@@ -78,9 +86,10 @@ def _observe(body: dict[str, Any], indices: dict[str, Any],
     if route.spec is not None:
         found = indices["artifacts"].get((route.namespace, route.spec.artifact_ref.name), ())
         artifact = next(iter(found), None)
+    deployment = next(iter(indices["gateway_deployments"].get(key, ())), None)
     return Observed(route, pods, services=services, artifact=artifact,
-                    gateway_deployment_hash=next(
-                        iter(indices["gateway_deployments"].get(key, ())), None),
+                    gateway_deployment_hash=deployment[0] if deployment else None,
+                    gateway_rolled_out=deployment[1] if deployment else False,
                     gateway_service_hash=next(iter(indices["gateway_services"].get(key, ())), None))
 
 
@@ -98,8 +107,10 @@ def register(registry: kopf.OperatorRegistry, ctx: Context) -> None:
                                                    labels.get(TEMPLATE_LABEL, ""))}
 
     @kopf.index("deployments", labels=GATEWAYS, id="gateway_deployments", registry=registry)
-    async def gateway_deployments(namespace: str | None, labels: kopf.Labels, **_: Any) -> Any:
-        return {(namespace, labels[GATEWAY_LABEL]): labels.get(TEMPLATE_LABEL, "")}
+    async def gateway_deployments(namespace: str | None, labels: kopf.Labels, body: kopf.Body,
+                                  **_: Any) -> Any:
+        return {(namespace, labels[GATEWAY_LABEL]): (labels.get(TEMPLATE_LABEL, ""),
+                                                     gateway_rolled_out(body))}
 
     @kopf.index("services", labels=GATEWAYS, id="gateway_services", registry=registry)
     async def gateway_services(namespace: str | None, labels: kopf.Labels, **_: Any) -> Any:

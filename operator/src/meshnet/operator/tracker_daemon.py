@@ -260,7 +260,9 @@ async def _pass(shared: Shared, namespace: str, name: str, cadence: Cadence,
     job = await _job_inputs(shared, body, observed, pods, stages) \
         if decision.create_job else None
     state = lanes.state(lane, decision.certificate)
-    stepped = await step(shared.reporting, cadence, view, stages, state)
+    replicas = kube_inputs.replica_views(spec, body, seen.pods, settings.worker_grpc_port)
+    stepped = await step(shared.reporting, cadence, view, stages, state,
+                         replicas=replicas or None)
     report, delivery = stepped.report, stepped.delivery
     if delivery is not None and not delivery.ok:
         log.warning("report of %s/%s did not reach the Tracker after %d attempts: %s",

@@ -43,6 +43,15 @@ class StageView:
 
 
 @dataclass(frozen=True)
+class ReplicaView:
+    """One ready replica of the route and the stages of the pipeline serving it."""
+
+    replica: int
+    epoch: int
+    stages: list[StageView]
+
+
+@dataclass(frozen=True)
 class WorkerInfo:
     """GetInfo, reduced to what the report and the consistency checks need."""
 

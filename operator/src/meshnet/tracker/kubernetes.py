@@ -13,7 +13,7 @@ from meshnet.api import labels
 from meshnet.api.certification import Certificate, CertifiedLane
 from meshnet.api.shardroute import ShardRouteSpec
 from meshnet.certify.lane import gpu_product
-from meshnet.tracker.inputs import RouteView, StageView
+from meshnet.tracker.inputs import ReplicaView, RouteView, StageView
 
 
 def route_spec(body: Mapping[str, Any]) -> ShardRouteSpec | None:
@@ -49,18 +49,35 @@ def pod_facts(body: Mapping[str, Any]) -> dict[str, Any]:
                                                    "containerStatuses")}}
 
 
-def current_pods(pods: Sequence[Mapping[str, Any]], route: str,
-                 epoch: int) -> dict[str, Mapping[str, Any]]:
-    """The live stage pod of each stage at this epoch, by stage name: replica 0's, so
-    that a route of several replicas is reported as one whole pipeline, not a mix."""
+def current_pods(pods: Sequence[Mapping[str, Any]], route: str, epoch: int,
+                 replica: int = 0) -> dict[str, Mapping[str, Any]]:
+    """The live stage pod of each stage at this epoch, by stage name: one replica's
+    (replica 0's unless asked), so that a pipeline is reported whole, never a mix."""
     found: dict[str, Mapping[str, Any]] = {}
     for pod in pods:
         meta = pod.get("metadata") or {}
         tags = meta.get("labels") or {}
         if tags.get(labels.ROUTE) == route and tags.get(labels.EPOCH) == str(epoch) \
-                and tags.get(labels.REPLICA, "0") == "0" \
+                and tags.get(labels.REPLICA, "0") == str(replica) \
                 and labels.STAGE in tags and not meta.get("deletionTimestamp"):
             found[tags[labels.STAGE]] = pod
+    return found
+
+
+def replica_views(spec: ShardRouteSpec, body: Mapping[str, Any],
+                  pods: Sequence[Mapping[str, Any]], grpc_port: int) -> list[ReplicaView]:
+    """Every replica status.replicaStatuses says is ready, with the stages of the pipeline
+    serving it (its epoch there: an older one while a rollout has not reached it); empty
+    for a status written before replicas, whose only pipeline `current_pods` gives."""
+    route = (body.get("metadata") or {}).get("name", "")
+    found = []
+    for entry in (body.get("status") or {}).get("replicaStatuses") or []:
+        replica, epoch = entry.get("replica"), entry.get("epoch")
+        if not entry.get("ready") or replica is None or epoch is None:
+            continue
+        serving = current_pods(pods, route, int(epoch), replica=int(replica))
+        found.append(ReplicaView(int(replica), int(epoch),
+                                 stage_views(spec, serving, grpc_port)))
     return found
 
 

@@ -7,6 +7,7 @@ a passing certificate. Otherwise every reason is listed and nothing is advertise
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 
 from meshnet.api.tracker import (
@@ -16,6 +17,7 @@ from meshnet.api.tracker import (
     LayerSpan,
     Provider,
     RecipeFacts,
+    ReplicaReport,
     RouteCapacity,
     RouteIdentity,
     Seam,
@@ -27,7 +29,14 @@ from meshnet.api.tracker import (
 )
 from meshnet.certify import lane as lanes
 from meshnet.timestamps import unix_rfc3339
-from meshnet.tracker.inputs import PinFacts, RouteView, StageSample, StageView, WorkerInfo
+from meshnet.tracker.inputs import (
+    PinFacts,
+    ReplicaView,
+    RouteView,
+    StageSample,
+    StageView,
+    WorkerInfo,
+)
 
 DTYPE_BYTES = {"f32": 4, "f16": 2, "bf16": 2}
 
@@ -35,9 +44,13 @@ DTYPE_BYTES = {"f32": 4, "f16": 2, "bf16": 2}
 def build_report(route: RouteView, stages: Sequence[StageView],
                  samples: Mapping[str, StageSample], certification: CertificationState, *,
                  provider: Provider, pin: PinFacts, sequence: int, now: float,
-                 first_seen: Mapping[str, float]) -> CapacityReport:
+                 first_seen: Mapping[str, float],
+                 replicas: Sequence[tuple[ReplicaView, Mapping[str, StageSample]]] | None = None
+                 ) -> CapacityReport:
     """`samples` by stage name; `first_seen`: unix time each incarnation was first seen
-    (uptime for workers whose start time the backend does not know)."""
+    (uptime for workers whose start time the backend does not know). `replicas`: the
+    ready replicas with their stages' samples (by stage name); when given they are listed
+    and the route's capacity sums those whose pipeline is whole and consistent."""
     reasons: list[Unavailable] = []
     if route.deleting:
         reasons.append(Unavailable(reason="RouteDeleted", message="the route is being deleted"))
@@ -57,6 +70,14 @@ def build_report(route: RouteView, stages: Sequence[StageView],
         reasons.append(Unavailable(reason=cert_reason,  # type: ignore[arg-type]
                                    message=cert_message))
     available = not reasons
+    capacity = _route_capacity(reports, available)
+    listed = None
+    if replicas is not None:
+        judged = [_replica(route, view, found, now, first_seen) for view, found in replicas]
+        whole = [pipeline for report, pipeline in judged if report.ready]
+        if whole:
+            capacity = _sum(whole, available)
+        listed = [report for report, _ in judged]
     architecture = route.architecture or next(
         (s.info.architecture for s in samples.values() if s.info and s.info.architecture), None)
     return CapacityReport(
@@ -72,7 +93,8 @@ def build_report(route: RouteView, stages: Sequence[StageView],
                            backend=route.recipe.lane, boundary_dtype=route.recipe.boundary_dtype,
                            context_length=route.recipe.context_length,
                            session_slots=route.recipe.session_slots),
-        stages=reports, capacity=_route_capacity(reports, available),
+        stages=reports, capacity=capacity,
+        replicas=listed,
         certification=certification, available=available, unavailable_reasons=reasons,
     )
 
@@ -157,6 +179,40 @@ def _route_capacity(stages: Sequence[StageReport], available: bool) -> RouteCapa
         active_sessions=max(load.active_sessions for load in loads) if whole else None,
         recent_tokens_per_second=loads[-1].recent_tokens_per_second if whole else None,
     )
+
+
+def _replica(route: RouteView, view: ReplicaView, samples: Mapping[str, StageSample],
+             now: float, first_seen: Mapping[str, float]) -> tuple[ReplicaReport, RouteCapacity]:
+    """One replica's pipeline, judged against its own epoch, and its capacity."""
+    # An older epoch's pipeline answers for its own epoch, and its digests are not the
+    # route's now.
+    own = route if view.epoch == route.epoch else dataclasses.replace(
+        route, epoch=view.epoch, route_digest=None, recipe_digest=None)
+    checked = [_stage(own, stage, samples.get(stage.name), i == len(view.stages) - 1, now,
+                      first_seen) for i, stage in enumerate(view.stages)]
+    problems = [p.message for _, p in checked if p is not None]
+    capacity = _route_capacity([r for r, _ in checked], not problems)
+    return ReplicaReport(
+        replica=view.replica, epoch=view.epoch, ready=bool(checked) and not problems,
+        session_slots_free=capacity.session_slots_free,
+        session_slots_total=capacity.session_slots_total,
+        active_sessions=capacity.active_sessions,
+        problem="; ".join(problems)[:4096] or None), capacity
+
+
+def _sum(pipelines: Sequence[RouteCapacity], available: bool) -> RouteCapacity:
+    """The route's capacity as the sum of its whole pipelines' (each a session's home)."""
+    def total(field: str) -> int:
+        return sum(int(getattr(c, field) or 0) for c in pipelines)
+
+    free = total("session_slots_free")
+    return RouteCapacity(
+        session_slots_advertised=free if available else 0, session_slots_free=free,
+        session_slots_total=total("session_slots_total"),
+        kv_tokens_free=total("kv_tokens_free"), kv_tokens_total=total("kv_tokens_total"),
+        queue_depth=total("queue_depth"), active_sessions=total("active_sessions"),
+        recent_tokens_per_second=round(sum(c.recent_tokens_per_second or 0.0
+                                           for c in pipelines), 2))
 
 
 def withdrawn(last: CapacityReport, *, sequence: int, now: float) -> CapacityReport:

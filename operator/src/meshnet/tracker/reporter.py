@@ -6,11 +6,12 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from meshnet.api.tracker import CapacityReport, CertificationState, Provider
 from meshnet.tracker.client import Delivery, TrackerClient
 from meshnet.tracker.collect import StageChannels, sample_stages
-from meshnet.tracker.inputs import PinFacts, RouteView, StageSample, StageView
+from meshnet.tracker.inputs import PinFacts, ReplicaView, RouteView, StageSample, StageView
 from meshnet.tracker.metrics import TrackerMetrics
 from meshnet.tracker.report import build_report, withdrawn
 from meshnet.tracker.schedule import Cadence, fingerprint
@@ -39,23 +40,30 @@ class Stepped:
 
 
 async def step(reporting: Reporting, cadence: Cadence, route: RouteView,
-               stages: Sequence[StageView], certification: CertificationState) -> Stepped:
-    """Sample the stages, build the report and send it when due."""
-    samples = await sample_stages({s.name: s.endpoint for s in stages}, reporting.stage_timeout,
-                                  channels=reporting.channels)
-    reporting.metrics.collect_errors.inc(sum(1 for s in samples.values() if s.error))
+               stages: Sequence[StageView], certification: CertificationState,
+               replicas: Sequence[ReplicaView] | None = None) -> Stepped:
+    """Sample the stages (and every replica's, each endpoint once), build the report and
+    send it when due. `replicas` None: the reporter does not know replicas."""
+    endpoints = {s.endpoint for s in stages} | {
+        s.endpoint for r in replicas or () for s in r.stages}
+    answered = await sample_stages({e: e for e in endpoints if e}, reporting.stage_timeout,
+                                   channels=reporting.channels)
+    samples = {s.name: answered[s.endpoint] for s in stages if s.endpoint}
+    reporting.metrics.collect_errors.inc(sum(1 for s in answered.values() if s.error))
     now = time.time()
-    first_seen = cadence.seen([s.info.incarnation for s in samples.values() if s.info], now)
+    first_seen = cadence.seen([s.info.incarnation for s in answered.values() if s.info], now)
+    pipelines = None if replicas is None else [
+        (r, {s.name: answered[s.endpoint] for s in r.stages if s.endpoint}) for r in replicas]
     report = build_report(route, stages, samples, certification, provider=reporting.provider,
                           pin=reporting.pin, sequence=cadence.sequence + 1, now=now,
-                          first_seen=first_seen)
+                          first_seen=first_seen, replicas=pipelines)
     reporting.metrics.route_available((route.namespace, route.name),
                                       report.available and not route.deleting)
     print_ = fingerprint(report)
     if reporting.client is None or not cadence.due(print_, time.monotonic()):
         return Stepped(report, None, samples)
     cadence.next_sequence()
-    delivery = await reporting.client.send(report.model_dump(mode="json", by_alias=True))
+    delivery = await reporting.client.send(wire(report))
     if delivery.ok:
         cadence.delivered(print_, time.monotonic())
     return Stepped(report, delivery, samples)
@@ -68,4 +76,12 @@ async def withdraw(reporting: Reporting, cadence: Cadence, last: CapacityReport
     if reporting.client is None:
         return None
     report = withdrawn(last, sequence=cadence.next_sequence(), now=time.time())
-    return await reporting.client.send(report.model_dump(mode="json", by_alias=True))
+    return await reporting.client.send(wire(report))
+
+
+def wire(report: CapacityReport) -> dict[str, Any]:
+    """The report as sent: without `replicas` where unknown, as before the field existed."""
+    sent = report.model_dump(mode="json", by_alias=True)
+    if sent.get("replicas") is None:
+        sent.pop("replicas", None)
+    return sent

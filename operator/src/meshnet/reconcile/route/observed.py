@@ -41,6 +41,7 @@ class ObservedPod:
     failing_message: str = ""
     unschedulable: str | None = None  # the scheduler's message
     draining_since: str | None = None  # its pipeline takes no new sessions since (RFC 3339)
+    ip: str = ""  # where its worker answers (status.podIP; "" until it has one)
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,12 @@ class Observed:
     # template hashes of the gateway's Deployment and Service (None: absent)
     gateway_deployment_hash: str | None = None
     gateway_service_hash: str | None = None
+    # Every pod of the gateway's Deployment runs its latest template (its rollout is done):
+    # no gateway still admits sessions to a pipeline the template no longer names.
+    gateway_rolled_out: bool = False
+    # Draining pipelines (replica, epoch) whose every stage answered that it holds no
+    # session: looked up by the operator (I/O) only while a pipeline drains.
+    idle_pipelines: frozenset[tuple[int, int]] = frozenset()
 
 
 def observe_route(body: Mapping[str, Any]) -> ObservedRoute:
@@ -106,7 +113,19 @@ def observe_pod(body: Mapping[str, Any]) -> ObservedPod | None:
         unschedulable=scheduled.get("message", "unschedulable")
         if scheduled.get("reason") == "Unschedulable" else None,
         draining_since=(meta.get("annotations") or {}).get(labels.DRAINING_ANNOTATION),
+        ip=str(status.get("podIP") or ""),
     )
+
+
+def gateway_rolled_out(body: Mapping[str, Any]) -> bool:
+    """The Deployment controller has seen its latest spec and every pod it counts runs
+    that template (old pods that are still terminating are not counted: their listener is
+    closed, they only finish what they run)."""
+    meta, spec, status = (body.get(k) or {} for k in ("metadata", "spec", "status"))
+    wanted = int(spec.get("replicas", 1))
+    return (int(status.get("observedGeneration") or 0) >= int(meta.get("generation") or 1)
+            and int(status.get("updatedReplicas") or 0) == wanted
+            and int(status.get("replicas") or 0) == wanted)
 
 
 def replica_of(tags: Mapping[str, str]) -> int:

@@ -127,8 +127,11 @@ def _rollout(observed: Observed, spec: ShardRouteSpec, manifest: str, config: Wo
             body = stage_pod(StageInputs(ref, stage, spec.recipe, storage, worker), config)
             desired[replica, stage.name] = (body, worker)
     if config.side_by_side:
-        rolled = roll(observed.pods, [s.name for s in spec.stages], epoch, spec.replicas,
-                      spec.rollout, now)
+        names = [s.name for s in spec.stages]
+        rolled = roll(observed.pods, names, epoch, spec.replicas, spec.rollout, now)
+        if drained := _drained(observed, ref, spec, config, rolled.serving):
+            rolled = roll(observed.pods, names, epoch, spec.replicas, spec.rollout, now,
+                          drained)
         actions, events = _rolling_pod_actions(observed.pods, desired, epoch, spec, rolled)
         serving, draining, requeue = rolled.serving, rolled.draining, rolled.requeue_after
     else:
@@ -315,10 +318,7 @@ def _gateway_actions(observed: Observed, ref: RouteRef, spec: ShardRouteSpec,
     if not _has_gateway(spec, config):
         return _delete_gateway(observed)
     wanted = (
-        (gateway_deployment(ref, spec.stages, spec.gateway, spec.tls, spec.recipe.speculation,
-                            config, [serving[r] for r in range(spec.replicas)],
-                            spec.rollout.drain_seconds),
-         observed.gateway_deployment_hash),
+        (_gateway_template(ref, spec, config, serving), observed.gateway_deployment_hash),
         (gateway_service(ref, config), observed.gateway_service_hash),
     )
     actions: list[Action] = []
@@ -330,6 +330,27 @@ def _gateway_actions(observed: Observed, ref: RouteRef, spec: ShardRouteSpec,
                                  {"metadata": {"labels": body["metadata"]["labels"]},
                                   "spec": body["spec"]}))
     return actions
+
+
+def _drained(observed: Observed, ref: RouteRef, spec: ShardRouteSpec, config: WorkerConfig,
+             serving: Mapping[int, int]) -> frozenset[tuple[int, int]]:
+    """The draining pipelines that may go before drainSeconds: their stages hold no session
+    and no gateway can send them one: its Deployment has rolled out the template of
+    `serving`, which names no draining pipeline."""
+    if not observed.idle_pipelines or not _has_gateway(spec, config):
+        return observed.idle_pipelines
+    template = _gateway_template(ref, spec, config, serving)["metadata"]["labels"][labels.TEMPLATE]
+    if not observed.gateway_rolled_out or observed.gateway_deployment_hash != template:
+        return frozenset()  # an old gateway pod may still admit sessions to it
+    return observed.idle_pipelines
+
+
+def _gateway_template(ref: RouteRef, spec: ShardRouteSpec, config: WorkerConfig,
+                      serving: Mapping[int, int]) -> dict[str, Any]:
+    """The gateway's Deployment for the pipelines `serving` names (replica -> epoch)."""
+    return gateway_deployment(ref, spec.stages, spec.gateway, spec.tls, spec.recipe.speculation,
+                              config, [serving[r] for r in range(spec.replicas)],
+                              spec.rollout.drain_seconds)
 
 
 def _has_gateway(spec: ShardRouteSpec, config: WorkerConfig) -> bool:

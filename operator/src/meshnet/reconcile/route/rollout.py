@@ -9,7 +9,9 @@ epochs never mix inside a pipeline. Replica by replica, within spec.rollout's bu
    the old one has gone when no surge is left;
 2. when it is ready the gateway switches the replica to it and the old one drains: it
    takes no new sessions (it leaves the gateway's replicas), its running sessions finish,
-   and it is deleted drainSeconds after (the annotation on its pods says since when);
+   and it is deleted as soon as its stages hold no session once the gateway has rolled
+   (`drained`, observed), else drainSeconds after (the annotation on its pods says since
+   when);
 3. a pipeline of a replica past spec.replicas drains the same way (scaling down).
 
 The gateway lists, per replica, the pipeline that serves it (`serving`).
@@ -17,7 +19,7 @@ The gateway lists, per replica, the pipeline that serves it (`serving`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -28,6 +30,9 @@ from meshnet.reconcile.route.observed import ObservedPod
 from meshnet.timestamps import parse_rfc3339, rfc3339
 
 PipelineKey = tuple[int, int]  # (replica, epoch)
+# How often a draining pipeline's sessions are looked at (the reconcile comes back):
+# nothing else says when they end.
+DRAIN_POLL_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
@@ -77,10 +82,12 @@ def pipelines(pods: Sequence[ObservedPod]) -> dict[PipelineKey, Pipeline]:
 
 
 def roll(pods: Sequence[ObservedPod], stages: Sequence[str], epoch: int, replicas: int,
-         rollout: Rollout, now: datetime) -> RolloutPlan:
+         rollout: Rollout, now: datetime,
+         drained: Collection[PipelineKey] = frozenset()) -> RolloutPlan:
     """Which pipelines to start (their replicas in `creatable`), drain and delete, so that
-    every replica ends at `epoch` and no replica past `replicas` is left."""
-    return _Roll(pipelines(pods), stages, epoch, replicas, rollout, now).plan()
+    every replica ends at `epoch` and no replica past `replicas` is left. `drained`: the
+    draining pipelines known to hold no session and to get none (deleted at once)."""
+    return _Roll(pipelines(pods), stages, epoch, replicas, rollout, now, drained).plan()
 
 
 def in_place(pods: Sequence[ObservedPod], stages: Sequence[str], epoch: int,
@@ -108,9 +115,11 @@ class _Roll:
     """One rollout decision, replica by replica, keeping count of what it changed."""
 
     def __init__(self, groups: dict[PipelineKey, Pipeline], stages: Sequence[str], epoch: int,
-                 replicas: int, rollout: Rollout, now: datetime) -> None:
+                 replicas: int, rollout: Rollout, now: datetime,
+                 drained: Collection[PipelineKey] = frozenset()) -> None:
         self.groups, self.stages, self.epoch = groups, stages, epoch
         self.replicas, self.rollout, self.now = replicas, rollout, now
+        self.drained = drained
         self.result = RolloutPlan()
         self.marked = {k for k, g in groups.items() if g.draining_since is not None}
         self.gone: set[PipelineKey] = set()  # deleted by this plan
@@ -118,9 +127,11 @@ class _Roll:
 
     def plan(self) -> RolloutPlan:
         drain = timedelta(seconds=self.rollout.drain_seconds)
-        for group in self.groups.values():
+        for key, group in self.groups.items():
             since = group.draining_since
-            if since is not None and self.now - since >= drain:
+            if since is not None and key in self.drained:
+                self._delete(group, "its sessions ended")
+            elif since is not None and self.now - since >= drain:
                 self._delete(group, f"its {self.rollout.drain_seconds}s drain ended")
         for (replica, epoch), group in self.groups.items():  # scaled away
             if replica >= self.replicas and (replica, epoch) not in self.marked:
@@ -130,8 +141,9 @@ class _Roll:
         left = sorted(self.marked - self.gone)
         self.result.draining = [self.groups[k].name for k in left]
         ends = [(self.groups[k].draining_since or self.now) + drain - self.now for k in left]
-        if ends:
-            self.result.requeue_after = max(0.0, min(ends).total_seconds()) + 0.5
+        if ends:  # back when the first drain ends, or sooner to see whether its sessions did
+            self.result.requeue_after = min(max(0.0, min(ends).total_seconds()) + 0.5,
+                                            DRAIN_POLL_SECONDS)
         return self.result
 
     def _replica(self, replica: int) -> None:
