@@ -1,8 +1,21 @@
-"""Which replica a new session goes to: the most free slots, ties kept by conversation."""
+"""Which replica a new session goes to: the most free slots; among equals the one that
+served the longest start of its prompt (its prefix cache may hold it), then the
+conversation's favourite."""
 
 from __future__ import annotations
 
-from meshnet.gateway.spread import Candidate, affinity, conversation_key, pick
+from meshnet.gateway.spread import (
+    REUSABLE_CHARACTERS,
+    Candidate,
+    RecentPrompts,
+    affinity,
+    common_start,
+    conversation_key,
+    pick,
+    prompt_text,
+)
+
+SCAFFOLD = "You are a coding agent. Tools: read_file, write_file, run_tests. " * 20
 
 
 def test_a_session_goes_to_the_replica_with_the_most_free_slots() -> None:
@@ -41,3 +54,34 @@ def test_a_chat_is_known_by_its_first_user_message_over_its_turns() -> None:
     assert conversation_key("chat", first, "") == conversation_key("chat", later, "") == "hi"
     assert conversation_key("completion", (), "Once upon") == "Once upon"
     assert conversation_key("completion", (), (1, 2, 3)) == "1,2,3"
+
+
+def test_among_equals_the_replica_that_served_the_prompts_start_takes_it() -> None:
+    served = RecentPrompts()
+    served.remember(prompt_text("chat", [{"role": "system", "content": SCAFFOLD},
+                                         {"role": "user", "content": "fix test_a"}], ""))
+    fresh = RecentPrompts()
+    for n in range(40):  # whatever the conversation's own favourite
+        text = prompt_text("chat", [{"role": "system", "content": SCAFFOLD},
+                                    {"role": "user", "content": f"task {n}"}], "")
+        candidates = [Candidate("0", 2, fresh.shared(text)), Candidate("1", 2, served.shared(text))]
+        assert pick(candidates, f"task {n}") == candidates[1]
+        # more free slots still come first: a cached prefix does not pile sessions up
+        roomier = [Candidate("0", 3, fresh.shared(text)), candidates[1]]
+        assert pick(roomier, f"task {n}") == roomier[0]
+
+
+def test_a_short_shared_start_is_no_prefix_and_the_record_forgets_old_prompts() -> None:
+    record = RecentPrompts(keep=2)
+    record.remember("x" * (REUSABLE_CHARACTERS - 1) + "a")
+    assert record.shared("x" * (REUSABLE_CHARACTERS - 1) + "b") == 0  # under one block
+    record.remember(SCAFFOLD + "one")
+    assert record.shared(SCAFFOLD + "two") == len(SCAFFOLD)
+    record.remember("other")
+    record.remember("another")  # the scaffold's prompt is no longer among the last two
+    assert record.shared(SCAFFOLD + "two") == 0
+
+
+def test_the_shared_start_is_counted_in_characters() -> None:
+    assert [common_start(a, b) for a, b in [("", "abc"), ("abc", "abd"), ("abc", "abc"),
+                                             ("abcdef", "abc"), ("xbc", "abc")]] == [0, 2, 3, 3, 0]

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from meshnet.errors import MeshnetError
 from meshnet.gateway.routes import Endpoints, RouteHandle
-from meshnet.gateway.spread import Candidate, pick
+from meshnet.gateway.spread import Candidate, RecentPrompts, pick
 from meshnet.route import RouteDriver, RouteInfo, TlsFiles
 
 # The route's replicas by label ("0", "1", ...): each one's stage endpoints in order.
@@ -32,6 +32,7 @@ class Replica:
     problem: str = "not checked yet"
     running: int = 0  # sessions on it now
     sessions: int = 0  # sessions it has taken, started or moved here
+    recent: RecentPrompts = field(default_factory=RecentPrompts)  # the prompts it served last
 
     @property
     def free(self) -> int:
@@ -146,15 +147,18 @@ class Fleet:
 
     # -- where sessions run ---------------------------------------------------------------
 
-    def admit(self, key: str) -> Replica | None:
-        """A ready replica for a new session of conversation `key` (its slot taken): the
-        one with the most free slots; None when none is ready."""
+    def admit(self, key: str, prompt: str = "") -> Replica | None:
+        """A ready replica for a new session of conversation `key` whose prompt reads
+        `prompt` (spread.prompt_text), its slot taken: the one with the most free slots,
+        among equals the one that served the longest start of `prompt`; None when none is
+        ready."""
         with self._lock:
             ready = [r for r in self.replicas.values() if r.info is not None]
-            chosen = _choose(ready, key)
+            chosen = _choose(ready, key, prompt)
             if chosen is not None:
                 chosen.running += 1
                 chosen.sessions += 1
+                chosen.recent.remember(prompt)
             return chosen
 
     def leave(self, replica: Replica) -> None:
@@ -221,12 +225,12 @@ class Fleet:
                 self.moves += 1
 
 
-def _choose(ready: Sequence[Replica], key: str) -> Replica | None:
+def _choose(ready: Sequence[Replica], key: str, prompt: str = "") -> Replica | None:
     """spread.pick over `ready`; when every slot is taken (a replica just went and its
     sessions moved), the least loaded one: its stages may refuse the session
     (CAPACITY_EXHAUSTED), a 503 for it, rather than every request waiting."""
     by_name = {r.name: r for r in ready}
-    chosen = pick([Candidate(r.name, r.free) for r in ready], key)
+    chosen = pick([Candidate(r.name, r.free, r.recent.shared(prompt)) for r in ready], key)
     if chosen is not None:
         return by_name[chosen.name]
     return max(ready, key=lambda r: r.free, default=None)

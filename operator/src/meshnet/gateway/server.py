@@ -36,7 +36,7 @@ from meshnet.gateway.fleet import Fleet, Replica
 from meshnet.gateway.limits import MAX_BODY_BYTES, RouteBounds
 from meshnet.gateway.metrics import GatewayMetrics
 from meshnet.gateway.requests import BadRequest, Job, chat_job, completion_job, read_json
-from meshnet.gateway.spread import conversation_key
+from meshnet.gateway.spread import conversation_key, prompt_text
 from meshnet.gateway.text import TextStream
 from meshnet.route import PromptTooLong, RouteDriver, RouteInfo, StageClient, StageError
 
@@ -235,7 +235,8 @@ class Gateway:
         try:
             async with self.admission.slot():
                 self.metrics.queue_time.observe(time.monotonic() - arrived)
-                replica = self.fleet.admit(conversation_key(job.kind, job.messages, job.prompt))
+                replica = self.fleet.admit(conversation_key(job.kind, job.messages, job.prompt),
+                                           prompt_text(job.kind, job.messages, job.prompt))
                 if replica is None:  # the last ready replica went while this one waited
                     return self._error(503, self.fleet.why_unavailable(self.config.model),
                                        "unavailable", "route_unavailable",
