@@ -10,6 +10,7 @@
 #include "llama.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -107,6 +108,41 @@ inline std::vector<float> row_of(const std::vector<float> & values, size_t width
     return std::vector<float>(values.begin() + static_cast<long>(row * width),
                               values.begin() + static_cast<long>((row + 1) * width));
 }
+
+// A route of engines, first to last, run one step at a time (the service's chain, without it).
+struct route {
+    std::vector<meshnet::engine_ptr> stages;
+    double                  last_ms = 0; // the last stage's time in steps
+
+    // the step's rows through every stage; the last stage's logits of every row
+    std::vector<float> step(int32_t slot, const std::vector<int32_t> & tokens, int32_t pos0) {
+        meshnet::step_request request = token_step(slot, tokens, pos0);
+        for (size_t s = 0; s < stages.size(); ++s) {
+            const auto started = std::chrono::steady_clock::now();
+            const meshnet::step_result result = run(*stages[s], request);
+            if (s + 1 == stages.size()) {
+                last_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+            }
+            if (result.status != meshnet::engine_status::ok) {
+                std::printf("  stage %zu: %s\n", s, result.message.c_str());
+                return {};
+            }
+            if (s + 1 == stages.size()) {
+                return result.logits;
+            }
+            request.boundary = result.boundary;
+            // as the service sends it: the token ids beside the boundary only where needed
+            if (stages[s + 1]->info().needs_token_sideband) {
+                request.tokens = tokens;
+            } else {
+                request.tokens.clear();
+            }
+        }
+        return {};
+    }
+
+    meshnet::engine_i & last() { return *stages.back(); }
+};
 
 // quiet llama.cpp, start the backends, run the tests; 77 (skipped) without `required`'s model
 inline int main(int argc, char ** argv, const char * required) {

@@ -46,36 +46,7 @@ engine_ptr load(int32_t begin, int32_t end, bool drafting, int32_t k = K, std::s
     return engine;
 }
 
-// A route of engines, first to last, run one step at a time (the service's chain, without it).
-struct route {
-    std::vector<engine_ptr> stages;
-    double                  last_ms = 0; // the last stage's time in steps
-
-    std::vector<float> step(int32_t slot, const std::vector<int32_t> & tokens, int32_t pos0) {
-        step_request request = ds4_test::token_step(slot, tokens, pos0);
-        for (size_t s = 0; s < stages.size(); ++s) {
-            const auto started = std::chrono::steady_clock::now();
-            const step_result result = ds4_test::run(*stages[s], request);
-            if (s + 1 == stages.size()) {
-                last_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
-            }
-            if (result.status != engine_status::ok) {
-                std::printf("  stage %zu: %s\n", s, result.message.c_str());
-                return {};
-            }
-            if (s + 1 == stages.size()) {
-                return result.logits;
-            }
-            request.boundary = result.boundary;
-            if (!stages[s + 1]->info().needs_token_sideband) {
-                request.tokens.clear(); // as the service sends it: the boundary alone
-            }
-        }
-        return {};
-    }
-
-    engine_i & last() { return *stages.back(); }
-};
+using ds4_test::route;
 
 route split(bool drafting) {
     route r;
