@@ -254,14 +254,19 @@ async def test_a_resplit_rolls_replica_by_replica_and_a_replica_is_ready_at_ever
     cluster.on_write.append(sample)
     stages = make_route(ranges=[(0, 12), (12, 20), (20, 30)])["spec"]["stages"]
     await cluster.patch(f"{ROUTES}/r1", json={"spec": {"stages": stages}})
-    await eventually(lambda: "r1-s0-e2" in pods(cluster), what="epoch 2's first pipeline")
+    await eventually(lambda: sum("-e2" in n for n in pods(cluster)) >= 3,
+                     what="epoch 2's first pipeline")
     assert "r1-s0-e1" in pods(cluster)  # beside the old one, which still serves
     new = [n for n in pods(cluster) if "-e2" in n]
     assert len(new) == 3  # one replica at a time (maxSurge 1)
 
     async def kubelet() -> bool:
+        # (done only once every pod it sees is Ready: a replica's new pods may appear
+        # after the old ones are gone, maxUnavailable 1 allowing it)
         await mark_pods(cluster, NS)
-        return all("-e2" in n for n in pods(cluster)) and len(pods(cluster)) == 3 * replicas
+        now = pods(cluster)
+        return (all("-e2" in n for n in now) and len(now) == 3 * replicas
+                and all(condition(p, "Ready").get("status") == "True" for p in now.values()))
 
     for _ in range(200):
         if await kubelet():

@@ -199,6 +199,21 @@ def test_expectations_hide_the_lag_between_our_writes_and_the_watch() -> None:
     assert expect.apply("r", ()) == ()  # never confirmed: forgotten after the TTL
 
 
+def test_a_drain_we_stamped_is_seen_before_the_watch_shows_it() -> None:
+    """Else a reconcile that races the watch drains the pipeline again, restarting its
+    drain's clock and posting its event twice."""
+    from meshnet.operator.expectations import Expectations
+    from meshnet.reconcile.route import ObservedPod
+
+    expect = Expectations()
+    expect.draining("r", "r-s0-e1", "2026-12-06T17:00:00Z")
+    pod = ObservedPod(name="r-s0-e1", stage="s0", epoch=1)
+    assert [p.draining_since for p in expect.apply("r", (pod,))] == ["2026-12-06T17:00:00Z"]
+    shown = ObservedPod(name="r-s0-e1", stage="s0", epoch=1, draining_since="2026-12-06T17:00:01Z")
+    assert expect.apply("r", (shown,)) == (shown,)  # the watch's stamp wins, ours is dropped
+    assert expect.apply("r", (pod,)) == (pod,)  # (and is not brought back)
+
+
 def test_a_pod_event_is_news_only_when_the_planner_would_see_the_pod_differently() -> None:
     from meshnet.operator.expectations import Expectations
 

@@ -11,6 +11,7 @@ from typing import Any, cast
 
 import kopf
 
+from meshnet.api import labels
 from meshnet.api.common import API_VERSION
 from meshnet.errors import KubeApiError
 from meshnet.operator.expectations import Expectations
@@ -120,6 +121,10 @@ async def _apply(client: KubeClient, action: Action, namespace: str, key: tuple[
         return created is not None
     if isinstance(action, Patch):
         await client.patch(child_path(action.kind, namespace, action.name), action.body)
+        annotations = (action.body.get("metadata") or {}).get("annotations") or {}
+        if action.kind == "Pod" and expectations is not None \
+                and (since := annotations.get(labels.DRAINING_ANNOTATION)):
+            expectations.draining(key, action.name, since)
         return True
     watched = expectations if action.kind == "Pod" else None
     # Expected before the call: the watch may report it gone before it returns, and the

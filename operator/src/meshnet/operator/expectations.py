@@ -1,6 +1,7 @@
 """Children the operator created or deleted whose watch events have not reached the
 indices yet (controller-runtime's "expectations"): the planner sees them as done, so
-a reconcile that races its own writes neither creates twice nor reports twice; and the
+a reconcile that races its own writes neither creates twice, drains twice (restarting the
+drain's clock) nor reports twice; and the
 watch's events that show the planner nothing new (a pod we created, as created; a pod as
 it was last seen, which a re-opened watch or a re-list replays; one of several pods we
 deleted, while others are still going) are known as such."""
@@ -22,6 +23,7 @@ class Expectations:
         self._clock = clock
         self._created: dict[Hashable, dict[str, tuple[float, ObservedPod]]] = {}
         self._deleted: dict[Hashable, dict[str, float]] = {}
+        self._draining: dict[Hashable, dict[str, tuple[float, str]]] = {}  # name -> stamp
         self._seen: dict[Hashable, dict[str, ObservedPod]] = {}  # as each pod was last seen
 
     def created(self, key: Hashable, pod: Mapping[str, Any]) -> None:
@@ -48,6 +50,10 @@ class Expectations:
         """The delete of `name` failed: it is not going after all."""
         self._deleted.get(key, {}).pop(name, None)
 
+    def draining(self, key: Hashable, name: str, since: str) -> None:
+        """We stamped pod `name` draining since `since` (its annotation)."""
+        self._draining.setdefault(key, {})[name] = (self._clock(), since)
+
     def gone(self, key: Hashable, name: str) -> bool:
         """Record that pod `name` is gone; True when we deleted it and others we deleted
         are still going (a new epoch starts only once the last one is gone)."""
@@ -65,12 +71,20 @@ class Expectations:
                    if n not in names and now - v[0] < TTL_SECONDS}
         deleted = {n: t for n, t in self._deleted.get(key, {}).items()
                    if n in names and now - t < TTL_SECONDS}
-        self._created[key], self._deleted[key] = created, deleted
-        pods = [dataclasses.replace(p, terminating=True) if p.name in deleted else p
+        stamps = {n: v for n, v in self._draining.get(key, {}).items()
+                  if n in names and now - v[0] < TTL_SECONDS}
+        for pod in indexed:
+            if pod.draining_since is not None:
+                stamps.pop(pod.name, None)  # the watch shows a stamp: it is the truth
+        self._created[key], self._deleted[key], self._draining[key] = created, deleted, stamps
+        pods = [dataclasses.replace(p, terminating=p.terminating or p.name in deleted,
+                                    draining_since=p.draining_since
+                                    or stamps.get(p.name, (0.0, None))[1])
                 for p in indexed]
         return (*pods, *(pod for _, pod in created.values()))
 
     def forget(self, key: Hashable) -> None:
         self._created.pop(key, None)
         self._deleted.pop(key, None)
+        self._draining.pop(key, None)
         self._seen.pop(key, None)
