@@ -8,6 +8,7 @@ every stage holds, or cold (docs/architecture.md, "Prefix cache")."""
 from __future__ import annotations
 
 import random
+import time
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -106,6 +107,15 @@ def prefix_counts(worker: WorkerProcess) -> dict[str, float]:
                                                     "meshnet_shard_kv_tokens_used")))}
 
 
+def reaches(read: Callable[[], float], value: float, seconds: float = 2.0) -> float:
+    """`read()` once it gives `value` (a gauge the stage sets right after it answers a
+    release), or its last reading after `seconds`."""
+    deadline = time.monotonic() + seconds
+    while (now := read()) != value and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return now
+
+
 def test_every_deepseek4_stage_advertises_the_prefix_block(driver: RouteDriver) -> None:
     assert driver.route.step_sensitive
     assert driver.route.prefix_block == BLOCK
@@ -120,9 +130,8 @@ def test_a_next_turn_from_a_whole_entry_computes_the_cold_runs_logits_bit_for_bi
     assert kept == 128
     last_logits(clients, route, "first", turn, snapshot=kept)
     for worker in cached_route:  # the entry's cells count as used, as a live session's do
-        counts = prefix_counts(worker)
-        assert counts["prefix_cache_entries"] == 1
-        assert counts["kv_tokens_used"] == kept
+        assert reaches(lambda w=worker: prefix_counts(w)["kv_tokens_used"], kept) == kept
+        assert prefix_counts(worker)["prefix_cache_entries"] == 1
     following = turn + words(2, 70)
     cold = last_logits(clients, route, "cold", following)
     assert last_logits(clients, route, "hit", following, prefix=kept) == cold
@@ -171,3 +180,32 @@ def test_a_restarted_stage_holds_no_entry_and_the_next_turn_is_served_cold(
     run = driver.generate(following, max_tokens=8, stop_at_eos=False)
     assert run.cached_tokens == 0
     assert run.tokens == cold(following, 8)
+
+
+@pytest.fixture(scope="module")
+def ring_route(shard_worker: Path, ds4_small: Path, tmp_path_factory: pytest.TempPathFactory,
+               ) -> Iterator[list[WorkerProcess]]:
+    """The same split as a ring: the stages relay each step (and what it asks) on."""
+    specs = [LaunchSpec(model=ds4_small, layers=LayerRange(*span), route_id="test/ds4-ring",
+                        threads=1, ctx=512, prefix_cache_entries=2, prefix_block=BLOCK)
+             for span in SPLIT]
+    workers = start_route(shard_worker, specs, tmp_path_factory.mktemp("ds4-ring"), chain=True,
+                          ring=True)
+    yield workers
+    for worker in workers:
+        worker.stop()
+
+
+def test_a_ring_relays_the_snapshot_and_the_prefix_to_every_stage(
+    ring_route: list[WorkerProcess],
+) -> None:
+    endpoints = [w.endpoint for w in ring_route]
+    with (RouteDriver(endpoints, topology="ring") as driver,
+          RouteDriver(endpoints, topology="ring", reuse_prefix=False) as cold):
+        turn = words(9, 100)
+        first = driver.generate(turn, max_tokens=4, stop_at_eos=False)
+        following = turn + first.tokens + words(10, 30)
+        hit = driver.generate(following, max_tokens=8, stop_at_eos=False)
+        assert (first.cached_tokens, hit.cached_tokens) == (0, 96)
+        assert hit.tokens == cold.generate(following, max_tokens=8, stop_at_eos=False).tokens
+        assert all(prefix_counts(worker)["prefix_hits_total"] == 1 for worker in ring_route)
