@@ -86,6 +86,8 @@ struct engine_info {
     size_t          discard_bytes = 0;    // memory the snapshots behind discard_depth cost per slot
     drafter_facts   drafter;              // last stage: the drafter it hosts (kind "" when none)
     bool            can_copy_prefix = false; // slot_copy_prefix works (prefix cache)
+    bool            copies_whole_only = false; // with can_copy_prefix: only a source's whole
+                                               // sequence (deepseek4: no suffix can be dropped)
 
     bool is_first() const { return layers.begin == 0; }
     bool is_last()  const { return layers.end == n_layer; }
@@ -148,8 +150,9 @@ struct engine_i {
     }
 
     // prefix cache: `slot` holds the first `n` positions of `source` and nothing more (the
-    // same slot: it keeps its first `n`); false where the memory cannot (can_copy_prefix),
-    // and `slot` is then empty
+    // same slot: it keeps its first `n`); false where the memory cannot (can_copy_prefix;
+    // with copies_whole_only, an `n` other than all of the source's positions), and `slot`
+    // is then empty
     virtual bool slot_copy_prefix(int32_t /*source*/, int32_t slot, int32_t /*n*/) {
         slot_clear(slot);
         return false;

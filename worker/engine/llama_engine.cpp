@@ -151,7 +151,8 @@ public:
         if (slot < 0 || slot >= info_.n_slots) {
             return false;
         }
-        if (!info_.can_copy_prefix || source < 0 || source >= info_.n_slots) {
+        if (!info_.can_copy_prefix || source < 0 || source >= info_.n_slots ||
+            (info_.copies_whole_only && n != n_past(source))) {
             clear(slot);
             return false;
         }
@@ -159,8 +160,13 @@ public:
             // Slots are KV streams of their own: the memory copies a whole stream (at the
             // next decode), then the copy's positions from `n` on are dropped, which puts
             // the stream's head back at cell `n`, where a cold run writes position `n` too.
+            // (deepseek4 copies its compressed state too, at the next decode as well: until
+            // then the source must not be cleared, which zeroes that state at once.)
             clear(slot);
             llama_memory_seq_cp(memory(), source, slot, -1, -1);
+        }
+        if (info_.copies_whole_only) {
+            return true; // all of it: nothing to drop
         }
         if (!llama_memory_seq_rm(memory(), slot, n, -1)) {
             clear(slot);
@@ -659,6 +665,9 @@ engine_ptr llama_engine_init(const engine_params & params, std::string & error) 
         info.can_discard   = llama_n_rs_seq(ctx.get()) > 0;
         info.discard_depth = static_cast<int32_t>(llama_n_rs_seq(ctx.get()));
         info.discard_bytes = info.can_discard ? discard_bytes_per_slot(model.get(), cparams, llama_n_rs_seq(ctx.get())) : 0;
+        // its memory copies a whole sequence (compressed state included), never a part
+        info.can_copy_prefix   = true;
+        info.copies_whole_only = true;
     } else {
         info.can_discard   = !llama_model_is_recurrent(model.get()) && !llama_model_is_hybrid(model.get());
         // an attention KV cache copies a stream and drops any suffix of it exactly

@@ -135,6 +135,9 @@ std::string metrics_registry::render(const gauges & now) const {
            "Released sessions' slots kept as prefix cache entries.", now.prefix_entries);
     simple("meshnet_shard_prefix_cache_bytes", "gauge",
            "KV bytes of the positions the prefix cache entries hold.", now.prefix_entry_bytes);
+    simple("meshnet_shard_prefix_snapshots_skipped_total", "counter",
+           "Snapshots a step asked for (deepseek4's whole-sequence entries) not kept: no slot "
+           "free of live sessions, or not all of it fed on the grid.", now.prefix_snapshots_skipped);
     char started[32];
     std::snprintf(started, sizeof(started), "%.3f", start_time_);
     out << "# HELP meshnet_shard_start_time_seconds Unix time this worker (incarnation) started.\n"

@@ -72,6 +72,7 @@ public:
         int64_t prefix_reused_tokens = 0;
         int64_t prefix_entries       = 0;
         int64_t prefix_entry_bytes   = 0; // KV bytes of the positions the entries hold
+        int64_t prefix_snapshots_skipped = 0; // whole-only cache: snapshots with no slot to spare
     };
 
     std::string render(const gauges & now) const;

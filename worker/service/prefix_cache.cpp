@@ -5,8 +5,8 @@
 
 namespace meshnet {
 
-prefix_cache::prefix_cache(int32_t n_slots, int32_t block)
-    : block_(std::max(block, 0)), slots_(static_cast<size_t>(std::max(n_slots, 0))) {}
+prefix_cache::prefix_cache(int32_t n_slots, int32_t block, bool whole_only)
+    : block_(std::max(block, 0)), whole_only_(whole_only), slots_(static_cast<size_t>(std::max(n_slots, 0))) {}
 
 void prefix_cache::stepped(int32_t slot, const std::string & route_id, uint64_t epoch, int64_t n_past,
                            const std::vector<int32_t> & tokens) {
@@ -62,6 +62,14 @@ int64_t prefix_cache::held(int32_t slot) const {
     return static_cast<int64_t>(slots_[static_cast<size_t>(slot)].tokens.size());
 }
 
+std::vector<int32_t> prefix_cache::tokens(int32_t slot) const {
+    if (slot < 0 || static_cast<size_t>(slot) >= slots_.size()) {
+        return {};
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    return slots_[static_cast<size_t>(slot)].tokens;
+}
+
 prefix_cache::match prefix_cache::find(const std::string & route_id, uint64_t epoch,
                                        const std::vector<int32_t> & tokens,
                                        const std::vector<int32_t> & candidates) const {
@@ -81,7 +89,10 @@ prefix_cache::match prefix_cache::find(const std::string & route_id, uint64_t ep
         const size_t n = std::min(prefix.tokens.size(), tokens.size());
         const auto differs = std::mismatch(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(n),
                                            prefix.tokens.begin()).first;
-        const int64_t same = static_cast<int64_t>(differs - tokens.begin()) / block_ * block_;
+        int64_t same = static_cast<int64_t>(differs - tokens.begin()) / block_ * block_;
+        if (whole_only_ && same != static_cast<int64_t>(prefix.tokens.size())) {
+            same = 0; // a part of it is not reusable
+        }
         if (same > best.held) {
             best = match{slot, same};
         }

@@ -182,7 +182,8 @@ void scheduler::set_prefix_cache(int32_t block, int32_t max_entries) {
         prefix_.reset();
         return;
     }
-    prefix_             = std::make_unique<prefix_cache>(sessions_.n_slots(), block);
+    prefix_             = std::make_unique<prefix_cache>(sessions_.n_slots(), block,
+                                                      engine_.info().copies_whole_only);
     prefix_max_entries_ = static_cast<size_t>(max_entries);
 }
 
@@ -192,6 +193,7 @@ scheduler::prefix_counts scheduler::prefix_stats() const {
     counts.hits          = prefix_hits_.load();
     counts.reused_tokens = prefix_reused_.load();
     counts.entries       = sessions_.entries();
+    counts.snapshots_skipped = prefix_snapshots_skipped_.load();
     if (prefix_) {
         for (int32_t slot : sessions_.entry_slots()) {
             counts.entry_tokens += prefix_->held(slot);
@@ -210,9 +212,10 @@ void scheduler::clear_slot(int32_t slot) {
 void scheduler::release_or_keep(const session_key & key, std::function<void(bool)> & done) {
     const int32_t slot = sessions_.release(key);
     if (slot >= 0) {
-        if (prefix_ && prefix_->held(slot) > 0) {
+        if (prefix_ && !prefix_->whole_only() && prefix_->held(slot) > 0) {
             // Its exact prefix stays for later sessions; the positions after it are
-            // dropped when one copies it.
+            // dropped when one copies it. (A whole-only memory cannot drop them: its
+            // entries are snapshots.)
             sessions_.keep(slot, session_clock::now());
             for (int32_t dropped : sessions_.drop_entries(prefix_max_entries_)) {
                 clear_slot(dropped);
@@ -231,9 +234,13 @@ int32_t scheduler::prefix_source(const step_job & job, std::optional<shard_error
     prefix_cache::match found;
     if (prefix_ && static_cast<int64_t>(job.prefix_tokens.size()) == job.n_past) {
         std::vector<int32_t> candidates;
-        for (int32_t slot = 0; slot < sessions_.n_slots(); ++slot) {
-            candidates.push_back(slot); // entries and live sessions alike: positions before
-        }                               // a slot's exact prefix end are never rewritten
+        if (prefix_->whole_only()) {
+            candidates = sessions_.entry_slots(); // a live session holds more than its prefix
+        } else {
+            for (int32_t slot = 0; slot < sessions_.n_slots(); ++slot) {
+                candidates.push_back(slot); // entries and live sessions alike: positions before
+            }                               // a slot's exact prefix end are never rewritten
+        }
         found = prefix_->find(job.key.route_id, job.key.epoch, job.prefix_tokens, candidates);
     }
     if (found.slot >= 0 && found.held >= job.n_past && job.n_past > 0) {
@@ -244,6 +251,35 @@ int32_t scheduler::prefix_source(const step_job & job, std::optional<shard_error
         {{"stage_n_past", "0"}, {"expected_n_past", std::to_string(job.n_past)},
          {"prefix_held", std::to_string(std::min<int64_t>(found.held, job.n_past))}});
     return -1;
+}
+
+void scheduler::snapshot(int32_t slot, const step_job & job, std::vector<int32_t> & busy,
+                         session_clock::time_point now) {
+    const int64_t n = job.n_past;
+    if (n <= 0 || prefix_->held(slot) != n) {
+        ++prefix_snapshots_skipped_; // not all of it fed on the grid: no cold run's state
+        return;
+    }
+    const prefix_cache::match same = prefix_->find(job.key.route_id, job.key.epoch,
+                                                   prefix_->tokens(slot), sessions_.entry_slots());
+    if (same.held == n) {
+        sessions_.touch_entry(same.slot, now); // held already
+        return;
+    }
+    const int32_t spare = sessions_.take_for_entry(prefix_max_entries_, busy);
+    if (spare < 0) {
+        ++prefix_snapshots_skipped_; // never at a live session's cost
+        return;
+    }
+    clear_slot(spare);
+    if (!engine_.slot_copy_prefix(slot, spare, static_cast<int32_t>(n))) {
+        ++prefix_snapshots_skipped_;
+        return;
+    }
+    prefix_->copied(slot, spare, n);
+    sessions_.keep(spare, now);
+    // the copy lands at this batch's decode: until then no session may take or clear it
+    busy.push_back(spare);
 }
 
 void scheduler::wait_for_burst(std::unique_lock<std::mutex> & lock) {
@@ -335,6 +371,9 @@ void scheduler::run_batch(std::vector<step_job> & batch) {
             }
             prefix_->copied(source, slot, job.n_past);
             sessions_.touch_entry(source, now);
+            if (prefix_->whole_only()) {
+                busy.push_back(source); // its copy lands at the decode: keep it until then
+            }
             ++prefix_hits_;
             prefix_reused_ += job.n_past;
         } else if (admitted.fresh) {
@@ -358,6 +397,9 @@ void scheduler::run_batch(std::vector<step_job> & batch) {
                 {{"stage_n_past", std::to_string(held > job.n_past ? 0 : held)},
                  {"expected_n_past", std::to_string(job.n_past)}});
             continue;
+        }
+        if (job.prefix_snapshot && prefix_ && prefix_->whole_only()) {
+            snapshot(slot, job, busy, now);
         }
         busy.push_back(slot);
         step_request request;

@@ -42,6 +42,7 @@ struct step_job {
     int64_t              discard_from = -1; // >= 0: drop positions from here first
     std::vector<int32_t> fed_tokens;    // the step's token ids as the request carried them (prefix cache)
     std::vector<int32_t> prefix_tokens; // a new session's positions 0..n_past-1, to copy from a cached prefix
+    bool                 prefix_snapshot = false; // whole-only cache: keep positions 0..n_past-1 as an entry first
     std::function<bool()>               cancelled; // polled before and after the step
     std::function<void(step_outcome &)> done;      // called once, on the engine thread
 };
@@ -91,7 +92,8 @@ public:
 
     // Prefix cache (prefix_cache.h): whole blocks of `block` tokens, up to `max_entries`
     // released sessions' slots kept. Off (0) unless set, before start(), on an engine that
-    // can copy a prefix.
+    // can copy a prefix. On one that copies whole sequences only (deepseek4) the entries are
+    // the snapshots steps ask for (step_job::prefix_snapshot), each reused only whole.
     void set_prefix_cache(int32_t block, int32_t max_entries);
     int32_t prefix_block() const { return prefix_ ? prefix_->block() : 0; }
     struct prefix_counts {
@@ -100,6 +102,7 @@ public:
         int64_t reused_tokens = 0; // positions copied instead of computed
         int64_t entries = 0;       // kept slots
         int64_t entry_tokens = 0;  // positions they hold
+        int64_t snapshots_skipped = 0; // snapshots asked for with no slot to spare
     };
     prefix_counts prefix_stats() const;
 
@@ -132,6 +135,10 @@ private:
     // A new session's step that starts from a cached prefix: the slot to copy it from, or
     // -1 with the refusal in `error` (CACHE_MISS with `prefix_held`).
     int32_t prefix_source(const step_job & job, std::optional<shard_error> & error);
+    // Keeps the whole sequence of `slot` (the session's, before its step) as an entry, in a
+    // slot no live session needs and none of `busy`; the copy lands at the step's decode.
+    void snapshot(int32_t slot, const step_job & job, std::vector<int32_t> & busy,
+                  session_clock::time_point now);
 
     engine_i &      engine_;
     session_store & sessions_;
@@ -159,6 +166,7 @@ private:
     std::atomic<int64_t> prefix_lookups_{0};
     std::atomic<int64_t> prefix_hits_{0};
     std::atomic<int64_t> prefix_reused_{0};
+    std::atomic<int64_t> prefix_snapshots_skipped_{0};
     mutable std::mutex   rate_mutex_;
     std::deque<std::pair<session_clock::time_point, int64_t>> rate_window_;
 };

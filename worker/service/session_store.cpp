@@ -63,7 +63,7 @@ session_store::acquire_result session_store::acquire_locked(const session_key & 
         }
     }
     if (slot < 0) {
-        slot = oldest_entry_locked(spare);
+        slot = oldest_entry_locked(spare, busy);
         if (slot >= 0) {
             kept_.erase(slot);
             result.took_entry = true;
@@ -115,14 +115,34 @@ int32_t session_store::release(const session_key & key) {
     return slot;
 }
 
-int32_t session_store::oldest_entry_locked(int32_t spare) const {
+int32_t session_store::oldest_entry_locked(int32_t spare, const std::vector<int32_t> & busy) const {
     int32_t oldest = -1;
     for (const auto & [slot, last_used] : kept_) {
-        if (slot != spare && (oldest < 0 || last_used < kept_.at(oldest))) {
+        if (slot != spare && std::find(busy.begin(), busy.end(), slot) == busy.end() &&
+            (oldest < 0 || last_used < kept_.at(oldest))) {
             oldest = slot;
         }
     }
     return oldest >= 0 || kept_.count(spare) == 0 ? oldest : spare;
+}
+
+int32_t session_store::take_for_entry(size_t most, const std::vector<int32_t> & busy) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (most == 0) {
+        return -1;
+    }
+    if (kept_.size() < most) {
+        for (size_t i = 0; i < slot_owner_.size(); ++i) {
+            if (slot_owner_[i] == nullptr && kept_.count(static_cast<int32_t>(i)) == 0) {
+                return static_cast<int32_t>(i);
+            }
+        }
+    }
+    const int32_t slot = oldest_entry_locked(-1, busy);
+    if (slot >= 0) {
+        kept_.erase(slot);
+    }
+    return slot;
 }
 
 void session_store::keep(int32_t slot, session_clock::time_point now) {

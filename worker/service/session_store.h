@@ -46,9 +46,10 @@ public:
     int32_t find(const session_key & key) const;
 
     // The session's slot, allocating one for a new session: a free slot, else the
-    // least-recently-used kept entry (`spare` last of them), else the least-recently-used
-    // session that is idle past the grace and not in `busy`. A kept entry never holds a
-    // slot a live session needs; a live session is never evicted for an entry.
+    // least-recently-used kept entry not in `busy` (`spare` last of them), else the
+    // least-recently-used session that is idle past the grace and not in `busy`. A kept
+    // entry never holds a slot a live session needs; a live session is never evicted for
+    // an entry.
     acquire_result acquire(const session_key & key, const std::vector<int32_t> & busy,
                            session_clock::time_point now, int32_t spare = -1);
 
@@ -72,6 +73,10 @@ public:
     // A released session's slot stays as a prefix cache entry (its KV untouched) until
     // acquire() takes it or drop_entries() drops it.
     void keep(int32_t slot, session_clock::time_point now);
+    // A slot for a new entry (a snapshot) while at most `most` are kept: a free slot while
+    // fewer are, else the least recently used entry's not in `busy` (no longer an entry:
+    // the caller clears it and keeps it again), else -1. Never a live session's.
+    int32_t take_for_entry(size_t most, const std::vector<int32_t> & busy);
     // A hit used the entry in `slot`: it is the most recently used.
     void touch_entry(int32_t slot, session_clock::time_point now);
     // Drops the least recently used entries past `most`; returns their slots (now free,
@@ -95,7 +100,7 @@ public:
 private:
     acquire_result acquire_locked(const session_key & key, const std::vector<int32_t> & busy,
                                   session_clock::time_point now, int32_t spare); // the caller holds mutex_
-    int32_t oldest_entry_locked(int32_t spare) const; // -1 when none
+    int32_t oldest_entry_locked(int32_t spare, const std::vector<int32_t> & busy = {}) const; // -1 when none
 
     struct entry {
         int32_t                   slot;

@@ -76,6 +76,7 @@ metrics_registry::gauges stage_core::gauges() const {
     now.prefix_hits          = prefix.hits;
     now.prefix_reused_tokens = prefix.reused_tokens;
     now.prefix_entries       = prefix.entries;
+    now.prefix_snapshots_skipped = prefix.snapshots_skipped;
     const int64_t kv_cells   = engine_.kv_total();
     now.prefix_entry_bytes   = kv_cells > 0 ? static_cast<int64_t>(stage_.info.kv_bytes) / kv_cells * prefix.entry_tokens : 0;
     return now;
@@ -142,6 +143,7 @@ pb::ForwardRequest relay_request_of(const pb::ForwardRequest & request, bool rin
     next.set_window(request.window());
     next.set_want_drafts(request.want_drafts());
     *next.mutable_prefix_tokens() = request.prefix_tokens();
+    next.set_prefix_snapshot(request.prefix_snapshot());
     return next;
 }
 
@@ -161,6 +163,7 @@ step_job job_of(const pb::ForwardRequest & request, const output_plan & plan, co
     job.discard_from = request.has_discard_from() ? request.discard_from() : -1;
     job.fed_tokens.assign(request.tokens().begin(), request.tokens().end());
     job.prefix_tokens.assign(request.prefix_tokens().begin(), request.prefix_tokens().end());
+    job.prefix_snapshot = request.prefix_snapshot();
     return job;
 }
 

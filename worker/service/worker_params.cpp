@@ -151,8 +151,9 @@ const std::vector<worker_flag> & worker_flags() {
          "prompt starts with the same tokens copies those positions instead of computing them, bit for "
          "bit what a cold run computes (GetInfo prefix_block). An entry holds a slot no live session "
          "needs: it is given up, least recently used first, as soon as one does, so its memory is "
-         "within --slots x --ctx. 0: off. Needs a memory that copies any prefix (an attention KV cache; "
-         "not deepseek4)",
+         "within --slots x --ctx. 0: off. deepseek4, whose memory copies whole sequences only: the "
+         "entries are copies of a session's whole prompt up to its last block boundary, each reused "
+         "only whole (a prompt that extends it, the next turn of a conversation)",
          set_int32<&P::prefix_cache_entries, 0>},
         {"--prefix-block", "N", "128", nullptr,
          "prefix cache: tokens per reusable block; a prefix is reusable in whole blocks, each "

@@ -1,6 +1,8 @@
 // test-prefix-cache.cpp - a slot's exact prefix grows only by whole blocks fed as one step
 // at the grid, matches compare tokens and never cross routes or epochs, and a kept entry
-// gives its slot to any session that needs one before a live session is evicted.
+// gives its slot to any session that needs one before a live session is evicted. A memory
+// that copies whole sequences only (deepseek4) reuses an entry whole or not at all, and its
+// snapshots take a free slot or an entry's, never a live session's.
 #include "prefix_cache.h"
 #include "service_test.h"
 #include "session_store.h"
@@ -112,6 +114,51 @@ TEST("entries past the bound are dropped least recently used first") {
     CHECK_EQ(dropped[0], slots[0]);
     CHECK_EQ(dropped[1], slots[1]);
     CHECK_EQ(store.entries(), 1);
+}
+
+TEST("whole only: an entry matches when all of it begins the asked tokens") {
+    prefix_cache cache(3, 4, true);
+    for (int32_t n_past = 0; n_past < 8; n_past += 4) {
+        cache.stepped(0, "r", 1, n_past, tokens_from(n_past, 4));
+    }
+    cache.stepped(1, "r", 1, 0, tokens_from(0, 4));
+    CHECK_EQ(cache.tokens(0), tokens_from(0, 8));
+    auto found = cache.find("r", 1, tokens_from(0, 9), {0, 1});
+    CHECK_EQ(found.slot, 0);
+    CHECK_EQ(found.held, 8);
+    // 6 asked: the 8 of slot 0 cannot be cut to 4, slot 1's 4 are whole
+    found = cache.find("r", 1, tokens_from(0, 6), {0, 1});
+    CHECK_EQ(found.slot, 1);
+    CHECK_EQ(found.held, 4);
+    std::vector<int32_t> asked = tokens_from(0, 12);
+    asked[5] = 99; // differs inside slot 0's second block: its first is not reusable alone
+    CHECK_EQ(cache.find("r", 1, asked, {0}).held, 0);
+    CHECK_EQ(cache.find("r", 1, asked, {0, 1}).held, 4);
+}
+
+TEST("a snapshot takes a free slot below the bound, else the oldest entry not in the step") {
+    session_store store(4, 0ms);
+    const auto t = session_clock::now();
+    const int32_t live = store.acquire(session_key{"r", 1, "live"}, {}, t).slot;
+    const int32_t first = store.take_for_entry(2, {live});
+    CHECK(first >= 0 && first != live);
+    store.keep(first, t);
+    const int32_t second = store.take_for_entry(2, {live});
+    CHECK(second >= 0 && second != live && second != first);
+    store.keep(second, t + 1ms);
+    // at the bound: the least recently used entry's slot, unless this step copies from it
+    CHECK_EQ(store.take_for_entry(2, {live, first}), second);
+    store.keep(second, t + 2ms);
+    CHECK_EQ(store.take_for_entry(2, {live}), first);
+    CHECK_EQ(store.entries(), 1);
+    store.keep(first, t + 3ms);
+    CHECK_EQ(store.take_for_entry(2, {live, first, second}), -1); // never a live session's
+    CHECK_EQ(store.find(session_key{"r", 1, "live"}), live);
+    // a new session does not take an entry that the step copies from either
+    const int32_t full = store.acquire(session_key{"r", 1, "full"}, {}, t).slot;
+    const auto other = store.acquire(session_key{"r", 1, "other"}, {live, full, second}, t + 4ms);
+    CHECK_EQ(other.slot, first); // second is the oldest, but busy
+    CHECK(other.took_entry && !other.evicted);
 }
 
 TEST_MAIN()

@@ -217,10 +217,13 @@ class Session:
         """Feeds the prompt to the new session, starting from the longest cached prefix
         every stage holds (prefix.py), else cold; returns the token sampled after it."""
         block = self.route.prefix_block
-        reuse = first_try(len(prompt_ids), block) if self.settings.reuse_prefix else 0
+        # deepseek4's stages keep the prompt up to its last grid boundary as an entry,
+        # reusable only whole: the step that starts there asks for it (prefix_snapshot).
+        snapshot = first_try(len(prompt_ids), block)
+        reuse = snapshot if self.settings.reuse_prefix else 0
         while reuse:
             prefix = prompt_ids[:reuse]
-            self.ctx = replace(self.ctx, prefix=tuple(prefix))
+            self.ctx = replace(self.ctx, prefix=tuple(prefix), snapshot=snapshot)
             try:
                 token = self.walk.feed(self.ctx, prompt_ids[reuse:], reuse)
             except StageError as exc:
@@ -232,12 +235,16 @@ class Session:
                 self.result.session_id = self.session_id
                 self._on_snapshot(self.clients, self.route)
                 continue
-            self.ctx = replace(self.ctx, prefix=())
+            self.ctx = replace(self.ctx, prefix=(), snapshot=0)
             self.remember(prefix)
             self.remember(prompt_ids[reuse:])
             self.result.cached_tokens = reuse
             return token
-        return self.step_with_recovery(prompt_ids)
+        self.ctx = replace(self.ctx, snapshot=snapshot)
+        try:
+            return self.step_with_recovery(prompt_ids)
+        finally:
+            self.ctx = replace(self.ctx, snapshot=0)
 
     def step_with_recovery(self, tokens: list[int]) -> int:
         """Feeds `tokens` after the history; returns the token sampled after the last."""

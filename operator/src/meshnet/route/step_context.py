@@ -40,11 +40,18 @@ class StepContext:
     # The session starts from a cached prefix: its tokens, which the session's first step
     # (the one at n_past == len(prefix)) names on every stage (ForwardRequest.prefix_tokens).
     prefix: tuple[int, ...] = ()
+    # The prompt's last grid boundary (> 0 while a prefill may leave an entry): the step
+    # that starts there asks the stages to keep positions before it as an entry of their
+    # own (ForwardRequest.prefix_snapshot), where the memory copies whole sequences only.
+    snapshot: int = 0
 
     def reusing(self, request: pb.ForwardRequest) -> pb.ForwardRequest:
-        """`request`, naming the cached prefix when it is the session's first step."""
+        """`request`, naming the cached prefix when it is the session's first step, and
+        asking for a snapshot when it starts at the prompt's last grid boundary."""
         if self.prefix and request.n_past == len(self.prefix):
             request.prefix_tokens.extend(self.prefix)
+        if self.snapshot and request.n_past == self.snapshot:
+            request.prefix_snapshot = True
         return request
 
     def answered(self, response: pb.ForwardResponse) -> pb.ForwardResponse:
