@@ -9,20 +9,17 @@ from __future__ import annotations
 
 import random
 import time
-import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from meshnet.api.shardroute import LayerRange
 from meshnet.local.process import LaunchSpec, WorkerProcess, start_route
-from meshnet.route import RouteDriver, Sampling, StageClient
-from meshnet.route.handshake import RouteInfo
+from meshnet.route import RouteDriver, Sampling
 from meshnet.route.prefix import first_try
-from meshnet.route.proto import pb
-from meshnet.route.requests import grid_chunks, stage_request
+
+from ..prefix_routes import cold_runs, connected, last_logits, prefix_counts, start_cached_route
 
 SPLIT = [(0, 2), (2, 3), (3, 8)]
 BLOCK = 32
@@ -34,11 +31,9 @@ def cached_route(shard_worker: Path, ds4_small: Path, tmp_path_factory: pytest.T
     """The small model in three stages with the prefix cache on; the last stage keeps one
     entry, the others three, so that it can lose an entry the others still hold (and they
     keep it while a try that the last stage refuses leaves its snapshot on them)."""
-    specs = [LaunchSpec(model=ds4_small, layers=LayerRange(*span), route_id="test/ds4-prefix",
-                        threads=1, ctx=512, prefix_cache_entries=1 if span[1] == 8 else 3,
-                        prefix_block=BLOCK)
-             for span in SPLIT]
-    workers = start_route(shard_worker, specs, tmp_path_factory.mktemp("ds4-prefix"))
+    workers = start_cached_route(shard_worker, ds4_small, SPLIT, "test/ds4-prefix", BLOCK,
+                                 lambda n: 1 if n == len(SPLIT) - 1 else 3,
+                                 tmp_path_factory.mktemp("ds4-prefix"), ctx=512)
     yield workers
     for worker in workers:
         worker.stop()
@@ -46,22 +41,13 @@ def cached_route(shard_worker: Path, ds4_small: Path, tmp_path_factory: pytest.T
 
 @pytest.fixture(scope="module")
 def driver(cached_route: list[WorkerProcess]) -> Iterator[RouteDriver]:
-    with RouteDriver([w.endpoint for w in cached_route]) as route:
-        route.connect(wait=30)
+    with connected(cached_route) as route:
         yield route
 
 
 @pytest.fixture(scope="module")
 def cold(cached_route: list[WorkerProcess]) -> Iterator[Callable[..., list[int]]]:
-    """The tokens a cold run on this route generates: the same grid, no prefix reused."""
-    with RouteDriver([w.endpoint for w in cached_route], reuse_prefix=False) as route:
-        route.connect(wait=30)
-
-        def generate(prompt: list[int], n: int, sampling: Sampling | None = None) -> list[int]:
-            run = route.generate(prompt, max_tokens=n, stop_at_eos=False, sampling=sampling)
-            assert run.cached_tokens == 0
-            return run.tokens
-
+    with cold_runs(cached_route) as generate:
         yield generate
 
 
@@ -69,42 +55,6 @@ def words(seed: int, n: int) -> list[int]:
     """`n` token ids of the tiny vocabulary (its specials aside)."""
     rng = random.Random(seed)
     return [rng.randrange(3, 170) for _ in range(n)]
-
-
-def last_logits(clients: Sequence[StageClient], route: RouteInfo, session: str,
-                prompt: list[int], prefix: int = 0, snapshot: int = 0) -> bytes:
-    """The logits after `prompt` on a new session, fed stage by stage on the prefix grid
-    from position `prefix` (> 0: its first step names the cached prefix); the step at
-    `snapshot` (> 0) asks every stage to keep the positions before it as an entry. The
-    session is released after."""
-    key = pb.RouteKey(route_id=route.route_id, epoch=route.epoch, session_id=session)
-    response = pb.ForwardResponse()
-    try:
-        for start, end in grid_chunks(route.prefix_block, len(prompt) - prefix, prefix):
-            part, n_past = prompt[prefix + start:prefix + end], prefix + start
-            boundary = None
-            for index, client in enumerate(clients):
-                output = pb.OutputRequest(kind=pb.OUTPUT_KIND_LOGITS, rows=[len(part) - 1])
-                request = stage_request(route, index, key, part, n_past, output, boundary)
-                if prefix and n_past == prefix:
-                    request.prefix_tokens.extend(prompt[:prefix])
-                request.prefix_snapshot = bool(snapshot) and n_past == snapshot
-                response = client.forward(request)
-                boundary = response.boundary
-    finally:
-        for client in clients:
-            client.release(key)
-    return np.asarray(response.rows[0].logits, dtype=np.float32).tobytes()
-
-
-def prefix_counts(worker: WorkerProcess) -> dict[str, float]:
-    """The stage's meshnet_shard_prefix_* metrics and its KV cells in use."""
-    text = urllib.request.urlopen(
-        f"http://127.0.0.1:{worker.metrics_port}/metrics", timeout=5).read().decode()
-    return {name.removeprefix("meshnet_shard_"): float(value)
-            for name, value in (line.split() for line in text.splitlines()
-                                if line.startswith(("meshnet_shard_prefix_",
-                                                    "meshnet_shard_kv_tokens_used")))}
 
 
 def reaches(read: Callable[[], float], value: float, seconds: float = 2.0) -> float:

@@ -5,21 +5,19 @@ cached tokens, and falls back to what every stage holds when one stage evicted i
 from __future__ import annotations
 
 import random
-import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from meshnet.api.shardroute import LayerRange
-from meshnet.local.process import LaunchSpec, WorkerProcess, start_route
-from meshnet.route import RouteDriver, Sampling, StageClient, StageError
-from meshnet.route.handshake import RouteInfo
+from meshnet.local.process import WorkerProcess
+from meshnet.route import RouteDriver, Sampling, StageError
 from meshnet.route.prefix import first_try
 from meshnet.route.proto import pb
-from meshnet.route.requests import grid_chunks, stage_request
+from meshnet.route.requests import stage_request
+
+from ..prefix_routes import cold_runs, connected, last_logits, prefix_counts, start_cached_route
 
 SPLIT = [(0, 10), (10, 20), (20, 30)]
 BLOCK = 64
@@ -30,11 +28,9 @@ def cached_route(shard_worker: Path, smollm2: Path, tmp_path_factory: pytest.Tem
                  ) -> Iterator[list[WorkerProcess]]:
     """SmolLM2 in three stages with the prefix cache on; the last stage keeps one entry,
     the others two, so that it can lose an entry the others still hold."""
-    specs = [LaunchSpec(model=smollm2, layers=LayerRange(*span), route_id="test/prefix",
-                        threads=1, prefix_cache_entries=1 if span[1] == 30 else 2,
-                        prefix_block=BLOCK)
-             for span in SPLIT]
-    workers = start_route(shard_worker, specs, tmp_path_factory.mktemp("prefix"))
+    workers = start_cached_route(shard_worker, smollm2, SPLIT, "test/prefix", BLOCK,
+                                 lambda n: 1 if n == len(SPLIT) - 1 else 2,
+                                 tmp_path_factory.mktemp("prefix"))
     yield workers
     for worker in workers:
         worker.stop()
@@ -42,22 +38,13 @@ def cached_route(shard_worker: Path, smollm2: Path, tmp_path_factory: pytest.Tem
 
 @pytest.fixture(scope="module")
 def driver(cached_route: list[WorkerProcess]) -> Iterator[RouteDriver]:
-    with RouteDriver([w.endpoint for w in cached_route]) as route:
-        route.connect(wait=30)
+    with connected(cached_route) as route:
         yield route
 
 
 @pytest.fixture(scope="module")
 def cold(cached_route: list[WorkerProcess]) -> Iterator[Callable[..., list[int]]]:
-    """The tokens a cold run on this route generates: the same grid, no prefix reused."""
-    with RouteDriver([w.endpoint for w in cached_route], reuse_prefix=False) as route:
-        route.connect(wait=30)
-
-        def generate(prompt: list[int], n: int, sampling: Sampling | None = None) -> list[int]:
-            run = route.generate(prompt, max_tokens=n, stop_at_eos=False, sampling=sampling)
-            assert run.cached_tokens == 0
-            return run.tokens
-
+    with cold_runs(cached_route) as generate:
         yield generate
 
 
@@ -65,30 +52,6 @@ def scaffold(seed: int, n: int = 1100) -> list[int]:
     """`n` token ids of a long shared prompt (a system prompt, a tool scaffold)."""
     rng = random.Random(seed)
     return [rng.randrange(200, 40000) for _ in range(n)]
-
-
-def last_logits(clients: Sequence[StageClient], route: RouteInfo, session: str,
-                prompt: list[int], prefix: int = 0) -> bytes:
-    """The logits after `prompt` on a new session, fed stage by stage on the prefix grid
-    from position `prefix` (> 0: its first step names the cached prefix); the session is
-    released after."""
-    key = pb.RouteKey(route_id=route.route_id, epoch=route.epoch, session_id=session)
-    response = pb.ForwardResponse()
-    try:
-        for start, end in grid_chunks(route.prefix_block, len(prompt) - prefix, prefix):
-            part, n_past = prompt[prefix + start:prefix + end], prefix + start
-            boundary = None
-            for index, client in enumerate(clients):
-                output = pb.OutputRequest(kind=pb.OUTPUT_KIND_LOGITS, rows=[len(part) - 1])
-                request = stage_request(route, index, key, part, n_past, output, boundary)
-                if prefix and n_past == prefix:
-                    request.prefix_tokens.extend(prompt[:prefix])
-                response = client.forward(request)
-                boundary = response.boundary
-    finally:
-        for client in clients:
-            client.release(key)
-    return np.asarray(response.rows[0].logits, dtype=np.float32).tobytes()
 
 
 def test_every_stage_advertises_the_same_prefix_block(driver: RouteDriver) -> None:
@@ -168,15 +131,6 @@ def test_an_entry_evicted_on_one_stage_falls_back_to_what_every_stage_holds(
     assert run.tokens == cold(prompt, 8)
 
 
-def prefix_counts(worker: WorkerProcess) -> dict[str, float]:
-    """The stage's meshnet_shard_prefix_* metrics."""
-    text = urllib.request.urlopen(
-        f"http://127.0.0.1:{worker.metrics_port}/metrics", timeout=5).read().decode()
-    return {name.removeprefix("meshnet_shard_prefix_"): float(value)
-            for name, value in (line.split() for line in text.splitlines()
-                                if line.startswith("meshnet_shard_prefix_"))}
-
-
 def test_every_stage_counts_its_lookups_hits_and_reused_tokens(
     driver: RouteDriver, cached_route: list[WorkerProcess],
 ) -> None:
@@ -187,10 +141,10 @@ def test_every_stage_counts_its_lookups_hits_and_reused_tokens(
     assert hit.cached_tokens == 192
     for worker, was in zip(cached_route, before, strict=True):
         now = prefix_counts(worker)
-        assert now["hits_total"] - was["hits_total"] == 1
-        assert now["lookups_total"] - was["lookups_total"] == 1
-        assert now["reused_tokens_total"] - was["reused_tokens_total"] == 192
-        assert now["cache_entries"] >= 1 and now["cache_bytes"] > 0
+        assert now["prefix_hits_total"] - was["prefix_hits_total"] == 1
+        assert now["prefix_lookups_total"] - was["prefix_lookups_total"] == 1
+        assert now["prefix_reused_tokens_total"] - was["prefix_reused_tokens_total"] == 192
+        assert now["prefix_cache_entries"] >= 1 and now["prefix_cache_bytes"] > 0
 
 
 def test_a_restarted_stage_holds_no_entry_and_the_request_is_served_cold(
