@@ -1,8 +1,9 @@
 """Speculative decoding through real SmolLM2 routes (1, 2 and 3 stages, hub, chain and
 ring; on a route whose first stage loops, inside its loop, one verify window at a time or
 several in flight): the tokens are exactly plain decoding's - greedy and sampled - drafts
-on a repetitive prompt are accepted, every stage drops the rejected drafts' positions, and
-a stage that restarts mid-generation is recovered from with the same tokens."""
+on a repetitive prompt are accepted, every stage drops the rejected drafts' positions (and
+skips the voided windows still waiting there), and a stage that restarts mid-generation is
+recovered from with the same tokens."""
 
 from __future__ import annotations
 
@@ -159,6 +160,34 @@ def test_the_last_stage_counts_the_drafts_it_verified_and_accepted(
     assert speculated.accepted_draft_tokens > 0
     assert after["verified"] - before["verified"] == speculated.draft_tokens
     assert after["accepted"] - before["accepted"] == speculated.accepted_draft_tokens
+
+
+def superseded_steps(workers: list[WorkerProcess]) -> float:
+    """meshnet_shard_superseded_steps_total, summed over the stages."""
+    total = 0.0
+    for worker in workers:
+        text = urllib.request.urlopen(
+            f"http://127.0.0.1:{worker.metrics_port}/metrics", timeout=5).read().decode()
+        total += sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                     if line.startswith("meshnet_shard_superseded_steps_total "))
+    return total
+
+
+def test_windows_voided_at_a_rejection_are_skipped_where_they_wait(
+    three_ringed: list[WorkerProcess], reference: Reference,
+) -> None:
+    """Windows in flight: the first stage queues the later ones behind each other, so
+    at a rejection some still wait there (or at a later stage); the step after the
+    rejection makes them void, and they are not run (STEP_SUPERSEDED, which the loop
+    ignores) - with plain decoding's tokens."""
+    before = superseded_steps(three_ringed)
+    with RouteDriver(endpoints(three_ringed), topology="ring") as driver:
+        pipelined = driver.generate(CODE, max_tokens=TOKENS, stop_at_eos=False,
+                                    speculate=4, windows=5)
+    assert pipelined.tokens == reference(pipelined.prompt_tokens, TOKENS)
+    assert pipelined.recoveries == 0
+    assert pipelined.loop_depth > 1, pipelined.to_json()
+    assert superseded_steps(three_ringed) > before
 
 
 @pytest.mark.parametrize(("route", "local", "windows"),

@@ -38,6 +38,7 @@ const char * error_reason_name(error_reason reason) {
         case error_reason::ring_unavailable:         return "RING_UNAVAILABLE";
         case error_reason::discard_too_deep:         return "DISCARD_TOO_DEEP";
         case error_reason::response_too_large:       return "RESPONSE_TOO_LARGE";
+        case error_reason::step_superseded:          return "STEP_SUPERSEDED";
     }
     return "UNSPECIFIED";
 }
@@ -74,6 +75,8 @@ grpc::StatusCode error_reason_code(error_reason reason) {
             return grpc::StatusCode::CANCELLED;
         case error_reason::engine_failure:
             return grpc::StatusCode::INTERNAL;
+        case error_reason::step_superseded:
+            return grpc::StatusCode::ABORTED;
     }
     return grpc::StatusCode::UNKNOWN;
 }

@@ -37,6 +37,7 @@ enum class error_reason {
     ring_unavailable,
     discard_too_deep,
     response_too_large,
+    step_superseded,
 };
 
 extern const char * const error_domain; // "shard.meshnet.dev"

@@ -281,17 +281,23 @@ private:
                           const std::shared_ptr<step_state> & step) {
         std::unique_lock<std::recursive_mutex> lock(mutex_);
         settle(*step);
-        if (!status.ok()) {
+        // A window its loop already dropped is void whatever its answer: the stages skip
+        // such windows (STEP_SUPERSEDED) once the step after the rejection reaches them.
+        const bool dropped = step->emit.has_value() && !*step->emit;
+        if (!status.ok() && !dropped) {
             fail(lock, status);
             return;
         }
-        core_.metrics().count_request("ForwardStream", "OK");
-        if (step->loop) {
-            response.mutable_forward()->set_loop_depth(step->depth);
+        window_tokens tokens;
+        if (status.ok()) {
+            core_.metrics().count_request("ForwardStream", "OK");
+            if (step->loop) {
+                response.mutable_forward()->set_loop_depth(step->depth);
+            }
+            const auto & answer = response.forward();
+            tokens = {{answer.sampled_tokens().begin(), answer.sampled_tokens().end()},
+                      {answer.next_drafts().begin(), answer.next_drafts().end()}};
         }
-        const auto & answer = response.forward();
-        window_tokens tokens{{answer.sampled_tokens().begin(), answer.sampled_tokens().end()},
-                             {answer.next_drafts().begin(), answer.next_drafts().end()}};
         held_.emplace(step->seq, held_answer{std::move(response), step});
         heard(lock, *step, std::move(tokens));
         write_ready(lock);

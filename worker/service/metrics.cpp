@@ -118,6 +118,9 @@ std::string metrics_registry::render(const gauges & now) const {
     out << "# HELP meshnet_shard_engine_busy_seconds_total Time the engine spent in steps (its rate is the stage's utilisation).\n"
         << "# TYPE meshnet_shard_engine_busy_seconds_total counter\n"
         << "meshnet_shard_engine_busy_seconds_total " << busy << '\n';
+    simple("meshnet_shard_superseded_steps_total", "counter",
+           "Steps not run, or not relayed on, because a later step of their session discards their positions "
+           "(a decode loop's windows voided at a rejection).", now.superseded_steps);
     simple("meshnet_shard_active_sessions", "gauge", "Sessions holding a slot.", now.active_sessions);
     simple("meshnet_shard_session_slots", "gauge", "Session slots in total.", now.slots_total);
     simple("meshnet_shard_kv_tokens_used", "gauge", "KV cells in use, all slots.", now.kv_tokens_used);

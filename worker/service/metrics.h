@@ -60,6 +60,7 @@ public:
         int64_t tokens_processed = 0;
         int64_t engine_steps     = 0;
         int64_t engine_micros    = 0; // time the engine spent in steps
+        int64_t superseded_steps = 0; // answered STEP_SUPERSEDED (scheduler::superseded_steps)
         int64_t active_sessions  = 0;
         int64_t slots_total      = 0;
         int64_t kv_tokens_used   = 0;

@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
+#include <string>
 
 namespace meshnet {
 
@@ -128,6 +130,7 @@ void scheduler::run() {
     while (true) {
         std::vector<release_job> releases;
         std::vector<step_job>    batch;
+        std::vector<std::pair<step_job, int64_t>> voided;
         bool                     stopping = false;
         {
             std::unique_lock<std::mutex> lock(mutex_);
@@ -144,6 +147,7 @@ void scheduler::run() {
                 batch.assign(std::make_move_iterator(steps_.begin()), std::make_move_iterator(steps_.end()));
                 steps_.clear();
             } else if (holds_ == 0) {
+                voided = take_superseded();
                 std::vector<queued_step> queue;
                 queue.reserve(steps_.size());
                 for (const step_job & job : steps_) {
@@ -170,11 +174,54 @@ void scheduler::run() {
             }
             return;
         }
+        for (auto & [job, discard_from] : voided) {
+            step_outcome outcome = superseded(job, discard_from);
+            job.done(outcome);
+        }
         if (!batch.empty()) {
             run_batch(batch);
         }
         kv_used_ = engine_.kv_used();
     }
+}
+
+std::vector<std::pair<step_job, int64_t>> scheduler::take_superseded() {
+    std::vector<std::pair<step_job, int64_t>> taken;
+    std::map<session_key, int64_t> discards; // each session's lowest discard_from among later steps
+    for (size_t i = steps_.size(); i-- > 0;) {
+        step_job & job = steps_[i];
+        const auto later = discards.find(job.key);
+        if (later != discards.end() && job.n_past >= later->second) {
+            taken.emplace_back(std::move(job), later->second);
+            steps_.erase(steps_.begin() + static_cast<std::ptrdiff_t>(i));
+            continue;
+        }
+        if (job.discard_from >= 0) {
+            discards[job.key] = later == discards.end() ? job.discard_from : std::min(later->second, job.discard_from);
+        }
+    }
+    std::reverse(taken.begin(), taken.end()); // answered in the order they came
+    return taken;
+}
+
+int64_t scheduler::queued_discard(const session_key & key) const {
+    int64_t lowest = -1;
+    for (const step_job & job : steps_) {
+        if (job.discard_from >= 0 && job.key == key && (lowest < 0 || job.discard_from < lowest)) {
+            lowest = job.discard_from;
+        }
+    }
+    return lowest;
+}
+
+step_outcome scheduler::superseded(const step_job & job, int64_t discard_from) {
+    ++superseded_steps_;
+    step_outcome outcome;
+    outcome.error = make_error(error_reason::step_superseded,
+        "a later step of the session discards its positions from " + std::to_string(discard_from) +
+        " on; this step (n_past " + std::to_string(job.n_past) + ") was void and not run or passed on",
+        {{"discard_from", std::to_string(discard_from)}});
+    return outcome;
 }
 
 void scheduler::set_prefix_cache(int32_t block, int32_t max_entries) {
@@ -455,6 +502,17 @@ void scheduler::run_batch(std::vector<step_job> & batch) {
         record_tokens(n_tokens);
     }
 
+    if (!engine_.info().is_last()) {
+        // A step whose positions a step queued meanwhile discards goes no further: the
+        // stages after this one would compute a void window.
+        std::lock_guard<std::mutex> lock(mutex_);
+        for (size_t i = 0; i < batch.size(); ++i) {
+            const int64_t discard_from = outcomes[i].ok ? queued_discard(batch[i].key) : -1;
+            if (discard_from >= 0 && batch[i].n_past >= discard_from) {
+                outcomes[i] = superseded(batch[i], discard_from);
+            }
+        }
+    }
     kv_used_ = engine_.kv_used(); // current before anyone hears of the step
     for (size_t i = 0; i < batch.size(); ++i) {
         batch[i].done(outcomes[i]);

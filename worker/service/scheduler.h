@@ -111,6 +111,9 @@ public:
     int64_t tokens_processed() const { return tokens_processed_.load(); }
     int64_t steps_run() const { return steps_run_.load(); }
     int64_t engine_micros() const { return engine_micros_.load(); } // in engine steps, all told
+    // Steps answered STEP_SUPERSEDED: not run, or on a non-last stage not relayed on, because
+    // a later step of their session queued meanwhile discards their positions.
+    int64_t superseded_steps() const { return superseded_steps_.load(); }
     // KV cells in use as of the last engine step or release (read without the engine).
     int64_t kv_used() const { return kv_used_.load(); }
 
@@ -126,6 +129,14 @@ private:
     static constexpr session_clock::duration generating_window = std::chrono::seconds(1);
 
     void run();
+    // Takes out of the queue the steps whose positions a later queued step of their session
+    // discards (a decode loop's windows dropped at a rejection): each with that discard_from
+    // (the caller holds mutex_).
+    std::vector<std::pair<step_job, int64_t>> take_superseded();
+    // The lowest discard_from of the session's queued steps, -1 when none discards (the
+    // caller holds mutex_).
+    int64_t queued_discard(const session_key & key) const;
+    step_outcome superseded(const step_job & job, int64_t discard_from);
     void wait_for_burst(std::unique_lock<std::mutex> & lock);
     size_t group_size(session_clock::time_point now) const;
     void run_batch(std::vector<step_job> & batch);
@@ -160,6 +171,7 @@ private:
     std::atomic<int64_t> tokens_processed_{0};
     std::atomic<int64_t> steps_run_{0};
     std::atomic<int64_t> engine_micros_{0};
+    std::atomic<int64_t> superseded_steps_{0};
     std::atomic<int64_t> kv_used_{0};
     std::unique_ptr<prefix_cache> prefix_;
     size_t               prefix_max_entries_ = 0;

@@ -65,6 +65,7 @@ metrics_registry::gauges stage_core::gauges() const {
     now.tokens_processed = steps_.tokens_processed();
     now.engine_steps     = steps_.steps_run();
     now.engine_micros    = steps_.engine_micros();
+    now.superseded_steps = steps_.superseded_steps();
     now.active_sessions  = sessions_.active();
     now.slots_total      = sessions_.n_slots();
     now.kv_tokens_used   = steps_.kv_used();

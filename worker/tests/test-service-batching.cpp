@@ -75,4 +75,94 @@ TEST("with --batch-wait-us a step does not wait for active sessions whose steps 
     CHECK(std::chrono::steady_clock::now() - started < std::chrono::milliseconds(1000));
 }
 
+// One session's steps while the engine is held in the step of `running` (n_past 3, the
+// session's prompt of 3 before it): each of `queued` is sent only once the one before it
+// waits in the queue. Their answers, `running`'s first.
+static std::vector<grpc::Status> behind_a_running_step(stage & s, const pb::ForwardRequest & running,
+                                                       const std::vector<pb::ForwardRequest> & queued) {
+    pb::ForwardResponse prompt;
+    CHECK(forward(s, tokens_request("s", 0, {5, 6, 7}), prompt).ok());
+    gate g;
+    s.engine.before_step = [&] { g.wait(); };
+    std::vector<grpc::Status> statuses(queued.size() + 1);
+    std::vector<std::thread> clients;
+    const auto send = [&](size_t i, const pb::ForwardRequest & request) {
+        clients.emplace_back([&, i, request] { pb::ForwardResponse r; statuses[i] = forward(s, request, r); });
+    };
+    send(0, running);
+    while (g.waiting.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    for (size_t i = 0; i < queued.size(); ++i) {
+        send(i + 1, queued[i]);
+        while (sample(scrape(s), "meshnet_shard_queue_depth") < static_cast<double>(i + 1)) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+    }
+    g.release();
+    for (auto & c : clients) c.join();
+    s.engine.before_step = nullptr;
+    return statuses;
+}
+
+static pb::ForwardRequest discarding(int64_t n_past, const std::vector<int32_t> & tokens) {
+    pb::ForwardRequest request = tokens_request("s", n_past, tokens);
+    request.set_discard_from(n_past);
+    return request;
+}
+
+TEST("a queued step whose positions a later queued step discards is answered STEP_SUPERSEDED, never run") {
+    // A decode loop's windows dropped at a rejection: the step after the rejection
+    // (discard_from 4) arrives while a window built on what it discards (n_past 5) waits.
+    stage only(0, n_layer, small());
+    const auto statuses = behind_a_running_step(
+        only, tokens_request("s", 3, {1, 2}), {tokens_request("s", 5, {3}), discarding(4, {9})});
+    CHECK(statuses[0].ok());
+    CHECK_EQ(statuses[1].error_code(), grpc::StatusCode::ABORTED);
+    CHECK_EQ(reason(statuses[1]), std::string("STEP_SUPERSEDED"));
+    CHECK_EQ(metadata_of(statuses[1], "discard_from"), std::string("4"));
+    CHECK(statuses[2].ok());
+    CHECK(only.engine.batch_sizes() == (std::vector<size_t>{1, 1, 1})); // the prompt, 3:5 and 4:5
+    CHECK_EQ(only.engine.slot_n_past(0), 5);
+    CHECK_EQ(sample(scrape(only), "meshnet_shard_superseded_steps_total"), 1.0);
+}
+
+TEST("a step queued before the discard, or building below it, still runs") {
+    // discard_from 5 leaves n_past 4's step (queued first) whole; a step queued after the
+    // discard builds on it.
+    stage only(0, n_layer, small());
+    const auto statuses = behind_a_running_step(
+        only, tokens_request("s", 3, {1}), {tokens_request("s", 4, {2, 3}), discarding(5, {9}),
+                                            tokens_request("s", 6, {4})});
+    for (const grpc::Status & status : statuses) CHECK(status.ok());
+    CHECK_EQ(only.engine.slot_n_past(0), 7);
+    CHECK_EQ(sample(scrape(only), "meshnet_shard_superseded_steps_total"), 0.0);
+}
+
+TEST("a non-last stage does not pass on a step that a discard queued while it ran supersedes") {
+    // The stages after it would compute a void window; the last stage has nothing to save.
+    stage first(0, 4, small());
+    auto statuses = behind_a_running_step(first, tokens_request("s", 3, {1, 2}), {discarding(3, {9})});
+    CHECK_EQ(reason(statuses[0]), std::string("STEP_SUPERSEDED"));
+    CHECK(statuses[1].ok());
+    CHECK_EQ(first.engine.slot_n_past(0), 4);
+    CHECK_EQ(sample(scrape(first), "meshnet_shard_superseded_steps_total"), 1.0);
+    stage last(4, n_layer, small());
+    pb::ForwardRequest running = boundary_request("s", 3, valid_boundary(2));
+    pb::ForwardRequest discard = boundary_request("s", 3, valid_boundary(1));
+    discard.set_discard_from(3);
+    pb::ForwardResponse prompt;
+    CHECK(forward(last, boundary_request("s", 0, valid_boundary(3)), prompt).ok());
+    gate g;
+    last.engine.before_step = [&] { g.wait(); };
+    grpc::Status ran, after;
+    std::thread a([&] { pb::ForwardResponse r; ran = forward(last, running, r); });
+    while (g.waiting.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    std::thread b([&] { pb::ForwardResponse r; after = forward(last, discard, r); });
+    while (sample(scrape(last), "meshnet_shard_queue_depth") < 1.0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    g.release();
+    a.join();
+    b.join();
+    CHECK(ran.ok() && after.ok());
+    CHECK_EQ(sample(scrape(last), "meshnet_shard_superseded_steps_total"), 0.0);
+}
+
 TEST_MAIN()
