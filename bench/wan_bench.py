@@ -37,6 +37,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
+from statistics import median
 
 from meshnet.api.shardroute import LayerRange
 from meshnet.bundled import smollm2_gguf
@@ -67,6 +68,8 @@ class Row:
     acceptance: float | None = None
     depth: int | None = None  # verify windows a pipelined loop kept in flight, at most
     compute_ms: float | None = None  # its model's unsplit ms per token (None: SmolLM2's)
+    copied: tuple[int, float] = (0, 0.0)  # Decoded's, each stretch's median rate
+    rest: tuple[int, float] = (0, 0.0)
 
 
 def spans(stages: int, layers: int) -> list[tuple[int, int]]:
@@ -124,18 +127,47 @@ class Decoded:
     acceptance: float | None
     depth: int | None
     tokens: list[int]
+    # the decode split where the output stops copying its prompt (what prompt lookup can
+    # draft) and where it goes on with tokens of its own: (tokens, tokens/s) of each
+    copied: tuple[int, float] = (0, 0.0)
+    rest: tuple[int, float] = (0, 0.0)
+
+
+def copied_from_prompt(prompt: list[int], output: list[int]) -> int:
+    """How many of the output's first tokens follow on from somewhere in the prompt."""
+    best = 0
+    for start in range(len(prompt)):
+        n = 0
+        while n < len(output) and start + n < len(prompt) and prompt[start + n] == output[n]:
+            n += 1
+        best = max(best, n)
+    return best
+
+
+def stretch_rate(arrivals: list[float], first: int, last: int) -> float:
+    """Tokens/s from token `first`'s arrival to token `last`'s."""
+    seconds = arrivals[last] - arrivals[first]
+    return (last - first) / seconds if seconds > 0 else 0.0
 
 
 def decode(endpoints: list[str], prompt: str | list[int], tokens: int, topology: str,
            loop: bool = True, speculate: int = 0, windows: int = 1) -> Decoded:
+    arrivals: list[float] = []
     with RouteDriver(endpoints, topology=topology, decode_loop=loop, speculate=speculate,
                      windows=windows) as driver:
         driver.connect(wait=30)
         driver.generate([1, 2, 3], max_tokens=2, stop_at_eos=False)  # warm the channels
-        generation = driver.generate(prompt, max_tokens=tokens, stop_at_eos=False)
+        generation = driver.generate(prompt, max_tokens=tokens, stop_at_eos=False,
+                                     on_token=lambda _: arrivals.append(time.monotonic()))
+    n = len(arrivals)
+    copied = min(copied_from_prompt(generation.prompt_tokens, generation.tokens), n)
+    # the first token answers the prefill: the decode's stretches start after it
+    split = max(1, copied)
     return Decoded(generation.decode_tokens_per_second,
                    generation.acceptance_rate if speculate else None,
-                   generation.loop_depth if windows > 1 else None, generation.tokens)
+                   generation.loop_depth if windows > 1 else None, generation.tokens,
+                   (copied, stretch_rate(arrivals, 0, split - 1) if split > 1 else 0.0),
+                   (n - split, stretch_rate(arrivals, split - 1, n - 1) if n > split else 0.0))
 
 
 def llama_tool(name: str) -> Path:
@@ -250,7 +282,9 @@ def ring_rows(endpoints: list[str], stages: int, delay: float, tokens: int, spec
         middle = sorted(results, key=lambda r: r.rate)[len(results) // 2]
         depths = [r.depth for r in results if r.depth is not None]
         rows.append(Row(stages, delay, label + name, middle.rate, middle.acceptance,
-                        max(depths) if depths else None))
+                        max(depths) if depths else None,
+                        copied=(middle.copied[0], median([r.copied[1] for r in results])),
+                        rest=(middle.rest[0], median([r.rest[1] for r in results]))))
     return rows
 
 
@@ -281,6 +315,22 @@ def prompt_key(prompt: str | list[int]) -> str:
     return prompt if isinstance(prompt, str) else ",".join(map(str, prompt))
 
 
+def stretches(rows: list[Row], stages: int, delay: float, label: str) -> str:
+    """Pipelined over serial speculation on each stretch of the code row's output: while
+    it copies its prompt (lookup drafts it) and after (tokens of its own: nothing drafts
+    them, so both decode about as the plain ring does, and that stretch bounds the whole)."""
+    row = {(r.stages, r.delay_ms, r.label): r for r in rows}
+    pipelined = row[(stages, delay, label)]
+    serial = row[(stages, delay, label.replace("pipelined", "speculation"))]
+    parts = []
+    for name, mine, theirs in (("copied", pipelined.copied, serial.copied),
+                               ("its own", pipelined.rest, serial.rest)):
+        ratio = f"x{mine[1] / theirs[1]:.2f}" if theirs[1] > 0 else "-"
+        parts.append(f"{name} {mine[0]} tokens: {mine[1]:.1f} tok/s pipelined, "
+                     f"{theirs[1]:.1f} serial ({ratio})")
+    return f"    by stretch: {'; '.join(parts)}"
+
+
 def report(rows: list[Row], compute_ms: float) -> None:
     print(f"\ncompute (unsplit, 1 thread): {compute_ms:.1f} ms/token; limit = compute + "
           "S x one-way")
@@ -304,6 +354,7 @@ def report(rows: list[Row], compute_ms: float) -> None:
         if label.endswith("ring + pipelined, code"):
             serial = by[(stages, delay, label.replace("pipelined", "speculation"))]
             print(f"S={stages} {delay:g} ms: {label} x{rate / serial:.2f} serial speculation")
+            print(stretches(rows, stages, delay, label))
         if label.endswith("ring + pipelined, free text"):
             ring = by[(stages, delay, label.replace("ring + pipelined, free text", "ring"))]
             print(f"S={stages} {delay:g} ms: {label} x{rate / ring:.2f} the plain ring")
