@@ -127,8 +127,8 @@ class Decoded:
     acceptance: float | None
     depth: int | None
     tokens: list[int]
-    # the decode split where the output stops copying its prompt (what prompt lookup can
-    # draft) and where it goes on with tokens of its own: (tokens, tokens/s) of each
+    # the decode split where the output first stops copying its prompt (until then prompt
+    # lookup drafts it whole): (tokens, tokens/s) of each stretch
     copied: tuple[int, float] = (0, 0.0)
     rest: tuple[int, float] = (0, 0.0)
 
@@ -317,14 +317,15 @@ def prompt_key(prompt: str | list[int]) -> str:
 
 def stretches(rows: list[Row], stages: int, delay: float, label: str) -> str:
     """Pipelined over serial speculation on each stretch of the code row's output: while
-    it copies its prompt (lookup drafts it) and after (tokens of its own: nothing drafts
-    them, so both decode about as the plain ring does, and that stretch bounds the whole)."""
+    it copies its prompt without a break (lookup drafts it whole), and after its first
+    token of its own (such tokens cost both a ring round trip each, and every rejection
+    drops the windows in flight: that stretch bounds the whole)."""
     row = {(r.stages, r.delay_ms, r.label): r for r in rows}
     pipelined = row[(stages, delay, label)]
     serial = row[(stages, delay, label.replace("pipelined", "speculation"))]
     parts = []
     for name, mine, theirs in (("copied", pipelined.copied, serial.copied),
-                               ("its own", pipelined.rest, serial.rest)):
+                               ("after", pipelined.rest, serial.rest)):
         ratio = f"x{mine[1] / theirs[1]:.2f}" if theirs[1] > 0 else "-"
         parts.append(f"{name} {mine[0]} tokens: {mine[1]:.1f} tok/s pipelined, "
                      f"{theirs[1]:.1f} serial ({ratio})")
