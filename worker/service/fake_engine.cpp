@@ -57,6 +57,13 @@ std::vector<step_result> fake_engine::step(const std::vector<step_request> & req
             result.status = engine_status::context_overflow;
             continue;
         }
+        for (const pending_copy & copy : pending_) { // they land as the step computes: on a
+            // slot cleared since, that another session now computes in, they overwrite it
+            copies_onto_live_ += slot_n_past_[static_cast<size_t>(copy.slot)] != copy.n &&
+                std::any_of(requests.begin(), requests.end(),
+                            [&](const step_request & other) { return other.slot == copy.slot; });
+        }
+        pending_.clear();
         std::vector<float> rows(n * fake_n_embd);
         for (size_t i = 0; i < n; ++i) {
             float * row = &rows[i * fake_n_embd];
@@ -93,6 +100,28 @@ std::vector<step_result> fake_engine::step(const std::vector<step_request> & req
 int32_t fake_engine::slot_n_past(int32_t slot) const {
     std::lock_guard<std::mutex> lock(mutex_);
     return slot_n_past_.at(static_cast<size_t>(slot));
+}
+
+bool fake_engine::slot_copy_prefix(int32_t source, int32_t slot, int32_t n) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    int32_t & held = slot_n_past_.at(static_cast<size_t>(slot));
+    if (!info_.copies_whole_only || n != slot_n_past_.at(static_cast<size_t>(source))) {
+        held = 0;
+        return false;
+    }
+    held = n; // its positions at once, its contents at the next step that computes
+    pending_.push_back({source, slot, n});
+    return true;
+}
+
+size_t fake_engine::pending_copies() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return pending_.size();
+}
+
+int fake_engine::copies_onto_live() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return copies_onto_live_;
 }
 
 void fake_engine::slot_clear(int32_t slot) {

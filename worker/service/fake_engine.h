@@ -26,6 +26,7 @@ public:
     int32_t slot_n_past(int32_t slot) const override;
     void    slot_clear(int32_t slot) override;
     discard_result slot_discard(int32_t slot, int32_t from) override;
+    bool    slot_copy_prefix(int32_t source, int32_t slot, int32_t n) override;
     int64_t kv_used() const override;
     int64_t kv_total() const override;
     engine_status tokenize(const std::string & text, bool add_special, std::vector<int32_t> & out) const override;
@@ -43,6 +44,16 @@ public:
         info_.discard_depth = depth;
     }
 
+    // Copies whole sequences only, landing at the next step that computes (as deepseek4's
+    // memory does); before serving. Copies that landed in a slot a step computes in: a
+    // copy queued by an earlier step onto a slot since given to a session (must stay 0).
+    void set_copies_whole() {
+        info_.can_copy_prefix   = true;
+        info_.copies_whole_only = true;
+    }
+    size_t pending_copies() const;
+    int    copies_onto_live() const;
+
     // The token the last stage predicts after a row (for assertions).
     static int32_t expected_token(int32_t token, int32_t position, int32_t n_layer);
 
@@ -52,6 +63,11 @@ private:
     std::vector<int32_t>   slot_n_past_;
     std::vector<bool>      fail_slot_;
     std::vector<size_t>    batch_sizes_;
+    struct pending_copy {
+        int32_t source, slot, n;
+    };
+    std::vector<pending_copy> pending_; // copies not landed yet
+    int                    copies_onto_live_ = 0;
 };
 
 } // namespace meshnet

@@ -300,33 +300,51 @@ int32_t scheduler::prefix_source(const step_job & job, std::optional<shard_error
     return -1;
 }
 
-void scheduler::snapshot(int32_t slot, const step_job & job, std::vector<int32_t> & busy,
-                         session_clock::time_point now) {
+int32_t scheduler::snapshot(int32_t slot, const step_job & job, std::vector<int32_t> & busy,
+                            session_clock::time_point now) {
     const int64_t n = job.n_past;
     if (n <= 0 || prefix_->held(slot) != n) {
         ++prefix_snapshots_skipped_; // not all of it fed on the grid: no cold run's state
-        return;
+        return -1;
     }
     const prefix_cache::match same = prefix_->find(job.key.route_id, job.key.epoch,
                                                    prefix_->tokens(slot), sessions_.entry_slots());
     if (same.held == n) {
         sessions_.touch_entry(same.slot, now); // held already
-        return;
+        return -1;
     }
     const int32_t spare = sessions_.take_for_entry(prefix_max_entries_, busy);
     if (spare < 0) {
         ++prefix_snapshots_skipped_; // never at a live session's cost
-        return;
+        return -1;
     }
     clear_slot(spare);
     if (!engine_.slot_copy_prefix(slot, spare, static_cast<int32_t>(n))) {
         ++prefix_snapshots_skipped_;
-        return;
+        return -1;
     }
     prefix_->copied(slot, spare, n);
     sessions_.keep(spare, now);
     // the copy lands at this batch's decode: until then no session may take or clear it
     busy.push_back(spare);
+    return spare;
+}
+
+void scheduler::settle_copies(bool decoded, const std::vector<std::pair<int32_t, session_key>> & into) {
+    if (decoded) {
+        for (int32_t slot : unsettled_) {
+            clear_slot(slot); // what landed there is no one's
+        }
+        unsettled_.clear();
+        return;
+    }
+    for (const auto & [slot, key] : into) {
+        if (sessions_.release(key) != slot) { // (an entry's: no session holds it)
+            sessions_.drop_entry(slot);
+        }
+        prefix_->forget(slot);
+        unsettled_.push_back(slot);
+    }
 }
 
 void scheduler::wait_for_burst(std::unique_lock<std::mutex> & lock) {
@@ -366,8 +384,11 @@ void scheduler::run_batch(std::vector<step_job> & batch) {
     const auto now = session_clock::now();
     std::vector<step_request> requests;
     std::vector<size_t>       request_job; // requests[i] belongs to batch[request_job[i]]
-    std::vector<int32_t>      busy;
+    std::vector<int32_t>      busy = unsettled_; // a copy queued earlier may still write them
     std::vector<step_outcome> outcomes(batch.size());
+    // whole-sequence copies this batch queued, which land only at its decode: the slot
+    // each writes and the session holding it (an entry's: none)
+    std::vector<std::pair<int32_t, session_key>> copied_into;
 
     auto release_slot = [&](const session_key & key) {
         const int32_t slot = sessions_.release(key);
@@ -420,6 +441,7 @@ void scheduler::run_batch(std::vector<step_job> & batch) {
             sessions_.touch_entry(source, now);
             if (prefix_->whole_only()) {
                 busy.push_back(source); // its copy lands at the decode: keep it until then
+                copied_into.emplace_back(slot, job.key);
             }
             ++prefix_hits_;
             prefix_reused_ += job.n_past;
@@ -446,7 +468,9 @@ void scheduler::run_batch(std::vector<step_job> & batch) {
             continue;
         }
         if (job.prefix_snapshot && prefix_ && prefix_->whole_only()) {
-            snapshot(slot, job, busy, now);
+            if (const int32_t entry = snapshot(slot, job, busy, now); entry >= 0) {
+                copied_into.emplace_back(entry, session_key{});
+            }
         }
         busy.push_back(slot);
         step_request request;
@@ -459,6 +483,7 @@ void scheduler::run_batch(std::vector<step_job> & batch) {
         request_job.push_back(i);
     }
 
+    bool decoded = false; // some request's decode ran: every queued copy has landed
     if (!requests.empty()) {
         const auto started = session_clock::now();
         std::vector<step_result> results = engine_.step(requests);
@@ -483,6 +508,7 @@ void scheduler::run_batch(std::vector<step_job> & batch) {
                     std::string("engine: ") + engine_status_name(status) + (result ? ": " + result->message : ""));
                 continue;
             }
+            decoded = true;
             n_tokens += static_cast<int64_t>(requests[r].positions.size());
             if (job.cancelled && job.cancelled()) {
                 release_slot(job.key);
@@ -500,6 +526,9 @@ void scheduler::run_batch(std::vector<step_job> & batch) {
             outcome.logits   = std::move(result->logits);
         }
         record_tokens(n_tokens);
+    }
+    if (!copied_into.empty() || !unsettled_.empty()) {
+        settle_copies(decoded, copied_into);
     }
 
     if (!engine_.info().is_last()) {

@@ -148,8 +148,14 @@ private:
     int32_t prefix_source(const step_job & job, std::optional<shard_error> & error);
     // Keeps the whole sequence of `slot` (the session's, before its step) as an entry, in a
     // slot no live session needs and none of `busy`; the copy lands at the step's decode.
-    void snapshot(int32_t slot, const step_job & job, std::vector<int32_t> & busy,
-                  session_clock::time_point now);
+    // Returns the entry's slot, or -1 when none was kept.
+    int32_t snapshot(int32_t slot, const step_job & job, std::vector<int32_t> & busy,
+                     session_clock::time_point now);
+    // A batch queued whole-sequence copies (`into`: the slots they write) and no decode
+    // ran to land them: they land at the next decode, so those slots are held out of use
+    // until one has (`unsettled_`), their entries and sessions dropped. After a batch
+    // whose decode ran, the slots held out so far are free again.
+    void settle_copies(bool decoded, const std::vector<std::pair<int32_t, session_key>> & into);
 
     engine_i &      engine_;
     session_store & sessions_;
@@ -179,6 +185,7 @@ private:
     std::atomic<int64_t> prefix_hits_{0};
     std::atomic<int64_t> prefix_reused_{0};
     std::atomic<int64_t> prefix_snapshots_skipped_{0};
+    std::vector<int32_t> unsettled_; // slots a queued whole-sequence copy may still write
     mutable std::mutex   rate_mutex_;
     std::deque<std::pair<session_clock::time_point, int64_t>> rate_window_;
 };

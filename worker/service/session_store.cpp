@@ -55,13 +55,7 @@ session_store::acquire_result session_store::acquire_locked(const session_key & 
         result.slot = found->second.slot;
         return result;
     }
-    int32_t slot = -1;
-    for (size_t i = 0; i < slot_owner_.size(); ++i) {
-        if (slot_owner_[i] == nullptr && kept_.count(static_cast<int32_t>(i)) == 0) {
-            slot = static_cast<int32_t>(i);
-            break;
-        }
-    }
+    int32_t slot = free_slot_locked(busy);
     if (slot < 0) {
         slot = oldest_entry_locked(spare, busy);
         if (slot >= 0) {
@@ -115,6 +109,17 @@ int32_t session_store::release(const session_key & key) {
     return slot;
 }
 
+int32_t session_store::free_slot_locked(const std::vector<int32_t> & busy) const {
+    for (size_t i = 0; i < slot_owner_.size(); ++i) {
+        const auto slot = static_cast<int32_t>(i);
+        if (slot_owner_[i] == nullptr && kept_.count(slot) == 0 &&
+            std::find(busy.begin(), busy.end(), slot) == busy.end()) {
+            return slot;
+        }
+    }
+    return -1;
+}
+
 int32_t session_store::oldest_entry_locked(int32_t spare, const std::vector<int32_t> & busy) const {
     int32_t oldest = -1;
     for (const auto & [slot, last_used] : kept_) {
@@ -132,10 +137,8 @@ int32_t session_store::take_for_entry(size_t most, const std::vector<int32_t> & 
         return -1;
     }
     if (kept_.size() < most) {
-        for (size_t i = 0; i < slot_owner_.size(); ++i) {
-            if (slot_owner_[i] == nullptr && kept_.count(static_cast<int32_t>(i)) == 0) {
-                return static_cast<int32_t>(i);
-            }
+        if (const int32_t slot = free_slot_locked(busy); slot >= 0) {
+            return slot;
         }
     }
     const int32_t slot = oldest_entry_locked(-1, busy);
@@ -143,6 +146,11 @@ int32_t session_store::take_for_entry(size_t most, const std::vector<int32_t> & 
         kept_.erase(slot);
     }
     return slot;
+}
+
+void session_store::drop_entry(int32_t slot) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    kept_.erase(slot);
 }
 
 void session_store::keep(int32_t slot, session_clock::time_point now) {

@@ -45,7 +45,7 @@ public:
     // The session's slot, or -1 when it holds none.
     int32_t find(const session_key & key) const;
 
-    // The session's slot, allocating one for a new session: a free slot, else the
+    // The session's slot, allocating one for a new session: a free slot not in `busy`, else the
     // least-recently-used kept entry not in `busy` (`spare` last of them), else the
     // least-recently-used session that is idle past the grace and not in `busy`. A kept
     // entry never holds a slot a live session needs; a live session is never evicted for
@@ -77,6 +77,8 @@ public:
     // fewer are, else the least recently used entry's not in `busy` (no longer an entry:
     // the caller clears it and keeps it again), else -1. Never a live session's.
     int32_t take_for_entry(size_t most, const std::vector<int32_t> & busy);
+    // The entry in `slot` is no longer one (its slot is free; the caller clears it).
+    void drop_entry(int32_t slot);
     // A hit used the entry in `slot`: it is the most recently used.
     void touch_entry(int32_t slot, session_clock::time_point now);
     // Drops the least recently used entries past `most`; returns their slots (now free,
@@ -101,6 +103,8 @@ private:
     acquire_result acquire_locked(const session_key & key, const std::vector<int32_t> & busy,
                                   session_clock::time_point now, int32_t spare); // the caller holds mutex_
     int32_t oldest_entry_locked(int32_t spare, const std::vector<int32_t> & busy = {}) const; // -1 when none
+    // a slot no session holds, not an entry, not in `busy` (a copy may still land there)
+    int32_t free_slot_locked(const std::vector<int32_t> & busy) const; // -1 when none
 
     struct entry {
         int32_t                   slot;

@@ -19,6 +19,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -38,9 +39,13 @@ struct stage {
     worker_server                      server;
     std::unique_ptr<pb::ShardService::Stub> stub;
 
-    // `port` 0: an ephemeral one.
-    stage(int32_t begin, int32_t end, worker_params params = {}, int port = 0)
+    // `port` 0: an ephemeral one; `prepare` sets the engine up before it serves.
+    stage(int32_t begin, int32_t end, worker_params params = {}, int port = 0,
+          const std::function<void(fake_engine &)> & prepare = nullptr)
         : engine(n_layer, begin, end, params.n_slots, params.n_ctx) {
+        if (prepare) {
+            prepare(engine);
+        }
         params.model_path     = "fake.gguf";
         params.route_id       = "test/route";
         params.epoch          = 3;

@@ -165,4 +165,41 @@ TEST("a non-last stage does not pass on a step that a discard queued while it ra
     CHECK_EQ(sample(scrape(last), "meshnet_shard_superseded_steps_total"), 0.0);
 }
 
+TEST("a whole-sequence copy no decode landed holds its slot out until one has") {
+    // deepseek4's memory copies a sequence at the next decode: a snapshot queued by a step
+    // the engine then refuses lands at whatever decode comes next, so its slot must not be
+    // anyone's until then (else it overwrites the session computing there).
+    worker_params params = small(2);
+    params.prefix_block         = 4;
+    params.prefix_cache_entries = 1;
+    stage only(0, n_layer, params, 0, [](fake_engine & e) { e.set_copies_whole(); });
+    pb::ForwardResponse r;
+    CHECK(forward(only, tokens_request("a", 0, {1, 2, 3, 4}), r).ok()); // slot 0, on the grid
+    pb::ForwardRequest snapshot = tokens_request("a", 4, {5});
+    snapshot.set_prefix_snapshot(true); // copies a's 4 positions into slot 1 first
+    only.engine.fail_next_step_of(0);
+    gate g;
+    only.engine.before_step = [&] { g.wait(); };
+    grpc::Status failed, b, c;
+    std::vector<std::thread> clients;
+    clients.emplace_back([&] { pb::ForwardResponse x; failed = forward(only, snapshot, x); });
+    while (g.waiting.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    clients.emplace_back([&] { pb::ForwardResponse x; b = forward(only, tokens_request("b", 0, {7}), x); });
+    clients.emplace_back([&] { pb::ForwardResponse x; c = forward(only, tokens_request("c", 0, {8}), x); });
+    while (sample(scrape(only), "meshnet_shard_queue_depth") < 2.0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    g.release(); // a's step fails; then b and c in one step: slot 0 is free again, slot 1 is not
+    for (auto & client : clients) client.join();
+    only.engine.before_step = nullptr;
+    CHECK(!failed.ok());
+    CHECK(b.ok() != c.ok()); // one of them in slot 0 (whichever came first), not both
+    const bool b_refused = !b.ok();
+    CHECK_EQ(reason(b_refused ? b : c), std::string("CAPACITY_EXHAUSTED"));
+    CHECK_EQ(only.engine.copies_onto_live(), 0);
+    CHECK_EQ(only.engine.pending_copies(), size_t{0}); // that step landed it
+    CHECK_EQ(sample(scrape(only), "meshnet_shard_prefix_cache_entries"), 0.0); // never a wrong one
+    pb::ForwardResponse again; // slot 1 is free now
+    CHECK(forward(only, tokens_request(b_refused ? "b" : "c", 0, {8}), again).ok());
+    CHECK_EQ(only.engine.copies_onto_live(), 0);
+}
+
 TEST_MAIN()
