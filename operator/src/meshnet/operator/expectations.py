@@ -1,10 +1,10 @@
-"""Children the operator created or deleted whose watch events have not reached the
-indices yet (controller-runtime's "expectations"): the planner sees them as done, so
-a reconcile that races its own writes neither creates twice, drains twice (restarting the
-drain's clock) nor reports twice; and the
-watch's events that show the planner nothing new (a pod we created, as created; a pod as
-it was last seen, which a re-opened watch or a re-list replays; one of several pods we
-deleted, while others are still going) are known as such."""
+"""Children the operator created, deleted or stamped draining whose watch events have not
+reached the indices yet (controller-runtime's "expectations"): the planner sees them as
+done, so a reconcile that races its own writes neither creates twice, drains twice
+(restarting the drain's clock) nor reports twice; and the watch's events that show the
+planner nothing new (a pod we created, as created; a pod as it was last seen, which a
+re-opened watch or a re-list replays; one of several pods we deleted, while others are
+still going) are known as such."""
 
 from __future__ import annotations
 
