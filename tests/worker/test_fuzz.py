@@ -18,6 +18,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from google.protobuf.message import DecodeError
 
 from meshnet.api.shardroute import LayerRange
 from meshnet.local.process import LaunchSpec, WorkerProcess, start_route
@@ -42,6 +43,7 @@ class Fuzzer:
         self.rng = rng
         self.boundary = boundary
         self.n_vocab = n_vocab
+        self.keys: set[tuple[str, int, str]] = set()  # every route key a worker may have opened
 
     def pick(self, *choices: object) -> object:
         return self.rng.choice(choices)
@@ -126,7 +128,21 @@ class Fuzzer:
             data = batch.SerializeToString()
         else:
             data = self.request(boundary).SerializeToString()
-        return self.mutate(data) if self.rng.random() < 0.3 else data
+        if self.rng.random() < 0.3:
+            data = self.mutate(data)
+        self.remember_keys(data, relay_batch)
+        return data
+
+    def remember_keys(self, data: bytes, relay_batch: bool) -> None:
+        """A mutated byte can name a session we never chose: parse the bytes as the worker
+        does, so the test can release whatever they may have opened."""
+        try:
+            steps = (list(pb.RelayRequest.FromString(data).steps) if relay_batch
+                     else [pb.ForwardRequest.FromString(data)])
+        except DecodeError:  # undecodable bytes open no session
+            return
+        for step in steps:
+            self.keys.add((step.key.route_id, step.key.epoch, step.key.session_id))
 
 
 @pytest.fixture(scope="module")
@@ -205,9 +221,11 @@ def test_fuzzed_requests_crash_nothing_and_leave_exact_tokens(
     assert sent > 50
     # The transport's own failures only: no deadline passed, nothing unknown.
     assert not set(codes) & {"DEADLINE_EXCEEDED", "UNKNOWN", "UNAVAILABLE"}, codes
-    for session in SESSIONS:  # the others are refused before any session exists
+    for route_id, epoch, session in fuzz.keys:
+        if (route_id, epoch) != (ROUTE, EPOCH) or not 1 <= len(session.encode()) <= 256:
+            continue  # refused before any session exists
         for client in (first_client, last_client):
-            client.release(pb.RouteKey(route_id=ROUTE, epoch=EPOCH, session_id=session))
+            client.release(pb.RouteKey(route_id=route_id, epoch=epoch, session_id=session))
     for worker in chain:
         grown = rss_kib(worker.pid) - rss_before[worker.pid]
         assert grown < 256 * 1024, f"{worker.spec.layers} grew {grown} KiB; seed {seed}"
