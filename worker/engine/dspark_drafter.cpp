@@ -136,16 +136,6 @@ dspark_drafter::dspark_drafter(llama_model_ptr model, llama_context_ptr ctx, lla
     }
 }
 
-bool dspark_drafter::run(const std::vector<int32_t> & slots) {
-    if (llama_process(ctx_.get(), LLAMA_PROCESS_TYPE_DECODE, batch_.get()) == 0) {
-        return true;
-    }
-    for (int32_t slot : slots) {
-        clear(slot);
-    }
-    return false;
-}
-
 void dspark_drafter::stepped(const std::vector<drafter_step> & steps) {
     llama_batch_ext * batch = batch_.get();
     llama_batch_ext_clear(batch);
@@ -186,7 +176,7 @@ void dspark_drafter::stepped(const std::vector<drafter_step> & steps) {
             }
         }
     }
-    if (slots.empty() || !run(slots)) {
+    if (slots.empty() || !decode_or_clear(ctx_.get(), batch_.get(), slots)) {
         return;
     }
     for (const drafter_step & step : steps) {
@@ -224,7 +214,7 @@ std::vector<int32_t> dspark_drafter::draft(int32_t slot, int32_t pos, int32_t to
             return drafts;
         }
     }
-    if (!run({slot})) {
+    if (!decode_or_clear(ctx_.get(), batch_.get(), {slot})) {
         return drafts;
     }
     const int32_t n_vocab = shape_.n_vocab;

@@ -64,9 +64,6 @@ private:
     dspark_drafter(llama_model_ptr model, llama_context_ptr ctx, llama_context * main,
                    const dspark_drafter_params & params, dspark_shape shape);
 
-    // decodes the drafter's batch; false (and the slots' state forgotten) on failure
-    bool run(const std::vector<int32_t> & slots);
-
     llama_model_ptr       model_;
     llama_context_ptr     ctx_;
     llama_context *       main_;

@@ -54,16 +54,6 @@ mtp_drafter::mtp_drafter(llama_context_ptr ctx, llama_context * main, const mtp_
       rows_(static_cast<size_t>(params.n_slots), hidden_rows(row_width, params.keep_rows)),
       zeros_(row_width, 0.0f) {}
 
-bool mtp_drafter::run(const std::vector<int32_t> & slots) {
-    if (llama_process(ctx_.get(), LLAMA_PROCESS_TYPE_DECODE, batch_.get()) == 0) {
-        return true;
-    }
-    for (int32_t slot : slots) {
-        clear(slot);
-    }
-    return false;
-}
-
 void mtp_drafter::stepped(const std::vector<drafter_step> & steps) {
     llama_batch_ext * batch = batch_.get();
     llama_batch_ext_clear(batch);
@@ -112,7 +102,7 @@ void mtp_drafter::stepped(const std::vector<drafter_step> & steps) {
             }
         }
     }
-    if (slots.empty() || !run(slots)) {
+    if (slots.empty() || !decode_or_clear(ctx_.get(), batch_.get(), slots)) {
         return;
     }
     for (size_t s : fed) {
@@ -143,7 +133,7 @@ std::vector<int32_t> mtp_drafter::draft(int32_t slot, int32_t pos, int32_t token
         const int32_t index = llama_batch_ext_add_token(batch, slot, last);
         const llama_embd row = { state.data(), 1, row_width_ };
         if (index < 0 || !llama_batch_ext_set_embd_token(batch, index, row) || !llama_batch_ext_set_pos(batch, index, &at) ||
-            !llama_batch_ext_set_output_logits(batch, index, true) || !run({slot})) {
+            !llama_batch_ext_set_output_logits(batch, index, true) || !decode_or_clear(ctx_.get(), batch_.get(), {slot})) {
             break;
         }
         const float * logits = llama_get_logits_ith(ctx_.get(), index);

@@ -57,9 +57,6 @@ public:
 private:
     mtp_drafter(llama_context_ptr ctx, llama_context * main, const mtp_drafter_params & params, size_t row_width);
 
-    // decodes the drafter's batch; false (and the slots' state forgotten) on failure
-    bool run(const std::vector<int32_t> & slots);
-
     llama_context_ptr        ctx_;
     llama_context *          main_;
     mtp_drafter_params       params_;

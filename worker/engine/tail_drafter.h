@@ -4,6 +4,8 @@
 // drafter GGUF (dspark_drafter) are the two kinds.
 #pragma once
 
+#include "llama.h"
+
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -39,6 +41,18 @@ public:
     virtual int32_t max_drafts() const = 0;
     // bytes of its state on this stage, all slots
     virtual size_t state_bytes() const = 0;
+
+protected:
+    // Decodes the drafter's batch; on failure its slots' state is unknown, so it is forgotten.
+    bool decode_or_clear(llama_context * ctx, llama_batch_ext * batch, const std::vector<int32_t> & slots) {
+        if (llama_process(ctx, LLAMA_PROCESS_TYPE_DECODE, batch) == 0) {
+            return true;
+        }
+        for (int32_t slot : slots) {
+            clear(slot);
+        }
+        return false;
+    }
 };
 
 } // namespace meshnet
