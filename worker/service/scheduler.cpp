@@ -142,6 +142,9 @@ void scheduler::run() {
             }
             releases.assign(std::make_move_iterator(releases_.begin()), std::make_move_iterator(releases_.end()));
             releases_.clear();
+            for (const release_job & job : releases) {
+                rejected_.erase(job.key); // a session made anew under the key starts unmarked
+            }
             stopping = stopping_;
             if (stopping) {
                 batch.assign(std::make_move_iterator(steps_.begin()), std::make_move_iterator(steps_.end()));
@@ -186,22 +189,56 @@ void scheduler::run() {
 }
 
 std::vector<std::pair<step_job, int64_t>> scheduler::take_superseded() {
-    std::vector<std::pair<step_job, int64_t>> taken;
-    std::map<session_key, int64_t> discards; // each session's lowest discard_from among later steps
-    for (size_t i = steps_.size(); i-- > 0;) {
-        step_job & job = steps_[i];
-        const auto later = discards.find(job.key);
-        if (later != discards.end() && job.n_past >= later->second) {
-            taken.emplace_back(std::move(job), later->second);
-            steps_.erase(steps_.begin() + static_cast<std::ptrdiff_t>(i));
+    std::vector<int64_t> void_from(steps_.size(), -1);
+    // In the order they came: what a rejection voids, up to the first step that starts below
+    // it or discards (the step after the rejection; a new session under the key clears the
+    // mark before any of its steps is seen, as it exists only once one ran).
+    for (size_t i = 0; i < steps_.size() && !rejected_.empty(); ++i) {
+        const step_job & job  = steps_[i];
+        const auto       mark = rejected_.find(job.key);
+        if (mark == rejected_.end()) {
             continue;
         }
-        if (job.discard_from >= 0) {
+        if (job.discard_from >= 0 || job.n_past < mark->second || sessions_.find(job.key) < 0) {
+            rejected_.erase(mark);
+        } else {
+            void_from[i] = mark->second;
+        }
+    }
+    // Latest first: what a later queued step discards.
+    std::map<session_key, int64_t> discards; // each session's lowest discard_from among later steps
+    for (size_t i = steps_.size(); i-- > 0;) {
+        const step_job & job = steps_[i];
+        const auto later = discards.find(job.key);
+        if (void_from[i] < 0 && later != discards.end() && job.n_past >= later->second) {
+            void_from[i] = later->second;
+        }
+        if (void_from[i] < 0 && job.discard_from >= 0) {
             discards[job.key] = later == discards.end() ? job.discard_from : std::min(later->second, job.discard_from);
         }
     }
-    std::reverse(taken.begin(), taken.end()); // answered in the order they came
+    std::vector<std::pair<step_job, int64_t>> taken; // answered in the order they came
+    if (std::none_of(void_from.begin(), void_from.end(), [](int64_t from) { return from >= 0; })) {
+        return taken;
+    }
+    std::deque<step_job> kept;
+    for (size_t i = 0; i < steps_.size(); ++i) {
+        if (void_from[i] >= 0) {
+            taken.emplace_back(std::move(steps_[i]), void_from[i]);
+        } else {
+            kept.push_back(std::move(steps_[i]));
+        }
+    }
+    steps_ = std::move(kept);
     return taken;
+}
+
+void scheduler::rejected_from(const session_key & key, int64_t from) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto [mark, added] = rejected_.emplace(key, from);
+    if (!added) {
+        mark->second = std::min(mark->second, from);
+    }
 }
 
 int64_t scheduler::queued_discard(const session_key & key) const {
@@ -218,8 +255,9 @@ step_outcome scheduler::superseded(const step_job & job, int64_t discard_from) {
     ++superseded_steps_;
     step_outcome outcome;
     outcome.error = make_error(error_reason::step_superseded,
-        "a later step of the session discards its positions from " + std::to_string(discard_from) +
-        " on; this step (n_past " + std::to_string(job.n_past) + ") was void and not run or passed on",
+        "the session's positions from " + std::to_string(discard_from) +
+        " on are void (a later step discards them, or they follow drafts the last stage rejected); this step (n_past " +
+        std::to_string(job.n_past) + ") was not run or passed on",
         {{"discard_from", std::to_string(discard_from)}});
     return outcome;
 }

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <map>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -90,6 +91,12 @@ public:
     // `done(released)` on the engine thread.
     void release(const session_key & key, std::function<void(bool)> done);
 
+    // The last stage rejected drafts of the session's step whose rows end before `from`:
+    // until a step of the session starts below `from` or discards, its steps from `from` on
+    // build on rejected rows (a decode loop's later windows, in flight) and are answered
+    // STEP_SUPERSEDED unrun, before the step after the rejection comes to void them.
+    void rejected_from(const session_key & key, int64_t from);
+
     // Prefix cache (prefix_cache.h): whole blocks of `block` tokens, up to `max_entries`
     // released sessions' slots kept. Off (0) unless set, before start(), on an engine that
     // can copy a prefix. On one that copies whole sequences only (deepseek4) the entries are
@@ -112,7 +119,8 @@ public:
     int64_t steps_run() const { return steps_run_.load(); }
     int64_t engine_micros() const { return engine_micros_.load(); } // in engine steps, all told
     // Steps answered STEP_SUPERSEDED: not run, or on a non-last stage not relayed on, because
-    // a later step of their session queued meanwhile discards their positions.
+    // a later step of their session queued meanwhile discards their positions, or (the last
+    // stage) they build on drafts it rejected.
     int64_t superseded_steps() const { return superseded_steps_.load(); }
     // KV cells in use as of the last engine step or release (read without the engine).
     int64_t kv_used() const { return kv_used_.load(); }
@@ -130,8 +138,9 @@ private:
 
     void run();
     // Takes out of the queue the steps whose positions a later queued step of their session
-    // discards (a decode loop's windows dropped at a rejection): each with that discard_from
-    // (the caller holds mutex_).
+    // discards, or that build on drafts the last stage rejected (a decode loop's windows
+    // dropped at a rejection): each with the position its voiding starts at (the caller
+    // holds mutex_).
     std::vector<std::pair<step_job, int64_t>> take_superseded();
     // The lowest discard_from of the session's queued steps, -1 when none discards (the
     // caller holds mutex_).
@@ -167,6 +176,7 @@ private:
     mutable std::mutex      mutex_;
     std::condition_variable wake_;
     std::deque<step_job>    steps_;
+    std::map<session_key, int64_t> rejected_; // rejected_from() marks not yet cleared
     session_clock::time_point last_arrival_;
     std::deque<release_job> releases_;
     int                     holds_    = 0;

@@ -373,6 +373,10 @@ void stage_core::answer(const output_plan & plan, step_outcome & outcome, pb::Fo
                                           plan.step_tokens);
         response.mutable_sampled_tokens()->Add(tokens.begin(), tokens.end());
         response.set_drafted_tokens(static_cast<uint32_t>(plan.step_tokens.size() - 1));
+        if (tokens.size() < plan.step_tokens.size()) {
+            // a decode loop's later windows, built on the rejected rows, need not run here
+            steps_.rejected_from(key_of(plan.key), plan.row_positions.back() + 1);
+        }
         metrics_.count_drafts(static_cast<int64_t>(plan.step_tokens.size()) - 1,
                               static_cast<int64_t>(tokens.size()) - 1);
         draft_next(plan, plan.row_positions[tokens.size() - 1] + 1, tokens.back(), outcome, response);

@@ -165,6 +165,40 @@ TEST("a non-last stage does not pass on a step that a discard queued while it ra
     CHECK_EQ(sample(scrape(last), "meshnet_shard_superseded_steps_total"), 0.0);
 }
 
+static pb::ForwardRequest verified(int64_t n_past, const std::vector<int32_t> & tokens) {
+    pb::ForwardRequest request = tokens_request("s", n_past, tokens);
+    request.mutable_output()->set_kind(pb::OUTPUT_KIND_VERIFIED);
+    return request;
+}
+
+TEST("the last stage runs no window built on drafts it rejected, until the step after the rejection") {
+    // A pipelined loop's window [1, d] at positions 3..4 whose draft d is wrong: the next
+    // window (n_past 5, queued behind it) assumed d held. It is void before the step after
+    // the rejection (discard_from 4) even arrives; that step, and later ones, run.
+    const int32_t right = fake_engine::expected_token(1, 3, n_layer);
+    const int32_t wrong = (right + 1) % fake_engine::fake_n_vocab;
+    stage only(0, n_layer, small());
+    const auto statuses = behind_a_running_step(only, verified(3, {1, wrong}), {tokens_request("s", 5, {9})});
+    CHECK(statuses[0].ok());
+    CHECK_EQ(reason(statuses[1]), std::string("STEP_SUPERSEDED"));
+    CHECK_EQ(metadata_of(statuses[1], "discard_from"), std::string("5"));
+    CHECK_EQ(only.engine.slot_n_past(0), 5); // the void window never ran
+    pb::ForwardResponse r;
+    CHECK(forward(only, discarding(4, {right}), r).ok());
+    CHECK(forward(only, tokens_request("s", 5, {9}), r).ok());
+    CHECK_EQ(only.engine.slot_n_past(0), 6);
+    CHECK_EQ(sample(scrape(only), "meshnet_shard_superseded_steps_total"), 1.0);
+}
+
+TEST("a window whose drafts all held voids nothing after it") {
+    const int32_t right = fake_engine::expected_token(1, 3, n_layer);
+    stage only(0, n_layer, small());
+    const auto statuses = behind_a_running_step(only, verified(3, {1, right}), {tokens_request("s", 5, {9})});
+    for (const grpc::Status & status : statuses) CHECK(status.ok());
+    CHECK_EQ(only.engine.slot_n_past(0), 6);
+    CHECK_EQ(sample(scrape(only), "meshnet_shard_superseded_steps_total"), 0.0);
+}
+
 TEST("a whole-sequence copy no decode landed holds its slot out until one has") {
     // deepseek4's memory copies a sequence at the next decode: a snapshot queued by a step
     // the engine then refuses lands at whatever decode comes next, so its slot must not be
