@@ -151,6 +151,10 @@ def test_streams_queueing_large_requests_behind_decode_loops_are_held_too(
     # burst's own session and maybe the last test's loop (still within --evict-idle-ms):
     # a ninth session would rightly be refused CAPACITY_EXHAUSTED, before any answer
     held_to_the_budget(*burst(worker, 6, lambda: outcomes.append(loop_then_oversized(worker, 6))))
-    # Refused by the service after the loop's answers, or past the budget by gRPC.
-    assert {code for _, code, _ in outcomes} == {"RESOURCE_EXHAUSTED"}
+    # Refused by the service after the loop's answers, or past the budget by gRPC, which
+    # may also close a connection whose buffers are full (GOAWAY): that stream's call is
+    # UNAVAILABLE, for the client to send again, as in the burst above.
+    codes = [code for _, code, _ in outcomes]
+    assert set(codes) <= {"RESOURCE_EXHAUSTED", "UNAVAILABLE"}, outcomes
+    assert "RESOURCE_EXHAUSTED" in codes, outcomes
     assert all(answers == 25 for answers, _, reason in outcomes if reason), outcomes
