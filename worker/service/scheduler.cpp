@@ -239,6 +239,13 @@ void scheduler::rejected_from(const session_key & key, int64_t from) {
     if (!added) {
         mark->second = std::min(mark->second, from);
     }
+    if (rejected_.size() > static_cast<size_t>(sessions_.n_slots())) {
+        // more marks than sessions: those of sessions evicted since go (a mark matters only
+        // to a live session)
+        for (auto it = rejected_.begin(); it != rejected_.end();) {
+            it = sessions_.find(it->first) < 0 ? rejected_.erase(it) : std::next(it);
+        }
+    }
 }
 
 int64_t scheduler::queued_discard(const session_key & key) const {
