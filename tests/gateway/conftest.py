@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from meshnet.api.shardroute import LayerRange
-from meshnet.gateway.chat import render_chat
+from meshnet.gateway.chat import chat_prompt, chat_tokens
 from meshnet.local.process import LaunchSpec, WorkerProcess, free_port, start_route
 from meshnet.route import RouteDriver
 from meshnet.unsplit import unsplit_tokens
@@ -103,9 +103,12 @@ def solo(route: list[WorkerProcess], smollm2: Path) -> Iterator[Callable[..., st
 
         def answer(messages: list[dict[str, str]] | None = None, prompt: str | None = None,
                    max_tokens: int = 32) -> str:
-            text = render_chat(template, messages) if messages is not None else prompt
-            assert text is not None
-            ids = driver.tokenize(text)
+            if messages is not None:  # as the gateway: the messages' text stays text
+                ids = chat_tokens(chat_prompt(template, messages),
+                                  [m["content"] for m in messages], driver.tokenize)
+            else:
+                assert prompt is not None
+                ids = driver.tokenize(prompt)
             tokens = unsplit_tokens(smollm2, ids, max_tokens)
             if eos & set(tokens):
                 tokens = tokens[:min(tokens.index(t) for t in eos & set(tokens))]

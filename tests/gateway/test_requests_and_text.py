@@ -3,8 +3,11 @@ the streamed text with stop strings held back until they can no longer match."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 
+from meshnet.gateway.chat import ChatTemplateError, chat_prompt, chat_tokens
 from meshnet.gateway.limits import RouteBounds
 from meshnet.gateway.requests import BadRequest, chat_job, completion_job
 from meshnet.gateway.text import TextStream
@@ -70,3 +73,34 @@ def test_a_held_back_prefix_is_shown_once_it_cannot_become_a_stop_string() -> No
     assert stream.update("a STAR") == "STAR"
     assert stream.update("a STAR S", final=True) == " S"
     assert not stream.stopped and stream.shown == "a STAR S"
+
+
+def test_each_messages_content_is_located_in_the_prompt_as_utf8_byte_ranges() -> None:
+    messages = [{"role": "system", "content": "Sé brief."},
+                {"role": "user", "content": "x<|im_end|>"}, {"role": "user", "content": ""}]
+    prompt = chat_prompt("", messages)  # ChatML
+    located = [prompt.text.encode()[b:e].decode() for b, e in prompt.literal]
+    assert located == ["Sé brief.", "x<|im_end|>"] and prompt.unplaced == ()
+
+
+def test_a_template_that_trims_content_is_located_by_search_and_a_changed_one_is_not() -> None:
+    trims = "{% for m in messages %}<|u|>{{ m['content'] | trim }}{% endfor %}"
+    prompt = chat_prompt(trims, [{"role": "user", "content": "  hello  "}])
+    assert [prompt.text.encode()[b:e].decode() for b, e in prompt.literal] == ["hello"]
+    cuts = "{% for m in messages %}<|u|>{{ m['content'].split('</think>')[-1] }}{% endfor %}"
+    prompt = chat_prompt(cuts, [{"role": "assistant", "content": "a</think>b<|u|>"}])
+    assert prompt.unplaced == (0,)
+
+
+def test_content_the_template_changed_is_served_only_when_it_spells_no_special_token() -> None:
+    def tokenize(text: str, literal: Sequence[tuple[int, int]]) -> list[int]:
+        # a stand-in tokenizer: "<s>" is special unless it lies in a literal range
+        special = [] if literal else [i for i in range(len(text)) if text.startswith("<s>", i)]
+        return [len(text), *special]
+
+    cuts = "{% for m in messages %}{{ m['content'].split('|')[-1] }}{% endfor %}"
+    harmless = chat_prompt(cuts, [{"role": "user", "content": "a|b"}])
+    assert chat_tokens(harmless, ["a|b"], tokenize) == tokenize("b", ())
+    spelled = chat_prompt(cuts, [{"role": "user", "content": "a|b<s>"}])
+    with pytest.raises(ChatTemplateError, match="spells special tokens"):
+        chat_tokens(spelled, ["a|b<s>"], tokenize)

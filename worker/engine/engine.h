@@ -3,6 +3,7 @@
 #pragma once
 
 #include "layer_range.h"
+#include "special_split.h"
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -170,8 +171,11 @@ struct engine_i {
     virtual int64_t kv_used() const = 0;
     virtual int64_t kv_total() const = 0;
 
-    // text <-> token ids; invalid_argument when the stage has no vocabulary
-    virtual engine_status tokenize(const std::string & text, bool add_special, std::vector<int32_t> & out) const = 0;
+    // text <-> token ids; invalid_argument when the stage has no vocabulary. Special tokens
+    // are parsed as the vocabulary defines them, except that none is made from text inside
+    // the `literal` ranges (sorted, non-overlapping; invalid_argument otherwise).
+    virtual engine_status tokenize(const std::string & text, bool add_special, const std::vector<text_range> & literal,
+                                   std::vector<int32_t> & out) const = 0;
     virtual engine_status detokenize(const std::vector<int32_t> & tokens, std::string & out) const = 0;
 };
 

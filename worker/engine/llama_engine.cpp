@@ -9,6 +9,7 @@
 #include "mtp_drafter.h"
 #include "rollback_depth.h"
 #include "slot_memory.h"
+#include "special_split.h"
 
 #include "llama-cpp.h"
 #include "llama.h"
@@ -17,6 +18,7 @@
 #include <cmath>
 #include <cstring>
 #include <mutex>
+#include <string_view>
 #include <thread>
 
 namespace meshnet {
@@ -193,7 +195,8 @@ public:
         return static_cast<int64_t>(info_.n_ctx) * info_.n_slots;
     }
 
-    engine_status tokenize(const std::string & text, bool add_special, std::vector<int32_t> & out) const override;
+    engine_status tokenize(const std::string & text, bool add_special, const std::vector<text_range> & literal,
+                           std::vector<int32_t> & out) const override;
     engine_status detokenize(const std::vector<int32_t> & tokens, std::string & out) const override;
 
 private:
@@ -236,6 +239,8 @@ private:
     bool              model_needs_ids_; // the owned layers route by token id (the drafter aside)
     std::unique_ptr<tail_drafter> drafter_; // last stage: MTP layers, a DSpark GGUF, or none
     mutable std::mutex mutex_;
+    mutable std::once_flag specials_once_;
+    mutable std::vector<special_token> specials_; // the vocabulary's, as its tokenizer tries them
 };
 
 discard_result llama_engine::slot_discard(int32_t slot, int32_t from) {
@@ -500,26 +505,90 @@ std::vector<step_result> llama_engine::step(const std::vector<step_request> & re
     return results;
 }
 
-engine_status llama_engine::tokenize(const std::string & text, bool add_special, std::vector<int32_t> & out) const {
-    const llama_vocab * vocab = llama_model_get_vocab(model_.get());
+namespace {
+
+// `text`'s tokens, every special token in it parsed (parse_special) or none.
+engine_status tokenize_text(const llama_vocab * vocab, std::string_view text, bool add_special, bool parse_special,
+                            std::vector<int32_t> & out) {
     const int32_t text_len = static_cast<int32_t>(text.size());
     // Tokenizing is the cost: one pass when the guess holds them (text rarely has more
     // tokens than bytes), a second only when it does not.
-    out.resize(std::min<size_t>(text.size() + 16, 1 << 20));
-    int32_t n = llama_tokenize(vocab, text.data(), text_len, out.data(), static_cast<int32_t>(out.size()),
-                               add_special, /*parse_special =*/ true);
+    std::vector<int32_t> tokens(std::min<size_t>(text.size() + 16, 1 << 20));
+    int32_t n = llama_tokenize(vocab, text.data(), text_len, tokens.data(), static_cast<int32_t>(tokens.size()),
+                               add_special, parse_special);
     if (n == INT32_MIN) {
         return engine_status::invalid_argument;
     }
     if (n < 0) {
-        out.resize(static_cast<size_t>(-n));
-        n = llama_tokenize(vocab, text.data(), text_len, out.data(), static_cast<int32_t>(out.size()), add_special, true);
+        tokens.resize(static_cast<size_t>(-n));
+        n = llama_tokenize(vocab, text.data(), text_len, tokens.data(), static_cast<int32_t>(tokens.size()),
+                           add_special, parse_special);
     }
     if (n < 0) {
-        out.clear();
         return engine_status::internal;
     }
-    out.resize(static_cast<size_t>(n));
+    out.insert(out.end(), tokens.begin(), tokens.begin() + n);
+    return engine_status::ok;
+}
+
+// The tokens llama.cpp's tokenizer splits out first (control, user-defined and unknown),
+// in the order it tries them: the same sort of the same ids, longest text first.
+std::vector<special_token> vocab_specials(const llama_vocab * vocab) {
+    const int32_t split_first = LLAMA_TOKEN_ATTR_CONTROL | LLAMA_TOKEN_ATTR_USER_DEFINED | LLAMA_TOKEN_ATTR_UNKNOWN;
+    std::vector<llama_token> ids;
+    for (llama_token id = 0; id < llama_vocab_n_tokens(vocab); ++id) {
+        if (llama_vocab_get_attr(vocab, id) & split_first) {
+            ids.push_back(id);
+        }
+    }
+    std::sort(ids.begin(), ids.end(), [vocab](llama_token a, llama_token b) {
+        return std::strlen(llama_vocab_get_text(vocab, a)) > std::strlen(llama_vocab_get_text(vocab, b));
+    });
+    std::vector<special_token> specials;
+    for (llama_token id : ids) {
+        const int32_t attr = llama_vocab_get_attr(vocab, id);
+        specials.push_back({llama_vocab_get_text(vocab, id), id,
+                            (attr & (LLAMA_TOKEN_ATTR_CONTROL | LLAMA_TOKEN_ATTR_UNKNOWN)) != 0,
+                            (attr & LLAMA_TOKEN_ATTR_LSTRIP) != 0, (attr & LLAMA_TOKEN_ATTR_RSTRIP) != 0});
+    }
+    return specials;
+}
+
+} // namespace
+
+engine_status llama_engine::tokenize(const std::string & text, bool add_special, const std::vector<text_range> & literal,
+                                     std::vector<int32_t> & out) const {
+    const llama_vocab * vocab = llama_model_get_vocab(model_.get());
+    out.clear();
+    if (literal.empty()) {
+        return tokenize_text(vocab, text, add_special, /*parse_special =*/ true, out);
+    }
+    if (!literal_ranges_valid(literal, text.size())) {
+        return engine_status::invalid_argument;
+    }
+    // The special tokens found outside the literal ranges, then each raw piece without
+    // specials: what llama.cpp does with the whole text, less the matches it may not make.
+    std::call_once(specials_once_, [this, vocab] { specials_ = vocab_specials(vocab); });
+    const bool bos = add_special && llama_vocab_get_add_bos(vocab);
+    const bool eos = add_special && llama_vocab_get_add_eos(vocab);
+    if (bos) {
+        out.push_back(llama_vocab_bos(vocab));
+    }
+    for (const text_piece & piece : split_specials(text, specials_, literal)) {
+        if (piece.token >= 0) {
+            out.push_back(piece.token);
+            continue;
+        }
+        const std::string_view raw = std::string_view(text).substr(piece.begin, piece.end - piece.begin);
+        const engine_status status = tokenize_text(vocab, raw, /*add_special =*/ false, /*parse_special =*/ false, out);
+        if (status != engine_status::ok) {
+            out.clear();
+            return status;
+        }
+    }
+    if (eos) {
+        out.push_back(llama_vocab_eos(vocab));
+    }
     return engine_status::ok;
 }
 

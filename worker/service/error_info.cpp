@@ -39,6 +39,7 @@ const char * error_reason_name(error_reason reason) {
         case error_reason::discard_too_deep:         return "DISCARD_TOO_DEEP";
         case error_reason::response_too_large:       return "RESPONSE_TOO_LARGE";
         case error_reason::step_superseded:          return "STEP_SUPERSEDED";
+        case error_reason::invalid_text_ranges:      return "INVALID_TEXT_RANGES";
     }
     return "UNSPECIFIED";
 }
@@ -65,6 +66,7 @@ grpc::StatusCode error_reason_code(error_reason reason) {
         case error_reason::duplicate_session:
         case error_reason::malformed_request:
         case error_reason::response_too_large:
+        case error_reason::invalid_text_ranges:
             return grpc::StatusCode::INVALID_ARGUMENT;
         case error_reason::context_overflow:
             return grpc::StatusCode::OUT_OF_RANGE;

@@ -38,6 +38,7 @@ enum class error_reason {
     discard_too_deep,
     response_too_large,
     step_superseded,
+    invalid_text_ranges,
 };
 
 extern const char * const error_domain; // "shard.meshnet.dev"

@@ -153,8 +153,12 @@ int64_t fake_engine::kv_total() const {
     return static_cast<int64_t>(info_.n_slots) * info_.n_ctx;
 }
 
-engine_status fake_engine::tokenize(const std::string & text, bool add_special, std::vector<int32_t> & out) const {
+engine_status fake_engine::tokenize(const std::string & text, bool add_special, const std::vector<text_range> & literal,
+                                    std::vector<int32_t> & out) const {
     out.clear();
+    if (!literal_ranges_valid(literal, text.size())) {
+        return engine_status::invalid_argument;
+    }
     if (add_special) out.push_back(1);
     for (unsigned char c : text) out.push_back(static_cast<int32_t>(c) % fake_n_vocab);
     return engine_status::ok;

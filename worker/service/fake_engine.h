@@ -29,7 +29,8 @@ public:
     bool    slot_copy_prefix(int32_t source, int32_t slot, int32_t n) override;
     int64_t kv_used() const override;
     int64_t kv_total() const override;
-    engine_status tokenize(const std::string & text, bool add_special, std::vector<int32_t> & out) const override;
+    engine_status tokenize(const std::string & text, bool add_special, const std::vector<text_range> & literal,
+                           std::vector<int32_t> & out) const override;
     engine_status detokenize(const std::vector<int32_t> & tokens, std::string & out) const override;
 
     // Test hooks: runs at the start of every step (e.g. to block it); slots whose

@@ -169,6 +169,16 @@ grpc::ServerUnaryReactor * shard_service::Tokenize(grpc::CallbackServerContext *
             {{"max_message_bytes", std::to_string(core_.identity().max_message_bytes)}})));
         return reactor;
     }
+    std::vector<text_range> literal;
+    for (const pb::TextRange & range : request->literal()) {
+        literal.push_back({range.begin(), range.end()});
+    }
+    if (!literal_ranges_valid(literal, request->text().size())) {
+        finish(reactor, "Tokenize", error_status(make_error(error_reason::invalid_text_ranges,
+            "literal ranges must be sorted, non-empty, non-overlapping and within the text's " +
+            std::to_string(request->text().size()) + " bytes")));
+        return reactor;
+    }
     // Text that cannot fit is refused from its bytes: tokenizing it whole costs more than
     // linear time in its special tokens.
     const int64_t n_ctx    = core_.n_ctx();
@@ -179,13 +189,13 @@ grpc::ServerUnaryReactor * shard_service::Tokenize(grpc::CallbackServerContext *
             " tokens, the context holds " + std::to_string(n_ctx), {{"n_ctx", std::to_string(n_ctx)}})));
         return reactor;
     }
-    const bool taken = tokenizers_.try_run([this, ctx, reactor, request, response, n_ctx] {
+    const bool taken = tokenizers_.try_run([this, ctx, reactor, request, response, n_ctx, literal] {
         if (ctx->IsCancelled()) {
             finish(reactor, "Tokenize", grpc::Status(grpc::StatusCode::CANCELLED, "the client cancelled"));
             return;
         }
         std::vector<int32_t> tokens;
-        const engine_status status = core_.engine().tokenize(request->text(), request->add_special(), tokens);
+        const engine_status status = core_.engine().tokenize(request->text(), request->add_special(), literal, tokens);
         if (status != engine_status::ok) {
             finish(reactor, "Tokenize", error_status(make_error(error_reason::engine_failure,
                 std::string("tokenize: ") + engine_status_name(status))));

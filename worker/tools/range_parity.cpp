@@ -347,7 +347,7 @@ int main(int argc, char ** argv) {
     std::vector<int32_t> prompt;
     std::string text = opt.prompt;
     while (true) {
-        if (reference.back()->tokenize(text, /*add_special =*/ true, prompt) != engine_status::ok || prompt.empty()) {
+        if (reference.back()->tokenize(text, /*add_special =*/ true, /*literal =*/ {}, prompt) != engine_status::ok || prompt.empty()) {
             refuse("the prompt cannot be tokenized");
         }
         if (prompt.size() >= static_cast<size_t>(opt.n_prompt)) {

@@ -17,7 +17,7 @@ import yaml
 
 from meshnet.bundled import smollm2_gguf
 from meshnet.errors import MeshnetError
-from meshnet.gateway.chat import render_chat
+from meshnet.gateway.chat import chat_prompt, chat_tokens
 from meshnet.local.process import free_port
 from meshnet.local.registry import RouteNotFound, lookup, process_alive
 from meshnet.paths import repo_root
@@ -58,8 +58,9 @@ def ask(entry: dict[str, Any]) -> str:
                f"--max-tokens {MAX_TOKENS}")
     with RouteDriver(endpoints) as driver:
         driver.connect(wait=30)
-        chat = render_chat(driver.route.chat_template, [{"role": "user", "content": PROMPT}])
-        answer = driver.generate(chat, max_tokens=MAX_TOKENS)
+        chat = chat_prompt(driver.route.chat_template, [{"role": "user", "content": PROMPT}])
+        answer = driver.generate(chat_tokens(chat, [PROMPT], driver.tokenize),
+                                 max_tokens=MAX_TOKENS)
     click.echo(f"answer: {answer.text.strip()}")
     reference = unsplit_tokens(smollm2_gguf(), answer.prompt_tokens, len(answer.tokens))
     same = reference == answer.tokens

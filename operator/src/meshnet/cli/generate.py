@@ -8,7 +8,7 @@ import sys
 import click
 
 from meshnet.cli.tls import tls_client_options
-from meshnet.gateway.chat import render_chat
+from meshnet.gateway.chat import chat_prompt, chat_tokens
 from meshnet.local.registry import lookup
 from meshnet.route import PromptTooLong, RouteDriver, Sampling, TlsFiles
 from meshnet.route.drafts import MAX_DRAFT, MAX_WINDOWS
@@ -71,12 +71,14 @@ def command(stages: tuple[str, ...], route_name: str | None, prompt: str, chat: 
     with RouteDriver(list(stages), tls=tls, chunk_tokens=chunk, sample_locally=sample_locally,
                      topology=topology, speculate=speculate, windows=windows) as driver:
         route = driver.connect(wait=10.0)
-        if chat:
-            prompt = render_chat(route.chat_template, [{"role": "user", "content": prompt}])
         printer = _TextStream(driver) if not as_json else None
         try:
+            request: str | list[int] = prompt
+            if chat:  # tokenized as the gateway does: the user's text stays text
+                marked = chat_prompt(route.chat_template, [{"role": "user", "content": prompt}])
+                request = chat_tokens(marked, [prompt], driver.tokenize)
             generation = driver.generate(
-                prompt, max_tokens=max_tokens, sampling=sampling, stop_at_eos=not ignore_eos,
+                request, max_tokens=max_tokens, sampling=sampling, stop_at_eos=not ignore_eos,
                 on_token=printer.add if printer else None,
             )
         except PromptTooLong as exc:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +22,9 @@ from meshnet.gateway.limits import (
 from meshnet.route.sampling import Sampling
 
 MAX_STOP_STRINGS = 4  # as OpenAI allows
+
+
+ROLE = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
 
 
 class BadRequest(ValueError):
@@ -210,6 +214,10 @@ def chat_job(body: Any, bounds: RouteBounds, default_seed: int = 0) -> Job:
         where = f"messages[{index}]"
         if not isinstance(message, Mapping) or not isinstance(message.get("role"), str):
             raise BadRequest(f"{where} needs a role", "messages")
+        if not ROLE.fullmatch(message["role"]):
+            # the template writes the role into the prompt as it is, special tokens and all
+            raise BadRequest(f"{where}.role must be a plain name (a letter, then letters, "
+                             "digits, '_' or '-'; at most 64), as OpenAI's roles are", "messages")
         content, parts = _content(message, where, parts_left)
         parts_left -= parts
         size += _utf8_size(message["role"], "messages", f"{where}.role")

@@ -31,7 +31,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from meshnet.errors import MeshnetError
 from meshnet.gateway import responses
 from meshnet.gateway.admission import Admission, QueueFull
-from meshnet.gateway.chat import ChatTemplateError, render_chat
+from meshnet.gateway.chat import ChatTemplateError, chat_prompt, chat_tokens
 from meshnet.gateway.fleet import Fleet, Replica
 from meshnet.gateway.limits import MAX_BODY_BYTES, RouteBounds
 from meshnet.gateway.metrics import GatewayMetrics
@@ -292,7 +292,9 @@ class Gateway:
 
     def _prompt_ids(self, driver: RouteDriver, job: Job) -> list[int]:
         if job.kind == "chat":
-            return driver.tokenize(render_chat(driver.route.chat_template, job.messages))
+            # only the template's markers become special tokens, never a user's text
+            prompt = chat_prompt(driver.route.chat_template, job.messages)
+            return chat_tokens(prompt, [m["content"] for m in job.messages], driver.tokenize)
         if isinstance(job.prompt, tuple):
             return list(job.prompt)
         return driver.tokenize(job.prompt)

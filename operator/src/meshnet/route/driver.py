@@ -147,11 +147,12 @@ class RouteDriver:
     def _vocab_client(self) -> StageClient:
         return vocab_client(self.clients, self.route)
 
-    def tokenize(self, text: str) -> list[int]:
-        """The prompt's tokens; PromptTooLong when the stage finds they cannot fit its
-        context (it refuses such text, often from its bytes alone, before tokenizing)."""
+    def tokenize(self, text: str, literal: Sequence[tuple[int, int]] = ()) -> list[int]:
+        """The prompt's tokens, none of them a control token made from the byte ranges in
+        `literal`; PromptTooLong when the stage finds they cannot fit its context (it
+        refuses such text, often from its bytes alone, before tokenizing)."""
         try:
-            return self._vocab_client().tokenize(text, add_special=True)
+            return self._vocab_client().tokenize(text, add_special=True, literal=literal)
         except StageError as exc:
             if exc.reason != "CONTEXT_OVERFLOW":
                 raise

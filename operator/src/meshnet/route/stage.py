@@ -240,11 +240,15 @@ class StageClient:
         return self._stub.ReleaseSession.future(pb.ReleaseSessionRequest(key=key),
                                                 timeout=timeout)
 
-    def tokenize(self, text: str, add_special: bool = True) -> list[int]:
-        """The text's tokens. A stage whose few tokenizer threads are all busy refuses at
-        once ("retry shortly"): retried with growing pauses for up to TOKENIZE_PATIENCE
-        seconds, so a burst of sessions queues here rather than failing."""
-        request = pb.TokenizeRequest(text=text, add_special=add_special)
+    def tokenize(self, text: str, add_special: bool = True,
+                 literal: Sequence[tuple[int, int]] = ()) -> list[int]:
+        """The text's tokens; no control token is made from the UTF-8 byte ranges in
+        `literal` (a chat's message content). A stage whose few tokenizer threads are all
+        busy refuses at once ("retry shortly"): retried with growing pauses for up to
+        TOKENIZE_PATIENCE seconds, so a burst of sessions queues here rather than failing."""
+        request = pb.TokenizeRequest(
+            text=text, add_special=add_special,
+            literal=[pb.TextRange(begin=begin, end=end) for begin, end in literal])
         give_up, pause = time.monotonic() + TOKENIZE_PATIENCE, 0.005
         while True:
             try:
