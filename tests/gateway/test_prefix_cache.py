@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from meshnet.api.shardroute import LayerRange
-from meshnet.gateway.chat import render_chat
+from meshnet.gateway.chat import chat_prompt
 from meshnet.local.process import LaunchSpec, WorkerProcess, start_route
 from meshnet.route import RouteDriver
 
@@ -59,7 +59,36 @@ def test_every_turn_of_a_chat_after_the_first_hits_and_answers_as_a_cold_run(
         template, eos = cold.route.chat_template, set(cold.route.eos_token_ids)
         for turn, text in enumerate(answers):
             history = messages[:2 + 2 * turn]
-            run = cold.generate(render_chat(template, history), max_tokens=16)
+            prompt = chat_prompt(template, history)
+            run = cold.generate(cold.tokenize(prompt.text, prompt.literal), max_tokens=16)
             tokens = [t for t in run.tokens if t not in eos]
             assert run.cached_tokens == 0
             assert cold.detokenize(tokens) == text
+
+
+def test_a_tenants_prefix_is_reused_for_its_salt_only(gateway: Gateway) -> None:
+    """The probe: another client guesses a secret in a victim's prompt and asks whether the
+    stages cached it (cached_tokens, or a faster first token). With cache_salt, they never
+    hit another salt's entries, nor the shared cache's; the same salt still reuses."""
+    api = openai.OpenAI(base_url=gateway.base_url, api_key="unused", max_retries=0)
+    secret = [{"role": "system", "content": SYSTEM + " The vault code is 4721."},
+              {"role": "user", "content": "Hello."}]
+
+    def ask(salt: str | None) -> tuple[int, str]:
+        extra = {"cache_salt": salt} if salt is not None else {}
+        answer = api.chat.completions.create(model=MODEL, messages=secret,  # type: ignore[arg-type]
+                                             temperature=0, max_tokens=8, extra_body=extra)
+        details = answer.usage.prompt_tokens_details  # type: ignore[union-attr]
+        cached = (details.cached_tokens or 0) if details else 0
+        return cached, answer.choices[0].message.content or ""
+
+    # the stages keep 2 entries and each released session takes one: the victim asks again
+    # after one probe, while its entry is still there, and the unsalted probe comes last
+    victim = ask("victim")
+    probes = [ask("attacker")]
+    again = ask("victim")
+    probes.append(ask(None))
+    assert victim[0] == 0
+    assert [cached for cached, _ in probes] == [0, 0]
+    assert again[0] >= BLOCK
+    assert {text for _, text in [victim, *probes, again]} == {victim[1]}  # the same answer

@@ -9,19 +9,20 @@ prefix_cache::prefix_cache(int32_t n_slots, int32_t block, bool whole_only)
     : block_(std::max(block, 0)), whole_only_(whole_only), slots_(static_cast<size_t>(std::max(n_slots, 0))) {}
 
 void prefix_cache::stepped(int32_t slot, const std::string & route_id, uint64_t epoch, int64_t n_past,
-                           const std::vector<int32_t> & tokens) {
+                           const std::vector<int32_t> & tokens, const std::string & salt) {
     if (block_ <= 0 || slot < 0 || static_cast<size_t>(slot) >= slots_.size()) {
         return;
     }
     std::lock_guard<std::mutex> lock(mutex_);
     slot_prefix & prefix = slots_[static_cast<size_t>(slot)];
     if (n_past == 0) {
-        prefix = slot_prefix{route_id, epoch, {}};
+        prefix = slot_prefix{route_id, epoch, salt, {}};
     }
     // Only a whole block fed as one step where the exact prefix ends computes as a cold
     // run's prefill does; anything else (a wider or narrower step, decode) ends it there.
     if (static_cast<int64_t>(prefix.tokens.size()) == n_past && n_past % block_ == 0 &&
-        static_cast<int64_t>(tokens.size()) == block_ && prefix.route_id == route_id && prefix.epoch == epoch) {
+        static_cast<int64_t>(tokens.size()) == block_ && prefix.route_id == route_id && prefix.epoch == epoch &&
+        prefix.salt == salt) {
         prefix.tokens.insert(prefix.tokens.end(), tokens.begin(), tokens.end());
     }
 }
@@ -72,7 +73,7 @@ std::vector<int32_t> prefix_cache::tokens(int32_t slot) const {
 
 prefix_cache::match prefix_cache::find(const std::string & route_id, uint64_t epoch,
                                        const std::vector<int32_t> & tokens,
-                                       const std::vector<int32_t> & candidates) const {
+                                       const std::vector<int32_t> & candidates, const std::string & salt) const {
     match best;
     if (block_ <= 0) {
         return best;
@@ -83,8 +84,8 @@ prefix_cache::match prefix_cache::find(const std::string & route_id, uint64_t ep
             continue;
         }
         const slot_prefix & prefix = slots_[static_cast<size_t>(slot)];
-        if (prefix.route_id != route_id || prefix.epoch != epoch) {
-            continue; // another route's or an older epoch's KV is never reused
+        if (prefix.route_id != route_id || prefix.epoch != epoch || prefix.salt != salt) {
+            continue; // another route's, an older epoch's or another tenant's KV is never reused
         }
         const size_t n = std::min(prefix.tokens.size(), tokens.size());
         const auto differs = std::mismatch(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(n),

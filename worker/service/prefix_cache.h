@@ -5,6 +5,8 @@
 // Which slots are kept as entries after their session's release is session_store's.
 // With `whole_only` (a memory that copies whole sequences only, deepseek4) a slot is reused
 // only as a whole: it matches when all of its exact prefix begins the asked tokens.
+// Entries are kept apart by (route id, epoch) and by the tenant's cache salt: a session
+// reuses only a prefix computed for its own salt, so no tenant learns what another sent.
 #pragma once
 
 #include <cstdint>
@@ -22,10 +24,11 @@ public:
     int32_t block() const { return block_; }
     bool whole_only() const { return whole_only_; }
 
-    // A step of `tokens` at `n_past` ran in `slot` for (route_id, epoch): one whole block
-    // at the grid position where the slot's exact prefix ends extends that prefix.
+    // A step of `tokens` at `n_past` ran in `slot` for (route_id, epoch, salt): one whole
+    // block at the grid position where the slot's exact prefix ends extends that prefix
+    // (a step of another salt ends it).
     void stepped(int32_t slot, const std::string & route_id, uint64_t epoch, int64_t n_past,
-                 const std::vector<int32_t> & tokens);
+                 const std::vector<int32_t> & tokens, const std::string & salt = "");
     // The slot dropped its positions >= `from`.
     void truncated(int32_t slot, int64_t from);
     // The slot was emptied.
@@ -40,16 +43,17 @@ public:
         int32_t slot = -1;
         int64_t held = 0; // a multiple of the block, <= tokens.size()
     };
-    // The slot of (route_id, epoch) among `candidates` whose exact prefix shares the most
-    // whole blocks with `tokens`, compared token by token (never by hash alone); whole
+    // The slot of (route_id, epoch, salt) among `candidates` whose exact prefix shares the
+    // most whole blocks with `tokens`, compared token by token (never by hash alone); whole
     // only: the longest exact prefix that `tokens` begin with, all of it.
     match find(const std::string & route_id, uint64_t epoch, const std::vector<int32_t> & tokens,
-               const std::vector<int32_t> & candidates) const;
+               const std::vector<int32_t> & candidates, const std::string & salt = "") const;
 
 private:
     struct slot_prefix {
         std::string          route_id;
         uint64_t             epoch = 0;
+        std::string          salt;   // the tenant's, "" for none
         std::vector<int32_t> tokens; // the exact prefix
     };
 

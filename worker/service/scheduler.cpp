@@ -333,7 +333,7 @@ int32_t scheduler::prefix_source(const step_job & job, std::optional<shard_error
                 candidates.push_back(slot); // entries and live sessions alike: positions before
             }                               // a slot's exact prefix end are never rewritten
         }
-        found = prefix_->find(job.key.route_id, job.key.epoch, job.prefix_tokens, candidates);
+        found = prefix_->find(job.key.route_id, job.key.epoch, job.prefix_tokens, candidates, job.cache_salt);
     }
     if (found.slot >= 0 && found.held >= job.n_past && job.n_past > 0) {
         return found.slot;
@@ -353,7 +353,7 @@ int32_t scheduler::snapshot(int32_t slot, const step_job & job, std::vector<int3
         return -1;
     }
     const prefix_cache::match same = prefix_->find(job.key.route_id, job.key.epoch,
-                                                   prefix_->tokens(slot), sessions_.entry_slots());
+                                                   prefix_->tokens(slot), sessions_.entry_slots(), job.cache_salt);
     if (same.held == n) {
         sessions_.touch_entry(same.slot, now); // held already
         return -1;
@@ -562,7 +562,8 @@ void scheduler::run_batch(std::vector<step_job> & batch) {
             }
             sessions_.touch(job.key, finished);
             if (prefix_) {
-                prefix_->stepped(requests[r].slot, job.key.route_id, job.key.epoch, job.n_past, job.fed_tokens);
+                prefix_->stepped(requests[r].slot, job.key.route_id, job.key.epoch, job.n_past, job.fed_tokens,
+                                 job.cache_salt);
             }
             outcome.ok       = true;
             outcome.n_past   = engine_.slot_n_past(requests[r].slot);

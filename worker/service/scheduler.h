@@ -44,6 +44,7 @@ struct step_job {
     std::vector<int32_t> fed_tokens;    // the step's token ids as the request carried them (prefix cache)
     std::vector<int32_t> prefix_tokens; // a new session's positions 0..n_past-1, to copy from a cached prefix
     bool                 prefix_snapshot = false; // whole-only cache: keep positions 0..n_past-1 as an entry first
+    std::string          cache_salt; // the tenant's: prefixes are reused only within one salt
     std::function<bool()>               cancelled; // polled before and after the step
     std::function<void(step_outcome &)> done;      // called once, on the engine thread
 };

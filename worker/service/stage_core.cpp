@@ -145,6 +145,7 @@ pb::ForwardRequest relay_request_of(const pb::ForwardRequest & request, bool rin
     next.set_want_drafts(request.want_drafts());
     *next.mutable_prefix_tokens() = request.prefix_tokens();
     next.set_prefix_snapshot(request.prefix_snapshot());
+    next.set_cache_salt(request.cache_salt());
     return next;
 }
 
@@ -165,6 +166,7 @@ step_job job_of(const pb::ForwardRequest & request, const output_plan & plan, co
     job.fed_tokens.assign(request.tokens().begin(), request.tokens().end());
     job.prefix_tokens.assign(request.prefix_tokens().begin(), request.prefix_tokens().end());
     job.prefix_snapshot = request.prefix_snapshot();
+    job.cache_salt      = request.cache_salt();
     return job;
 }
 

@@ -54,6 +54,18 @@ TEST("another epoch's or route's prefix is never matched") {
     CHECK_EQ(cache.find("s", 1, tokens_from(0, 5), {0}).held, 0);
 }
 
+TEST("a prefix is matched only for the salt it was computed for, and another salt's step ends it") {
+    prefix_cache cache(2, 4);
+    cache.stepped(0, "r", 1, 0, tokens_from(0, 4), "tenant-a");
+    cache.stepped(0, "r", 1, 4, tokens_from(4, 4), "tenant-a");
+    CHECK_EQ(cache.find("r", 1, tokens_from(0, 9), {0}, "tenant-a").held, 8);
+    CHECK_EQ(cache.find("r", 1, tokens_from(0, 9), {0}, "tenant-b").held, 0);
+    CHECK_EQ(cache.find("r", 1, tokens_from(0, 9), {0}).held, 0); // the shared cache neither
+    cache.stepped(1, "r", 1, 0, tokens_from(0, 4));
+    cache.stepped(1, "r", 1, 4, tokens_from(4, 4), "tenant-b");
+    CHECK_EQ(cache.held(1), 4);
+}
+
 TEST("a copy holds the source's first positions only") {
     prefix_cache cache(2, 4);
     cache.stepped(0, "r", 1, 0, tokens_from(0, 4));

@@ -22,6 +22,7 @@ from meshnet.gateway.limits import (
 from meshnet.route.sampling import Sampling
 
 MAX_STOP_STRINGS = 4  # as OpenAI allows
+MAX_SALT_BYTES = 256
 
 
 ROLE = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
@@ -83,6 +84,7 @@ class Job:
     stream: bool = False
     include_usage: bool = False
     ignore_eos: bool = False  # an extension (as vLLM's): generate all max_tokens
+    cache_salt: str = ""  # the client's (OpenAI's and vLLM's): its prefixes are its own
 
     def within_context(self, prompt_tokens: int) -> Job:
         """This job for a prompt of `prompt_tokens`: its max_tokens fitted to the context
@@ -161,6 +163,11 @@ def _common(body: Mapping[str, Any], bounds: RouteBounds, default_seed: int) -> 
     ignore_eos = body.get("ignore_eos", False)
     if not isinstance(ignore_eos, bool):
         raise BadRequest("ignore_eos must be true or false", "ignore_eos")
+    cache_salt = body.get("cache_salt") or ""
+    if not isinstance(cache_salt, str) or _utf8_size(
+            cache_salt, "cache_salt", "cache_salt") > MAX_SALT_BYTES:
+        raise BadRequest(f"cache_salt must be a string of at most {MAX_SALT_BYTES} bytes",
+                         "cache_salt")
     options = body.get("stream_options") or {}
     if not isinstance(options, Mapping):
         raise BadRequest("stream_options must be an object", "stream_options")
@@ -178,6 +185,7 @@ def _common(body: Mapping[str, Any], bounds: RouteBounds, default_seed: int) -> 
         "stream": stream,
         "include_usage": bool(options.get("include_usage", False)),
         "ignore_eos": ignore_eos,
+        "cache_salt": cache_salt,
     }
 
 

@@ -426,7 +426,8 @@ class _Generation:
                                         on_token=self._on_token,
                                         speculate=self.gateway.config.speculate,
                                         windows=self.gateway.config.windows,
-                                        refresh=self._relocate)
+                                        refresh=self._relocate,
+                                        cache_salt=self.job.cache_salt.encode())
         finally:
             self.loop.call_soon_threadsafe(self.tokens.put_nowait, None)
 

@@ -115,8 +115,8 @@ class RouteDriver:
             time.sleep(delay)
             delay = min(delay * 2, 1.0)
 
-    def settings(self, speculate: int | None = None,
-                 windows: int | None = None) -> SessionSettings:
+    def settings(self, speculate: int | None = None, windows: int | None = None,
+                 cache_salt: bytes = b"") -> SessionSettings:
         """The settings a session started now runs with (`speculate`, `windows`: None,
         the driver's)."""
         return SessionSettings(
@@ -125,7 +125,7 @@ class RouteDriver:
             max_recoveries=self.max_recoveries, wait_seconds=self.wait_seconds,
             speculate=self.speculate if speculate is None else _draft_cap(speculate),
             windows=self.windows if windows is None else _window_cap(windows),
-            reuse_prefix=self.reuse_prefix,
+            reuse_prefix=self.reuse_prefix, cache_salt=cache_salt,
         )
 
     def topology_of(self, route: RouteInfo) -> Topology:
@@ -177,6 +177,7 @@ class RouteDriver:
         speculate: int | None = None,
         windows: int | None = None,
         refresh: Refresh | None = None,
+        cache_salt: bytes = b"",
     ) -> Generation:
         """Prefills `prompt` (text or token ids) and decodes up to `max_tokens`.
         `speculate`: draft up to that many tokens per step (prompt lookup, verified
@@ -184,7 +185,8 @@ class RouteDriver:
         `windows`: a decode loop keeps up to that many verify windows in flight
         (pipelined speculation; None: the driver's default, 1: one at a time).
         `refresh`: where a session that recovers goes on (None: these stages, once they
-        answer again within the driver's wait)."""
+        answer again within the driver's wait). `cache_salt`: the tenant's; the stages
+        reuse only prefixes computed for the same salt (b"": the route's shared cache)."""
         sampling = sampling or Sampling()
         route = self.route
         prompt_ids = self.tokenize(prompt) if isinstance(prompt, str) else list(prompt)
@@ -192,7 +194,7 @@ class RouteDriver:
             raise RouteError("the prompt is empty")
         if len(prompt_ids) > route.n_ctx:
             raise PromptTooLong(len(prompt_ids), route.n_ctx)
-        session = Session(self.clients, route, self.settings(speculate, windows),
+        session = Session(self.clients, route, self.settings(speculate, windows, cache_salt),
                           refresh or self.refresh, prompt_ids, sampling)
         try:
             result = session.generate(max_tokens, stop_at_eos, on_token)

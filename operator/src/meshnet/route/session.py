@@ -56,6 +56,7 @@ class SessionSettings:
     speculate: int = 0  # the longest draft (0: off)
     windows: int = 1  # verify windows a decode loop keeps in flight (pipelined speculation)
     reuse_prefix: bool = True  # start from the stages' cached prefix where the route has one
+    cache_salt: bytes = b""  # the tenant's: prefixes are reused only within one salt
 
     @property
     def loop(self) -> bool:
@@ -89,7 +90,8 @@ class Session:
         self.route = route
         self.walk: Walk = walk_for(route, self.settings.topology, loop=self.settings.loop)
         self.ctx = StepContext(self.clients, route, self.key(), self.answer,
-                               self.settings.chunk_tokens, self.counts)
+                               self.settings.chunk_tokens, self.counts,
+                               cache_salt=self.settings.cache_salt)
 
     # -- a generation -----------------------------------------------------------------
 

@@ -44,10 +44,15 @@ class StepContext:
     # that starts there asks the stages to keep positions before it as an entry of their
     # own (ForwardRequest.prefix_snapshot), where the memory copies whole sequences only.
     snapshot: int = 0
+    # The tenant's cache salt: what the session's steps compute is kept, and reused, for it
+    # alone (ForwardRequest.cache_salt).
+    cache_salt: bytes = b""
 
     def reusing(self, request: pb.ForwardRequest) -> pb.ForwardRequest:
         """`request`, naming the cached prefix when it is the session's first step, and
-        asking for a snapshot when it starts at the prompt's last grid boundary."""
+        asking for a snapshot when it starts at the prompt's last grid boundary; salted
+        with the tenant's cache salt."""
+        request.cache_salt = self.cache_salt
         if self.prefix and request.n_past == len(self.prefix):
             request.prefix_tokens.extend(self.prefix)
         if self.snapshot and request.n_past == self.snapshot:
