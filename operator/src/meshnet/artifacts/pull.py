@@ -5,6 +5,9 @@ otherwise fetch it into `NAME.partial` (resuming from the checkpoint journal, se
 journal.py), hashing while writing; rename it into place only when the whole-file sha256
 matches, else move the partial to quarantine and report HashMismatch naming the file and
 both digests.
+A file in place is only ever replaced by verified bytes (one atomic rename): a pull that
+fails leaves it, and its marker, as they were, so a spec with a wrong digest never takes
+a file from the workers that run on it (they may be restarted from it any time).
 Nothing is written outside the destination: names are checked first, and no symbolic
 link in the destination is followed.
 """
@@ -42,6 +45,7 @@ from meshnet.artifacts.markers import (
     fsync_dir,
     has_valid_marker,
     make_private_dir,
+    marked_sha256,
     open_existing,
     open_new,
     write_atomic,
@@ -210,8 +214,9 @@ class Puller:
                 self._seal(file)
                 outcome.state = "verified"
                 return
-            self.meter.log(f"{file.name}: the file in place does not match: fetching it again")
-            self._quarantine(final, file.name)
+            # Kept, with its marker, until verified bytes replace it: the spec may be wrong.
+            self.meter.log(f"{file.name}: the file in place does not match: fetching it"
+                           " again beside it")
         transfer = self._open(file, outcome)
         try:
             self._download(transfer, outcome)
@@ -236,7 +241,8 @@ class Puller:
             raise StorageRefused(f"cannot write the verified marker in {self.layout.state}")
 
     def _quarantine(self, path: Path, name: str) -> None:
-        # Kept for inspection, one per name so a flapping source cannot fill the disk.
+        # Downloaded bytes that did not verify (never the file in place), kept for
+        # inspection, one per name so a flapping source cannot fill the disk.
         target = self.layout.quarantine(name)
         make_private_dir(target.parent)
         os.replace(path, target)
@@ -378,11 +384,14 @@ def _what(path: Path) -> str:
 
 
 def _reusable_bytes(layout: Layout, file: ArtifactFile) -> int:
-    for path in (layout.final(file.name), layout.partial(file.name)):
-        size = _own_size(path)
-        if size is not None:
-            return min(size, file.size)
-    return 0
+    """Bytes of `file` already here: a file in place that may only need hashing (never one
+    its marker says holds other bytes: that one stays while the new bytes come beside it),
+    else a partial of its own."""
+    info = _lstat(layout.final(file.name))
+    if info is not None and stat.S_ISREG(info.st_mode) \
+            and marked_sha256(layout, file.name) in (None, file.sha256):
+        return min(info.st_size, file.size)
+    return min(_own_size(layout.partial(file.name)) or 0, file.size)
 
 
 def _fetch_all(files: list[ArtifactFile], outcomes: dict[str, FileOutcome], puller: Puller) -> None:
