@@ -516,7 +516,8 @@ def test_changed_bytes_replace_a_file_only_once_verified_and_its_old_manifest_ke
     source = HttpSource(url)
     try:
         assert pull(old, dest, source, null_meters).ok
-        old_folder = keep_manifest(layout, old.spec.manifest_digest(), [f.name for f in old.spec.files])
+        old_folder = keep_manifest(layout, old.spec.manifest_digest(),
+                                   [f.name for f in old.spec.files])
         with open(served / changed, "r+b") as handle:  # new tensor bytes, same name and size
             handle.seek(-4096, os.SEEK_END)
             handle.write(b"\x7f")
@@ -535,3 +536,40 @@ def test_changed_bytes_replace_a_file_only_once_verified_and_its_old_manifest_ke
     assert (new_folder / changed).read_bytes() == (served / changed).read_bytes()
     prune_manifests(layout, [old.spec.manifest_digest()])
     assert not old_folder.exists() and new_folder.is_dir()
+
+
+def test_a_pull_that_fails_replaces_none_of_the_files_in_place(split_set, serve, tmp_path,
+                                                               null_meters):
+    """Two splits changed, one of them with a wrong digest: the verified one waits beside
+    its old file, so the copy on disk stays the old manifest's, whole."""
+    served = copy_set(split_set, tmp_path / "served")
+    _, url = serve(served)
+    old_yaml = split_set.artifact_yaml(tmp_path / "ma.yaml", url)
+    first, last = split_set.files[0].name, split_set.files[2].name
+    dest = tmp_path / "models"
+    source = HttpSource(url)
+    try:
+        assert pull(load_artifact(old_yaml), dest, source, null_meters).ok
+        for name in (first, last):
+            with open(served / name, "r+b") as handle:
+                handle.seek(-4096, os.SEEK_END)
+                handle.write(b"\x7f")
+        right = _with_sha256(old_yaml, first,
+                             hashlib.sha256((served / first).read_bytes()).hexdigest())
+        wrong = _with_sha256(right, last, _one_digit_off(split_set.manifest.entries[2].sha256))
+
+        failed = pull(load_artifact(wrong), dest, source, null_meters)
+
+        assert failed.result == "HashMismatch" and last in failed.message
+        assert {f.name: f.state for f in failed.files}[first] == "staged"
+        assert same_files(split_set, dest)  # the old manifest's copy, untouched
+        fixed = load_artifact(_with_sha256(
+            right, last, hashlib.sha256((served / last).read_bytes()).hexdigest()))
+        done = pull(fixed, dest, source, null_meters)
+    finally:
+        source.close()
+
+    assert done.ok, done.message
+    states = {f.name: f.state for f in done.files}
+    assert states[first] == "resumed"  # its verified partial, re-checked, not fetched again
+    assert all((dest / n).read_bytes() == (served / n).read_bytes() for n in (first, last))

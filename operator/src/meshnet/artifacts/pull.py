@@ -5,9 +5,10 @@ otherwise fetch it into `NAME.partial` (resuming from the checkpoint journal, se
 journal.py), hashing while writing; rename it into place only when the whole-file sha256
 matches, else move the partial to quarantine and report HashMismatch naming the file and
 both digests.
-A file in place is only ever replaced by verified bytes (one atomic rename): a pull that
-fails leaves it, and its marker, as they were, so a spec with a wrong digest never takes
-a file from the workers that run on it (they may be restarted from it any time).
+A file in place is only ever replaced by verified bytes, by one atomic rename once every
+file of the pull is verified: a pull that fails leaves the files in place and their
+markers as they were, so a spec with a wrong digest never takes a file from the workers
+that run on it (they may be restarted from it any time).
 Nothing is written outside the destination: names are checked first, and no symbolic
 link in the destination is followed.
 """
@@ -67,7 +68,9 @@ VERIFIED = "Verified"
 class FileOutcome:
     name: str
     size: int
-    state: str = "pending"  # skipped | verified | downloaded | resumed | failed
+    # skipped | verified | downloaded | resumed | failed, or staged: verified in its partial
+    # to replace the file in place once every file is verified (the pull failed before)
+    state: str = "pending"
     received: int = 0  # bytes that came from the source during this run
     resumed_from: int = 0  # bytes of an earlier partial reused after re-checking them
     error: str | None = None
@@ -199,8 +202,10 @@ class Puller:
         self.rng = rng or random.Random()
         self.sleep = sleep
 
-    def fetch(self, file: ArtifactFile, outcome: FileOutcome) -> None:
-        """Bring one file into place verified, or raise the ArtifactError saying why not."""
+    def fetch(self, file: ArtifactFile, outcome: FileOutcome) -> bool:
+        """Bring one file into place verified, or raise the ArtifactError saying why not.
+        False where it would replace a file in place: its verified bytes then wait in the
+        partial until every file of the pull is verified (`place`)."""
         self.meter.describe(file.name)
         final = self.layout.final(file.name)
         info = _lstat(final)
@@ -210,10 +215,13 @@ class Puller:
                            " in its place, not following it")
             final.unlink()
         if final.is_file():
-            if final.stat().st_size == file.size and sha256_file(final, self.meter) == file.sha256:
+            # Not hashed where its marker vouches for other bytes: it is to be replaced.
+            if final.stat().st_size == file.size \
+                    and marked_sha256(self.layout, file.name) in (None, file.sha256) \
+                    and sha256_file(final, self.meter) == file.sha256:
                 self._seal(file)
                 outcome.state = "verified"
-                return
+                return True
             # Kept, with its marker, until verified bytes replace it: the spec may be wrong.
             self.meter.log(f"{file.name}: the file in place does not match: fetching it"
                            " again beside it")
@@ -230,7 +238,16 @@ class Puller:
             self._quarantine(self.layout.partial(file.name), file.name)
             self.layout.journal(file.name).unlink(missing_ok=True)
             raise HashMismatch(file.name, file.sha256, actual)
-        os.replace(self.layout.partial(file.name), final)
+        if final.is_file():
+            outcome.state = "staged"
+            return False
+        self.place(file, outcome)
+        return True
+
+    def place(self, file: ArtifactFile, outcome: FileOutcome) -> None:
+        """Rename the verified partial over the file's name (a process that has the old
+        file open keeps reading the old bytes)."""
+        os.replace(self.layout.partial(file.name), self.layout.final(file.name))
         fsync_dir(self.layout.dest)
         self._seal(file)
         self.layout.journal(file.name).unlink(missing_ok=True)
@@ -396,9 +413,11 @@ def _reusable_bytes(layout: Layout, file: ArtifactFile) -> int:
 
 def _fetch_all(files: list[ArtifactFile], outcomes: dict[str, FileOutcome], puller: Puller) -> None:
     first_mismatch: HashMismatch | None = None
+    staged: list[ArtifactFile] = []
     for file in files:
         try:
-            puller.fetch(file, outcomes[file.name])
+            if not puller.fetch(file, outcomes[file.name]):
+                staged.append(file)
         except ArtifactError as exc:
             outcomes[file.name].state = "failed"
             outcomes[file.name].error = str(exc)
@@ -409,6 +428,10 @@ def _fetch_all(files: list[ArtifactFile], outcomes: dict[str, FileOutcome], pull
             first_mismatch = first_mismatch or exc
     if first_mismatch:
         raise first_mismatch
+    # Every file verified: only now are files in place replaced, so a pull that fails
+    # leaves the copy it found whole (a set of changed splits never half-replaced).
+    for file in staged:
+        puller.place(file, outcomes[file.name])
 
 
 def pull(

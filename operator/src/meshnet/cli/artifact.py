@@ -112,6 +112,9 @@ def _pull_detail(outcome: FileOutcome) -> str | None:
         return f"received {_mb(outcome.received)}"
     if outcome.state == "resumed":
         return f"resumed at {_mb(outcome.resumed_from)}, received {_mb(outcome.received)}"
+    if outcome.state == "staged":
+        return (f"received {_mb(outcome.received)}, verified; the file in place stays"
+                " until every file verifies")
     if outcome.state == "failed":
         return "see below"
     return None  # never reached
