@@ -172,8 +172,9 @@ def pull_cmd(
     downloads only the rest), and renamed into place only when the sha256 matches; a file
     already in place is replaced only once every file verified, so a failed pull leaves the
     files in place and their markers as they were (bytes that did not verify go to
-    DEST/.meshnet/quarantine/). Files come from spec.source, per-file urls, or --source-dir; nothing is written outside DEST
-    (file names must be plain names, symbolic links there are not followed). Exit status:
+    DEST/.meshnet/quarantine/). Files come from spec.source, per-file urls, or
+    --source-dir; nothing is written outside DEST (file names must be plain names,
+    symbolic links there are not followed). Exit status:
     0 verified, 1 worth retrying (download failed, hash mismatch), 3 not worth retrying
     (spec, split set, storage).
     """
