@@ -16,6 +16,7 @@ import yaml
 
 from meshnet.artifacts.markers import Layout
 from meshnet.artifacts.pull import compact_json, pull
+from meshnet.artifacts.retain import keep_manifest, prune_manifests
 from meshnet.artifacts.retry import RetryPolicy
 from meshnet.artifacts.sources import HttpSource
 from meshnet.artifacts.spec import load_artifact
@@ -447,3 +448,128 @@ def test_pull_full_rehashes_files_its_markers_vouch_for_and_repairs_them(split_s
     assert same_files(split_set, dest)
     assert server.bytes_sent == victim.stat().st_size  # only the changed file came again
     assert "size and mtime" in meshnet("artifact", "pull", "--help").stdout
+
+
+def _with_sha256(artifact_yaml: Path, name: str, sha256: str) -> Path:
+    """The ModelArtifact at `artifact_yaml` with file `name`'s sha256 set to `sha256`."""
+    document = yaml.safe_load(artifact_yaml.read_text())
+    entry = next(f for f in document["spec"]["files"] if f["name"] == name)
+    entry["sha256"] = sha256
+    changed = artifact_yaml.with_name(f"{sha256[:8]}-{artifact_yaml.name}")
+    changed.write_text(yaml.safe_dump(document, sort_keys=False))
+    return changed
+
+
+def _one_digit_off(sha256: str) -> str:
+    return sha256[:-1] + ("0" if sha256[-1] != "0" else "1")
+
+
+def test_a_wrong_digit_in_a_sha256_leaves_the_verified_file_in_place_and_its_marker(
+        split_set, serve, tmp_path, null_meters):
+    """The file in place may be what running workers restart from: a pull of a spec it
+    cannot satisfy must not move it away (it used to go to quarantine, marker left)."""
+    server, url = serve(split_set.folder)
+    good = split_set.artifact_yaml(tmp_path / "ma.yaml", url)
+    victim = split_set.files[1].name
+    typo = _with_sha256(good, victim, _one_digit_off(split_set.manifest.entries[1].sha256))
+    dest = tmp_path / "models"
+    layout = Layout(dest)
+    source = HttpSource(url)
+    try:
+        assert pull(load_artifact(good), dest, source, null_meters).ok
+        inode, marker = (dest / victim).stat().st_ino, layout.marker(victim).read_text()
+
+        failed = pull(load_artifact(typo), dest, source, null_meters)
+
+        assert failed.result == "HashMismatch"
+        assert victim in failed.message and _one_digit_off(
+            split_set.manifest.entries[1].sha256) in failed.message
+        assert (dest / victim).stat().st_ino == inode  # not moved, not replaced
+        assert same_files(split_set, dest)
+        assert layout.marker(victim).read_text() == marker
+        # Only the downloaded bytes that did not verify are kept for inspection.
+        assert layout.quarantine(victim).read_bytes() == split_set.files[1].read_bytes()
+        assert not (dest / f"{victim}.partial").exists()
+
+        server.reset_counts()
+        undone = pull(load_artifact(good), dest, source, null_meters)
+    finally:
+        source.close()
+
+    # The old spec again: every file trusted by its marker, nothing fetched or hashed.
+    assert undone.ok, undone.message
+    assert {f.state for f in undone.files} == {"skipped"}
+    assert server.bytes_sent == 0
+
+
+def test_changed_bytes_replace_a_file_only_once_verified_and_its_old_manifest_keeps_them(
+        split_set, serve, tmp_path, null_meters):
+    """A genuinely changed file of the same name: workers of the old manifest's epoch,
+    restarted while the new epoch starts, load their own bytes from its manifest folder."""
+    served = copy_set(split_set, tmp_path / "served")
+    _, url = serve(served)
+    old_yaml = split_set.artifact_yaml(tmp_path / "ma.yaml", url)
+    changed = split_set.files[2].name
+    dest = tmp_path / "models"
+    layout = Layout(dest)
+    old = load_artifact(old_yaml)
+    source = HttpSource(url)
+    try:
+        assert pull(old, dest, source, null_meters).ok
+        old_folder = keep_manifest(layout, old.spec.manifest_digest(),
+                                   [f.name for f in old.spec.files])
+        with open(served / changed, "r+b") as handle:  # new tensor bytes, same name and size
+            handle.seek(-4096, os.SEEK_END)
+            handle.write(b"\x7f")
+        new = load_artifact(_with_sha256(
+            old_yaml, changed, hashlib.sha256((served / changed).read_bytes()).hexdigest()))
+
+        replaced = pull(new, dest, source, null_meters)
+    finally:
+        source.close()
+
+    assert replaced.ok, replaced.message
+    assert (dest / changed).read_bytes() == (served / changed).read_bytes()
+    assert not layout.quarantine(changed).exists()
+    assert all((old_folder / f.name).read_bytes() == f.read_bytes() for f in split_set.files)
+    new_folder = keep_manifest(layout, new.spec.manifest_digest(), [f.name for f in new.spec.files])
+    assert (new_folder / changed).read_bytes() == (served / changed).read_bytes()
+    prune_manifests(layout, [old.spec.manifest_digest()])
+    assert not old_folder.exists() and new_folder.is_dir()
+
+
+def test_a_pull_that_fails_replaces_none_of_the_files_in_place(split_set, serve, tmp_path,
+                                                               null_meters):
+    """Two splits changed, one of them with a wrong digest: the verified one waits beside
+    its old file, so the copy on disk stays the old manifest's, whole."""
+    served = copy_set(split_set, tmp_path / "served")
+    _, url = serve(served)
+    old_yaml = split_set.artifact_yaml(tmp_path / "ma.yaml", url)
+    first, last = split_set.files[0].name, split_set.files[2].name
+    dest = tmp_path / "models"
+    source = HttpSource(url)
+    try:
+        assert pull(load_artifact(old_yaml), dest, source, null_meters).ok
+        for name in (first, last):
+            with open(served / name, "r+b") as handle:
+                handle.seek(-4096, os.SEEK_END)
+                handle.write(b"\x7f")
+        right = _with_sha256(old_yaml, first,
+                             hashlib.sha256((served / first).read_bytes()).hexdigest())
+        wrong = _with_sha256(right, last, _one_digit_off(split_set.manifest.entries[2].sha256))
+
+        failed = pull(load_artifact(wrong), dest, source, null_meters)
+
+        assert failed.result == "HashMismatch" and last in failed.message
+        assert {f.name: f.state for f in failed.files}[first] == "staged"
+        assert same_files(split_set, dest)  # the old manifest's copy, untouched
+        fixed = load_artifact(_with_sha256(
+            right, last, hashlib.sha256((served / last).read_bytes()).hexdigest()))
+        done = pull(fixed, dest, source, null_meters)
+    finally:
+        source.close()
+
+    assert done.ok, done.message
+    states = {f.name: f.state for f in done.files}
+    assert states[first] == "resumed"  # its verified partial, re-checked, not fetched again
+    assert all((dest / n).read_bytes() == (served / n).read_bytes() for n in (first, last))

@@ -5,6 +5,7 @@ as it was, said once, until the file is fixed."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -112,3 +113,39 @@ def test_up_refuses_a_route_file_that_cannot_be_served_from_the_start(
     assert result.returncode == 1
     assert message in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_wrong_sha256_digit_keeps_the_served_model_and_undoing_it_changes_nothing(
+    up: UpSession, reference: Callable[..., list[int]]
+) -> None:
+    """One wrong hex digit used to move the served GGUF to quarantine: the next worker
+    crash found no file and every stage crash-looped."""
+    first = up.wait_for(lambda r: r["epoch"] == 1 and len(r["stages"]) == 3)
+    good = up.route_file.read_text()
+    docs = list(yaml.safe_load_all(good))
+    entry = docs[0]["spec"]["files"][0]
+    entry["sha256"] = entry["sha256"][:-1] + ("0" if entry["sha256"][-1] != "0" else "1")
+    storage = Path(docs[0]["spec"]["storage"]["hostPath"]["path"]) / entry["name"]
+    inode = storage.stat().st_ino
+    # Workers load their manifest's own links to the verified files (kept for its epoch).
+    model = Path(first["model"])
+    assert model.parent.name == first["manifestDigest"] and model.stat().st_ino == inode
+
+    up.route_file.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+    said = up.said("HashMismatch")
+    assert "ignoring the changed file (epoch 1 runs on)" in said and entry["sha256"] in said
+    assert storage.stat().st_ino == inode  # the file in place stays where it was
+
+    victim = first["stages"][1]
+    os.kill(victim["pid"], signal.SIGKILL)  # its restart loads the model file again
+    restarted = up.wait_for(
+        lambda r: len(r["stages"]) == 3 and r["stages"][1]["pid"] != victim["pid"])
+    pids = [s["pid"] for s in restarted["stages"]]
+    assert_serving(up, pids, 1, reference)
+
+    up.route_file.write_text(good)  # the undo: the spec that runs, nothing to do
+    time.sleep(10 * 0.3)  # ten looks at the file (--interval 0.3) and reconciles after it
+    assert_serving(up, pids, 1, reference)  # same workers, same epoch: nothing restarted
+    undo = up.log.read_text().rsplit("HashMismatch", 1)[1]
+    assert "provisioning" not in undo and "EpochAdvanced" not in undo
+    assert storage.stat().st_ino == inode

@@ -315,3 +315,61 @@ async def test_host_path_copies_go_to_every_selected_node_and_a_waiting_route_th
                      and not live(cluster, "batch/v1/jobs"), what="labels and Jobs gone")
     assert {"ProvisioningStarted", "Verified", "NodeLabeled", "NodeUnlabeled",
             "ProvisioningSuperseded"} <= set(events(cluster))
+
+
+async def test_a_wrong_sha256_leaves_the_copy_its_stage_pods_run_on_and_the_undo_runs_nothing(
+        cluster: Emulator, metrics: OperatorMetrics, runner: JobRunner,
+        model_file: dict[str, Any], smollm2: Path, make_route: MakeRoute,
+        tmp_path: Path) -> None:
+    """One wrong hex digit used to quarantine the node's copy (its Job's pull moved the
+    file away) and unlabel the node: a restarted stage container found no model."""
+    await add_node(cluster, "n1", {"pool": "gpu"})
+    storage = {"hostPath": {"path": STORE, "nodeSelector": {"pool": "gpu"}}}
+    await create(cluster, ARTIFACTS, artifact_body(model_file, smollm2.parent, storage))
+    route = make_route()
+    await create(cluster, ROUTES, {k: v for k, v in route.items() if k != "status"})
+    await eventually(lambda: len(live(cluster, "batch/v1/jobs")) == 1, what="the Job")
+    (pull,) = live(cluster, "batch/v1/jobs")
+    assert (await runner.run(pull)).exit_code == 0
+    key = labels.artifact_node_label(
+        ModelArtifactSpec.model_validate(artifact(cluster)["spec"]).manifest_digest())
+    def stage_pods() -> dict[str, str]:
+        return {name: p["metadata"]["uid"] for name, p in live(cluster, "v1/pods").items()
+                if labels.STAGE in p["metadata"]["labels"]}
+
+    await eventually(lambda: len(stage_pods()) == 3, what="the stage pods")
+    await mark_pods(cluster, NS)
+
+    def r1() -> dict[str, Any]:
+        return live(cluster, "meshnet.dev/v1alpha1/shardroutes")["r1"]
+
+    await eventually(lambda: condition(r1(), "Ready").get("status") == "True", what="Ready")
+    pods = stage_pods()
+    copy = tmp_path / "nodes" / "n1" / model_file["name"]  # what the stage pods mount
+    inode = copy.stat().st_ino
+
+    typo = model_file["sha256"][:-1] + ("0" if model_file["sha256"][-1] != "0" else "1")
+    await cluster.patch(f"{ARTIFACTS}/smollm2", json={"spec": {"files": [
+        {**model_file, "sha256": typo}]}})
+    await eventually(lambda: set(live(cluster, "batch/v1/jobs")) - {pull}, what="a new Job")
+    (wrong,) = set(live(cluster, "batch/v1/jobs")) - {pull}
+    attempt = await runner.run(wrong, final=True)
+    assert attempt.summary["result"] == "HashMismatch"  # type: ignore[index]
+    await eventually(lambda: has(cluster, "Failed", "True", "HashMismatch"), what="Failed")
+    message = condition(artifact(cluster), "Failed")["message"]
+    assert model_file["name"] in message and typo in message and model_file["sha256"] in message
+    assert copy.stat().st_ino == inode  # in place, as the stage pods mounted it
+    assert hashlib.sha256(copy.read_bytes()).hexdigest() == model_file["sha256"]
+    assert node_labels(cluster)["n1"].get(key) == "verified"  # its pods may be rescheduled
+    await eventually(lambda: "HashMismatch" in condition(r1(), "Progressing").get("message", ""),
+                     what="the route to name the failure")
+    assert "the pods of epoch 1 keep serving" in condition(r1(), "Progressing")["message"]
+    assert stage_pods() == pods
+
+    await cluster.patch(f"{ARTIFACTS}/smollm2", json={"spec": {"files": [model_file]}})
+    await eventually(lambda: has(cluster, "Ready", "True", "Verified"), what="Ready again")
+    await eventually(lambda: condition(r1(), "Ready").get("status") == "True", what="route")
+    assert set(live(cluster, "batch/v1/jobs")) == {pull}  # done already: nothing ran again
+    assert r1()["status"]["epoch"] == 1
+    assert stage_pods() == pods
+    assert copy.stat().st_ino == inode and node_labels(cluster)["n1"].get(key) == "verified"

@@ -439,8 +439,11 @@ def test_labels_of_the_same_bytes_held_for_another_artifact_are_left_alone(
     assert cluster.nodes["cpu-a"][key] == "verified" and key not in cluster.nodes["gpu-a"]
 
 
-def test_a_new_manifest_takes_the_old_manifests_labels_away(
+def test_an_earlier_manifests_labels_stay_until_a_later_copy_is_verified(
         make_artifact: MakeArtifact, facts: ModelFacts) -> None:
+    """A pull replaces no file before every file verified, so until then each node holds
+    the earlier manifest's copy whole: a wrong sha256 in the spec must not make the
+    running epoch's pods unschedulable (it used to unlabel every node at once)."""
     cluster = gpu_cluster(make_artifact)
     cluster.step()
     for name in list(cluster.jobs):
@@ -448,11 +451,38 @@ def test_a_new_manifest_takes_the_old_manifests_labels_away(
     cluster.step()
     old = labels.artifact_node_label(spec_of(cluster.body).manifest_digest())
     cluster.body["spec"]["files"][1]["sha256"] = "e" * 64
+    spec = spec_of(cluster.body)
+    new = labels.artifact_node_label(spec.manifest_digest())
+
     result = cluster.step()
-    assert all(old not in node for node in cluster.nodes.values())
-    assert reasons(result).count("NodeUnlabeled") == 2
     assert reasons(result).count("ProvisioningStarted") == 2
+    assert "NodeUnlabeled" not in reasons(result)
+    assert cluster.nodes["gpu-a"][old] == cluster.nodes["gpu-b"][old] == "verified"
     assert cluster.condition("Ready")["status"] == "False"
+
+    jobs = {str(j.node): name for name, j in cluster.jobs.items()}
+    mismatch = f"{spec.files[1].name}: sha256 is {'f' * 64}, the manifest says {'e' * 64}"
+    cluster.finish(jobs["gpu-a"], summary(spec, "HashMismatch", mismatch), "Failed")
+    cluster.finish(jobs["gpu-b"], summary(spec, facts=facts), "Succeeded")
+    result = cluster.step()
+    assert cluster.nodes["gpu-a"][old] == "verified" and new not in cluster.nodes["gpu-a"]
+    assert cluster.nodes["gpu-b"] == {**GPU, new: "verified"}  # its files were replaced
+    failed = cluster.condition("Failed")
+    assert (failed["status"], failed["reason"]) == ("True", "HashMismatch")
+    assert "e" * 64 in failed["message"] and spec.files[1].name in failed["message"]
+
+    original = {str(j.node): name for name, j in cluster.jobs.items()
+                if j.spec_hash != spec_hash(spec)}
+    assert list(original) == ["gpu-a"]  # the Job that verified gpu-a's copy stays
+    cluster.body["spec"]["files"][1]["sha256"] = make_artifact()["spec"]["files"][1]["sha256"]
+    result = cluster.step()  # the undo: gpu-a's copy is that manifest's, verified already
+    assert "ProvisioningStarted" in reasons(result)  # for gpu-b, whose files were replaced
+    assert original["gpu-a"] in cluster.jobs and cluster.nodes["gpu-a"][old] == "verified"
+    assert [str(j.node) for j in cluster.jobs.values() if j.phase != "Succeeded"] == ["gpu-b"]
+
+    cluster.nodes["gpu-a"]["pool"] = "cpu"  # no longer selected: nothing vouches for it
+    cluster.step()
+    assert old not in cluster.nodes["gpu-a"]
 
 
 def test_no_matching_node_is_storage_refused(make_artifact: MakeArtifact) -> None:

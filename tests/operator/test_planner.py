@@ -284,6 +284,35 @@ def test_a_route_waits_for_its_artifact_to_be_ready(
     assert missing.actions == () and missing.conditions["Ready"] == "False"
 
 
+def test_an_artifact_whose_changed_spec_fails_leaves_the_running_epoch_serving_as_it_was(
+        make_route: MakeRoute, make_artifact: MakeArtifact) -> None:
+    """A wrong sha256 in the ModelArtifact: its pull fails, leaving the files in place, so
+    the pods keep serving and status keeps showing them; the undo changes no pod."""
+    route, artifact, pods = make_route(), make_artifact(), {}
+    converge(route, artifact, pods)
+    serving, stages = dict(pods), route["status"]["stages"]
+    good = copy.deepcopy(artifact)
+    artifact["spec"]["files"][0]["sha256"] = "e" * 64
+    artifact["status"]["conditions"] = [{"type": "Ready", "status": "False",
+                                         "reason": "HashMismatch",
+                                         "message": "model-00001-of-00002.gguf: sha256 is "
+                                                    f"{'f' * 64}, the manifest says {'e' * 64}"}]
+
+    plans = converge(route, artifact, pods)
+    assert pods == serving  # nothing deleted, nothing created
+    progressing = condition(route, "Progressing")
+    assert progressing["reason"] == "ArtifactNotReady"
+    assert "to be Ready: HashMismatch: model-00001-of-00002.gguf" in progressing["message"]
+    assert "the pods of epoch 1 keep serving meanwhile" in progressing["message"]
+    status = route["status"]
+    assert (status["epoch"], status["stages"], status["stagesReady"]) == (1, stages, "3/3")
+    assert not any(p.actions for p in plans)
+
+    plans = converge(route, good, pods)
+    assert pods == serving and route["status"]["epoch"] == 1
+    assert condition(route, "Ready")["status"] == "True"
+
+
 def test_stages_beyond_the_block_count_make_the_route_degraded_with_no_pods(
         make_route: MakeRoute, make_artifact: MakeArtifact) -> None:
     route = make_route(ranges=[(0, 20), (20, 40)])

@@ -85,6 +85,20 @@ def has_valid_marker(layout: Layout, file: ArtifactFile) -> bool:
             and marker_matches(marker, file, info))
 
 
+def marked_sha256(layout: Layout, name: str) -> str | None:
+    """The sha256 the marker of `name` vouches for while it matches the file's size and
+    mtime, else None."""
+    try:
+        info = layout.final(name).lstat()
+        marker = json.loads(layout.marker(name).read_text())
+    except (OSError, ValueError):
+        return None
+    if not (stat.S_ISREG(info.st_mode) and isinstance(marker, dict)
+            and marker.get("size") == info.st_size and marker.get("mtimeNs") == info.st_mtime_ns):
+        return None
+    return str(marker.get("sha256"))
+
+
 def write_marker(layout: Layout, file: ArtifactFile) -> bool:
     """Record a verified file; False where the destination is read-only (a stage mount)."""
     stat = layout.final(file.name).stat()

@@ -5,6 +5,10 @@ otherwise fetch it into `NAME.partial` (resuming from the checkpoint journal, se
 journal.py), hashing while writing; rename it into place only when the whole-file sha256
 matches, else move the partial to quarantine and report HashMismatch naming the file and
 both digests.
+A file in place is only ever replaced by verified bytes, by one atomic rename once every
+file of the pull is verified: a pull that fails leaves the files in place and their
+markers as they were, so a spec with a wrong digest never takes a file from the workers
+that run on it (they may be restarted from it any time).
 Nothing is written outside the destination: names are checked first, and no symbolic
 link in the destination is followed.
 """
@@ -42,6 +46,7 @@ from meshnet.artifacts.markers import (
     fsync_dir,
     has_valid_marker,
     make_private_dir,
+    marked_sha256,
     open_existing,
     open_new,
     write_atomic,
@@ -63,7 +68,9 @@ VERIFIED = "Verified"
 class FileOutcome:
     name: str
     size: int
-    state: str = "pending"  # skipped | verified | downloaded | resumed | failed
+    # skipped | verified | downloaded | resumed | failed, or staged: verified in its partial
+    # to replace the file in place once every file is verified (the pull failed before)
+    state: str = "pending"
     received: int = 0  # bytes that came from the source during this run
     resumed_from: int = 0  # bytes of an earlier partial reused after re-checking them
     error: str | None = None
@@ -195,8 +202,10 @@ class Puller:
         self.rng = rng or random.Random()
         self.sleep = sleep
 
-    def fetch(self, file: ArtifactFile, outcome: FileOutcome) -> None:
-        """Bring one file into place verified, or raise the ArtifactError saying why not."""
+    def fetch(self, file: ArtifactFile, outcome: FileOutcome) -> bool:
+        """Bring one file into place verified, or raise the ArtifactError saying why not.
+        False where it would replace a file in place: its verified bytes then wait in the
+        partial until every file of the pull is verified (`place`)."""
         self.meter.describe(file.name)
         final = self.layout.final(file.name)
         info = _lstat(final)
@@ -206,12 +215,16 @@ class Puller:
                            " in its place, not following it")
             final.unlink()
         if final.is_file():
-            if final.stat().st_size == file.size and sha256_file(final, self.meter) == file.sha256:
+            # Not hashed where its marker vouches for other bytes: it is to be replaced.
+            if final.stat().st_size == file.size \
+                    and marked_sha256(self.layout, file.name) in (None, file.sha256) \
+                    and sha256_file(final, self.meter) == file.sha256:
                 self._seal(file)
                 outcome.state = "verified"
-                return
-            self.meter.log(f"{file.name}: the file in place does not match: fetching it again")
-            self._quarantine(final, file.name)
+                return True
+            # Kept, with its marker, until verified bytes replace it: the spec may be wrong.
+            self.meter.log(f"{file.name}: the file in place does not match: fetching it"
+                           " again beside it")
         transfer = self._open(file, outcome)
         try:
             self._download(transfer, outcome)
@@ -225,7 +238,16 @@ class Puller:
             self._quarantine(self.layout.partial(file.name), file.name)
             self.layout.journal(file.name).unlink(missing_ok=True)
             raise HashMismatch(file.name, file.sha256, actual)
-        os.replace(self.layout.partial(file.name), final)
+        if final.is_file():
+            outcome.state = "staged"
+            return False
+        self.place(file, outcome)
+        return True
+
+    def place(self, file: ArtifactFile, outcome: FileOutcome) -> None:
+        """Rename the verified partial over the file's name (a process that has the old
+        file open keeps reading the old bytes)."""
+        os.replace(self.layout.partial(file.name), self.layout.final(file.name))
         fsync_dir(self.layout.dest)
         self._seal(file)
         self.layout.journal(file.name).unlink(missing_ok=True)
@@ -236,7 +258,8 @@ class Puller:
             raise StorageRefused(f"cannot write the verified marker in {self.layout.state}")
 
     def _quarantine(self, path: Path, name: str) -> None:
-        # Kept for inspection, one per name so a flapping source cannot fill the disk.
+        # Downloaded bytes that did not verify (never the file in place), kept for
+        # inspection, one per name so a flapping source cannot fill the disk.
         target = self.layout.quarantine(name)
         make_private_dir(target.parent)
         os.replace(path, target)
@@ -378,18 +401,23 @@ def _what(path: Path) -> str:
 
 
 def _reusable_bytes(layout: Layout, file: ArtifactFile) -> int:
-    for path in (layout.final(file.name), layout.partial(file.name)):
-        size = _own_size(path)
-        if size is not None:
-            return min(size, file.size)
-    return 0
+    """Bytes of `file` already here: a file in place that may only need hashing (never one
+    its marker says holds other bytes: that one stays while the new bytes come beside it),
+    else a partial of its own."""
+    info = _lstat(layout.final(file.name))
+    if info is not None and stat.S_ISREG(info.st_mode) \
+            and marked_sha256(layout, file.name) in (None, file.sha256):
+        return min(info.st_size, file.size)
+    return min(_own_size(layout.partial(file.name)) or 0, file.size)
 
 
 def _fetch_all(files: list[ArtifactFile], outcomes: dict[str, FileOutcome], puller: Puller) -> None:
     first_mismatch: HashMismatch | None = None
+    staged: list[ArtifactFile] = []
     for file in files:
         try:
-            puller.fetch(file, outcomes[file.name])
+            if not puller.fetch(file, outcomes[file.name]):
+                staged.append(file)
         except ArtifactError as exc:
             outcomes[file.name].state = "failed"
             outcomes[file.name].error = str(exc)
@@ -400,6 +428,10 @@ def _fetch_all(files: list[ArtifactFile], outcomes: dict[str, FileOutcome], pull
             first_mismatch = first_mismatch or exc
     if first_mismatch:
         raise first_mismatch
+    # Every file verified: only now are files in place replaced, so a pull that fails
+    # leaves the copy it found whole (a set of changed splits never half-replaced).
+    for file in staged:
+        puller.place(file, outcomes[file.name])
 
 
 def pull(

@@ -112,6 +112,9 @@ def _pull_detail(outcome: FileOutcome) -> str | None:
         return f"received {_mb(outcome.received)}"
     if outcome.state == "resumed":
         return f"resumed at {_mb(outcome.resumed_from)}, received {_mb(outcome.received)}"
+    if outcome.state == "staged":
+        return (f"received {_mb(outcome.received)}, verified; the file in place stays"
+                " until every file verifies")
     if outcome.state == "failed":
         return "see below"
     return None  # never reached
@@ -166,9 +169,12 @@ def pull_cmd(
     so bytes changed in place with the mtime restored go unnoticed unless --full. Others
     are downloaded with HTTP Range resume into NAME.partial, hashed while written and
     checkpointed per chunk (a killed pull re-checks what it has from local disk and
-    downloads only the rest), and renamed into place only when the sha256 matches. Files
-    come from spec.source, per-file urls, or --source-dir; nothing is written outside DEST
-    (file names must be plain names, symbolic links there are not followed). Exit status:
+    downloads only the rest), and renamed into place only when the sha256 matches; a file
+    already in place is replaced only once every file verified, so a failed pull leaves the
+    files in place and their markers as they were (bytes that did not verify go to
+    DEST/.meshnet/quarantine/). Files come from spec.source, per-file urls, or
+    --source-dir; nothing is written outside DEST (file names must be plain names,
+    symbolic links there are not followed). Exit status:
     0 verified, 1 worth retrying (download failed, hash mismatch), 3 not worth retrying
     (spec, split set, storage).
     """

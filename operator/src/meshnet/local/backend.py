@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from meshnet.api import labels
+from meshnet.artifacts.markers import Layout
+from meshnet.artifacts.retain import prune_manifests
 from meshnet.errors import MeshnetError
 from meshnet.local.links import NotListening, loopback_links, start_order
 from meshnet.local.manifests import RouteFile, RouteFileError
@@ -85,6 +87,9 @@ class LocalBackend:
         self.service_hashes: dict[int, str] = {}  # replica -> its Service's template
         self.route_file: RouteFile | None = None
         self.artifact: LocalArtifact | None = None
+        # Each manifest some worker may still start from (by digest): an epoch's workers
+        # load their own manifest's files, kept until no epoch uses it.
+        self.manifests: dict[str, LocalArtifact] = {}
         self.generation = 0
 
     # ---- inputs ----------------------------------------------------------------
@@ -100,7 +105,7 @@ class LocalBackend:
             self.say(f"provisioning ModelArtifact {route_file.artifact['metadata']['name']} ...")
             artifact = provision(route_file.artifact)
             self.say(
-                f"artifact ready: {artifact.model_path} "
+                f"artifact ready: {artifact.storage / artifact.observed.model_file} "
                 f"(manifestDigest {artifact.observed.manifest_digest})"
             )
         assert artifact is not None
@@ -114,6 +119,7 @@ class LocalBackend:
                 (meta.get("namespace") or "default", meta["name"]), artifact.status
             )
             self.artifact = artifact
+            self.manifests[artifact.observed.manifest_digest or ""] = artifact
         if previous is None or previous.route.get("spec") != route_file.route.get("spec"):
             self.generation += 1
         self.route_file = route_file
@@ -191,7 +197,8 @@ class LocalBackend:
             self.say(f"stage {stage}: not started, {exc}")
             return
         self.crashed.pop(name, None)
-        spec = launch_spec(worker, self.artifact.model_path, self.threads, links)
+        model = self.manifests[worker.identities.manifest_digest].model_path
+        spec = launch_spec(worker, model, self.threads, links)
         if name in self.ports:
             spec = replace(spec, listen=f"127.0.0.1:{self.ports[name]}")
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -268,7 +275,19 @@ class LocalBackend:
                 f"epoch {self.status['epoch']} is ready; stopped {len(retired)} workers "
                 f"of epoch {retired[0].epoch}"
             )
+            self._forget_manifests()
         publish(self.route_name, self.route_entry())
+
+    def _forget_manifests(self) -> None:
+        """Drop the files of manifests no worker and no epoch uses any more (the links that
+        kept replaced bytes for an old epoch's workers, see meshnet.artifacts.retain)."""
+        assert self.artifact is not None
+        used = {s.worker.identities.manifest_digest for s in self.stages.values()}
+        used.add(self.artifact.observed.manifest_digest or "")
+        for digest in [d for d in self.manifests if d not in used]:
+            gone = self.manifests.pop(digest)
+            if gone.directory != gone.storage:
+                prune_manifests(Layout(gone.storage), [digest])
 
     # ---- what it serves ----------------------------------------------------------
     @property

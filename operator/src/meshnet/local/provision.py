@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from meshnet.api.modelartifact import ModelArtifactSpec
+from meshnet.artifacts.markers import Layout
 from meshnet.artifacts.progress import ByteMeter, Meter
 from meshnet.artifacts.pull import pull
+from meshnet.artifacts.retain import keep_manifest
 from meshnet.artifacts.sources import DirectorySource, open_source
 from meshnet.artifacts.spec import Artifact, parse_artifact
 from meshnet.bundled import package_dir
@@ -32,7 +34,10 @@ class ProvisionError(MeshnetError):
 @dataclass(frozen=True)
 class LocalArtifact:
     observed: ReferencedArtifact
-    directory: Path  # where the verified files are
+    storage: Path  # the spec's hostPath, where the pull keeps the files
+    # Where this manifest's workers load them: its own folder of links to the verified files
+    # (meshnet.artifacts.retain), which a later pull of changed bytes leaves as it is.
+    directory: Path
     # The ModelArtifact status the operator would write for this pull (for metrics).
     status: dict[str, Any] = field(default_factory=dict)
 
@@ -98,5 +103,14 @@ def provision(document: dict[str, Any]) -> LocalArtifact:
     status = status.model_copy(
         update={"nodes": [node_copy(socket.gethostname(), spec, pulled, "Succeeded")]}
     )
-    return LocalArtifact(observed, dest,
+    return LocalArtifact(observed, dest, _manifest_folder(dest, summary.manifest_digest, spec),
                          status.model_dump(by_alias=True, exclude_none=True, mode="json"))
+
+
+def _manifest_folder(dest: Path, digest: str, spec: ModelArtifactSpec) -> Path:
+    """The folder this manifest's workers start from; the storage itself where it has no
+    hard links (then a later changed pull is not kept from this manifest's workers)."""
+    try:
+        return keep_manifest(Layout(dest), digest, [f.name for f in spec.files])
+    except OSError:
+        return dest

@@ -98,11 +98,23 @@ def plan_artifact(observed: Observed, config: ProvisionerConfig,
             n.model_copy(update={"verification": checks.get(n.node)}) for n in status.nodes]})
         verified = {c.node for c in states
                     if node_copy(c.node, spec, c.summary, c.phase).verified}
-    steps += _label_steps(observed, spec.manifest_digest(), verified)
+    # A pull replaces no file in place before every file verified: until then a node's
+    # copy of an earlier manifest is whole, and its pods may be rescheduled onto it.
+    pending = {node for node in copies if node is not None and node not in verified}
+    steps += _label_steps(observed, spec.manifest_digest(), verified, pending)
     keep = set(desired) | {j.name for copy in copies.values() for j in copy.rehashes
-                           if j not in copy.superseded()}
+                           if j not in copy.superseded()} | _vouching(observed, pending)
     steps += _delete_stale(observed, keep, config_map_name(ref.name, digest), frozenset(copies))
     return _finish(observed, status, tuple(steps), _rehash_events(observed, spec, copies))
+
+
+def _vouching(observed: Observed, nodes: set[str]) -> set[str]:
+    """The Jobs that verified the copies of earlier manifests still whole on `nodes`: kept
+    (they name those manifests, whose node labels stay) until a later copy is verified
+    there. Restoring that spec finds its Job done: nothing runs again."""
+    current = _current_hash(observed)
+    return {j.name for j in observed.jobs if j.node in nodes and j.phase == "Succeeded"
+            and j.spec_hash != current}
 
 
 def _copy(node: str | None, job: ObservedJob | None) -> Copy:
@@ -206,11 +218,13 @@ def _create_children(ref: ArtifactRef, spec: ModelArtifactSpec,
     return steps
 
 
-def _label_steps(observed: Observed, digest: str | None,
-                 verified: set[str]) -> list[Step]:
+def _label_steps(observed: Observed, digest: str | None, verified: set[str],
+                 unchanged: set[str] | frozenset[str] = frozenset()) -> list[Step]:
     """Label exactly the nodes holding a verified copy of this manifest; take the labels of
-    this artifact's earlier manifests away, except where another artifact's copy of the
-    same bytes is complete (the label is by content)."""
+    this artifact's earlier manifests away, except on the nodes `unchanged` (no pull of a
+    later manifest replaced their files yet: a spec with a wrong digest must not make the
+    running epoch's pods unschedulable) and where another artifact's copy of the same
+    bytes is complete (the label is by content)."""
     digests = {d for d in [*(j.manifest_digest for j in observed.jobs),
                            observed.artifact.status.get("manifestDigest")] if d}
     if digest:
@@ -224,7 +238,8 @@ def _label_steps(observed: Observed, digest: str | None,
             want = each == digest and node.name in verified
             if want and not has:
                 change[key] = labels.VERIFIED
-            elif has and not want and node.name not in observed.claims.get(each, frozenset()):
+            elif has and not want and not (each != digest and node.name in unchanged) \
+                    and node.name not in observed.claims.get(each, frozenset()):
                 change[key] = None
         if change:
             added = sorted(k for k, v in change.items() if v)
@@ -293,7 +308,10 @@ def _refused(observed: Observed, spec: ModelArtifactSpec | None, reason: str,
     else:
         status = ModelArtifactStatus(observed_generation=artifact.generation,
                                      conditions=conditions)
-    steps = _label_steps(observed, None, set()) + _delete_stale(observed, set(), None)
+    # No Job runs for it, so the copies of earlier manifests stay as they are, labels too.
+    unchanged = {node.name for node in observed.nodes}
+    steps = _label_steps(observed, None, set(), unchanged) + \
+        _delete_stale(observed, _vouching(observed, unchanged), None)
     result = _finish(observed, status, tuple(steps))
     if reason != ArtifactSpecError.reason:
         return result

@@ -160,7 +160,9 @@ def observe_referenced_artifact(body: Mapping[str, Any]) -> ReferencedArtifact:
     ready: dict[str, Any] = next((c for c in conditions if c.get("type") == "Ready"), {})
     digest = status.get("manifestDigest")
     is_ready = ready.get("status") == "True" and digest == spec.manifest_digest()
-    message = ready.get("message") or ready.get("reason") or "not provisioned yet"
+    # The reason too (HashMismatch, DownloadFailed...): the message alone names no failure.
+    message = ": ".join(str(ready[k]) for k in ("reason", "message") if ready.get(k)) \
+        or "not provisioned yet"
     headers_read, drafter = artifact_drafter(dict(body))
     if ready.get("status") == "True" and not is_ready:
         message = "status.manifestDigest does not match the files in its spec"

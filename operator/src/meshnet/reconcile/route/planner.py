@@ -57,11 +57,7 @@ def plan(observed: Observed, config: WorkerConfig, now: datetime) -> Plan:
         return _invalid(observed, problems, config, now)
     artifact = observed.artifact
     if artifact is None or not artifact.ready or artifact.manifest_digest is None:
-        why = artifact.message if artifact else "it does not exist"
-        message = f"waiting for ModelArtifact {route.spec.artifact_ref.name} to be Ready: {why}"
-        served = _served(observed, route.spec, {}, config)
-        return _finish(observed, derive.waiting_for_artifact(message), config, now, {},
-                       served)
+        return _waiting(observed, route.spec, config, now)
     return _rollout(observed, route.spec, artifact.manifest_digest, config, now)
 
 
@@ -80,6 +76,27 @@ def spec_problems(route: ObservedRoute, artifact: ReferencedArtifact | None,
         problems.append(Problem("spec.recipe", f"no worker image for lane {lane}; set"
                                                " recipe.image"))
     return problems
+
+
+def _waiting(observed: Observed, spec: ShardRouteSpec, config: WorkerConfig,
+             now: datetime) -> Plan:
+    """The artifact is not Ready (not provisioned yet, or its changed spec failed, e.g. a
+    wrong sha256): nothing rolls out and nothing is deleted. Pods already running keep
+    serving their epoch's manifest, whose files a failed pull leaves in place, and status
+    keeps describing them."""
+    artifact, route = observed.artifact, observed.route
+    why = artifact.message if artifact else "it does not exist"
+    message = f"waiting for ModelArtifact {spec.artifact_ref.name} to be Ready: {why}"
+    epoch = int(route.status.get("epoch") or 0)
+    current = {(p.replica, p.stage): p for p in observed.pods
+               if not p.terminating and p.epoch == epoch}
+    if not current:
+        return _finish(observed, derive.waiting_for_artifact(message), config, now, {},
+                       _served(observed, spec, {}, config))
+    message += f"; the pods of epoch {epoch} keep serving meanwhile"
+    served = Served(derive.recorded_layout(route.status), current,
+                    1 + max(r for r, _ in current), 0, route.status.get("endpoint"))
+    return _finish(observed, derive.waiting_for_artifact(message), config, now, {}, served)
 
 
 def _invalid(observed: Observed, problems: Sequence[Problem], config: WorkerConfig,
