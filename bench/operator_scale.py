@@ -234,8 +234,9 @@ async def phases(routes: int, stages: int, timeout: float, idle: float,
 
                 await phase("steady state", 1, create)
                 await phase("re-split rollout", 2, split)
-                await asyncio.sleep(SETTLE_SECONDS)  # the daemons' pass that sees the epoch
-                await phase("idle", 0, lambda: asyncio.sleep(idle))
+                if idle > 0:
+                    await asyncio.sleep(SETTLE_SECONDS)  # the daemons' pass that sees the epoch
+                    await phase("idle", 0, lambda: asyncio.sleep(idle))
         pods = list(emulator.live("v1/pods", NS))
         assert len(pods) == routes * stages, f"{len(pods)} pods for {routes} x {stages} stages"
         assert {p["metadata"]["labels"]["meshnet.dev/epoch"] for p in pods} == {"2"}
@@ -279,7 +280,7 @@ def main() -> None:
     parser.add_argument("--plan-runs", type=int, default=2000)
     parser.add_argument("--timeout", type=float, default=900.0)
     parser.add_argument("--idle", type=float, default=20.0,
-                        help="seconds of nothing changing after the rollout")
+                        help="seconds of nothing changing after the rollout (0: no idle phase)")
     parser.add_argument("--drain-seconds", type=int, default=10,
                         help="the routes' spec.rollout.drainSeconds: the emulated stage pods"
                              " run no worker, so none answers that its sessions ended and a"
