@@ -274,7 +274,7 @@ def plan_median(stages: int, runs: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--routes", type=int, default=500)
     parser.add_argument("--stages", type=int, default=4)
     parser.add_argument("--plan-runs", type=int, default=2000)
