@@ -70,9 +70,13 @@ def test_crds_have_status_short_names_and_the_printer_columns_operators_expect()
         assert spec["scope"] == "Namespaced" and spec["group"] == "meshnet.dev"
     assert artifact["versions"][0]["subresources"] == {"status": {}}
     assert set(route["versions"][0]["subresources"]) == {"status", "scale"}
-    columns = [c["name"] for c in route["versions"][0]["additionalPrinterColumns"]]
-    assert columns == ["Ready", "Epoch", "Replicas", "Serving", "Stages", "Coverage",
-                       "Acceptance", "Endpoint", "Age"]
+    printed = {c["name"]: c["jsonPath"] for c in route["versions"][0]["additionalPrinterColumns"]}
+    assert list(printed) == ["Ready", "Epoch", "Replicas", "Serving", "Updated", "Stages",
+                             "Coverage", "Acceptance", "Endpoint", "Age"]
+    # a rollout is followed as a Deployment's: replicas served at the new epoch of spec.replicas
+    assert printed["Updated"] == ".status.updatedReplicas"
+    assert "updatedReplicas" in route["versions"][0]["schema"]["openAPIV3Schema"][
+        "properties"]["status"]["properties"]
     columns = [c["name"] for c in artifact["versions"][0]["additionalPrinterColumns"]]
     assert columns == ["Ready", "Files", "Size", "Digest", "Age"]
 

@@ -330,13 +330,23 @@ def test_a_resplit_rolls_replica_by_replica_beside_the_old_epoch_and_always_serv
     fleet.route["spec"]["stages"][0]["layers"]["end"] = 12
     fleet.route["spec"]["stages"][1]["layers"]["begin"] = 12
     fleet.route["metadata"]["generation"] += 1
-    seen, gateway = [], [fleet.gateway_args]
+    seen, gateway, updated = [], [fleet.gateway_args], [0]
     for _ in range(40):
         result = fleet.step()
         status = fleet.route["status"]
         seen.append(sorted(pipelines_of(fleet)))
         # never down: a replica is ready, the gateway names only ready pipelines' stages
         assert status["readyReplicas"] >= 1 and fleet.condition("Ready")["status"] == "True"
+        # what a user follows: the target epoch at once, Updated counting the replicas
+        # that a ready pipeline of it serves, each replica's stages of one epoch
+        assert status["epoch"] == 2
+        assert status["updatedReplicas"] == sum(
+            1 for r in status["replicaStatuses"] if r["ready"] and r.get("epoch") == 2)
+        for replica in status["replicaStatuses"]:  # (a replica drained first shows none)
+            shown = {s["epoch"] for s in replica["stages"] if "epoch" in s}
+            assert shown == ({replica["epoch"]} if "epoch" in replica else set())
+        if status["updatedReplicas"] != updated[-1]:
+            updated.append(status["updatedReplicas"])
         assert len(pipelines_of(fleet)) <= replicas + 1  # maxSurge 1
         for name, linked in pipelines_of(fleet).items():  # never mixed inside a pipeline
             assert linked <= {name.split("/")[0]}, name
@@ -347,7 +357,7 @@ def test_a_resplit_rolls_replica_by_replica_beside_the_old_epoch_and_always_serv
                 break
             fleet.now += timedelta(seconds=60)  # the drain ends
     assert sorted(pipelines_of(fleet)) == [f"e2/r{r}" for r in range(replicas)]
-    assert fleet.route["status"]["updatedReplicas"] == replicas
+    assert updated == list(range(replicas + 1))  # one replica at a time, never back
     assert fleet.condition("Progressing")["status"] == "False"
     # replica by replica: at most one replica had both epochs' pipelines at once
     assert all(sum(1 for r in range(replicas) if f"e1/r{r}" in s and f"e2/r{r}" in s) <= 1

@@ -125,6 +125,7 @@ def crd_documents() -> dict[str, dict[str, Any]]:
         [{"name": "Epoch", "type": "integer", "jsonPath": ".status.epoch"},
          {"name": "Replicas", "type": "integer", "jsonPath": ".spec.replicas"},
          {"name": "Serving", "type": "integer", "jsonPath": ".status.readyReplicas"},
+         {"name": "Updated", "type": "integer", "jsonPath": ".status.updatedReplicas"},
          {"name": "Stages", "type": "string", "jsonPath": ".status.stagesReady"},
          {"name": "Coverage", "type": "string", "jsonPath": ".status.coverage"},
          {"name": "Acceptance", "type": "number", "jsonPath": ".status.speculation.acceptance"},
