@@ -295,7 +295,7 @@ def _no_slot(current: Replica, lost: str, wait: float, refused: bool,
     why = (f"replica {current.name} refused it a session slot (CAPACITY_EXHAUSTED)" if refused
            else lost)
     tail = f"; last: {failure}" if failure is not None else ""
-    return (f"{why}, and within {wait:.0f}s no session slot came free on another replica and"
+    return (f"{why}, and within {wait:.1f}s no session slot came free on another replica and"
             f" replica {current.name} did not come back{tail}")
 
 

@@ -308,7 +308,7 @@ class Session:
             wait = self.lost_at + self.settings.wait_seconds - time.monotonic()
             if wait <= 0:
                 raise RecoveryFailed(
-                    f"no session slot came free within {self.settings.wait_seconds:.0f}s of "
+                    f"no session slot came free within {self.settings.wait_seconds:g}s of "
                     f"the recovery ({'; '.join(result.recovery_reasons)}): {cause}") from cause
         elif not cause.recoverable:
             raise cause
