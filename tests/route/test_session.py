@@ -4,6 +4,7 @@ snapshot. No worker, no socket: the stage clients are stand-ins that record rele
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -36,21 +37,29 @@ class Refresh:
     def __init__(self, *routes: RouteInfo) -> None:
         self.routes = list(routes)
         self.waits: list[float] = []
+        self.refused: list[bool] = []  # whether each call was for a slot refused
 
-    def __call__(self, wait: float) -> RouteInfo:
+    def __call__(self, wait: float, refused: bool = False) -> RouteInfo:
         self.waits.append(wait)
+        self.refused.append(refused)
         return self.routes.pop(0)
 
 
-def session(route: RouteInfo, refresh: Callable[[float], RouteInfo],
+def session(route: RouteInfo, refresh: Callable[[float, bool], RouteInfo],
             clients: list[ReleaseRecorder], **settings: Any) -> Session:
     stages = cast(list[StageClient], clients)
     return Session(stages, route, SessionSettings(**settings),
-                   lambda wait: (stages, refresh(wait)), [1, 2, 3], Sampling())
+                   lambda wait, refused: (stages, refresh(wait, refused)), [1, 2, 3],
+                   Sampling())
 
 
 def cache_miss() -> StageError:
     return StageError("127.0.0.1:7002", "FAILED_PRECONDITION", "CACHE_MISS", "evicted")
+
+
+def no_slot() -> StageError:
+    return StageError("127.0.0.1:7002", "RESOURCE_EXHAUSTED", "CAPACITY_EXHAUSTED",
+                      "every session slot is held by a recently used session")
 
 
 def test_a_recovery_replaces_the_snapshot_of_that_session_alone(
@@ -102,6 +111,44 @@ def test_recoveries_past_the_limit_give_up_with_every_reason(
     with pytest.raises(RecoveryFailed, match=gave_up):
         recovering.recover(cache_miss())
     assert len(refresh.waits) == 1  # the give-up waits for no route
+
+
+def test_a_recovered_session_refused_a_slot_waits_for_one_within_the_recovery_wait(
+    make_route_info: MakeRoute,
+) -> None:
+    """Moved where every slot is held (a full replica), it asks again until `wait_seconds`
+    after the loss, each refusal freed on every stage and counted as no recovery; then
+    it fails saying why."""
+    route = make_route_info(2)
+    refresh = Refresh(route, route, route)
+    clients = [ReleaseRecorder("a"), ReleaseRecorder("b")]
+    moved = session(route, refresh, clients, wait_seconds=0.2)
+    moved.recover(cache_miss())
+    refused_id = moved.session_id
+    moved.recover(no_slot())
+
+    assert refresh.refused == [False, True] and 0 < refresh.waits[1] <= 0.2
+    assert moved.result.recoveries == 1
+    assert all(refused_id in [k.session_id for k in c.released] for c in clients)
+    time.sleep(0.25)
+    with pytest.raises(RecoveryFailed, match=r"no session slot came free within 0.2s .*"
+                                             r"CACHE_MISS.*CAPACITY_EXHAUSTED"):
+        moved.recover(no_slot())
+    assert len(refresh.waits) == 2
+
+
+def test_a_session_refused_a_slot_at_its_start_is_answered_so_at_once(
+    make_route_info: MakeRoute,
+) -> None:
+    """Only a session a recovery moved waits: a new one the gateway placed is refused as
+    the stage refused it."""
+    route = make_route_info(2)
+    refresh = Refresh(route)
+    fresh = session(route, refresh, [ReleaseRecorder("a"), ReleaseRecorder("b")])
+    refused = no_slot()
+    with pytest.raises(StageError) as raised:
+        fresh.recover(refused)
+    assert raised.value is refused and refresh.waits == []
 
 
 PROMPT = list(range(EXACT_ROWS))  # as wide as a joined step: nothing joins it

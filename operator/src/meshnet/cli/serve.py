@@ -45,7 +45,8 @@ def split_listen(listen: str, option: str = "--listen") -> tuple[str, int]:
 @click.option("--max-waiting", type=click.IntRange(0), default=16, show_default=True,
               help="Requests queued beyond the route's session slots before HTTP 429.")
 @click.option("--recovery-wait", type=click.FloatRange(0), default=15.0, show_default=True,
-              help="Seconds a generation waits for a lost stage to come back before 503.")
+              help="Seconds a generation that lost a stage waits for it to come back, or "
+                   "(with replicas) for a free slot on another replica, before 503.")
 @click.option("--drain-seconds", type=click.FloatRange(0), default=60.0, show_default=True,
               help="On SIGTERM, how long running requests may go on before they are cut (new "
                    "connections are refused at once): a rollout's old gateway pod drains.")

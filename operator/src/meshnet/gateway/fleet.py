@@ -4,7 +4,10 @@ runs, and where a session goes when it starts or when its replica dies.
 
 Every replica serves the same epoch of the same route, so a session that moves to another
 replica is re-prefilled there (the route driver's recovery, meshnet.route.session) and
-goes on with the same tokens. Methods are called from the event loop and from generation
+goes on with the same tokens. A stage refuses a session beyond its slots
+(CAPACITY_EXHAUSTED), so a moving session goes only where a slot is free, and waits for
+one (a session ending on another replica, or its own replica answering again) within the
+gateway's --recovery-wait. Methods are called from the event loop and from generation
 threads: the lock guards the replicas and their counts.
 """
 
@@ -22,6 +25,13 @@ from meshnet.route import RouteDriver, RouteInfo, TlsFiles
 
 # The route's replicas by label ("0", "1", ...): each one's stage endpoints in order.
 Replicas = dict[str, Endpoints]
+# How long a session whose replica refused it a slot the fleet counted free (sessions of
+# another gateway or client hold it) waits before it asks again, unless a slot frees first.
+REFUSED_PAUSE_SECONDS = 0.5
+
+
+class NoSlot(MeshnetError):
+    """A moving session found no replica to go on on within the wait."""
 
 
 @dataclass
@@ -51,6 +61,11 @@ class Fleet:
     moves: int = 0  # sessions finished on another replica than they started on
     _endpoints: Replicas = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    # notified when a slot may have come free: a session ended or moved, a replica came back
+    _freed: threading.Condition = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._freed = threading.Condition(self._lock)
 
     # -- which replicas there are ---------------------------------------------------------
 
@@ -91,6 +106,7 @@ class Fleet:
         with self._lock:
             was = replica.info
             replica.info, replica.problem = info, ""
+            self._freed.notify_all()
         if was is None or was.n_slots != info.n_slots:
             self.changed()
 
@@ -164,23 +180,40 @@ class Fleet:
     def leave(self, replica: Replica) -> None:
         with self._lock:
             replica.running -= 1
+            self._freed.notify_all()
 
-    def relocate(self, current: Replica, lost: str, wait: float,
+    def relocate(self, current: Replica, lost: str, wait: float, refused: bool = False,
                  ) -> tuple[Replica, RouteDriver, RouteInfo]:
-        """Where a session that lost `current`'s stages (or their state) goes on: another
-        ready replica when there is one (`current` is taken out meanwhile), else whichever
-        replica answers a handshake first within `wait` seconds, `current` included (a
-        restarted stage, a cache miss). Its slot moves with it. Raises the last failure."""
-        self.lost(current, lost)
+        """Where a session that lost `current`'s stages (or their state) goes on, its slot
+        moved with it: the first, within `wait` seconds, of another ready replica with a
+        free slot (`current` is taken out meanwhile) and a replica that answers a handshake
+        again (`current` itself: a restarted stage, a cache miss; another one only with a
+        free slot). Meanwhile it waits for a session to end. `refused`: `current`'s stages
+        refused the session a slot although the fleet counted one free (sessions of another
+        gateway or client hold it): `current` stays in and is asked again after a pause.
+        Raises NoSlot, with the reason, when nothing came within `wait`."""
         deadline = time.monotonic() + wait
+        if refused:
+            self._await_slot(deadline, REFUSED_PAUSE_SECONDS)
+        else:
+            self.lost(current, lost)
         delay = 0.05
+        failure: Exception | None = None
         while True:
-            with self._lock:
-                others = [r for r in self.replicas.values()
-                          if r is not current and r.info is not None]
-                order = _ranked(others, current.name) or list(self.replicas.values())
-            failure: Exception | None = None
-            for replica in order:
+            target = self._reserve_free_slot(current)
+            if target is not None:
+                driver = target.handle.driver()
+                try:
+                    info = driver.connect(0.0)
+                except (MeshnetError, OSError) as exc:
+                    self._reserve(target, current)  # the slot goes back; try again at once
+                    failure = exc
+                    self.take_out(target, str(exc))  # (never asked again within this loop)
+                    continue
+                self._put_in(target, info)
+                self._moved(target)
+                return target, driver, info
+            for replica in self._down(current):
                 driver = replica.handle.driver()
                 try:
                     info = driver.connect(0.0)
@@ -189,45 +222,86 @@ class Fleet:
                     self.lost(replica, str(exc))
                     continue
                 self._put_in(replica, info)
-                self._move(current, replica)
-                return replica, driver, info
+                if replica is current:
+                    return replica, driver, info
+                if self._reserve(current, replica, only_free=True):
+                    self._moved(replica)
+                    return replica, driver, info
             if time.monotonic() + delay > deadline:
-                if failure is not None:
-                    raise failure
-                raise MeshnetError(f"no replica of the route answered within {wait:.0f}s: "
-                                   f"{lost}")
-            time.sleep(delay)
+                raise NoSlot(_no_slot(current, lost, wait, refused, failure))
+            self._await_slot(deadline, delay)
             delay = min(delay * 2, 1.0)
 
-    def switch(self, current: Replica, lost: str) -> Replica | None:
-        """Another ready replica for a session whose replica failed it before it began
-        (its first stage refused to tokenize: it just died), its slot moved there, with
-        `current` taken out; None when no other replica is ready."""
-        self.lost(current, lost)
+    def switch(self, current: Replica, lost: str, wait: float,
+               ) -> tuple[Replica, RouteDriver, RouteInfo] | None:
+        """Where a session whose replica failed it before it began (its first stage refused
+        to tokenize: it just died) goes: as `relocate`, waiting for a free slot on another
+        ready replica; None, with `current` left in, when no other replica is ready (it is
+        the route's last: the request is answered as the route is)."""
         with self._lock:
-            others = [r for r in self.replicas.values() if r is not current and r.info is not None]
-            ranked = _ranked(others, current.name)
-        if not ranked:
+            others = any(r.info is not None for r in self.replicas.values() if r is not current)
+        if not others:
             return None
-        self._move(current, ranked[0])
-        return ranked[0]
+        return self.relocate(current, lost, wait)
 
     def close(self) -> None:
         for replica in self.known():
             replica.handle.close()
 
-    def _move(self, source: Replica, target: Replica) -> None:
+    def _reserve_free_slot(self, current: Replica) -> Replica | None:
+        """Another ready replica with a free slot, the session's slot moved there."""
         with self._lock:
-            source.running -= 1
-            target.running += 1
-            if target is not source:
-                target.sessions += 1
-                self.moves += 1
+            free = [r for r in self.replicas.values()
+                    if r is not current and r.info is not None and r.free > 0]
+            ranked = _ranked(free, current.name)
+            if not ranked:
+                return None
+            self._shift(current, ranked[0])
+            return ranked[0]
+
+    def _reserve(self, source: Replica, target: Replica, only_free: bool = False) -> bool:
+        """Moves a session's slot from `source` to `target` (only to a free one if asked)."""
+        with self._lock:
+            if only_free and target.free <= 0:
+                return False
+            self._shift(source, target)
+            return True
+
+    def _shift(self, source: Replica, target: Replica) -> None:
+        source.running -= 1
+        target.running += 1
+        self._freed.notify_all()
+
+    def _moved(self, target: Replica) -> None:
+        with self._lock:
+            target.sessions += 1
+            self.moves += 1
+
+    def _down(self, current: Replica) -> list[Replica]:
+        """The replicas a moving session asks whether they answer again: those taken out,
+        and its own."""
+        with self._lock:
+            return [r for r in self.replicas.values() if r.info is None or r is current]
+
+    def _await_slot(self, deadline: float, longest: float) -> None:
+        """Sleeps up to `longest` seconds (never past `deadline`), less when a slot frees."""
+        with self._lock:
+            self._freed.wait(max(0.0, min(longest, deadline - time.monotonic())))
+
+
+def _no_slot(current: Replica, lost: str, wait: float, refused: bool,
+             failure: Exception | None) -> str:
+    """Why a moving session found nowhere to go on."""
+    why = (f"replica {current.name} refused it a session slot (CAPACITY_EXHAUSTED)" if refused
+           else lost)
+    tail = f"; last: {failure}" if failure is not None else ""
+    return (f"{why}, and within {wait:.1f}s no session slot came free on another replica and"
+            f" replica {current.name} did not come back{tail}")
 
 
 def _choose(ready: Sequence[Replica], key: str, prompt: str = "") -> Replica | None:
-    """spread.pick over `ready`; when every slot is taken (a replica just went and its
-    sessions moved), the least loaded one: its stages may refuse the session
+    """spread.pick over `ready`; when every slot is taken (a replica just went: its
+    sessions wait for slots), the least loaded one: its stages may refuse the new session
     (CAPACITY_EXHAUSTED), a 503 for it, rather than every request waiting."""
     by_name = {r.name: r for r in ready}
     chosen = pick([Candidate(r.name, r.free, r.recent.shared(prompt)) for r in ready], key)

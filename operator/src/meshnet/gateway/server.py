@@ -443,21 +443,27 @@ class _Generation:
             if isinstance(exc, StageError) and exc.reason == "CAPACITY_EXHAUSTED":
                 raise
             gateway = self.gateway
-            replica = gateway.fleet.switch(self.replica, f"replica {self.replica.name} failed"
-                                                         f" a Tokenize: {exc}")
-            if replica is None:
+            moved = gateway.fleet.switch(self.replica, f"replica {self.replica.name} failed a"
+                                                       f" Tokenize: {exc}",
+                                         gateway.fleet.recovery_wait)
+            if moved is None:
                 raise
-            gateway.metrics.replicas.moved(replica.name)
-            self.replica, self.driver = replica, replica.handle.driver()
+            replica, self.driver, _ = moved
+            if replica is not self.replica:
+                gateway.metrics.replicas.moved(replica.name)
+            self.replica = replica
             return gateway._prompt_ids(self.driver, self.job)
 
-    def _relocate(self, wait: float) -> tuple[list[StageClient], RouteInfo]:
+    def _relocate(self, wait: float, refused: bool) -> tuple[list[StageClient], RouteInfo]:
         """Where the session goes on after losing its stages' state (the driver's
-        recovery, in the generating thread): another ready replica, re-prefilled with the
-        prompt and the tokens so far, else its own once it answers again."""
+        recovery, in the generating thread): another ready replica with a free slot,
+        re-prefilled with the prompt and the tokens so far, else its own once it answers
+        again, whichever comes first within `wait`. `refused`: the replica it went to
+        refused it a slot (fleet.relocate)."""
         gateway = self.gateway
         replica, driver, info = gateway.fleet.relocate(
-            self.replica, f"a session lost its state on replica {self.replica.name}", wait)
+            self.replica, f"a session lost its state on replica {self.replica.name}", wait,
+            refused)
         if replica is not self.replica:
             gateway.metrics.replicas.moved(replica.name)
         self.replica, self.driver = replica, driver

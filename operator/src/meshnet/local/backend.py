@@ -6,8 +6,8 @@ make-before-break — old-epoch workers are hidden from the planner (so it start
 epoch at once) but keep serving until the new epoch is Ready, then they are stopped.
 So a chained stage relays to the loopback endpoint of its own epoch's and its own
 replica's next stage (`meshnet.local.links`), never to another epoch's or replica's.
-Each replica (spec.replicas) is a pipeline of its own workers; scaling adds or stops
-whole replicas and leaves the others running.
+Each replica (spec.replicas) is a pipeline of its own workers; scaling adds whole
+replicas, or drains them (meshnet.local.drain), and leaves the others running.
 """
 
 from __future__ import annotations
@@ -19,9 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from meshnet.api import labels
+from meshnet.api.shardroute import ShardRouteSpec
 from meshnet.artifacts.markers import Layout
 from meshnet.artifacts.retain import prune_manifests
 from meshnet.errors import MeshnetError
+from meshnet.local.drain import drain_ended
 from meshnet.local.links import NotListening, loopback_links, start_order
 from meshnet.local.manifests import RouteFile, RouteFileError
 from meshnet.local.process import WorkerProcess, WorkerStartError
@@ -164,6 +166,7 @@ class LocalBackend:
             for worker in start_order(workers):
                 self._start(new_pods[replica, worker.stage][0], worker)
         self._finish_rollout()
+        self._finish_drains()
         key = (observed.route.namespace, observed.route.name)
         self.metrics.duration.labels("ShardRoute").observe(time.monotonic() - started)
         self.metrics.epoch_advances.inc(int(result.epoch_advanced))
@@ -191,6 +194,8 @@ class LocalBackend:
         if not self.crashes.may_start(stage, time.monotonic()):
             return  # backing off; the next reconcile asks again
         name = pod["metadata"]["name"]
+        if self._undrained(name, pod):
+            return
         try:
             links = loopback_links(worker, self._listening(worker.epoch, worker.replica))
         except NotListening as exc:  # its next stage did not start: the next reconcile asks
@@ -234,6 +239,9 @@ class LocalBackend:
         if entry.alive() and entry.epoch < epoch:
             entry.retiring = True  # keeps serving until epoch `epoch` is Ready
             return
+        if entry.alive() and entry.replica >= self.replicas_wanted() and self.drain_seconds():
+            entry.retiring, entry.draining_since = True, time.monotonic()  # scaled away
+            return
         if entry.alive():
             self.ports.pop(name, None)  # gone for good, not crashed
         else:
@@ -265,7 +273,7 @@ class LocalBackend:
         publish the route."""
         if not self.settled():
             return
-        retired = [s for s in self.stages.values() if s.retiring]
+        retired = [s for s in self.stages.values() if s.retiring and s.draining_since is None]
         for entry in retired:
             entry.process.stop()
             del self.stages[entry.name]
@@ -289,6 +297,40 @@ class LocalBackend:
             if gone.directory != gone.storage:
                 prune_manifests(Layout(gone.storage), [digest])
 
+    def _finish_drains(self) -> None:
+        """Stops each scaled-away replica whose drain has ended (meshnet.local.drain)."""
+        draining: dict[int, list[LocalStage]] = {}
+        for entry in self.stages.values():
+            if entry.draining_since is not None:
+                draining.setdefault(entry.replica, []).append(entry)
+        for replica, entries in sorted(draining.items()):
+            since = min(e.draining_since or 0.0 for e in entries)
+            why = ("a worker of it exited" if not all(e.alive() for e in entries) else
+                   drain_ended(time.monotonic() - since, self.drain_seconds(),
+                               [e.process.endpoint for e in entries]))
+            if why is None:
+                continue
+            for entry in entries:
+                entry.process.stop()
+                del self.stages[entry.name]
+                self.ports.pop(entry.name, None)
+            self.say(f"replica {replica} drained ({why}): stopped its {len(entries)} workers")
+
+    def _undrained(self, name: str, pod: dict[str, Any]) -> bool:
+        """A pod to start whose worker still drains (scaled down, then up again): the same
+        worker serves on; another template's stops first. Whether it serves on."""
+        entry = self.stages.get(name)
+        if entry is None or entry.draining_since is None:
+            return False
+        template = pod["metadata"]["labels"].get(labels.TEMPLATE)
+        if entry.alive() and entry.labels.get(labels.TEMPLATE) == template:
+            entry.retiring, entry.draining_since = False, None
+            return True
+        entry.process.stop()
+        del self.stages[name]
+        self.ports.pop(name, None)
+        return False
+
     # ---- what it serves ----------------------------------------------------------
     @property
     def route_name(self) -> str:
@@ -310,6 +352,12 @@ class LocalBackend:
     def replicas_wanted(self) -> int:
         assert self.route_file is not None
         return int((self.route_file.route.get("spec") or {}).get("replicas", 1))
+
+    def drain_seconds(self) -> int:
+        """spec.rollout.drainSeconds: how long a scaled-away replica may drain."""
+        assert self.route_file is not None
+        spec = ShardRouteSpec.model_validate(self.route_file.route.get("spec") or {})
+        return spec.rollout.drain_seconds
 
     def current_stages(self, replica: int = 0) -> list[LocalStage]:
         """This epoch's workers of `replica` in pipeline order."""

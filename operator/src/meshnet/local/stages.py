@@ -40,7 +40,8 @@ class LocalStage:
     process: WorkerProcess
     restarts: int = 0
     failed_at: float | None = None  # when the process was last seen dead
-    retiring: bool = False  # an old epoch kept serving until the new one is ready
+    retiring: bool = False  # an old epoch kept serving until the new one is ready, or:
+    draining_since: float | None = None  # a scaled-away replica's, since (monotonic)
     started_at: float = field(default_factory=time.time)
 
     @property

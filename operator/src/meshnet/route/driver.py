@@ -27,6 +27,8 @@ from meshnet.route.topology import REQUESTABLE, Requested, pick_topology
 __all__ = ["Generation", "RouteDriver"]
 
 INFO_TIMEOUT = 5.0  # seconds each stage has to answer the handshake's GetInfo
+# How long a recovering session the stages refused a slot waits before it asks again.
+SLOT_PAUSE_SECONDS = 0.5
 
 
 class RouteDriver:
@@ -205,8 +207,13 @@ class RouteDriver:
         result.text = session.detokenize(result.tokens)
         return result
 
-    def refresh(self, wait: float) -> tuple[Sequence[StageClient], RouteInfo]:
-        """These stages, once they answer as one route again (a recovering session's)."""
+    def refresh(self, wait: float, refused: bool = False,
+                ) -> tuple[Sequence[StageClient], RouteInfo]:
+        """These stages, once they answer as one route again (a recovering session's);
+        `refused`: they refused the session a slot, so first a pause while their
+        sessions go on (at most `wait`)."""
+        if refused:
+            time.sleep(min(wait, SLOT_PAUSE_SECONDS))
         return self.clients, self.connect(wait)
 
 

@@ -6,7 +6,9 @@ own copy of the driver's settings. On CACHE_MISS, EPOCH_MISMATCH, ENGINE_FAILURE
 restarted chain stage or a worker that went away, it frees itself on every stage, takes
 a fresh snapshot from `refresh`, and re-prefills the whole history under a new session
 id; positional seeding keeps the output identical. Only this session's snapshot changes:
-the other sessions running on the route keep theirs until they recover themselves.
+the other sessions running on the route keep theirs until they recover themselves. A
+recovered session that the stages refuse a slot (CAPACITY_EXHAUSTED: it went where other
+sessions hold every one) waits for one, within `wait_seconds` of the loss.
 """
 
 from __future__ import annotations
@@ -36,10 +38,12 @@ RELEASE_TIMEOUT_SECONDS = 5.0
 # MAX_DRAFT drafts; the CPU lane's batch-invariant kernels).
 EXACT_ROWS = MAX_DRAFT + 1
 
-# Waits up to its argument's seconds for a route to answer as one route again; returns the
-# stages to go on with and their snapshot: the same stages, or (a fleet's gateway) another
-# replica's of the same epoch, whose output is the same.
-Refresh = Callable[[float], tuple[Sequence[StageClient], RouteInfo]]
+# Waits up to its first argument's seconds for a route to answer as one route again;
+# returns the stages to go on with and their snapshot: the same stages, or (a fleet's
+# gateway) another replica's of the same epoch, whose output is the same. Its second
+# argument, `refused`: the stages answer but refused the session a slot, so it waits for
+# a session to end there (or goes where a slot is free) rather than for them to come back.
+Refresh = Callable[[float, bool], tuple[Sequence[StageClient], RouteInfo]]
 
 
 @dataclass(frozen=True)
@@ -77,6 +81,7 @@ class Session:
         self.history: list[int] = []  # tokens every stage holds (after a successful step)
         self.step_sizes: list[int] = []  # how the history was fed, step by step
         self.counts = StepCounts()
+        self.lost_at: float | None = None  # when a recovery last moved it (monotonic)
         self.session_id = uuid.uuid4().hex
         self._on_snapshot(clients, route)
         self.result = Generation(session_id=self.session_id, prompt_tokens=list(prompt_ids))
@@ -294,20 +299,32 @@ class Session:
 
     def recover(self, cause: StageError) -> None:
         """Frees the session, waits for the route and goes on under a new session id on
-        the fresh snapshot. Raises `cause` when it is not recoverable, and RecoveryFailed
-        past `max_recoveries`."""
-        if not cause.recoverable:
-            raise cause
+        the fresh snapshot. A recovered session refused a slot (CAPACITY_EXHAUSTED) waits
+        for one, counted as no further recovery, until `wait_seconds` after the loss.
+        Raises `cause` when it is not recoverable, and RecoveryFailed past
+        `max_recoveries` or when no slot came within the wait."""
         result = self.result
-        result.recoveries += 1
-        result.recovery_reasons.append(f"{cause.endpoint}: {cause.reason or cause.code}")
-        if result.recoveries > self.settings.max_recoveries:
-            raise RecoveryFailed(
-                f"gave up after {self.settings.max_recoveries} recoveries: "
-                + "; ".join(result.recovery_reasons)
-            ) from cause
+        refused = cause.reason == "CAPACITY_EXHAUSTED" and self.lost_at is not None
+        if refused:
+            assert self.lost_at is not None
+            wait = self.lost_at + self.settings.wait_seconds - time.monotonic()
+            if wait <= 0:
+                raise RecoveryFailed(
+                    f"no session slot came free within {self.settings.wait_seconds:g}s of "
+                    f"the recovery ({'; '.join(result.recovery_reasons)}): {cause}") from cause
+        elif not cause.recoverable:
+            raise cause
+        else:
+            result.recoveries += 1
+            result.recovery_reasons.append(f"{cause.endpoint}: {cause.reason or cause.code}")
+            if result.recoveries > self.settings.max_recoveries:
+                raise RecoveryFailed(
+                    f"gave up after {self.settings.max_recoveries} recoveries: "
+                    + "; ".join(result.recovery_reasons)
+                ) from cause
+            self.lost_at, wait = time.monotonic(), self.settings.wait_seconds
         self.release()
-        clients, route = self._refresh(self.settings.wait_seconds)
+        clients, route = self._refresh(wait, refused)
         self.session_id = uuid.uuid4().hex
         result.session_id = self.session_id
         self._on_snapshot(clients, route)
