@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 # Fixed outcomes of a request (meshnet_requests_total{status}).
-OUTCOMES = ("ok", "bad_request", "rejected", "unavailable", "cancelled", "error")
+OUTCOMES = ("ok", "bad_request", "unauthorized", "rejected", "unavailable", "cancelled", "error")
 
 _LATENCY = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.5, 5.0,
             10.0, 20.0, 40.0, 80.0)

@@ -7,14 +7,16 @@ from typing import Any
 
 
 def usage(prompt_tokens: int, completion_tokens: int,
-          drafts: tuple[int, int] | None = None, cached_tokens: int = 0) -> dict[str, Any]:
+          drafts: tuple[int, int] | None = None, cached_tokens: int | None = 0) -> dict[str, Any]:
     """`drafts`: (drafted, accepted) tokens of speculative decoding, reported as OpenAI
     reports predicted outputs (completion_tokens_details). `cached_tokens`: prompt tokens
-    taken from the stages' prefix cache (prompt_tokens_details, as OpenAI reports them)."""
+    taken from the stages' prefix cache (prompt_tokens_details, as OpenAI reports them);
+    None where the route keeps them out of responses."""
     used: dict[str, Any] = {"prompt_tokens": prompt_tokens,
                             "completion_tokens": completion_tokens,
-                            "total_tokens": prompt_tokens + completion_tokens,
-                            "prompt_tokens_details": {"cached_tokens": cached_tokens}}
+                            "total_tokens": prompt_tokens + completion_tokens}
+    if cached_tokens is not None:
+        used["prompt_tokens_details"] = {"cached_tokens": cached_tokens}
     if drafts is not None:
         drafted, accepted = drafts
         used["completion_tokens_details"] = {"accepted_prediction_tokens": accepted,
@@ -71,7 +73,8 @@ def sse(data: dict[str, Any] | str) -> bytes:
 
 
 # OpenAI error types by HTTP status.
-ERROR_TYPES = {400: "invalid_request_error", 404: "not_found_error", 413: "invalid_request_error",
+ERROR_TYPES = {400: "invalid_request_error", 401: "invalid_request_error", 404: "not_found_error",
+               413: "invalid_request_error",
                429: "rate_limit_exceeded", 500: "server_error", 503: "service_unavailable"}
 
 

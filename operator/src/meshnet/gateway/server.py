@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import secrets
 import threading
 import time
@@ -31,6 +32,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from meshnet.errors import MeshnetError
 from meshnet.gateway import responses
 from meshnet.gateway.admission import Admission, QueueFull
+from meshnet.gateway.api_keys import ApiKeys, Caller
 from meshnet.gateway.chat import ChatTemplateError, chat_prompt, chat_tokens
 from meshnet.gateway.fleet import Fleet, Replica
 from meshnet.gateway.limits import MAX_BODY_BYTES, RouteBounds
@@ -39,6 +41,8 @@ from meshnet.gateway.requests import BadRequest, Job, chat_job, completion_job, 
 from meshnet.gateway.spread import conversation_key, prompt_text
 from meshnet.gateway.text import TextStream
 from meshnet.route import PromptTooLong, RouteDriver, RouteInfo, StageClient, StageError
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 class _Stopped(Exception):
@@ -52,6 +56,9 @@ class GatewayConfig:
     probe_seconds: float = 2.0  # how often every replica's stages are checked
     speculate: int = 0  # speculative decoding: longest draft per step (0: off)
     windows: int = 1  # verify windows a chain's or ring's decode loop keeps in flight
+    # With API keys: one key's cached prefixes are every key's (else each key has its own)
+    share_cache_across_keys: bool = False
+    report_cached_tokens: bool = True  # usage.prompt_tokens_details.cached_tokens
 
 
 @dataclass
@@ -63,16 +70,18 @@ class _Outcome:
     accepted_draft_tokens: int = 0
     cached_tokens: int = 0  # prompt tokens from the stages' prefix cache
 
-    def usage(self, prompt_tokens: int) -> dict[str, Any]:
+    def usage(self, prompt_tokens: int, report_cached: bool = True) -> dict[str, Any]:
         return responses.usage(prompt_tokens, self.completion_tokens,
                                (self.draft_tokens, self.accepted_draft_tokens)
-                               if self.draft_tokens else None, self.cached_tokens)
+                               if self.draft_tokens else None,
+                               self.cached_tokens if report_cached else None)
 
 
 class Gateway:
-    def __init__(self, config: GatewayConfig, fleet: Fleet) -> None:
+    def __init__(self, config: GatewayConfig, fleet: Fleet, keys: ApiKeys | None = None) -> None:
         self.config = config
         self.fleet = fleet
+        self.keys = keys  # None: no key is asked for
         self.metrics = GatewayMetrics(config.model)
         self.admission = Admission(1, config.max_waiting)
         self.generations = ThreadPoolExecutor(max_workers=256, thread_name_prefix="generate")
@@ -232,6 +241,10 @@ class Gateway:
             return self._error(404, f"the model {job.model!r} does not exist: this gateway "
                                f"serves {self.config.model!r}", "bad_request", "model_not_found",
                                "model")
+        caller: Caller | None = request.get("caller")
+        if caller is not None and not self.config.share_cache_across_keys:
+            # each key's cached prefixes are its own, whatever salt its requests name
+            job = dataclasses.replace(job, cache_salt=f"{caller.salt}/{job.cache_salt}")
         try:
             async with self.admission.slot():
                 self.metrics.queue_time.observe(time.monotonic() - arrived)
@@ -288,7 +301,8 @@ class Gateway:
         self._account(run, outcome)
         return web.json_response(responses.completion(
             job.kind, run.request_id, job.model, run.created, outcome.text,
-            outcome.finish_reason, outcome.usage(len(prompt))))
+            outcome.finish_reason,
+            outcome.usage(len(prompt), self.config.report_cached_tokens)))
 
     def _prompt_ids(self, driver: RouteDriver, job: Job) -> list[int]:
         if job.kind == "chat":
@@ -325,7 +339,7 @@ class Gateway:
         if job.include_usage:
             await response.write(responses.sse(responses.usage_chunk(
                 job.kind, run.request_id, job.model, run.created,
-                outcome.usage(len(run.prompt)))))
+                outcome.usage(len(run.prompt), self.config.report_cached_tokens))))
         await response.write(responses.sse("[DONE]"))
         self._account(run, outcome)
         return response
@@ -540,7 +554,20 @@ class _Generation:
 
 
 def build_app(gateway: Gateway) -> web.Application:
-    app = web.Application(client_max_size=MAX_BODY_BYTES)
+    @web.middleware
+    async def authorize(request: web.Request, handler: Handler) -> web.StreamResponse:
+        """With API keys, /v1/ needs a valid bearer key; probes and metrics stay open."""
+        if gateway.keys is None or not request.path.startswith("/v1/"):
+            return await handler(request)
+        caller = gateway.keys.caller(request.headers.get("Authorization"))
+        if caller is None:
+            return gateway._error(401, "Incorrect or missing API key: send one of this route's "
+                                  "keys as 'Authorization: Bearer KEY'", "unauthorized",
+                                  "invalid_api_key")
+        request["caller"] = caller
+        return await handler(request)
+
+    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[authorize])
     app.router.add_get("/health", gateway.health)
     app.router.add_get("/ready", gateway.ready)
     app.router.add_get("/metrics", gateway.prometheus)
