@@ -18,7 +18,13 @@ from meshnet.api.shardroute import ShardRouteSpec
 from meshnet.cli.serve import split_listen
 from meshnet.errors import MeshnetError
 from meshnet.local.backend import LocalBackend
-from meshnet.local.manifests import FileVersion, RouteFileError, file_version, load_route_file
+from meshnet.local.manifests import (
+    FileVersion,
+    RouteFileError,
+    check_same_route,
+    file_version,
+    load_route_file,
+)
 from meshnet.local.process import stop_process, worker_binary
 from meshnet.local.restarts import DEFAULT_BUDGET
 from meshnet.metrics.controller import OperatorMetrics
@@ -91,7 +97,10 @@ def _reload(backend: LocalBackend, path: Path, version: FileVersion) -> None:
     try:
         if isinstance(version, str):
             raise RouteFileError(version)
-        backend.load(load_route_file(path))
+        route_file = load_route_file(path)
+        if backend.route_file is not None:
+            check_same_route(backend.route_file, route_file)
+        backend.load(route_file)
     except MeshnetError as exc:
         if backend.route_file is None:
             raise
@@ -158,12 +167,12 @@ def command(
     stage is ready. The file is watched: a changed stage layout starts epoch + 1, whose
     workers replace the old ones once they are ready; a changed `replicas` starts or stops
     whole replicas, leaving the others running. An edit that cannot be used (the file
-    gone or unreadable, an invalid spec) is reported once and the route runs on as it
-    was. A worker that dies is restarted with backoff, within a budget
-    (--restart-budget); its log stays in the cache's logs/ folder. Once the route is
-    ready, its OpenAI-compatible gateway serves it on --serve, spreading sessions over
-    the replicas, with the settings of spec.gateway. Ctrl-C stops the gateway and every
-    worker.
+    gone or unreadable, an invalid spec, a renamed route: its name is immutable) is
+    reported once and the route runs on as it was. A worker that dies is restarted with
+    backoff, within a budget (--restart-budget); its log stays in the cache's logs/
+    folder. Once the route is ready, its OpenAI-compatible gateway serves it on --serve,
+    spreading sessions over the replicas, with the settings of spec.gateway. Ctrl-C
+    stops the gateway and every worker.
     """
     signal.signal(signal.SIGTERM, _stop_on_sigterm)
     metrics = OperatorMetrics()
