@@ -77,6 +77,9 @@ def command(route_name: str | None, stages: tuple[str, ...], replicas: tuple[str
     the route, up to its session slots (summed over the ready replicas); then up to
     --max-waiting wait; beyond, 429.
     """
+    # Whatever was inherited (a script's background job starts with SIGINT ignored):
+    # Ctrl-C stops it, as SIGTERM does, once it serves (aiohttp's graceful exit).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     resolve = replica_source(route_name, stages, replicas, scaled_to_zero)
     name = model or route_name or "meshnet"
     host, port = split_listen(listen)

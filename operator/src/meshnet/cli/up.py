@@ -107,7 +107,7 @@ def _reload(backend: LocalBackend, path: Path, version: FileVersion) -> None:
         say(f"ignoring the changed file (epoch {backend.status.get('epoch')} runs on): {exc}")
 
 
-def _stop_on_sigterm(_signum: int, _frame: FrameType | None) -> None:
+def _stop_on_signal(_signum: int, _frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
@@ -171,10 +171,12 @@ def command(
     reported once and the route runs on as it was. A worker that dies is restarted with
     backoff, within a budget (--restart-budget); its log stays in the cache's logs/
     folder. Once the route is ready, its OpenAI-compatible gateway serves it on --serve,
-    spreading sessions over the replicas, with the settings of spec.gateway. Ctrl-C
-    stops the gateway and every worker.
+    spreading sessions over the replicas, with the settings of spec.gateway. Ctrl-C (or
+    SIGTERM) stops the gateway and every worker, also where SIGINT was inherited ignored.
     """
-    signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    # Whatever was inherited: a script's background job starts with SIGINT ignored.
+    signal.signal(signal.SIGINT, _stop_on_signal)
+    signal.signal(signal.SIGTERM, _stop_on_signal)
     metrics = OperatorMetrics()
     if serve:
         split_listen(serve, "--serve")
