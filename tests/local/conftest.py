@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 
@@ -67,6 +68,19 @@ class UpSession:
             time.sleep(0.1)
         pytest.fail(f"meshnet up never said {text!r}:\n{self.log.read_text()}")
 
+    def wait_for_gateway(self, timeout: float = 60) -> None:
+        """Until the gateway `meshnet up --serve` started lists the route's model."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if httpx.get(self.gateway + "/models", timeout=5).json()["data"]:
+                    return
+            except (httpx.HTTPError, ValueError):
+                pass
+            if time.monotonic() > deadline or self.process.poll() is not None:
+                pytest.fail(f"the gateway never served the route:\n{self.log.read_text()}")
+            time.sleep(0.3)
+
     def stages_text(self, stages: list[tuple[str, int, int]]) -> str:
         """The route file's text with these stages (not written)."""
         docs = list(yaml.safe_load_all(self.route_file.read_text()))
@@ -109,16 +123,24 @@ class UpSession:
         return self.process.wait(timeout=60)
 
 
+def ignore_sigint() -> None:
+    """As a script's background job starts: Ctrl-C ignored (inherited across exec)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def start_up(tmp_path: Path, *extra: str, topology: str | None = None,
-             replicas: int | None = None) -> UpSession:
+             replicas: int | None = None, spec: dict[str, Any] | None = None,
+             sigint_ignored: bool = False) -> UpSession:
     """`meshnet up` on a copy of the example route file, with `extra` flags (and the
-    recipe's `topology` and the route's `replicas`, where given)."""
+    recipe's `topology`, the route's `replicas` and other `spec` fields, where given),
+    started with SIGINT ignored if `sigint_ignored`."""
     docs = list(yaml.safe_load_all(EXAMPLE.read_text()))
     docs[0]["spec"]["storage"]["hostPath"]["path"] = str(tmp_path / "models")
     if topology is not None:
         docs[1]["spec"]["recipe"]["topology"] = topology
     if replicas is not None:
         docs[1]["spec"]["replicas"] = replicas
+    docs[1]["spec"].update(spec or {})
     route_file = tmp_path / "route.yaml"
     route_file.write_text(yaml.safe_dump_all(docs, sort_keys=False))
     log = tmp_path / "up.log"
@@ -132,6 +154,7 @@ def start_up(tmp_path: Path, *extra: str, topology: str | None = None,
             stdout=sink,
             stderr=subprocess.STDOUT,
             text=True,
+            preexec_fn=ignore_sigint if sigint_ignored else None,
         )
     return UpSession(route_file, cache, process, log, f"http://{serve}/v1")
 
@@ -140,8 +163,10 @@ def start_up(tmp_path: Path, *extra: str, topology: str | None = None,
 def make_up(tmp_path: Path) -> Iterator[Callable[..., UpSession]]:
     started: list[UpSession] = []
 
-    def make(*extra: str, topology: str | None = None) -> UpSession:
-        started.append(start_up(tmp_path, *extra, topology=topology))
+    def make(*extra: str, topology: str | None = None, spec: dict[str, Any] | None = None,
+             sigint_ignored: bool = False) -> UpSession:
+        started.append(start_up(tmp_path, *extra, topology=topology, spec=spec,
+                                sigint_ignored=sigint_ignored))
         return started[-1]
 
     yield make

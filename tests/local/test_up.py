@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -271,3 +272,61 @@ def test_a_speculation_edit_keeps_the_epoch_and_restarts_workers_and_gateway_spe
     details = answer["usage"]["completion_tokens_details"]
     assert details["accepted_prediction_tokens"] > 0
     assert answer["choices"][0]["text"] == up.generate(CODE, 32)["text"]  # plain decoding's
+
+
+def test_up_s_gateway_queues_as_many_requests_as_spec_gateway_max_waiting(
+    make_up: Callable[..., UpSession],
+) -> None:
+    """One session slot and `maxWaiting: 1`: one request runs, one waits, the next is 429
+    (the gateway's own default would queue 16)."""
+    up = make_up(spec={"gateway": {"maxWaiting": 1},
+                       "recipe": {"lane": "cpu", "contextLength": 2048, "sessionSlots": 1}})
+    up.wait_for(lambda r: r["epoch"] == 1 and len(r["stages"]) == 3)
+    up.wait_for_gateway()
+    release = threading.Event()
+    answers: list[int] = []
+
+    def hold() -> None:  # all 400 tokens (ignore_eos): the session stays busy until released
+        with httpx.stream("POST", up.gateway + "/completions", timeout=300, json={
+                "model": "smollm2", "prompt": PROMPT, "max_tokens": 400, "temperature": 0,
+                "ignore_eos": True, "stream": True}) as stream:
+            for _ in stream.iter_lines():
+                if release.is_set():
+                    break
+
+    def wait_in_line() -> None:
+        answers.append(httpx.post(up.gateway + "/completions", timeout=300, json={
+            "model": "smollm2", "prompt": PROMPT, "max_tokens": 4}).status_code)
+
+    def gauge(name: str) -> float:
+        metrics = httpx.get(up.gateway.removesuffix("/v1") + "/metrics", timeout=5).text
+        for line in metrics.splitlines():
+            if line.startswith(name + "{") or line.startswith(name + " "):
+                return float(line.rsplit(" ", 1)[1])
+        return -1.0
+
+    holder, waiter = threading.Thread(target=hold), threading.Thread(target=wait_in_line)
+    try:
+        holder.start()
+        deadline = time.monotonic() + 60
+        while gauge("meshnet_num_requests_running") != 1:
+            assert time.monotonic() < deadline, up.log.read_text()
+            time.sleep(0.1)
+        waiter.start()
+        while gauge("meshnet_num_requests_waiting") != 1:
+            assert time.monotonic() < deadline, up.log.read_text()
+            time.sleep(0.1)
+
+        refused = httpx.post(up.gateway + "/completions", timeout=30, json={
+            "model": "smollm2", "prompt": PROMPT, "max_tokens": 4})
+
+        assert refused.status_code == 429, refused.text
+        assert refused.json()["error"]["code"] == "rate_limit_exceeded"
+        release.set()
+        waiter.join(timeout=120)
+        assert answers == [200]  # the one waiting runs once the slot is free
+    finally:
+        release.set()
+        holder.join(timeout=120)
+        if waiter.is_alive():
+            waiter.join(timeout=120)

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 
@@ -149,3 +150,28 @@ def test_a_wrong_sha256_digit_keeps_the_served_model_and_undoing_it_changes_noth
     undo = up.log.read_text().rsplit("HashMismatch", 1)[1]
     assert "provisioning" not in undo and "EpochAdvanced" not in undo
     assert storage.stat().st_ino == inode
+
+
+def test_renaming_the_route_is_refused_and_it_serves_on_under_its_name(
+    up: UpSession, reference: Callable[..., list[int]]
+) -> None:
+    first = up.wait_for(lambda r: r["epoch"] == 1 and len(r["stages"]) == 3)
+    pids = [s["pid"] for s in first["stages"]]
+    up.wait_for_gateway()
+
+    docs = list(yaml.safe_load_all(up.route_file.read_text()))
+    docs[1]["metadata"]["name"] = "renamed"  # with a layout change, which waits too
+    docs[1]["spec"]["stages"] = [{"name": "front", "layers": {"begin": 0, "end": 15}},
+                                 {"name": "back", "layers": {"begin": 15, "end": 30}}]
+    up.route_file.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+    said = up.said("cannot be renamed")
+    assert "ignoring the changed file (epoch 1 runs on)" in said
+    assert "ShardRoute local/smollm2 cannot be renamed to local/renamed" in said
+    time.sleep(10 * 0.3)  # ten more reconciles (--interval 0.3)
+
+    assert_serving(up, pids, 1, reference)
+    answer = httpx.post(up.gateway + "/completions", timeout=120, json={
+        "model": "smollm2", "prompt": PROMPT, "max_tokens": 4, "temperature": 0})
+    assert answer.status_code == 200, answer.text  # the gateway serves the route it names
+    assert up.stop() == 0
+    assert not list((up.cache / "routes").glob("*.json"))  # withdrawn: no stale entry

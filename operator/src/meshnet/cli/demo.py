@@ -9,6 +9,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import click
@@ -18,7 +19,7 @@ import yaml
 from meshnet.bundled import smollm2_gguf
 from meshnet.errors import MeshnetError
 from meshnet.gateway.chat import chat_prompt, chat_tokens
-from meshnet.local.process import free_port
+from meshnet.local.process import free_port, stop_process
 from meshnet.local.registry import RouteNotFound, lookup, process_alive
 from meshnet.paths import repo_root
 from meshnet.route import RouteDriver
@@ -27,6 +28,9 @@ from meshnet.unsplit import unsplit_tokens
 PROMPT = "Write one sentence about why the sky is blue."
 MAX_TOKENS = 48
 TWO_STAGES = [("front", 0, 15), ("back", 15, 30)]
+# How long `meshnet up` may take to stop its gateway and workers before it is killed (its
+# workers and gateway then stop as their parent is gone).
+UP_STOP_SECONDS = 60
 
 
 def step(text: str) -> None:
@@ -100,9 +104,17 @@ def ask_gateway(serve: str, name: str, expected: str) -> None:
         raise MeshnetError("the gateway's answer differs from the driver's")
 
 
+def _interrupt(_signum: int, _frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
 @click.command("demo")
 def command() -> None:
     """Start the 3-stage SmolLM2 route, ask it, re-split it to 2 stages, ask again, stop."""
+    # Whatever was inherited (`make demo` from a script's background starts with SIGINT
+    # ignored): Ctrl-C, or SIGTERM, ends the demo through the cleanup below.
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
     example = repo_root() / "examples" / "local" / "smollm2-3stage.yaml"
     work = Path(tempfile.mkdtemp(prefix="meshnet-demo-"))
     route_file = work / "route.yaml"
@@ -130,6 +142,7 @@ def command() -> None:
         ],
         text=True,
     )
+    finished = False
     try:
         first = wait_for_epoch("smollm2", 1, up)
         step("2. Ask the 3-stage route (layers 0:10, 10:20, 20:30)")
@@ -145,11 +158,14 @@ def command() -> None:
         second = wait_for_epoch("smollm2", 2, up)
         step("5. Ask the 2-stage route (epoch 2)")
         ask(second)
+        finished = True
     finally:
-        step("6. Ctrl-C: meshnet up stops the gateway and every worker")
-        if up.poll() is None:
-            up.send_signal(signal.SIGINT)
-            up.wait(timeout=60)
+        # on every path (an error, a timeout, Ctrl-C): what the demo started stops
+        if finished:
+            step("6. Stop meshnet up (SIGTERM, as Ctrl-C): it stops the gateway and every worker")
+        else:
+            click.echo("[demo] stopping meshnet up ...", err=True)
+        stop_process(up, UP_STOP_SECONDS)
         shutil.rmtree(work, ignore_errors=True)
     left = [s["pid"] for s in second["stages"] if process_alive(s["pid"])]
     click.echo(f"workers left running: {len(left)}")

@@ -5,14 +5,14 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 
 import click
 from aiohttp import web
 
 from meshnet.cli.tls import tls_client_options
 from meshnet.gateway.fleet import Fleet
-from meshnet.gateway.routes import fixed_replicas, local_route
+from meshnet.gateway.routes import Endpoints, fixed_replicas, local_route
 from meshnet.gateway.server import Gateway, GatewayConfig, build_app
 from meshnet.route import TlsFiles
 from meshnet.route.drafts import MAX_DRAFT, MAX_WINDOWS
@@ -78,17 +78,10 @@ def command(route_name: str | None, stages: tuple[str, ...], replicas: tuple[str
     the route, up to its session slots (summed over the ready replicas); then up to
     --max-waiting wait; beyond, 429.
     """
-    if [bool(route_name), bool(stages), bool(replicas), scaled_to_zero].count(True) != 1:
-        raise click.UsageError("give one of --route NAME, one --stage per stage, one "
-                               "--replica per replica, or --scaled-to-zero")
-    if route_name:
-        resolve = local_route(route_name)
-    else:
-        groups = [stages] if stages else [r.split(",") for r in replicas]
-        if any(not all(group) for group in groups):
-            raise click.BadParameter("a replica names each of its stages' HOST:PORT",
-                                     param_hint="--replica")
-        resolve = fixed_replicas(groups)
+    # Whatever was inherited (a script's background job starts with SIGINT ignored):
+    # Ctrl-C stops it, as SIGTERM does, once it serves (aiohttp's graceful exit).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    resolve = replica_source(route_name, stages, replicas, scaled_to_zero)
     name = model or route_name or "meshnet"
     host, port = split_listen(listen)
     config = GatewayConfig(model=name, max_waiting=max_waiting, speculate=speculate,
@@ -100,6 +93,22 @@ def command(route_name: str | None, stages: tuple[str, ...], replicas: tuple[str
     click.echo(f"serving {name} on http://{host}:{port}/v1", err=True)
     web.run_app(app, host=host, port=port, handler_cancellation=True, print=None,
                 access_log=None, shutdown_timeout=drain_seconds)
+
+
+def replica_source(route_name: str | None, stages: Sequence[str], replicas: Sequence[str],
+                   scaled_to_zero: bool) -> Callable[[], dict[str, Endpoints]]:
+    """Where the gateway finds the replicas: exactly one of --route, --stage, --replica
+    and --scaled-to-zero (read only when asked)."""
+    if [bool(route_name), bool(stages), bool(replicas), scaled_to_zero].count(True) != 1:
+        raise click.UsageError("give one of --route NAME, one --stage per stage, one "
+                               "--replica per replica, or --scaled-to-zero")
+    if route_name:
+        return local_route(route_name)
+    groups = [list(stages)] if stages else [r.split(",") for r in replicas]
+    if any(not all(group) for group in groups):
+        raise click.BadParameter("a replica names each of its stages' HOST:PORT",
+                                 param_hint="--replica")
+    return fixed_replicas(groups)
 
 
 def _exit_with_parent(parent: int) -> Callable[[web.Application], AsyncIterator[None]]:

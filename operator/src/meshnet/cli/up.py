@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 import click
 from prometheus_client import start_http_server
@@ -17,13 +18,19 @@ from meshnet.api.shardroute import ShardRouteSpec
 from meshnet.cli.serve import split_listen
 from meshnet.errors import MeshnetError
 from meshnet.local.backend import LocalBackend
-from meshnet.local.manifests import FileVersion, RouteFileError, file_version, load_route_file
-from meshnet.local.process import worker_binary
+from meshnet.local.manifests import (
+    FileVersion,
+    RouteFileError,
+    check_same_route,
+    file_version,
+    load_route_file,
+)
+from meshnet.local.process import stop_process, worker_binary
 from meshnet.local.restarts import DEFAULT_BUDGET
 from meshnet.metrics.controller import OperatorMetrics
 from meshnet.paths import cache_dir, repo_root
 from meshnet.pin.manifest import load_manifest
-from meshnet.reconcile.route.gatewayspec import speculation_args
+from meshnet.reconcile.route.gateway_command import GatewayCommand, gateway_command
 
 
 def say(message: str) -> None:
@@ -37,30 +44,28 @@ def _pin_digest() -> str:
         return "unknown"
 
 
-def _start_gateway(name: str, listen: str, flags: list[str]) -> subprocess.Popen[bytes]:
-    """`meshnet serve --route NAME`: it follows the route across epochs, restarts and
-    scaling (it reads the replicas `meshnet up` publishes at each probe)."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "meshnet.cli", "serve", "--route", name, "--listen", listen,
-         "--exit-with-parent", str(os.getpid()), *flags]
-    )
+def local_gateway_command(route: dict[str, Any], listen: str) -> GatewayCommand:
+    """The gateway of the route file's ShardRoute as the operator renders it (its
+    gateway settings, speculation and drain), placed here: on `listen`, following the
+    route across epochs, restarts and scaling through the replicas `meshnet up` publishes."""
+    spec = ShardRouteSpec.model_validate(route["spec"])
+    return gateway_command(str(route["metadata"]["name"]), spec.gateway,
+                           spec.recipe.speculation, spec.rollout.drain_seconds, listen,
+                           local_route=True)
 
 
-def _gateway_flags(backend: LocalBackend) -> list[str]:
-    """The gateway's flags from the route's recipe, as the operator renders them: it
-    speculates as the recipe allows."""
-    assert backend.route_file is not None
-    spec = ShardRouteSpec.model_validate(backend.route_file.route["spec"])
-    return speculation_args(spec.recipe.speculation)
+def _start_gateway(command: GatewayCommand) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-m", "meshnet.cli", *command.args(os.getpid())])
 
 
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    process.terminate()
-    try:
-        process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
+def _changed_flags(old: GatewayCommand, new: GatewayCommand) -> str:
+    def values(command: GatewayCommand) -> dict[str, str]:
+        args = command.args()[1:]  # after "serve": here every flag takes a value
+        return dict(zip(args[::2], args[1::2], strict=True))
+
+    before = values(old)
+    return " ".join(f"{flag} {value}" for flag, value in values(new).items()
+                    if before.get(flag) != value)
 
 
 def _print_route(backend: LocalBackend) -> None:
@@ -92,14 +97,17 @@ def _reload(backend: LocalBackend, path: Path, version: FileVersion) -> None:
     try:
         if isinstance(version, str):
             raise RouteFileError(version)
-        backend.load(load_route_file(path))
+        route_file = load_route_file(path)
+        if backend.route_file is not None:
+            check_same_route(backend.route_file, route_file)
+        backend.load(route_file)
     except MeshnetError as exc:
         if backend.route_file is None:
             raise
         say(f"ignoring the changed file (epoch {backend.status.get('epoch')} runs on): {exc}")
 
 
-def _stop_on_sigterm(_signum: int, _frame: FrameType | None) -> None:
+def _stop_on_signal(_signum: int, _frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
@@ -159,13 +167,16 @@ def command(
     stage is ready. The file is watched: a changed stage layout starts epoch + 1, whose
     workers replace the old ones once they are ready; a changed `replicas` starts or stops
     whole replicas, leaving the others running. An edit that cannot be used (the file
-    gone or unreadable, an invalid spec) is reported once and the route runs on as it
-    was. A worker that dies is restarted with backoff, within a budget
-    (--restart-budget); its log stays in the cache's logs/ folder. Once the route is
-    ready, its OpenAI-compatible gateway serves it on --serve, spreading sessions over
-    the replicas. Ctrl-C stops the gateway and every worker.
+    gone or unreadable, an invalid spec, a renamed route: its name is immutable) is
+    reported once and the route runs on as it was. A worker that dies is restarted with
+    backoff, within a budget (--restart-budget); its log stays in the cache's logs/
+    folder. Once the route is ready, its OpenAI-compatible gateway serves it on --serve,
+    spreading sessions over the replicas, with the settings of spec.gateway. Ctrl-C (or
+    SIGTERM) stops the gateway and every worker, also where SIGINT was inherited ignored.
     """
-    signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    # Whatever was inherited: a script's background job starts with SIGINT ignored.
+    signal.signal(signal.SIGINT, _stop_on_signal)
+    signal.signal(signal.SIGTERM, _stop_on_signal)
     metrics = OperatorMetrics()
     if serve:
         split_listen(serve, "--serve")
@@ -182,7 +193,7 @@ def command(
     seen: FileVersion | None = None
     announced: tuple[object, ...] | None = None
     gateway: subprocess.Popen[bytes] | None = None
-    gateway_flags: list[str] = []
+    running: GatewayCommand | None = None  # the gateway's command line
     try:
         while True:
             version = file_version(path)
@@ -192,25 +203,24 @@ def command(
             backend.reconcile()
             settled = backend.settled()
             state = (backend.status.get("epoch"), settled, len(backend.whole_replicas()))
-            if settled and serve and gateway is not None:
-                flags = _gateway_flags(backend)
-                if flags != gateway_flags:  # a speculation edit: rolled as a Deployment would be
-                    say(f"restarting the gateway with {' '.join(flags)}")
-                    _stop(gateway)
-                    gateway_flags = flags
-                    gateway = _start_gateway(str(backend.route_entry()["name"]), serve, flags)
+            wanted = None
+            if serve and backend.route_file is not None:
+                wanted = local_gateway_command(backend.route_file.route, serve)
+            if settled and wanted and gateway is not None and running and wanted != running:
+                # a gateway edit (speculation, maxWaiting, drain): rolled as a Deployment is
+                say(f"restarting the gateway with {_changed_flags(running, wanted)}")
+                stop_process(gateway, running.grace_seconds)
+                gateway, running = _start_gateway(wanted), wanted
             if settled and state != announced:
-                if serve and (gateway is None or gateway.poll() is not None):
-                    gateway_flags = _gateway_flags(backend)
-                    gateway = _start_gateway(str(backend.route_entry()["name"]), serve,
-                                             gateway_flags)
+                if wanted and (gateway is None or gateway.poll() is not None):
+                    gateway, running = _start_gateway(wanted), wanted
                 _print_route(backend)
             announced = state
             time.sleep(interval)
     except KeyboardInterrupt:
         say("stopping ...")
     finally:
-        if gateway is not None:
-            _stop(gateway)
+        if gateway is not None and running is not None:
+            stop_process(gateway, running.grace_seconds)
         stopped = backend.shutdown()
         say(f"stopped {stopped} workers")

@@ -64,6 +64,22 @@ def load_route_file(path: Path) -> RouteFile:
     return RouteFile(path, artifact, route)
 
 
+def check_same_route(running: RouteFile, edited: RouteFile) -> None:
+    """A route's name and namespace are immutable here as in a cluster: its workers, its
+    gateway's model id and its registry entry carry them. RouteFileError for an edit
+    that changes them."""
+    def identity(route_file: RouteFile) -> str:
+        meta = route_file.route["metadata"]
+        return f"{meta['namespace']}/{meta['name']}"
+
+    if identity(running) != identity(edited):
+        raise RouteFileError(
+            f"{edited.path}: ShardRoute {identity(running)} cannot be renamed to "
+            f"{identity(edited)}: a route's name is immutable (to serve it under the new "
+            "name, stop `meshnet up` and start it again)"
+        )
+
+
 FileVersion = tuple[int, int, int, int] | str
 
 

@@ -84,6 +84,22 @@ def cpu_binding_env(cpus: Sequence[int]) -> dict[str, str]:
     return {"GOMP_CPU_AFFINITY": " ".join(str(cpu) for cpu in cpus)}
 
 
+def stop_process(process: subprocess.Popen[Any], grace: float) -> int:
+    """SIGTERM, then SIGKILL after `grace` seconds (or at once on a second Ctrl-C while it
+    waits); its exit code."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            pass
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    return process.returncode
+
+
 def free_port() -> int:
     """A port free on 127.0.0.1 right now (for workers that must keep their address)."""
     with socket.socket() as probe:

@@ -9,12 +9,14 @@ cluster."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import PurePosixPath
 from typing import Any
 
 from meshnet.api import labels
 from meshnet.api.shardroute import Gateway, RouteTls, Speculation, Stage
 from meshnet.reconcile.children import CONTAINER_SECURITY, POD_SECURITY, template_hash
 from meshnet.reconcile.naming import endpoint, gateway_name
+from meshnet.reconcile.route.gateway_command import GatewayCommand, gateway_command
 from meshnet.reconcile.route.podspec import (
     TLS_DIR,
     RouteRef,
@@ -23,7 +25,6 @@ from meshnet.reconcile.route.podspec import (
     owner_reference,
 )
 
-GRACE_MARGIN_SECONDS = 10  # beyond the drain: the gateway's own shutdown after it
 DEFAULT_REQUESTS = {"cpu": "100m", "memory": "256Mi"}
 DEFAULT_LIMITS = {"memory": "1Gi"}
 
@@ -39,44 +40,23 @@ def gateway_url(route: RouteRef, config: WorkerConfig) -> str:
     return f"http://{gateway_name(route.name)}.{route.namespace}.svc:{config.gateway_port}/v1"
 
 
-def speculation_args(speculation: Speculation) -> list[str]:
-    """`meshnet serve`'s flags for the recipe's speculation, so that every request
-    speculates as the recipe allows (0 drafts while it is disabled)."""
-    drafter = speculation.stage_drafter()
-    return ["--speculate", str(speculation.loop_drafts()),
-            "--windows", str(speculation.loop_windows()),
-            *(["--drafter", drafter] if drafter else [])]
+def pipelines(route: RouteRef, stages: list[Stage], epochs: Sequence[int],
+              config: WorkerConfig) -> list[list[str]]:
+    """Each replica's stage addresses in pipeline order, `epochs[r]` the epoch of the
+    pipeline serving replica r (the names carry it)."""
+    return [[endpoint(stage.name, route.name, route.namespace, config.grpc_port, replica, epoch)
+             for stage in stages] for replica, epoch in enumerate(epochs)]
 
 
-def replica_args(route: RouteRef, stages: list[Stage], epochs: Sequence[int],
-                 config: WorkerConfig) -> list[str]:
-    """Where the gateway finds the replicas, `epochs[r]` the epoch of the pipeline serving
-    replica r: one replica as `--stage` per stage, several as `--replica` per replica, none
-    as `--scaled-to-zero`."""
-    def address(stage: Stage, replica: int) -> str:
-        return endpoint(stage.name, route.name, route.namespace, config.grpc_port, replica,
-                        epochs[replica])
-
-    if not epochs:
-        return ["--scaled-to-zero"]
-    if len(epochs) == 1:
-        return [arg for stage in stages for arg in ("--stage", address(stage, 0))]
-    return [arg for replica in range(len(epochs))
-            for arg in ("--replica", ",".join(address(stage, replica) for stage in stages))]
-
-
-def gateway_args(route: RouteRef, stages: list[Stage], gateway: Gateway, tls: RouteTls | None,
-                 speculation: Speculation, config: WorkerConfig, epochs: Sequence[int],
-                 drain_seconds: int = 0) -> list[str]:
-    args = ["serve", "--model", route.name, "--listen", f"0.0.0.0:{config.gateway_port}",
-            "--max-waiting", str(gateway.max_waiting), *speculation_args(speculation),
-            "--drain-seconds", str(drain_seconds),
-            *replica_args(route, stages, epochs, config)]
-    if tls is not None:
-        args += ["--tls-ca", f"{TLS_DIR}/ca.crt"]
-        if tls.require_client_cert:  # the stages' own pair: the gateway is one of the route's
-            args += ["--tls-cert", f"{TLS_DIR}/tls.crt", "--tls-key", f"{TLS_DIR}/tls.key"]
-    return args
+def gateway_pod_command(route: RouteRef, stages: list[Stage], gateway: Gateway,
+                        tls: RouteTls | None, speculation: Speculation, config: WorkerConfig,
+                        epochs: Sequence[int], drain_seconds: int = 0) -> GatewayCommand:
+    """The gateway pod's `meshnet serve`: on every interface, its replicas by their DNS
+    names, its TLS files where the route's Secret is mounted."""
+    return gateway_command(route.name, gateway, speculation, drain_seconds,
+                           f"0.0.0.0:{config.gateway_port}",
+                           pipelines=pipelines(route, stages, epochs, config), tls=tls,
+                           tls_dir=PurePosixPath(TLS_DIR))
 
 
 def _http_probe(path: str, period: int, failures: int, port: int) -> dict[str, Any]:
@@ -90,12 +70,13 @@ def gateway_deployment(route: RouteRef, stages: list[Stage], gateway: Gateway,
                        drain_seconds: int = 0) -> dict[str, Any]:
     assert config.gateway_image is not None
     pod_labels = gateway_labels(route)
+    command = gateway_pod_command(route, stages, gateway, tls, speculation, config, epochs,
+                                  drain_seconds)
     container: dict[str, Any] = {
         "name": "gateway",
         "image": config.gateway_image,
         "imagePullPolicy": config.image_pull_policy,
-        "args": gateway_args(route, stages, gateway, tls, speculation, config, epochs,
-                             drain_seconds),
+        "args": command.args(),
         "ports": [{"name": "http", "containerPort": config.gateway_port, "protocol": "TCP"}],
         "resources": {
             "requests": {**DEFAULT_REQUESTS,
@@ -126,7 +107,7 @@ def gateway_deployment(route: RouteRef, stages: list[Stage], gateway: Gateway,
             "spec": {
                 "automountServiceAccountToken": False,
                 # an old gateway pod finishes its running sessions (`--drain-seconds`)
-                "terminationGracePeriodSeconds": drain_seconds + GRACE_MARGIN_SECONDS,
+                "terminationGracePeriodSeconds": command.grace_seconds,
                 "enableServiceLinks": False,
                 "securityContext": dict(POD_SECURITY),
                 "containers": [container],
