@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import openai
 import pytest
 
@@ -15,7 +16,7 @@ from meshnet.gateway.chat import chat_prompt
 from meshnet.local.process import LaunchSpec, WorkerProcess, start_route
 from meshnet.route import RouteDriver
 
-from .conftest import MODEL, SLOTS, Gateway
+from .conftest import MODEL, SLOTS, Gateway, start_gateway
 
 BLOCK = 64
 SYSTEM = ("You are a careful assistant for a shipping company. " * 30).strip()
@@ -92,3 +93,55 @@ def test_a_tenants_prefix_is_reused_for_its_salt_only(gateway: Gateway) -> None:
     assert [cached for cached, _ in probes] == [0, 0]
     assert again[0] >= BLOCK
     assert {text for _, text in [victim, *probes, again]} == {victim[1]}  # the same answer
+
+
+def test_with_api_keys_a_stranger_gets_401_and_each_key_its_own_cache(
+    route: list[WorkerProcess], tmp_path: Path,
+) -> None:
+    keys = tmp_path / "keys"
+    keys.write_text("sk-victim\nsk-prober\n")
+    served = start_gateway([w.endpoint for w in route], tmp_path / "serve.log",
+                           "--api-keys", str(keys), "--cached-tokens", "report")
+    try:
+        chat = {"model": MODEL, "max_tokens": 4, "temperature": 0, "messages": [
+            {"role": "system", "content": SYSTEM + " The payroll password is tulip-9."},
+            {"role": "user", "content": "Hi."}]}
+
+        def post(key: str | None) -> httpx.Response:
+            headers = {"Authorization": f"Bearer {key}"} if key is not None else {}
+            return httpx.post(served.base_url + "/chat/completions", json=chat,
+                              headers=headers, timeout=120)
+
+        for key in (None, "sk-guess", "sk-victi"):
+            refused = post(key)
+            assert refused.status_code == 401
+            assert refused.json()["error"]["code"] == "invalid_api_key"
+        assert httpx.get(served.url + "/health", timeout=5).status_code == 200
+        assert httpx.get(served.url + "/ready", timeout=5).status_code == 200
+        metrics = httpx.get(served.url + "/metrics", timeout=5).text
+        assert 'status="unauthorized"} 3.0' in metrics
+
+        def cached(key: str) -> int:
+            answer = post(key)
+            assert answer.status_code == 200, answer.text
+            return int(answer.json()["usage"]["prompt_tokens_details"]["cached_tokens"])
+
+        assert cached("sk-victim") == 0
+        assert cached("sk-prober") == 0  # another key never hits the victim's entry
+        assert cached("sk-victim") >= BLOCK  # the same key does
+    finally:
+        served.stop()
+
+
+def test_a_route_may_keep_cached_tokens_out_of_responses(
+    route: list[WorkerProcess], tmp_path: Path,
+) -> None:
+    served = start_gateway([w.endpoint for w in route], tmp_path / "serve.log",
+                           "--cached-tokens", "hide")
+    try:
+        answer = httpx.post(served.base_url + "/completions", timeout=120, json={
+            "model": MODEL, "prompt": SYSTEM, "max_tokens": 2})
+        assert answer.status_code == 200
+        assert "prompt_tokens_details" not in answer.json()["usage"]
+    finally:
+        served.stop()

@@ -36,6 +36,9 @@ BOUNDS: list[dict[str, Any]] = [
      "speculation": {"maxDrafts": 1, "maxWindows": 1}},
     {"gateway": {"maxWaiting": 100000}, "rollout": {"drainSeconds": 86400},
      "speculation": {"maxDrafts": 7, "maxWindows": 8}},
+    {"gateway": {"apiKeysSecret": "keys", "shareCacheAcrossKeys": True,
+                 "hideCachedTokens": True}},
+    {"gateway": {"apiKeysSecret": "keys"}},
 ]
 
 
@@ -67,8 +70,10 @@ def pod_args(route: dict[str, Any], epochs: list[int]) -> list[str]:
 
 
 def local_args(route: dict[str, Any]) -> list[str]:
-    """What `meshnet up --serve 127.0.0.1:8000` runs after `python -m meshnet.cli`."""
-    return local_gateway_command(route, "127.0.0.1:8000").args(parent_pid=4242)
+    """What `meshnet up --serve 127.0.0.1:8000` runs after `python -m meshnet.cli` (with
+    `--api-keys FILE` where the route's gateway asks for keys: the Secret's stand-in)."""
+    keys = Path("/srv/keys") if route["spec"].get("gateway", {}).get("apiKeysSecret") else None
+    return local_gateway_command(route, "127.0.0.1:8000", keys).args(parent_pid=4242)
 
 
 def rendered_argvs() -> dict[str, list[tuple[str, ...]]]:
@@ -113,10 +118,10 @@ def test_every_gateway_command_line_a_backend_renders_is_one_serve_parses(
 
 
 # Options that say where the gateway runs (its address, how it finds the replicas, its
-# TLS files where they are mounted, the process it stops with), which each backend
-# renders its own way.
+# TLS and API keys files where they are mounted, the process it stops with), which each
+# backend renders its own way.
 PLACE = {"--listen", "--route", "--stage", "--replica", "--scaled-to-zero", "--tls-ca",
-         "--tls-cert", "--tls-key", "--exit-with-parent"}
+         "--tls-cert", "--tls-key", "--exit-with-parent", "--api-keys"}
 
 
 def option_values(argv: list[str]) -> dict[str, str]:
@@ -142,6 +147,7 @@ def test_both_backends_give_a_gateway_the_same_options_but_for_where_it_runs() -
             continue
         pod, local = pod_args(route, epochs), local_args(route)
         assert option_values(pod) == option_values(local), route
+        assert ("--api-keys" in pod) == ("--api-keys" in local)
         assert local[local.index("--route") + 1] == "r1"  # followed in this machine's registry
         compared += 1
     assert compared > 100

@@ -73,3 +73,23 @@ def test_an_old_gateway_pod_finishes_its_sessions_for_the_drain_before_it_is_sto
     assert args[args.index("--drain-seconds") + 1] == "90"
     assert body["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] > 90
     assert body["spec"]["strategy"]["rollingUpdate"] == {"maxUnavailable": 0, "maxSurge": 1}
+
+
+def test_the_gateway_asks_for_the_keys_of_its_secret_mounted_whole() -> None:
+    """Mounted whole, not by subPath: the kubelet updates it, and the gateway reads the
+    changed file again (a key added or revoked without a roll)."""
+    gateway = Gateway.model_validate({"apiKeysSecret": "r1-keys", "hideCachedTokens": True})
+    pod = gateway_deployment(ROUTE, STAGES, gateway, None, Speculation(), CONFIG, [1])
+    spec = pod["spec"]["template"]["spec"]
+    args = spec["containers"][0]["args"]
+    keys = args[args.index("--api-keys") + 1]
+    assert keys == "/etc/meshnet/api-keys/api-keys"
+    assert "--key-cache" not in args and args[args.index("--cached-tokens") + 1] == "hide"
+    mount = next(m for m in spec["containers"][0]["volumeMounts"] if m["name"] == "api-keys")
+    assert mount == {"name": "api-keys", "mountPath": "/etc/meshnet/api-keys", "readOnly": True}
+    volume = next(v for v in spec["volumes"] if v["name"] == "api-keys")
+    assert volume["secret"]["secretName"] == "r1-keys"
+    assert volume["secret"]["items"] == [{"key": "api-keys", "path": "api-keys"}]
+    plain = gateway_deployment(ROUTE, STAGES, Gateway(), None, Speculation(), CONFIG, [1])
+    plain_args = plain["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert not {"--api-keys", "--key-cache", "--cached-tokens"} & set(plain_args)

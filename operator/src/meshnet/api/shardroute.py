@@ -288,6 +288,22 @@ class Gateway(ApiModel):
     resources: GatewayResources = Field(
         default_factory=GatewayResources, description="Requests and limits of each pod."
     )
+    api_keys_secret: str | None = Field(
+        default=None, min_length=1, max_length=253,
+        description="A Secret in the route's namespace whose `api-keys` key holds the API"
+                    " keys, one per line: requests to /v1/ then need `Authorization: Bearer"
+                    " KEY` (401 invalid_api_key otherwise); /health, /ready and /metrics"
+                    " stay open. A changed Secret is read again, no restart.",
+    )
+    share_cache_across_keys: bool = Field(
+        default=False,
+        description="With API keys: every key reuses every key's cached prompt prefixes"
+                    " (default: each key's are its own, so no key learns what another sent).",
+    )
+    hide_cached_tokens: bool = Field(
+        default=False,
+        description="Leave usage.prompt_tokens_details.cached_tokens out of responses.",
+    )
 
 
 class Rollout(

@@ -6,11 +6,13 @@ import asyncio
 import os
 import signal
 from collections.abc import AsyncIterator, Callable, Sequence
+from pathlib import Path
 
 import click
 from aiohttp import web
 
 from meshnet.cli.tls import tls_client_options
+from meshnet.gateway.api_keys import ApiKeys, ApiKeysError
 from meshnet.gateway.fleet import Fleet
 from meshnet.gateway.routes import Endpoints, fixed_replicas, local_route
 from meshnet.gateway.server import Gateway, GatewayConfig, build_app
@@ -64,12 +66,25 @@ def split_listen(listen: str, option: str = "--listen") -> tuple[str, int]:
 @click.option("--drafter", type=click.Choice(["mtp", "dspark"]), default=None,
               help="The drafter the route's last stage hosts (the recipe's speculation mode "
                    "MTP or DSpark): the route is refused (DrafterMissing) while it does not.")
+@click.option("--api-keys", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              metavar="FILE",
+              help="Ask every /v1/ request for one of these API keys (one per line, read again "
+                   "when the file changes) as 'Authorization: Bearer KEY': 401 without. "
+                   "/health, /ready and /metrics stay open.")
+@click.option("--key-cache", type=click.Choice(["per-key", "shared"]), default="per-key",
+              show_default=True,
+              help="With --api-keys: each key's cached prompt prefixes are its own, or every "
+                   "key's.")
+@click.option("--cached-tokens", type=click.Choice(["report", "hide"]), default="report",
+              show_default=True,
+              help="Report usage.prompt_tokens_details.cached_tokens, or leave it out.")
 @tls_client_options
 def command(route_name: str | None, stages: tuple[str, ...], replicas: tuple[str, ...],
             scaled_to_zero: bool, model: str | None, listen: str,
             max_waiting: int, recovery_wait: float, drain_seconds: float,
             exit_with_parent: int | None,
-            speculate: int, windows: int, drafter: str | None, tls: TlsFiles | None) -> None:
+            speculate: int, windows: int, drafter: str | None, api_keys: Path | None,
+            key_cache: str, cached_tokens: str, tls: TlsFiles | None) -> None:
     """Serve one route over an OpenAI-compatible HTTP API until interrupted.
 
     POST /v1/chat/completions and /v1/completions (streaming or not), GET /v1/models
@@ -84,9 +99,14 @@ def command(route_name: str | None, stages: tuple[str, ...], replicas: tuple[str
     resolve = replica_source(route_name, stages, replicas, scaled_to_zero)
     name = model or route_name or "meshnet"
     host, port = split_listen(listen)
+    try:
+        keys = ApiKeys(api_keys) if api_keys is not None else None
+    except ApiKeysError as exc:
+        raise click.BadParameter(str(exc), param_hint="--api-keys") from None
     config = GatewayConfig(model=name, max_waiting=max_waiting, speculate=speculate,
-                           windows=windows)
-    gateway = Gateway(config, Fleet(resolve, tls, recovery_wait, drafter or ""))
+                           windows=windows, share_cache_across_keys=key_cache == "shared",
+                           report_cached_tokens=cached_tokens == "report")
+    gateway = Gateway(config, Fleet(resolve, tls, recovery_wait, drafter or ""), keys)
     app = build_app(gateway)
     if exit_with_parent is not None:
         app.cleanup_ctx.append(_exit_with_parent(exit_with_parent))

@@ -44,14 +44,16 @@ def _pin_digest() -> str:
         return "unknown"
 
 
-def local_gateway_command(route: dict[str, Any], listen: str) -> GatewayCommand:
+def local_gateway_command(route: dict[str, Any], listen: str,
+                          api_keys: Path | None = None) -> GatewayCommand:
     """The gateway of the route file's ShardRoute as the operator renders it (its
     gateway settings, speculation and drain), placed here: on `listen`, following the
-    route across epochs, restarts and scaling through the replicas `meshnet up` publishes."""
+    route across epochs, restarts and scaling through the replicas `meshnet up` publishes,
+    asking for the keys in `api_keys` (this machine's stand-in for spec.gateway.apiKeysSecret)."""
     spec = ShardRouteSpec.model_validate(route["spec"])
     return gateway_command(str(route["metadata"]["name"]), spec.gateway,
                            spec.recipe.speculation, spec.rollout.drain_seconds, listen,
-                           local_route=True)
+                           local_route=True, api_keys=api_keys)
 
 
 def _start_gateway(command: GatewayCommand) -> subprocess.Popen[bytes]:
@@ -156,9 +158,17 @@ def _stop_on_signal(_signum: int, _frame: FrameType | None) -> None:
     help="Restarts of one stage allowed within 10 minutes (each after a backoff of 1, 2, "
     "4 ... 30 s); one more crash stops every worker and exits 1, naming the stage's log.",
 )
+@click.option(
+    "--api-keys",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    metavar="FILE",
+    help="The gateway asks every /v1/ request for one of these API keys (one per line, read "
+    "again when the file changes): what spec.gateway.apiKeysSecret is in a cluster.",
+)
 def command(
     path: Path, threads: int, interval: float, dev: bool, serve: str, metrics_listen: str,
-    restart_budget: int,
+    restart_budget: int, api_keys: Path | None,
 ) -> None:
     """Run the route in FILE on this machine until interrupted.
 
@@ -205,7 +215,8 @@ def command(
             state = (backend.status.get("epoch"), settled, len(backend.whole_replicas()))
             wanted = None
             if serve and backend.route_file is not None:
-                wanted = local_gateway_command(backend.route_file.route, serve)
+                wanted = local_gateway_command(backend.route_file.route, serve,
+                                               api_keys.resolve() if api_keys else None)
             if settled and wanted and gateway is not None and running and wanted != running:
                 # a gateway edit (speculation, maxWaiting, drain): rolled as a Deployment is
                 say(f"restarting the gateway with {_changed_flags(running, wanted)}")

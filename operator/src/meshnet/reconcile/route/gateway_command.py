@@ -30,6 +30,9 @@ class GatewayCommand:
     windows: int = 1
     drafter: str | None = None
     drain_seconds: int = 0
+    api_keys: PurePath | None = None  # the keys file, where the backend put it
+    key_cache: str | None = None  # "shared": one key's cached prefixes are every key's
+    cached_tokens: str | None = None  # "hide": usage without cached_tokens
     tls_ca: PurePath | None = None
     tls_cert: PurePath | None = None
     tls_key: PurePath | None = None
@@ -61,6 +64,9 @@ class GatewayCommand:
             ("--windows", self.windows),
             ("--drafter", self.drafter),
             ("--drain-seconds", self.drain_seconds),
+            ("--api-keys", self.api_keys),
+            ("--key-cache", self.key_cache),
+            ("--cached-tokens", self.cached_tokens),
         ]
         after: list[tuple[str, object]] = [
             ("--tls-ca", self.tls_ca),
@@ -78,11 +84,12 @@ def _render(flags: list[tuple[str, object]]) -> list[str]:
 def gateway_command(name: str, gateway: Gateway, speculation: Speculation, drain_seconds: int,
                     listen: str, *, local_route: bool = False,
                     pipelines: Sequence[Sequence[str]] = (), tls: RouteTls | None = None,
-                    tls_dir: PurePath | None = None) -> GatewayCommand:
+                    tls_dir: PurePath | None = None,
+                    api_keys: PurePath | None = None) -> GatewayCommand:
     """The gateway of route `name` listening on `listen`, finding its replicas in this
     machine's registry (`local_route`) or at `pipelines`, and, for a route with TLS,
     ca.crt (and, with client certificates required, the stages' own tls.crt and tls.key:
-    the gateway is one of the route's) in `tls_dir`."""
+    the gateway is one of the route's) in `tls_dir`; its API keys file at `api_keys`."""
     if tls is not None and tls_dir is None:
         raise ValueError("a gateway with TLS needs the directory of its certificates")
     if local_route and pipelines:
@@ -96,6 +103,9 @@ def gateway_command(name: str, gateway: Gateway, speculation: Speculation, drain
         pipelines=tuple(tuple(pipeline) for pipeline in pipelines),
         max_waiting=gateway.max_waiting,
         drain_seconds=drain_seconds,
+        api_keys=api_keys,
+        key_cache="shared" if api_keys is not None and gateway.share_cache_across_keys else None,
+        cached_tokens="hide" if gateway.hide_cached_tokens else None,
         tls_ca=files / "ca.crt" if files else None,
         tls_cert=client / "tls.crt" if client else None,
         tls_key=client / "tls.key" if client else None,

@@ -26,6 +26,9 @@ from meshnet.reconcile.route.podspec import (
 )
 
 DEFAULT_REQUESTS = {"cpu": "100m", "memory": "256Mi"}
+# spec.gateway.apiKeysSecret is mounted whole (a subPath mount would not see updates)
+API_KEYS_DIR = "/etc/meshnet/api-keys"
+API_KEYS_KEY = "api-keys"
 DEFAULT_LIMITS = {"memory": "1Gi"}
 
 
@@ -53,10 +56,11 @@ def gateway_pod_command(route: RouteRef, stages: list[Stage], gateway: Gateway,
                         epochs: Sequence[int], drain_seconds: int = 0) -> GatewayCommand:
     """The gateway pod's `meshnet serve`: on every interface, its replicas by their DNS
     names, its TLS files where the route's Secret is mounted."""
+    keys = PurePosixPath(API_KEYS_DIR, API_KEYS_KEY) if gateway.api_keys_secret else None
     return gateway_command(route.name, gateway, speculation, drain_seconds,
                            f"0.0.0.0:{config.gateway_port}",
                            pipelines=pipelines(route, stages, epochs, config), tls=tls,
-                           tls_dir=PurePosixPath(TLS_DIR))
+                           tls_dir=PurePosixPath(TLS_DIR), api_keys=keys)
 
 
 def _http_probe(path: str, period: int, failures: int, port: int) -> dict[str, Any]:
@@ -96,6 +100,12 @@ def gateway_deployment(route: RouteRef, stages: list[Stage], gateway: Gateway,
         container["volumeMounts"].append({"name": "tls", "mountPath": TLS_DIR, "readOnly": True})
         volumes.append({"name": "tls", "secret": {"secretName": tls.secret_name,
                                                   "defaultMode": 0o440}})
+    if gateway.api_keys_secret:
+        container["volumeMounts"].append(
+            {"name": "api-keys", "mountPath": API_KEYS_DIR, "readOnly": True})
+        volumes.append({"name": "api-keys", "secret": {
+            "secretName": gateway.api_keys_secret, "defaultMode": 0o440,
+            "items": [{"key": API_KEYS_KEY, "path": API_KEYS_KEY}]}})
     spec: dict[str, Any] = {
         "replicas": gateway.replicas,
         "selector": {"matchLabels": {labels.GATEWAY: route.name}},
