@@ -518,9 +518,7 @@ def test_changed_bytes_replace_a_file_only_once_verified_and_its_old_manifest_ke
         assert pull(old, dest, source, null_meters).ok
         old_folder = keep_manifest(layout, old.spec.manifest_digest(),
                                    [f.name for f in old.spec.files])
-        with open(served / changed, "r+b") as handle:  # new tensor bytes, same name and size
-            handle.seek(-4096, os.SEEK_END)
-            handle.write(b"\x7f")
+        _change_tail(served / changed)  # new tensor bytes, same name and size
         new = load_artifact(_with_sha256(
             old_yaml, changed, hashlib.sha256((served / changed).read_bytes()).hexdigest()))
 
@@ -538,6 +536,13 @@ def test_changed_bytes_replace_a_file_only_once_verified_and_its_old_manifest_ke
     assert not old_folder.exists() and new_folder.is_dir()
 
 
+def _change_tail(path: Path) -> None:
+    """New bytes near the end of a split (in its tensor data), same name and size."""
+    with open(path, "r+b") as handle:
+        handle.seek(-4096, os.SEEK_END)
+        handle.write(b"\x7f")
+
+
 def test_a_pull_that_fails_replaces_none_of_the_files_in_place(split_set, serve, tmp_path,
                                                                null_meters):
     """Two splits changed, one of them with a wrong digest: the verified one waits beside
@@ -551,9 +556,7 @@ def test_a_pull_that_fails_replaces_none_of_the_files_in_place(split_set, serve,
     try:
         assert pull(load_artifact(old_yaml), dest, source, null_meters).ok
         for name in (first, last):
-            with open(served / name, "r+b") as handle:
-                handle.seek(-4096, os.SEEK_END)
-                handle.write(b"\x7f")
+            _change_tail(served / name)
         right = _with_sha256(old_yaml, first,
                              hashlib.sha256((served / first).read_bytes()).hexdigest())
         wrong = _with_sha256(right, last, _one_digit_off(split_set.manifest.entries[2].sha256))
