@@ -241,7 +241,7 @@ class Recipe(ApiModel, json_schema_extra=validations(*MTP_RULES)):
 
     def removed_fields(self) -> list[str]:
         """Warnings for the removed fields this recipe still carries, naming what replaced
-        them (the value itself is checked by MTP_RULES and checks.recipe_problems)."""
+        them (the value itself is checked by MTP_RULES and checks.removed_field_problems)."""
         if self.mtp is None:
             return []
         return [f"spec.recipe.mtp: {REMOVED_MTP}; mtp: {self.mtp} is ignored (it meant no"
