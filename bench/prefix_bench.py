@@ -8,11 +8,21 @@ different questions) with the cache on and off.
 Two routes run side by side: one with the cache off (the workers' defaults) and one with
 it on (--prefix-cache-entries 4 --prefix-block 64). Rounds interleave cold, cold-on-grid
 and hit requests, each with a question of its own; the table prints min / median / max.
+
+    .venv/bin/python bench/prefix_bench.py --grid [--rounds 5] [--prompt 1000]
+
+What the grid costs a cold prefill (the figure behind the recipe's default block): SmolLM2
+(3 stages x 1 thread) and the small tiny deepseek4 (3 stages x 1 thread), each with the
+cache off and on with blocks of 64 to 512 tokens, side by side; each round sends every
+route the same fresh prompt (no hit: the cost of cutting prefills on the grid and of
+keeping entries), interleaved; it prints prefill tokens/s (min / median / max) and whether
+the route answered the cache-off route's tokens.
 """
 
 from __future__ import annotations
 
 import argparse
+import random
 import statistics
 import tempfile
 import time
@@ -21,6 +31,7 @@ from pathlib import Path
 
 from meshnet.api.shardroute import LayerRange
 from meshnet.bundled import smollm2_gguf
+from meshnet.devtools.tiny_deepseek4 import SMALL, write_tiny_deepseek4
 from meshnet.local.process import LaunchSpec, WorkerProcess, start_route, worker_binary
 from meshnet.route import RouteDriver
 
@@ -41,6 +52,65 @@ def start(binary: Path, model: Path, log_dir: Path, cached: bool) -> list[Worker
     return start_route(binary, specs, log_dir)
 
 
+GRID_BLOCKS = (64, 128, 256, 512)
+GRID_MODELS = {  # name -> (its split, its ids to draw prompts from)
+    "smollm2": ([(0, 10), (10, 20), (20, 30)], (200, 40000)),
+    "deepseek4": ([(0, 2), (2, 3), (3, 8)], (3, 170)),  # the small tiny model
+}
+
+
+def grid(binary: Path, work: Path, rounds: int, prompt_tokens: int) -> None:
+    """Cold prefill throughput on the grid of each block against the cache off."""
+    models = {"smollm2": smollm2_gguf(),
+              "deepseek4": write_tiny_deepseek4(work / "ds4-small.gguf", SMALL, seed=1)}
+    routes: dict[tuple[str, int], list[WorkerProcess]] = {}
+    drivers: dict[tuple[str, int], RouteDriver] = {}
+    try:
+        for name, (split, _) in GRID_MODELS.items():
+            for block in (0, *GRID_BLOCKS):  # 0: the cache off
+                cache = {"prefix_cache_entries": 4, "prefix_block": block} if block else {}
+                specs = [LaunchSpec(model=models[name], layers=LayerRange(*span), threads=1,
+                                    ctx=prompt_tokens + 64, route_id=f"bench/grid-{block}",
+                                    **cache) for span in split]
+                (work / f"{name}-{block}").mkdir(parents=True)
+                routes[name, block] = start_route(binary, specs, work / f"{name}-{block}")
+                drivers[name, block] = RouteDriver([w.endpoint for w in routes[name, block]],
+                                                   reuse_prefix=False)
+                drivers[name, block].connect(wait=60)
+        rates: dict[tuple[str, int], list[float]] = {key: [] for key in routes}
+        same: dict[tuple[str, int], bool] = dict.fromkeys(routes, True)
+        rng = random.Random(11)
+        for _ in range(rounds):
+            for name, (_, (low, high)) in GRID_MODELS.items():
+                prompt = [rng.randrange(low, high) for _ in range(prompt_tokens)]
+                blocks = [0, *GRID_BLOCKS]
+                rng.shuffle(blocks)  # no route always runs first (or right after another)
+                answers = {}
+                for block in blocks:
+                    run = drivers[name, block].generate(prompt, max_tokens=4, stop_at_eos=False)
+                    rates[name, block].append(prompt_tokens / run.prefill_seconds)
+                    answers[block] = run.tokens
+                for block in GRID_BLOCKS:
+                    same[name, block] &= answers[block] == answers[0]
+        print(f"Cold prefill of {prompt_tokens} tokens, 3 stages x 1 thread, {rounds}"
+              " interleaved rounds (prompt tok/s, min / median / max)")
+        for name in GRID_MODELS:
+            off = statistics.median(rates[name, 0])
+            for block in (0, *GRID_BLOCKS):
+                label = f"block {block}" if block else "cache off"
+                median = statistics.median(rates[name, block])
+                tokens = "" if not block else \
+                    ("  same tokens as off" if same[name, block] else "  OTHER tokens than off")
+                print(f"  {name:9s} {label:10s} {spread(rates[name, block])}"
+                      f"  {median / off - 1:+6.1%}{tokens}")
+    finally:
+        for driver in drivers.values():
+            driver.close()
+        for workers in routes.values():
+            for worker in workers:
+                worker.stop()
+
+
 def spread(values: list[float]) -> str:
     return (f"{min(values):7.3f} / {statistics.median(values):7.3f} / {max(values):7.3f}")
 
@@ -51,9 +121,15 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=16)
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--completion", type=int, default=32, help="tokens per trace answer")
+    parser.add_argument("--grid", action="store_true",
+                        help="measure what the grid costs a cold prefill, per block and model")
+    parser.add_argument("--prompt", type=int, default=1000, help="--grid: prompt tokens")
     options = parser.parse_args()
     binary, model = worker_binary(), smollm2_gguf()
     work = Path(tempfile.mkdtemp(prefix="meshnet-prefix-bench-"))
+    if options.grid:
+        grid(binary, work, options.rounds, options.prompt)
+        return
     off_route = start(binary, model, work / "off", cached=False)
     on_route = start(binary, model, work / "on", cached=True)
     try:

@@ -7,12 +7,14 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+import yaml
 
 from meshnet.api.checks import drafter_problems, route_problems
 from meshnet.api.modelartifact import GgufDrafter, ModelArtifactSpec
 from meshnet.api.schemacheck import check
 from meshnet.api.shardroute import ShardRouteSpec
 from meshnet.api.validate import schemas
+from meshnet.paths import repo_root
 
 MakeArtifact = MakeRoute = Callable[..., dict[str, Any]]  # fixtures from conftest.py
 
@@ -139,10 +141,63 @@ def test_speculation_out_of_range_or_unknown_is_refused(
     assert problems(route) == [message]
 
 
-def test_the_reserved_mtp_field_is_gone_from_the_recipe(make_route: MakeRoute) -> None:
-    route = make_route(recipe={"lane": "cpu", "mtp": "Disabled"})
-    assert problems(route) == ["spec.recipe: Additional properties are not allowed"
-                               " ('mtp' was unexpected)"]
+# A ShardRoute of the last release (0.1): examples/shardroute-smollm2-3stage.yaml then.
+OLD_MANIFEST = """
+apiVersion: meshnet.dev/v1alpha1
+kind: ShardRoute
+metadata: {name: smollm2-3stage}
+spec:
+  artifactRef: {name: smollm2-135m-q4-1}
+  recipe: {lane: cpu, boundaryDtype: f32, contextLength: 4096, sessionSlots: 4, mtp: Disabled}
+  stages:
+    - {name: head, layers: {begin: 0, end: 10}}
+    - {name: middle, layers: {begin: 10, end: 20}}
+    - {name: tail, layers: {begin: 20, end: 30}}
+"""
+
+
+def test_a_manifest_of_the_last_release_with_recipe_mtp_is_accepted_with_a_warning() -> None:
+    old = yaml.safe_load(OLD_MANIFEST)
+    crd = yaml.safe_load((repo_root() / "crds" / "meshnet.dev_shardroutes.yaml").read_text())
+    assert check(old, crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]) == []
+    spec = ShardRouteSpec.model_validate(old["spec"])
+    assert route_problems(spec, 30) == []
+    [warning] = spec.recipe.removed_fields()
+    assert warning.startswith("spec.recipe.mtp: mtp was removed")
+    assert "recipe.speculation" in warning
+    assert spec.recipe.identity() == ShardRouteSpec.model_validate(
+        {**old["spec"], "recipe": {k: v for k, v in old["spec"]["recipe"].items()
+                                   if k != "mtp"}}).recipe.identity()  # the same recipeDigest
+
+
+@pytest.mark.parametrize(("recipe", "message"), [
+    ({"mtp": "Enabled"}, "only its one value, Disabled, is still accepted"),
+    ({"mtp": "Disabled", "speculation": {"mode": "MTP"}},
+     "mtp: Disabled contradicts speculation.mode MTP: remove mtp"),
+])
+def test_recipe_mtp_with_a_meaning_speculation_does_not_keep_is_refused_naming_it(
+        make_route: MakeRoute, recipe: dict[str, Any], message: str) -> None:
+    route = make_route(recipe={"lane": "cpu", **recipe})
+    [problem] = problems(route)
+    assert problem.startswith("spec.recipe.mtp: mtp was removed: multi-token prediction is"
+                              " recipe.speculation") and message in problem
+    [checked] = route_problems(ShardRouteSpec.model_validate(route["spec"]), None)
+    assert (checked.path, checked.reason) == ("spec.recipe.mtp", "RemovedField")
+
+
+def test_a_prefix_block_wider_than_a_step_is_refused_with_its_reason(
+        make_route: MakeRoute) -> None:
+    route = make_route(recipe={"lane": "cpu", "prefixCache": {"entries": 4, "block": 1024}})
+    assert problems(route) == ["spec.recipe.prefixCache.block: block must be at most 512, the"
+                               " tokens a stage takes in one step: a block is prefilled as"
+                               " one step"]
+    [checked] = route_problems(ShardRouteSpec.model_validate(route["spec"]), 30)
+    assert (checked.path, checked.reason) == ("spec.recipe.prefixCache.block",
+                                              "PrefixBlockTooLarge")
+    assert "every prompt over 512 tokens would be refused" in checked.message
+    widest = make_route(recipe={"lane": "cpu", "prefixCache": {"entries": 4, "block": 512}})
+    assert problems(widest) == []
+    assert route_problems(ShardRouteSpec.model_validate(widest["spec"]), 30) == []
 
 
 @pytest.mark.parametrize("topology", ["hub", "chain", "ring"])

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from meshnet.api.modelartifact import ModelArtifactSpec
+from meshnet.api.shardroute import DEFAULT_PREFIX_BLOCKS
 from meshnet.reconcile.plan import Create, Delete, Patch, Plan
 from meshnet.reconcile.route import (
     Observed,
@@ -20,6 +21,7 @@ from meshnet.reconcile.route import (
     observe_route,
     plan,
 )
+from meshnet.route.handshake import STEP_SENSITIVE_ARCHITECTURES
 
 CONFIG = WorkerConfig(images={"cpu": "meshnet/worker-cpu:1", "cuda": "w-cuda:1"},
                       pin_digest="p" * 64)
@@ -254,21 +256,48 @@ def test_a_speculation_change_replaces_the_pods_whose_flags_change_at_the_same_e
     assert replaced({"mode": "Lookup", "maxDrafts": 6, "maxWindows": 3}) == []
 
 
+def prefix_flags(pod: dict[str, Any]) -> list[str]:
+    args = pod["spec"]["containers"][0]["args"]
+    if "--prefix-cache-entries" not in args:
+        return []
+    at = args.index("--prefix-cache-entries")
+    return list(args[at:at + 4])
+
+
 def test_a_prefix_cache_gives_every_stage_its_flags_at_the_same_epoch(
         make_route: MakeRoute, make_artifact: MakeArtifact) -> None:
     """A prefix hit gives a cold run's tokens: no new routeDigest, new pods whose every
-    stage keeps entries and reuses in the recipe's block."""
+    stage keeps entries and reuses in the recipe's block; on by default on the CPU lane,
+    `entries: 0` turns it off."""
     route, artifact, pods = make_route(), make_artifact(), {}
     converge(route, artifact, pods)
     digest = route["status"]["routeDigest"]
-    assert "--prefix-cache-entries" not in pods["r1-s0-e1"]["spec"]["containers"][0]["args"]
+    assert prefix_flags(pods["r1-s0-e1"]) == [
+        "--prefix-cache-entries", "4", "--prefix-block", "128"]  # llama's default block
     route["spec"]["recipe"]["prefixCache"] = {"entries": 3, "block": 64}
     converge(route, artifact, pods)
     assert (route["status"]["epoch"], route["status"]["routeDigest"]) == (1, digest)
     for name in ("r1-s0-e1", "r1-s1-e1", "r1-s2-e1"):
-        args = pods[name]["spec"]["containers"][0]["args"]
-        at = args.index("--prefix-cache-entries")
-        assert args[at:at + 4] == ["--prefix-cache-entries", "3", "--prefix-block", "64"]
+        assert prefix_flags(pods[name]) == ["--prefix-cache-entries", "3", "--prefix-block", "64"]
+    route["spec"]["recipe"]["prefixCache"] = {"entries": 0}
+    converge(route, artifact, pods)
+    assert (route["status"]["epoch"], route["status"]["routeDigest"]) == (1, digest)
+    assert [prefix_flags(pods[n]) for n in ("r1-s0-e1", "r1-s1-e1", "r1-s2-e1")] == [[]] * 3
+
+
+def test_the_default_prefix_block_is_the_architectures_and_other_lanes_default_to_off(
+        make_route: MakeRoute, make_artifact: MakeArtifact) -> None:
+    # deepseek4 without the cache prefills in steps of 512 from position 0: the same grid
+    ds4 = make_artifact(block_count=30)
+    ds4["status"]["gguf"]["architecture"] = "deepseek4"
+    route, pods = make_route(), {}
+    converge(route, ds4, pods)
+    assert prefix_flags(pods["r1-s0-e1"]) == [
+        "--prefix-cache-entries", "4", "--prefix-block", "512"]
+    cuda, pods = make_route(recipe={"lane": "cuda"}), {}
+    converge(cuda, make_artifact(), pods)
+    assert prefix_flags(pods["r1-s0-e1"]) == []
+    assert DEFAULT_PREFIX_BLOCKS.keys() == STEP_SENSITIVE_ARCHITECTURES
 
 
 def test_a_route_waits_for_its_artifact_to_be_ready(
@@ -520,3 +549,37 @@ def test_a_route_drafting_with_what_the_artifact_lacks_is_refused_naming_it(
             " drafter") in result.events[0].message
     # the model file every stage would open is the model's, never the drafter
     assert observe_referenced_artifact(artifact).model_file == "model-00001-of-00002.gguf"
+
+
+def test_a_prefix_block_wider_than_a_step_is_degraded_with_its_reason_and_starts_no_pod(
+        make_route: MakeRoute, make_artifact: MakeArtifact) -> None:
+    # Stages step at most 512 tokens: with 1024-token blocks every longer prompt was a 503.
+    route = make_route(recipe={"lane": "cpu", "prefixCache": {"entries": 4, "block": 1024}})
+    result = plan(observe(route, make_artifact(), {}, service=False), CONFIG, NOW)
+    assert not any(isinstance(a, Create) for a in result.actions)
+    assert result.status is not None
+    degraded = next(c for c in result.status["conditions"] if c["type"] == "Degraded")
+    assert (degraded["status"], degraded["reason"]) == ("True", "PrefixBlockTooLarge")
+    assert degraded["message"].startswith("spec.recipe.prefixCache.block: block 1024 is more"
+                                          " than the 512 tokens a stage takes in one step")
+    assert [e.reason for e in result.events] == ["PrefixBlockTooLarge"]
+
+
+def test_a_route_of_the_last_release_with_recipe_mtp_serves_and_warns_once_per_change(
+        make_route: MakeRoute, make_artifact: MakeArtifact) -> None:
+    route, artifact, pods = make_route(recipe={"lane": "cpu", "mtp": "Disabled"}), \
+        make_artifact(), {}
+    plans = converge(route, artifact, pods)
+    assert condition(route, "Ready")["status"] == "True"
+    [warning] = [e for p in plans for e in p.events if e.reason == "RemovedField"]
+    assert warning.type == "Warning" and "recipe.speculation" in warning.message
+    without = make_route(recipe={"lane": "cpu"})
+    converge(without, artifact, {})
+    assert route["status"]["recipeDigest"] == without["status"]["recipeDigest"]
+    route["metadata"]["generation"] = 2
+    route["spec"]["recipe"]["mtp"] = "Enabled"
+    refused = converge(route, artifact, pods)
+    degraded = condition(route, "Degraded")
+    assert (degraded["status"], degraded["reason"]) == ("True", "RemovedField")
+    assert "recipe.speculation" in degraded["message"]
+    assert "RemovedField" in reasons(refused)

@@ -79,3 +79,15 @@ def test_every_problem_of_every_document_is_printed_and_other_kinds_are_skipped(
     assert "spec.storage.hostPath: path must be an absolute, normalised host path" in output
     assert "spec.stages: stages must be ordered and contiguous" in output
     assert "skipped  " in output and "ConfigMap/c" in output
+
+
+def test_a_route_of_the_last_release_with_recipe_mtp_is_valid_with_a_warning_naming_speculation(
+        tmp_path: Path, make_route: MakeRoute) -> None:
+    old = write(tmp_path / "route.yaml", make_route(recipe={"lane": "cpu", "mtp": "Disabled"}))
+    code, output = validate(old)
+    assert code == 0, output
+    assert "valid    " in output and "warning: spec.recipe.mtp: mtp was removed" in output
+    assert "recipe.speculation" in output
+    refused = write(tmp_path / "refused.yaml", make_route(recipe={"lane": "cpu", "mtp": "On"}))
+    code, output = validate(refused)
+    assert code == 1 and "spec.recipe.mtp: mtp was removed" in output

@@ -6,7 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from meshnet.api.modelartifact import GgufDrafter
-from meshnet.api.shardroute import DEFAULT_GPU_RESOURCES, ShardRouteSpec
+from meshnet.api.shardroute import (
+    DEFAULT_GPU_RESOURCES,
+    MAX_STEP_TOKENS,
+    REMOVED_MTP,
+    ShardRouteSpec,
+)
 
 
 @dataclass(frozen=True)
@@ -62,6 +67,15 @@ def route_problems(spec: ShardRouteSpec, block_count: int | None) -> list[Proble
                 f" but the artifact has only {block_count} blocks",
             ))
         previous_end = layers.end
+    problems += removed_field_problems(spec)
+    block = spec.recipe.prefix_cache.block
+    if block is not None and block > MAX_STEP_TOKENS:
+        problems.append(Problem(
+            "spec.recipe.prefixCache.block", f"block {block} is more than the {MAX_STEP_TOKENS}"
+            " tokens a stage takes in one step: a block is prefilled as one step, so every"
+            f" prompt over {MAX_STEP_TOKENS} tokens would be refused (STEP_TOO_LARGE); at most"
+            f" {MAX_STEP_TOKENS}", "PrefixBlockTooLarge",
+        ))
     last = spec.stages[-1]
     if block_count is not None and last.layers.end < block_count:
         problems.append(Problem(
@@ -70,6 +84,21 @@ def route_problems(spec: ShardRouteSpec, block_count: int | None) -> list[Proble
             f" {_layers(last.layers.end, block_count)} would never run",
         ))
     return problems
+
+
+def removed_field_problems(spec: ShardRouteSpec) -> list[Problem]:
+    """A removed field that keeps a value other than the one meaning kept: recipe.mtp's
+    only accepted value was Disabled, and no MTP is not speculation.mode MTP."""
+    mtp, mode = spec.recipe.mtp, spec.recipe.speculation.mode
+    if mtp is None:
+        return []
+    if mtp != "Disabled":
+        return [Problem("spec.recipe.mtp", f"{REMOVED_MTP}; mtp: {mtp} was never accepted"
+                        " and is refused: set recipe.speculation.mode instead", "RemovedField")]
+    if mode == "MTP":
+        return [Problem("spec.recipe.mtp", f"{REMOVED_MTP}; mtp: Disabled contradicts"
+                        " speculation.mode MTP: remove mtp", "RemovedField")]
+    return []
 
 
 def _layers(begin: int, end: int) -> str:

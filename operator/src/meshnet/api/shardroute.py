@@ -113,25 +113,85 @@ class Speculation(ApiModel):
         return self.max_windows * (self.max_drafts + 1) - 1 if self.enabled else 0
 
 
-class PrefixCache(ApiModel):
+# The most tokens a stage takes in one step: the worker's --batch, which the operator leaves
+# at its default (worker_command). A prefix block is prefilled as one step, so no larger.
+MAX_STEP_TOKENS = 512
+PREFIX_BLOCK_RULE = rule(
+    f"!has(self.block) || self.block <= {MAX_STEP_TOKENS}",
+    f"block must be at most {MAX_STEP_TOKENS}, the tokens a stage takes in one step: a"
+    " block is prefilled as one step",
+    fieldPath=".block",
+)
+
+
+# The prefix cache where a recipe leaves it out: on, on the lanes whose exactness on the
+# grid was shown (the CPU lane: tests/route/test_prefix_cache.py) and where cutting prefills
+# on the grid was measured to cost nothing (bench/prefix_bench.py --grid, BENCHMARKS.md);
+# its block by architecture. deepseek4's logits depend on where its steps begin and end, and
+# a route without the cache cuts its prefills in steps of MAX_STEP_TOKENS from position 0:
+# that grid gives a cache-on route the very tokens of a cache-off one (the architectures
+# are meshnet.route.handshake's STEP_SENSITIVE_ARCHITECTURES; a test keeps them equal).
+DEFAULT_PREFIX_ENTRIES = 4
+DEFAULT_PREFIX_LANES = frozenset({"cpu"})
+DEFAULT_PREFIX_BLOCK = 128
+DEFAULT_PREFIX_BLOCKS = {"deepseek4": MAX_STEP_TOKENS}
+
+
+class PrefixCache(ApiModel, json_schema_extra=validations(PREFIX_BLOCK_RULE)):
     """Prefix reuse on every stage (docs/architecture.md, "Prefix cache"): a session whose
     prompt starts with a cached prefix copies its KV instead of computing it, bit for bit
     what a cold run computes. It changes no tokens, so it is not part of recipeDigest."""
 
-    entries: int = Field(
-        default=0, ge=0, le=1024,
-        description="Released sessions' slots each stage keeps for their prefix (0: off). An"
-                    " entry only holds a slot no live session needs (within sessionSlots x"
-                    " contextLength of KV, allocated either way) and gives it up first.",
+    entries: int | None = Field(
+        default=None, ge=0, le=1024,
+        description="Released sessions' slots each stage keeps for their prefix; 0: off."
+                    f" Default: {DEFAULT_PREFIX_ENTRIES} on the"
+                    f" {', '.join(sorted(DEFAULT_PREFIX_LANES))} lane, off on the others"
+                    " (not measured there). An entry only holds a slot no live session needs"
+                    " (within sessionSlots x contextLength of KV, allocated either way) and"
+                    " gives it up first.",
     )
-    block: int = Field(
-        default=128, ge=1, le=4096,
+    block: int | None = Field(
+        default=None, ge=1, le=4096,
         description="Tokens per reusable block: prefills are cut at multiples of it from"
-                    " position 0 and a prefix is reused in whole blocks.",
+                    " position 0 and a prefix is reused in whole blocks. Each block is one"
+                    f" step, so at most {MAX_STEP_TOKENS} (the tokens a stage takes in one"
+                    " step). Default by the model's architecture:"
+                    f" {', '.join(f'{a} {b}' for a, b in DEFAULT_PREFIX_BLOCKS.items())}"
+                    f" (the steps its prefills take without the cache), others"
+                    f" {DEFAULT_PREFIX_BLOCK}.",
     )
 
+    def stage_entries(self, lane: str) -> int:
+        """The entries each stage keeps (0: off), the lane's default where unset."""
+        if self.entries is not None:
+            return self.entries
+        return DEFAULT_PREFIX_ENTRIES if lane in DEFAULT_PREFIX_LANES else 0
 
-class Recipe(ApiModel):
+    def stage_block(self, architecture: str | None) -> int:
+        """The block, the architecture's default where unset."""
+        if self.block is not None:
+            return self.block
+        return DEFAULT_PREFIX_BLOCKS.get(architecture or "", DEFAULT_PREFIX_BLOCK)
+
+
+# Recipe fields removed, still accepted with a warning naming what replaced them for one
+# minor version after the last release that had them (then refused as unknown fields).
+# recipe.mtp (0.1) was reserved: only Disabled, no multi-token prediction, was accepted.
+REMOVED_MTP = ("mtp was removed: multi-token prediction is recipe.speculation (mode MTP"
+               " drafts with the model's MTP layers)")
+MTP_RULES = (
+    rule("!has(self.mtp) || self.mtp == 'Disabled'",
+         f"{REMOVED_MTP}; only its one value, Disabled, is still accepted (with a warning)",
+         fieldPath=".mtp"),
+    rule("!has(self.mtp) || !has(self.speculation) || !has(self.speculation.mode)"
+         " || self.speculation.mode != 'MTP'",
+         f"{REMOVED_MTP}; mtp: Disabled contradicts speculation.mode MTP: remove mtp",
+         fieldPath=".mtp"),
+)
+
+
+class Recipe(ApiModel, json_schema_extra=validations(*MTP_RULES)):
     """The runtime recipe: every input that changes numerics or capacity (recipeDigest)."""
 
     lane: Lane = Field(default="cpu", description="Backend lane: cpu, cuda, rocm or vulkan.")
@@ -166,10 +226,27 @@ class Recipe(ApiModel):
 
     prefix_cache: PrefixCache = Field(
         default_factory=PrefixCache,
-        description="Prefix reuse across requests (default: off). Exact: a hit gives the"
-                    " tokens of a cold run, so it is not part of recipeDigest; changing it"
-                    " replaces the stage pods at the same epoch.",
+        description="Prefix reuse across requests (default: on, on the cpu lane; entries:"
+                    " 0 turns it off). Exact: a hit gives the tokens of a cold run, so it is"
+                    " not part of recipeDigest; changing it replaces the stage pods at the"
+                    " same epoch.",
     )
+
+    mtp: str | None = Field(
+        default=None, max_length=16,
+        description="Removed: use speculation. Manifests of 0.1 carry mtp: Disabled (no"
+                    " multi-token prediction), still accepted with a warning (speculation"
+                    " decides) until the next minor version; any other value is refused.",
+    )
+
+    def removed_fields(self) -> list[str]:
+        """Warnings for the removed fields this recipe still carries, naming what replaced
+        them (the value itself is checked by MTP_RULES and checks.removed_field_problems)."""
+        if self.mtp is None:
+            return []
+        return [f"spec.recipe.mtp: {REMOVED_MTP}; mtp: {self.mtp} is ignored (it meant no"
+                " multi-token prediction, which recipe.speculation decides now) and will be"
+                " refused after the next minor version: remove it"]
 
     def identity(self) -> dict[str, Any]:
         """The recipe fields that enter recipeDigest. The image is placement, the topology

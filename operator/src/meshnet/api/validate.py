@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import ValidationError
 
 from meshnet.api import modelartifact, shardroute
 from meshnet.api.checks import Problem, drafter_problems, route_problems
@@ -67,6 +68,17 @@ def validate(docs: list[Document]) -> dict[Document, list[Problem]]:
         if doc.kind == shardroute.KIND and not problems:
             problems += _cross_check(doc, artifacts)
     return results
+
+
+def warnings(doc: Document) -> list[str]:
+    """What a valid ShardRoute carries that was removed, each naming its replacement."""
+    if doc.kind != shardroute.KIND:
+        return []
+    try:
+        spec = shardroute.ShardRouteSpec.model_validate(doc.body.get("spec") or {})
+    except ValidationError:
+        return []
+    return spec.recipe.removed_fields()
 
 
 def _ours(doc: Document, by_kind: dict[str, Any]) -> bool:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from meshnet.api.validate import load, validate
+from meshnet.api.validate import load, validate, warnings
 
 
 @click.command("validate")
@@ -32,6 +32,8 @@ def command(files: tuple[Path, ...], more: tuple[Path, ...]) -> None:
             click.echo(f"skipped  {doc.label()} (not a meshnet.dev/v1alpha1 resource)")
         elif not problems:
             click.echo(f"valid    {doc.label()}")
+            for warning in warnings(doc):
+                click.secho(f"  warning: {warning}", fg="yellow")
         else:
             click.secho(f"invalid  {doc.label()}", fg="red")
             for problem in problems:

@@ -98,6 +98,7 @@ def provision(document: dict[str, Any]) -> LocalArtifact:
         headers_read=True,
         drafter=status.gguf.drafter if status.gguf else None,
         drafter_file=spec.drafter_file(),
+        architecture=summary.facts.architecture,
     )
     # This machine is the one node, its storage hostPath the one copy.
     status = status.model_copy(

@@ -58,7 +58,8 @@ class RouteInfo:
     # Positions one discard may drop on every stage (0: any; deepseek4's rollback snapshots).
     discard_depth: int = 0
     drafter: str = ""  # the last stage's drafter (mtp, dspark), "" when it hosts none
-    # Prefix cache block (GetInfo prefix_block) when every stage has the same, else 0 (off):
+    # Prefix cache block (GetInfo prefix_block) when every stage has the same and a step may
+    # be that wide (max_step_tokens), else 0 (off):
     # prefills are cut on this grid and a session may start from a cached prefix.
     prefix_block: int = 0
 
@@ -184,7 +185,8 @@ def check_route(answers: Sequence[tuple[str, pb.GetInfoResponse]],
         discard_depth=min((info.discard_depth for _, info in answers if info.discard_depth > 0),
                           default=0),
         drafter=hosted,
-        prefix_block=common_prefix_block([info.prefix_block for _, info in answers]),
+        prefix_block=common_prefix_block([info.prefix_block for _, info in answers],
+                                         min(info.max_step_tokens for _, info in answers)),
         boundary_schema=first.boundary.schema,
         boundary_dtype=first.boundary.dtype,
         boundary_row_shape=tuple(first.boundary.row_shape),
@@ -208,7 +210,13 @@ def check_route(answers: Sequence[tuple[str, pb.GetInfoResponse]],
     )
 
 
-def common_prefix_block(blocks: Sequence[int]) -> int:
+def common_prefix_block(blocks: Sequence[int], max_step_tokens: int) -> int:
     """The prefix cache's block when every stage has the same one, else 0: a prefix is only
-    reusable where all stages hold it on the same grid."""
-    return blocks[0] if blocks and len(set(blocks)) == 1 else 0
+    reusable where all stages hold it on the same grid. Also 0 for a block wider than a
+    step may be (`max_step_tokens`, the smallest stage's): a stage records a block only
+    when one step carries it whole, so no block could ever be cached, and steps of a whole
+    block would be refused (STEP_TOO_LARGE); such a route cuts its prefills as one without
+    the cache does."""
+    if not blocks or len(set(blocks)) != 1 or blocks[0] > max_step_tokens:
+        return 0
+    return blocks[0]

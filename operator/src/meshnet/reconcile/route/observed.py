@@ -58,6 +58,7 @@ class ReferencedArtifact:
     headers_read: bool = False  # status.gguf is there: `drafter` is known
     drafter: GgufDrafter | None = None  # the drafter its headers show
     drafter_file: str | None = None  # its file of role Drafter (a DSpark GGUF)
+    architecture: str | None = None  # general.architecture (headers, else expectations)
 
 
 ObservedRoute = ObservedResource[ShardRouteSpec]
@@ -170,4 +171,6 @@ def observe_referenced_artifact(body: Mapping[str, Any]) -> ReferencedArtifact:
         name, ready=is_ready, message="" if is_ready else message, manifest_digest=digest,
         block_count=block_count(dict(body)), model_file=spec.model_file(), storage=spec.storage,
         headers_read=headers_read, drafter=drafter, drafter_file=spec.drafter_file(),
+        architecture=((status.get("gguf") or {}).get("architecture")
+                      or spec.expectations.architecture),
     )

@@ -140,7 +140,8 @@ def _rollout(observed: Observed, spec: ShardRouteSpec, manifest: str, config: Wo
         for i, stage in enumerate(spec.stages):
             worker = stage_worker(spec.stages, i, spec.recipe, spec.tls, epoch, identities,
                                   observed.artifact.model_file, route_id, replica,
-                                  observed.artifact.drafter_file)
+                                  observed.artifact.drafter_file,
+                                  observed.artifact.architecture)
             body = stage_pod(StageInputs(ref, stage, spec.recipe, storage, worker), config)
             desired[replica, stage.name] = (body, worker)
     if config.side_by_side:
@@ -160,6 +161,8 @@ def _rollout(observed: Observed, spec: ShardRouteSpec, manifest: str, config: Wo
         previous = route.status.get("epoch") or 0
         events.insert(0, Event("Normal", "EpochAdvanced",
                                f"epoch {previous} -> {epoch}: route digest {digest[:12]}"))
+    if route.generation != route.status.get("observedGeneration"):  # once per spec change
+        events += [Event("Warning", "RemovedField", w) for w in spec.recipe.removed_fields()]
     current = {(p.replica, p.stage): p for p in observed.pods
                if serving.get(p.replica) == p.epoch and (p.replica, p.stage) in desired}
     rolling = any(p.epoch != epoch for p in observed.pods)
@@ -175,12 +178,15 @@ def _rollout(observed: Observed, spec: ShardRouteSpec, manifest: str, config: Wo
 def stage_worker(stages: Sequence[Stage], index: int, recipe: Recipe, tls: RouteTls | None,
                  epoch: int, identities: Identities, model_file: str,
                  route_id: str, replica: int = 0,
-                 drafter_file: str | None = None) -> WorkerSpec:
+                 drafter_file: str | None = None,
+                 architecture: str | None = None) -> WorkerSpec:
     """The worker of `stages[index]` in `replica` at `epoch`: every replica's is the same
     but for the addresses of its links. The last stage hosts the recipe's drafter (the
-    artifact's `drafter_file` for DSpark)."""
+    artifact's `drafter_file` for DSpark); the prefix cache's defaults are the lane's and
+    the model `architecture`'s."""
     stage = stages[index]
     speculation = recipe.speculation
+    entries = recipe.prefix_cache.stage_entries(recipe.lane)
     kind = speculation.stage_drafter()
     drafter = (StageDrafter(kind, speculation.max_drafts,
                             drafter_file if kind == "dspark" else None)
@@ -202,8 +208,8 @@ def stage_worker(stages: Sequence[Stage], index: int, recipe: Recipe, tls: Route
         loop=LoopSpeculation(speculation.loop_drafts(), speculation.loop_windows())
         if index == 0 else None,
         discard_depth=speculation.discard_depth(),
-        prefix_cache_entries=recipe.prefix_cache.entries,
-        prefix_block=recipe.prefix_cache.block if recipe.prefix_cache.entries else 0,
+        prefix_cache_entries=entries,
+        prefix_block=recipe.prefix_cache.stage_block(architecture) if entries else 0,
         replica=replica,
         drafter=drafter,
     )
