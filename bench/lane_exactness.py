@@ -313,6 +313,8 @@ def main() -> int:
         figures.append(deepseek4_parity(ds4, options.lane, gpu_layers))
         print(figures[-1].line(), flush=True)
         splits, cpu_ops = deepseek4_cpu_ops(ds4, options.lane, gpu_layers)
+        if not gpu_layers:  # everything runs on the CPU: nothing fell back to it
+            cpu_ops = {}
         graph = {"deepseek4_graph_splits": splits, "deepseek4_cpu_ops": cpu_ops}
         print(f"deepseek4 decode step: {splits} graph splits; on the CPU (op: nodes): "
               f"{', '.join(f'{op}: {n}' for op, n in cpu_ops.items()) or 'none'}")
