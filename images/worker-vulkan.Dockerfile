@@ -12,7 +12,8 @@ RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
         ca-certificates g++ make cmake ninja-build ccache git pkg-config binutils \
         libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc \
-        python3 python3-venv python3-pip libvulkan-dev glslc \
+        python3 python3-venv python3-pip \
+        glslc libvulkan-dev spirv-headers mesa-vulkan-drivers vulkan-tools \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .

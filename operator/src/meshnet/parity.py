@@ -8,14 +8,16 @@ and prints a JSON report; this module runs it and reads the report.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from meshnet.api.shardroute import LayerRange
 from meshnet.errors import MeshnetError
+from meshnet.local.vulkan import software_device_env
 from meshnet.native.build import find_binary
 from meshnet.pin.workspace import Workspace
 
@@ -160,19 +162,24 @@ def run_parity(
     perturb: float = 0.0,
     boundary_dtype: str = "f32",
     timeout: float = 1800,
+    lane: str = "cpu",
+    gpu_layers: int = 0,
+    env: Mapping[str, str] | None = None,
 ) -> ParityReport:
     """Run every split against the unsplit model; ParityError when the tool refuses.
 
     `perturb` is added to every boundary value between stages: a self-test showing that
     the comparison catches a wrong boundary (the splits must then fail). `boundary_dtype`
     (f32, f16, bf16) rounds every boundary as a route with that recipe sends it.
+    `lane`'s build runs it, with `gpu_layers` offloaded (on a host whose only Vulkan device
+    is the software one, that device: local/vulkan.py); `env` adds to its environment.
     """
     if not splits:
         raise ParityError("at least one split is needed, e.g. 0:15,15:30")
     for split in splits:
         parse_split(split)
     cmd = [
-        str(find_binary(TOOL, ws)), "--model", str(model),
+        str(find_binary(TOOL, ws, lane)), "--model", str(model),
         "--n-prompt", str(n_prompt), "--n-decode", str(n_decode), "--tolerance", repr(tolerance),
     ]
     if threads is not None:
@@ -181,10 +188,16 @@ def run_parity(
         cmd += ["--perturb", repr(perturb)]
     if boundary_dtype != "f32":
         cmd += ["--boundary-dtype", boundary_dtype]
+    if gpu_layers:
+        cmd += ["--gpu-layers", str(gpu_layers)]
     for split in splits:
         cmd += ["--split", split]
+    environment = {**os.environ, **(env or {})}
+    if gpu_layers:
+        environment.update(software_device_env(environment))
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False,
+                              env=environment)
     except subprocess.TimeoutExpired as exc:
         raise ParityError(f"{TOOL} did not finish within {timeout:.0f}s") from exc
     try:

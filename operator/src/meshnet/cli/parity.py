@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from meshnet.cli.pin import lane_option
 from meshnet.parity import DEFAULT_TOLERANCE, format_report, run_parity
 from meshnet.paths import workspace
 from meshnet.pin.workspace import Workspace
@@ -34,10 +35,15 @@ from meshnet.pin.workspace import Workspace
               help="Round every boundary to this wire type, as a route with that recipe does.")
 @click.option("--perturb", type=float, default=0.0, hidden=True,
               help="Add this to every boundary value (self-test: the splits must then fail).")
+@click.option("--gpu-layers", type=click.IntRange(0), default=0, show_default=True,
+              help="Offload this many of the model's last layers (99: all), on both sides; "
+                   "a host whose only Vulkan device is the software one runs on it.")
+@lane_option
 @click.option("--json", "as_json", is_flag=True, help="Print the tool's JSON report.")
 def command(
     model: Path, splits: tuple[str, ...], n_prompt: int, n_decode: int,
-    threads: int | None, tolerance: float, boundary_dtype: str, perturb: float, as_json: bool,
+    threads: int | None, tolerance: float, boundary_dtype: str, perturb: float,
+    gpu_layers: int, lane: str, as_json: bool,
 ) -> None:
     """Run a prompt through MODEL unsplit and as each split's stages, and compare.
 
@@ -50,7 +56,7 @@ def command(
     report = run_parity(
         model, splits, Workspace(workspace()),
         n_prompt=n_prompt, n_decode=n_decode, threads=threads, tolerance=tolerance,
-        perturb=perturb, boundary_dtype=boundary_dtype,
+        perturb=perturb, boundary_dtype=boundary_dtype, lane=lane, gpu_layers=gpu_layers,
     )
     click.echo(report.text if as_json else format_report(report))
     if not report.ok:

@@ -17,6 +17,7 @@ from meshnet.local.process import (
     local_manifest_digest,
     worker_binary,
 )
+from meshnet.local.vulkan import VISIBLE
 from meshnet.native.build import build_worker
 from meshnet.native.bundle import bundle_worker
 from meshnet.native.flags import DOC, with_table, worker_flags
@@ -145,6 +146,10 @@ def _operator_recipe_digest(lane: str, boundary_dtype: str, ctx: int, slots: int
 @click.option("--cpus", default="", metavar="LIST",
               help="Bind the engine's compute threads to these CPUs, in order (e.g. 0,1); "
                    "the worker's other threads stay on the first. Default: unbound.")
+@click.option("--gpu-layers", type=click.IntRange(0), default=0, show_default=True,
+              help="Offload this many of the model's last layers to the lane's device "
+                   "(99: all). On the vulkan lane a host whose only Vulkan device is Mesa's "
+                   "software one (lavapipe) runs on it (GGML_VK_VISIBLE_DEVICES, unless set).")
 @click.option("--dev", is_flag=True, help="Run the `worker build --dev` binary.")
 @lane_option
 def run_cmd(model: Path, layers: str, route_id: str, epoch: int, listen: str, metrics_listen: str,
@@ -154,7 +159,8 @@ def run_cmd(model: Path, layers: str, route_id: str, epoch: int, listen: str, me
             tls_client_ca: str | None, next_stage: str, ring_last: str,
             next_stage_ca: str | None, local_relay: bool, pipeline_depth: int,
             max_loop_drafts: int | None, max_loop_windows: int | None,
-            discard_depth: int | None, cpus: str, dev: bool, lane: str) -> None:
+            discard_depth: int | None, cpus: str, gpu_layers: int, dev: bool,
+            lane: str) -> None:
     """Start a built meshnet-shard-worker serving LAYERS of MODEL (replaces this process)."""
     begin_text, _, end_text = layers.partition(":")
     try:
@@ -185,8 +191,10 @@ def run_cmd(model: Path, layers: str, route_id: str, epoch: int, listen: str, me
         next_stage_ca=Path(next_stage_ca) if next_stage_ca else None,
         local_relay=local_relay, pipeline_depth=pipeline_depth, cpus=cpu_list,
         max_loop_drafts=max_loop_drafts, max_loop_windows=max_loop_windows,
-        discard_depth=discard_depth,
+        discard_depth=discard_depth, gpu_layers=gpu_layers,
     )
-    binary = worker_binary(dev=dev)
-    click.echo(f"[worker] {binary} {' '.join(spec.args())}", err=True)
-    os.execve(binary, [str(binary), *spec.args()], spec.environment())
+    binary = worker_binary(dev=dev, lane=lane)
+    environment = spec.environment()
+    device = f"{VISIBLE}={environment[VISIBLE]} " if VISIBLE in environment else ""
+    click.echo(f"[worker] {device}{binary} {' '.join(spec.args())}", err=True)
+    os.execve(binary, [str(binary), *spec.args()], environment)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from meshnet.errors import MeshnetError
+from meshnet.local.vulkan import software_device_env
 from meshnet.reconcile.route.worker_command import WorkerCommand
 
 # Defaults for a worker's environment, each overridden by the caller's. An OpenMP thread
@@ -56,8 +57,12 @@ class LaunchSpec(WorkerCommand):
 
     def environment(self, overrides: Mapping[str, str] | None = None) -> dict[str, str]:
         """The worker's whole environment: our defaults, then the caller's, then what this
-        spec needs (set before it starts), then `overrides`. ValueError for unusable cpus."""
-        return {**WORKER_ENV_DEFAULTS, **os.environ, **cpu_binding_env(self.cpus),
+        spec needs (set before it starts), then `overrides`. ValueError for unusable cpus.
+        A stage that offloads layers on a host whose only Vulkan device is a software one
+        is given that device (local/vulkan.py; other lanes' builds ignore it)."""
+        device = software_device_env({**os.environ, **(overrides or {})}) \
+            if self.gpu_layers else {}
+        return {**WORKER_ENV_DEFAULTS, **os.environ, **device, **cpu_binding_env(self.cpus),
                 **(overrides or {})}
 
     def args(self, parent_pid: int | None = None) -> list[str]:
@@ -247,20 +252,20 @@ def start_route(binary: Path, specs: Sequence[LaunchSpec], log_dir: Path | None 
     return [workers[index] for index in range(len(specs))]
 
 
-def worker_binary(dev: bool = False) -> Path:
-    """meshnet-shard-worker: MESHNET_BIN_DIR, else the cached build, else (or with
-    `dev`) the incremental dev build of `meshnet worker build --dev`."""
+def worker_binary(dev: bool = False, lane: str = "cpu") -> Path:
+    """meshnet-shard-worker of `lane`: MESHNET_BIN_DIR, else the cached build, else (or
+    with `dev`) the incremental dev build of `meshnet worker build --dev`."""
     from meshnet.native.build import find_binary
     from meshnet.native.cmake import BuildError
     from meshnet.paths import workspace
     from meshnet.pin.workspace import Workspace
 
     ws = Workspace(workspace())
-    dev_binary = ws.root / "worker-dev-cpu" / "build" / "bin" / "meshnet-shard-worker"
+    dev_binary = ws.root / f"worker-dev-{lane}" / "build" / "bin" / "meshnet-shard-worker"
     if dev and dev_binary.is_file():
         return dev_binary
     try:
-        return find_binary("meshnet-shard-worker", ws)
+        return find_binary("meshnet-shard-worker", ws, lane)
     except BuildError:
         if dev_binary.is_file():
             return dev_binary

@@ -84,14 +84,19 @@ def build_worker(
         parent = cache_dir() / "portable" / "worker" if portable else cache_dir() / "worker"
         directory = parent / f"{lane}-{worker_key(root, manifest, lane, portable)}"
     with cache_entry_lock(directory):
-        return _build_worker_locked(root, llama, ws, say, dev, jobs, portable, directory,
-                                    started)
+        return _build_worker_locked(root, llama, ws, say, dev, jobs, directory, started,
+                                    worker_link(portable, lane))
+
+
+def worker_link(portable: bool, lane: str) -> str:
+    """The workspace's link to the lane's cached worker; GPU lanes get their own."""
+    name = "worker-build-portable" if portable else "worker-build"
+    return name if lane == "cpu" else f"{name}-{lane}"
 
 
 def _build_worker_locked(root: Path, llama: Path, ws: Workspace, say: Say, dev: bool,
-                         jobs: int | None, portable: bool, directory: Path,
-                         started: float) -> WorkerBuild:
-    link = "worker-build-portable" if portable else "worker-build"
+                         jobs: int | None, directory: Path, started: float,
+                         link: str) -> WorkerBuild:
     if not dev:
         if (directory / "complete.json").exists():
             ws.link(link, directory)
@@ -144,12 +149,14 @@ def _forget_other_llama(directory: Path, llama: Path) -> None:
     stamp.write_text(str(llama))
 
 
-def find_binary(name: str, ws: Workspace) -> Path:
-    """A built worker binary; MESHNET_BIN_DIR overrides (e.g. an image's /usr/local/bin)."""
+def find_binary(name: str, ws: Workspace, lane: str = "cpu") -> Path:
+    """A built worker binary of `lane`; MESHNET_BIN_DIR overrides (e.g. an image's
+    /usr/local/bin)."""
     override = os.environ.get("MESHNET_BIN_DIR")
     candidates = [Path(override) / name] if override else []
-    candidates.append(ws.root / "worker-build" / "build" / "bin" / name)
+    candidates.append(ws.root / worker_link(False, lane) / "build" / "bin" / name)
     for candidate in candidates:
         if candidate.is_file() and os.access(candidate, os.X_OK):
             return candidate
-    raise BuildError(f"{name} is not built: run `meshnet worker build` (or `make build`)")
+    flag = "" if lane == "cpu" else f" --lane {lane}"
+    raise BuildError(f"{name} is not built: run `meshnet worker build{flag}` (or `make build`)")

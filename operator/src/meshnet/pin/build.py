@@ -23,6 +23,7 @@ from meshnet.errors import PinError
 from meshnet.native.cache import prune
 from meshnet.native.cmake import generator_args, run_logged
 from meshnet.paths import cache_dir, cache_entry_lock
+from meshnet.pin.lanes import KEYED_TOOLS, check_system, lane_cmake_options, tool_versions
 from meshnet.pin.manifest import PinManifest
 from meshnet.pin.patch import applied_state
 from meshnet.pin.workspace import Workspace
@@ -153,6 +154,11 @@ def build_key(manifest: PinManifest, lane: str, portable: bool = False) -> str:
         del inputs["cpu"]
         inputs.update(options=PORTABLE_OPTIONS + PORTABLE_LANE_OPTIONS[lane],
                       targets=PORTABLE_TARGETS, cpu_variants=cpu_variants())
+    # Only lanes that have them: the CPU lane's key (and cache) stays what it was.
+    if manifest.lane_packages.get(lane):
+        inputs["packages"] = [package.sha256 for package in manifest.lane_packages[lane]]
+    if KEYED_TOOLS.get(lane):
+        inputs["tools"] = tool_versions(lane)
     blob = json.dumps(inputs, sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()[:20]
 
@@ -162,8 +168,11 @@ def build_dir_for(manifest: PinManifest, lane: str, portable: bool = False) -> P
     return parent / f"{lane}-{build_key(manifest, lane, portable)}"
 
 
-def workspace_link(portable: bool) -> str:
-    return "llama-build-portable" if portable else "llama-build"
+def workspace_link(portable: bool, lane: str = "cpu") -> str:
+    """The workspace's link to the lane's build; GPU lanes get their own, so a GPU build
+    leaves the CPU lane's tools and tests where they were."""
+    name = "llama-build-portable" if portable else "llama-build"
+    return name if lane == "cpu" else f"{name}-{lane}"
 
 
 def build(
@@ -177,6 +186,7 @@ def build(
         raise PinError(f"unknown {kind} {lane!r}; choose one of {', '.join(lanes)}")
     if ws.read_marker(ws.patched_marker) != applied_state(manifest):
         raise PinError("the workspace is not patched to the current stack: run `meshnet pin patch`")
+    check_system(lane)
     directory = build_dir_for(manifest, lane, portable)
     with cache_entry_lock(directory):
         return _build_locked(manifest, ws, lane, say, jobs, portable, directory)
@@ -188,11 +198,13 @@ def _build_locked(manifest: PinManifest, ws: Workspace, lane: str, say: Say, job
     key = build_key(manifest, lane, portable)
     done_marker = directory / "complete.json"
     if done_marker.exists():
-        ws.link(workspace_link(portable), directory)
+        ws.link(workspace_link(portable, lane), directory)
         say(f"cache hit: {directory}")
         return BuildResult(key, directory, True, time.monotonic() - started)
+    extra = lane_cmake_options(manifest, lane, say)
     if portable:
-        return _build_portable(ws, lane, say, jobs or os.cpu_count() or 2, key, directory, started)
+        return _build_portable(ws, lane, say, jobs or os.cpu_count() or 2, key, directory, started,
+                               extra)
     shutil.rmtree(directory, ignore_errors=True)
     directory.mkdir(parents=True)
     log = directory / "build.log"
@@ -209,6 +221,7 @@ def _build_locked(manifest: PinManifest, ws: Workspace, lane: str, say: Say, job
             f"-DCMAKE_INSTALL_PREFIX={directory / 'install'}",
             *COMMON_OPTIONS,
             *LANE_OPTIONS[lane],
+            *extra,
         ],
         log,
         progress=False,
@@ -235,13 +248,13 @@ def _build_locked(manifest: PinManifest, ws: Workspace, lane: str, say: Say, job
     seconds = time.monotonic() - started
     done_marker.write_text(json.dumps({"key": key, "lane": lane, "seconds": round(seconds, 1)}))
     prune(directory.parent)
-    ws.link("llama-build", directory)
+    ws.link(workspace_link(False, lane), directory)
     say(f"built in {seconds:.0f}s: {directory}")
     return BuildResult(key, directory, False, seconds)
 
 
 def _build_portable(ws: Workspace, lane: str, say: Say, jobs: int, key: str, directory: Path,
-                    started: float) -> BuildResult:
+                    started: float, extra: list[str]) -> BuildResult:
     """llama.cpp with the lane's backend, then one CPU module per CPU generation.
 
     ggml builds either one CPU module (GGML_CPU, flags as given) or all fourteen of its
@@ -262,7 +275,7 @@ def _build_portable(ws: Workspace, lane: str, say: Say, jobs: int, key: str, dir
     run_logged(
         ["cmake", "-S", str(ws.patched), "-B", str(directory / "build"), *generator_args(),
          f"-DCMAKE_INSTALL_PREFIX={prefix}", *PORTABLE_OPTIONS, *PORTABLE_LANE_OPTIONS[lane],
-         *_feature_flags(variants[first])],
+         *extra, *_feature_flags(variants[first])],
         log, progress=False,
     )
     say(f"compiling {', '.join(PORTABLE_TARGETS)} with {jobs} jobs (log: {log}) ...")
@@ -289,7 +302,7 @@ def _build_portable(ws: Workspace, lane: str, say: Say, jobs: int, key: str, dir
         {"key": key, "lane": lane, "portable": True, "cpu_variants": list(variants),
          "seconds": round(seconds, 1)}))
     prune(directory.parent)
-    ws.link(workspace_link(True), directory)
+    ws.link(workspace_link(True, lane), directory)
     say(f"built in {seconds:.0f}s: {directory}")
     return BuildResult(key, directory, False, seconds)
 

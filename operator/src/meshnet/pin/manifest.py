@@ -47,9 +47,22 @@ class PatchEntry(_Strict):
     sha256: Sha256
 
 
+class DebianPackage(_Strict):
+    """A Debian package a lane's build reads (e.g. newer headers): fetched from `suite`
+    through a private package list, verified, unpacked into the cache, never installed."""
+
+    package: str
+    version: str
+    suite: str
+    sha256: Sha256
+
+
 class PinManifest(_Strict):
     upstream: Upstream
     sources: list[Source]
+    # By lane: build inputs beyond the tree. Not in digest(): they enter that lane's build
+    # key only (pin/build.py), so other lanes' builds stay cached.
+    lane_packages: dict[str, list[DebianPackage]] = {}
     patches: list[PatchEntry] = []
 
     def digest(self) -> str:
