@@ -222,13 +222,13 @@ def chat_job(body: Any, bounds: RouteBounds, default_seed: int = 0) -> Job:
         where = f"messages[{index}]"
         if not isinstance(message, Mapping) or not isinstance(message.get("role"), str):
             raise BadRequest(f"{where} needs a role", "messages")
+        content, parts = _content(message, where, parts_left)
+        parts_left -= parts
+        size += _utf8_size(message["role"], "messages", f"{where}.role")
         if not ROLE.fullmatch(message["role"]):
             # the template writes the role into the prompt as it is, special tokens and all
             raise BadRequest(f"{where}.role must be a plain name (a letter, then letters, "
                              "digits, '_' or '-'; at most 64), as OpenAI's roles are", "messages")
-        content, parts = _content(message, where, parts_left)
-        parts_left -= parts
-        size += _utf8_size(message["role"], "messages", f"{where}.role")
         size += _utf8_size(content, "messages", f"{where}.content")
         _prompt_size_fits(size, bounds, "messages")  # the template only adds to it
         checked.append({"role": message["role"], "content": content})
