@@ -104,3 +104,11 @@ def test_content_the_template_changed_is_served_only_when_it_spells_no_special_t
     spelled = chat_prompt(cuts, [{"role": "user", "content": "a|b<s>"}])
     with pytest.raises(ChatTemplateError, match="spells special tokens"):
         chat_tokens(spelled, ["a|b<s>"], tokenize)
+
+
+def test_a_template_that_refuses_the_marks_still_gets_its_content_located() -> None:
+    picky = ("{% for m in messages %}{% if not m['content'].startswith('Q:') %}"
+             "{{ raise_exception('questions only') }}{% endif %}<|u|>{{ m['content'] }}"
+             "{% endfor %}")
+    prompt = chat_prompt(picky, [{"role": "user", "content": "Q: <|u|>why?"}])
+    assert [prompt.text.encode()[b:e].decode() for b, e in prompt.literal] == ["Q: <|u|>why?"]

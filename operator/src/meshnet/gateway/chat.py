@@ -64,9 +64,12 @@ def chat_prompt(template: str, messages: Sequence[Mapping[str, Any]]) -> ChatPro
     text = render_chat(template, messages)
     nonce = secrets.token_hex(8)
     marks = [f"\ue000{nonce}:{i}\ue001" for i in range(len(messages))]
-    skeleton = render_chat(
-        template, [{**m, "content": mark} for m, mark in zip(messages, marks, strict=True)])
     contents = [str(m.get("content", "")) for m in messages]
+    try:
+        skeleton = render_chat(
+            template, [{**m, "content": mark} for m, mark in zip(messages, marks, strict=True)])
+    except ChatTemplateError:  # a template that looks into the content: find it instead
+        return _searched(text, contents)
     pieces = re.split(f"\ue000{nonce}:(\\d+)\ue001", skeleton)
     rebuilt, offset, spans = [pieces[0]], len(pieces[0].encode()), []
     for index, after in zip(pieces[1::2], pieces[2::2], strict=True):
