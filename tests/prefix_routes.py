@@ -16,7 +16,7 @@ from meshnet.local.process import LaunchSpec, WorkerProcess, start_route
 from meshnet.route import RouteDriver, Sampling, StageClient
 from meshnet.route.handshake import RouteInfo
 from meshnet.route.proto import pb
-from meshnet.route.requests import grid_chunks, stage_request
+from meshnet.route.requests import chunks, stage_request
 
 
 def start_cached_route(shard_worker: Path, model: Path, split: Sequence[tuple[int, int]],
@@ -53,14 +53,15 @@ def cold_runs(workers: Sequence[WorkerProcess]) -> Iterator[Callable[..., list[i
 
 def last_logits(clients: Sequence[StageClient], route: RouteInfo, session: str,
                 prompt: list[int], prefix: int = 0, snapshot: int = 0) -> bytes:
-    """The logits after `prompt` on a new session, fed stage by stage on the prefix grid
-    from position `prefix` (> 0: its first step names the cached prefix); the step at
+    """The logits after `prompt` on a new session, fed stage by stage in the steps the
+    driver cuts a prefill into (a cache's grid, else the cache-off steps) from position
+    `prefix` (> 0: its first step names the cached prefix); the step at
     `snapshot` (> 0) asks every stage to keep the positions before it as an entry (a
     whole-entries memory's way). The session is released after."""
     key = pb.RouteKey(route_id=route.route_id, epoch=route.epoch, session_id=session)
     response = pb.ForwardResponse()
     try:
-        for start, end in grid_chunks(route.prefix_block, len(prompt) - prefix, prefix):
+        for start, end in chunks(route, len(prompt) - prefix, n_past=prefix):
             part, n_past = prompt[prefix + start:prefix + end], prefix + start
             boundary = None
             for index, client in enumerate(clients):

@@ -519,8 +519,7 @@ def test_changed_bytes_replace_a_file_only_once_verified_and_its_old_manifest_ke
         old_folder = keep_manifest(layout, old.spec.manifest_digest(),
                                    [f.name for f in old.spec.files])
         _change_tail(served / changed)  # new tensor bytes, same name and size
-        new = load_artifact(_with_sha256(
-            old_yaml, changed, hashlib.sha256((served / changed).read_bytes()).hexdigest()))
+        new = load_artifact(_with_served_sha256(old_yaml, served, changed))
 
         replaced = pull(new, dest, source, null_meters)
     finally:
@@ -534,6 +533,12 @@ def test_changed_bytes_replace_a_file_only_once_verified_and_its_old_manifest_ke
     assert (new_folder / changed).read_bytes() == (served / changed).read_bytes()
     prune_manifests(layout, [old.spec.manifest_digest()])
     assert not old_folder.exists() and new_folder.is_dir()
+
+
+def _with_served_sha256(artifact_yaml: Path, served: Path, name: str) -> Path:
+    """The artifact with `name`'s sha256 that of the file now served."""
+    digest = hashlib.sha256((served / name).read_bytes()).hexdigest()
+    return _with_sha256(artifact_yaml, name, digest)
 
 
 def _change_tail(path: Path) -> None:
@@ -557,8 +562,7 @@ def test_a_pull_that_fails_replaces_none_of_the_files_in_place(split_set, serve,
         assert pull(load_artifact(old_yaml), dest, source, null_meters).ok
         for name in (first, last):
             _change_tail(served / name)
-        right = _with_sha256(old_yaml, first,
-                             hashlib.sha256((served / first).read_bytes()).hexdigest())
+        right = _with_served_sha256(old_yaml, served, first)
         wrong = _with_sha256(right, last, _one_digit_off(split_set.manifest.entries[2].sha256))
 
         failed = pull(load_artifact(wrong), dest, source, null_meters)
@@ -566,8 +570,7 @@ def test_a_pull_that_fails_replaces_none_of_the_files_in_place(split_set, serve,
         assert failed.result == "HashMismatch" and last in failed.message
         assert {f.name: f.state for f in failed.files}[first] == "staged"
         assert same_files(split_set, dest)  # the old manifest's copy, untouched
-        fixed = load_artifact(_with_sha256(
-            right, last, hashlib.sha256((served / last).read_bytes()).hexdigest()))
+        fixed = load_artifact(_with_served_sha256(right, served, last))
         done = pull(fixed, dest, source, null_meters)
     finally:
         source.close()

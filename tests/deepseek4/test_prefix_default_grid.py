@@ -7,36 +7,12 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-import numpy as np
-
 from meshnet.api.shardroute import MAX_STEP_TOKENS, PrefixCache
 from meshnet.route import RouteDriver
-from meshnet.route.proto import pb
-from meshnet.route.requests import chunks, stage_request
 
-from ..prefix_routes import start_cached_route
+from ..prefix_routes import last_logits, start_cached_route
 
 SPLIT = [(0, 2), (2, 3), (3, 8)]
-
-
-def logits_after(driver: RouteDriver, prompt: list[int], session: str) -> bytes:
-    """The last row's logits after `prompt`, cut into steps as the driver cuts a prefill."""
-    route, clients = driver.route, driver.clients
-    key = pb.RouteKey(route_id=route.route_id, epoch=route.epoch, session_id=session)
-    response = pb.ForwardResponse()
-    try:
-        for start, end in chunks(route, len(prompt)):
-            boundary = None
-            for index, client in enumerate(clients):
-                output = pb.OutputRequest(kind=pb.OUTPUT_KIND_LOGITS, rows=[end - start - 1])
-                request = stage_request(route, index, key, prompt[start:end], start, output,
-                                        boundary)
-                response = client.forward(request)
-                boundary = response.boundary
-    finally:
-        for client in clients:
-            client.release(key)
-    return np.asarray(response.rows[0].logits, dtype=np.float32).tobytes()
 
 
 def test_the_default_block_gives_deepseek4_a_cache_off_routes_logits(
@@ -56,7 +32,7 @@ def test_the_default_block_gives_deepseek4_a_cache_off_routes_logits(
             with RouteDriver([w.endpoint for w in workers]) as driver:
                 driver.connect(wait=30)
                 assert driver.route.prefix_block == block and driver.route.step_sensitive
-                logits[block] = logits_after(driver, prompt, "grid")
+                logits[block] = last_logits(driver.clients, driver.route, "grid", prompt)
         finally:
             for worker in workers:
                 worker.stop()
