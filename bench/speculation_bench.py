@@ -30,7 +30,8 @@ from pathlib import Path
 
 from meshnet.api.shardroute import LayerRange
 from meshnet.bundled import smollm2_gguf
-from meshnet.devtools.delay_proxy import DelayProxy
+from meshnet.devtools.link_model import Link
+from meshnet.devtools.link_proxy import LinkProxy
 from meshnet.local.process import LaunchSpec, free_port, start_route, worker_binary
 from meshnet.route import Generation, RouteDriver
 
@@ -51,8 +52,8 @@ def delayed_chain(binary: Path, model: Path, delay: float) -> Iterator[list[str]
     """The stages of SPLIT behind proxies, each relaying to the next through a proxy too;
     yields the driver's endpoints (the proxies)."""
     ports = [free_port() for _ in SPLIT]
-    front = [DelayProxy(port, delay) for port in ports]
-    links = [DelayProxy(port, delay) for port in ports[1:]]
+    front = [LinkProxy(port, Link(delay)) for port in ports]
+    links = [LinkProxy(port, Link(delay)) for port in ports[1:]]
     # local_relay off: the stages relay over gRPC, through the proxies (the local relay
     # would connect around them)
     specs = [LaunchSpec(model=model, layers=LayerRange(*span), threads=1,

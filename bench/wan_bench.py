@@ -1,12 +1,16 @@
 """The data plane over a WAN: decode tokens/s of SmolLM2 routes of S stages when every
 leg (driver to stage, stage to stage, the ring's back edge) goes through a user-space
-proxy adding a one-way delay, side by side with llama.cpp's RPC backend through the same
-proxies, against the physical limit compute + S x one-way.
+proxy that models a network link, side by side with llama.cpp's RPC backend through the
+same proxies, against the physical limit.
 
-    .venv/bin/python bench/wan_bench.py [--stages 2,3,4] [--delays 0,5,10,25] [--tokens 32]
-        [--rounds 3] [--windows 4]
+    .venv/bin/python bench/wan_bench.py [--stages 2,3,4] [--delays 0,5,10,25]
+        [--profiles 'P;P'] [--tokens 32] [--rounds 3] [--windows 4]
 
-Rows per (S, delay), all in one run (the proxies change their delay in place):
+Legs: `--delays` gives each leg a one-way delay and nothing else; `--profiles` gives each
+leg a modelled network instead (meshnet.devtools.link_model: delay, bandwidth, jitter,
+loss), e.g. `--profiles 'same-rack;consumer;consumer:bw=50M,loss=0.5%'`.
+
+Rows per (S, leg), all in one run (the proxies change their link in place):
   hub                 the driver calls each stage in turn            2S legs per token
   chain               the first stage relays, stepped by the driver  2S
   chain loop          the first stage decodes by itself              2(S-1)
@@ -19,7 +23,8 @@ Rows per (S, delay), all in one run (the proxies change their delay in place):
                       reached is printed); its ratio to the serial row and to the ring
   llama.cpp RPC       ggml-rpc-server per stage, llama-bench -ngl 99
 "Legs" is what the timings say: (ms per token - compute) / one-way delay, where compute
-is the unsplit model's ms per token on one worker. Every worker runs 1 thread with the
+is the unsplit model's ms per token on one worker; "limit" is compute + S x (one-way +
+a boundary row's bytes / bandwidth). Every worker runs 1 thread with the
 local relay off, so no leg bypasses its proxy. The ring's rows run in --rounds
 interleaved rounds (this machine is noisy) and print each row's median.
 """
@@ -41,8 +46,9 @@ from statistics import median
 
 from meshnet.api.shardroute import LayerRange
 from meshnet.bundled import smollm2_gguf
-from meshnet.devtools.delay_proxy import DelayProxy
-from meshnet.devtools.tiny_deepseek4 import V4_DEPTH, write_tiny_deepseek4
+from meshnet.devtools.link_model import Link, parse_link
+from meshnet.devtools.link_proxy import LinkProxy
+from meshnet.devtools.tiny_deepseek4 import HC_MULT, V4_DEPTH, write_tiny_deepseek4
 from meshnet.local.process import LaunchSpec, WorkerProcess, free_port, start_route, worker_binary
 from meshnet.paths import workspace
 from meshnet.route import RouteDriver
@@ -57,17 +63,31 @@ REPETITIVE = (f"# file a.py\n{CODE}\n# file b.py (an exact copy of a.py)\n{CODE}
               "# file c.py (an exact copy of a.py)\n")
 FREE_TEXT = "The history of printing begins"
 SPECULATE = 6  # drafts per verification step, at most
+SMOLLM2_ROW_BYTES = 576 * 4  # n_embd f32
+
+
+@dataclass(frozen=True)
+class Leg:
+    """What every leg of a run is: a name for the tables and its link."""
+
+    name: str
+    link: Link
+
+    @property
+    def delay_ms(self) -> float:
+        return self.link.delay_s * 1000
 
 
 @dataclass
 class Row:
     stages: int
-    delay_ms: float
+    leg: Leg
     label: str
     rate: float  # decode tokens/s
     acceptance: float | None = None
     depth: int | None = None  # verify windows a pipelined loop kept in flight, at most
     compute_ms: float | None = None  # its model's unsplit ms per token (None: SmolLM2's)
+    row_bytes: int = SMOLLM2_ROW_BYTES  # one boundary row on the wire
     copied: tuple[int, float] = (0, 0.0)  # Decoded's, each stretch's median rate
     rest: tuple[int, float] = (0, 0.0)
 
@@ -80,12 +100,12 @@ def spans(stages: int, layers: int) -> list[tuple[int, int]]:
 @dataclass
 class DelayedRoute:
     workers: list[WorkerProcess]
-    proxies: list[DelayProxy]  # every leg's
+    proxies: list[LinkProxy]  # every leg's
     endpoints: list[str]  # what the driver calls: the driver-facing proxies
 
-    def set_delay(self, seconds: float) -> None:
+    def set_link(self, link: Link) -> None:
         for proxy in self.proxies:
-            proxy.delay = seconds
+            proxy.link = link
 
 
 @contextmanager
@@ -95,9 +115,9 @@ def delayed_route(binary: Path, model: Path, stages: int, ring: bool, log_dir: P
     workers bind ports the kernel picks, last stage first, each proxy aimed at its worker
     once that listens (no port is reserved ahead, so none can be taken meanwhile)."""
     log_dir.mkdir(parents=True, exist_ok=True)
-    front = [DelayProxy() for _ in range(stages)]
-    links = [DelayProxy() for _ in range(stages - 1)]  # stage i -> stage i + 1
-    back = [DelayProxy()] if ring and stages > 1 else []
+    front = [LinkProxy() for _ in range(stages)]
+    links = [LinkProxy() for _ in range(stages - 1)]  # stage i -> stage i + 1
+    back = [LinkProxy()] if ring and stages > 1 else []
     workers: dict[int, WorkerProcess] = {}
     try:
         for index, span in reversed(list(enumerate(spans(stages, layers)))):
@@ -175,9 +195,9 @@ def llama_tool(name: str) -> Path:
 
 
 @contextmanager
-def rpc_servers(stages: int) -> Iterator[tuple[list[DelayProxy], str]]:
+def rpc_servers(stages: int) -> Iterator[tuple[list[LinkProxy], str]]:
     """One ggml-rpc-server (1 thread) per stage, each behind a proxy."""
-    proxies = [DelayProxy() for _ in range(stages)]  # listening first: free_port skips them
+    proxies = [LinkProxy() for _ in range(stages)]  # listening first: free_port skips them
     ports = [free_port() for _ in range(stages)]
     servers = [subprocess.Popen([str(llama_tool("ggml-rpc-server")), "-H", "127.0.0.1",
                                  "-p", str(port), "-t", "1"],
@@ -219,38 +239,38 @@ def unsplit_ms(binary: Path, model: Path, tokens: int, log_dir: Path, layers: in
     return 1000.0 / rate
 
 
-def measure(binary: Path, model: Path, stages: int, delays: list[float], tokens: int,
+def measure(binary: Path, model: Path, stages: int, legs: list[Leg], tokens: int,
             spec_tokens: int, rpc: bool, log_dir: Path, rounds: int, windows: int) -> list[Row]:
     rows: list[Row] = []
 
-    def add(delay: float, label: str, result: Decoded) -> None:
-        rows.append(Row(stages, delay, label, result.rate, result.acceptance, result.depth))
+    def add(leg: Leg, label: str, result: Decoded) -> None:
+        rows.append(Row(stages, leg, label, result.rate, result.acceptance, result.depth))
         depth = f" depth {result.depth}" if result.depth is not None else ""
-        print(f"  S={stages} {delay:>4g} ms  {label:<30} {result.rate:7.1f} tok/s{depth}",
+        print(f"  S={stages} {leg.name:>14}  {label:<30} {result.rate:7.1f} tok/s{depth}",
               flush=True)
 
     with delayed_route(binary, model, stages, False, log_dir / f"chain{stages}") as route:
-        for delay in delays:
-            route.set_delay(delay / 1000)
-            add(delay, "hub", decode(route.endpoints, FREE_TEXT, tokens, "hub", loop=False))
-            add(delay, "chain", decode(route.endpoints, FREE_TEXT, tokens, "chain", loop=False))
-            add(delay, "chain loop", decode(route.endpoints, FREE_TEXT, tokens, "chain"))
+        for leg in legs:
+            route.set_link(leg.link)
+            add(leg, "hub", decode(route.endpoints, FREE_TEXT, tokens, "hub", loop=False))
+            add(leg, "chain", decode(route.endpoints, FREE_TEXT, tokens, "chain", loop=False))
+            add(leg, "chain loop", decode(route.endpoints, FREE_TEXT, tokens, "chain"))
     with delayed_route(binary, model, stages, True, log_dir / f"ring{stages}") as route:
-        for delay in delays:
-            route.set_delay(delay / 1000)
-            rows += ring_rows(route.endpoints, stages, delay, tokens, spec_tokens, rounds,
+        for leg in legs:
+            route.set_link(leg.link)
+            rows += ring_rows(route.endpoints, stages, leg, tokens, spec_tokens, rounds,
                               windows)
     if rpc:
         with rpc_servers(stages) as (proxies, endpoints):
-            for delay in delays:
+            for leg in legs:
                 for proxy in proxies:
-                    proxy.delay = delay / 1000
-                add(delay, "llama.cpp RPC", Decoded(rpc_decode(model, endpoints, tokens),
-                                                    None, None, []))
+                    proxy.link = leg.link
+                add(leg, "llama.cpp RPC", Decoded(rpc_decode(model, endpoints, tokens),
+                                                  None, None, []))
     return rows
 
 
-def ring_rows(endpoints: list[str], stages: int, delay: float, tokens: int, spec_tokens: int,
+def ring_rows(endpoints: list[str], stages: int, leg: Leg, tokens: int, spec_tokens: int,
               rounds: int, windows: int, free_text: str | list[int] = FREE_TEXT,
               code: str | list[int] | None = REPETITIVE, label: str = "") -> list[Row]:
     """The ring plain, with serial and with pipelined speculation, in interleaved rounds:
@@ -275,20 +295,20 @@ def ring_rows(endpoints: list[str], stages: int, delay: float, tokens: int, spec
                 raise SystemExit(f"{name}: the tokens differ from plain decoding")
             runs[name].append(result)
             depth_note = f" depth {result.depth}" if result.depth is not None else ""
-            print(f"  S={stages} {delay:>4g} ms  {label}{name:<30} {result.rate:7.1f} tok/s"
+            print(f"  S={stages} {leg.name:>14}  {label}{name:<30} {result.rate:7.1f} tok/s"
                   f"{depth_note}", flush=True)
     rows = []
     for name, results in runs.items():
         middle = sorted(results, key=lambda r: r.rate)[len(results) // 2]
         depths = [r.depth for r in results if r.depth is not None]
-        rows.append(Row(stages, delay, label + name, middle.rate, middle.acceptance,
+        rows.append(Row(stages, leg, label + name, middle.rate, middle.acceptance,
                         max(depths) if depths else None,
                         copied=(middle.copied[0], median([r.copied[1] for r in results])),
                         rest=(middle.rest[0], median([r.rest[1] for r in results]))))
     return rows
 
 
-def deepseek4_rows(binary: Path, stages: int, delays: list[float], tokens: int, rounds: int,
+def deepseek4_rows(binary: Path, stages: int, legs: list[Leg], tokens: int, rounds: int,
                    windows: int, log_dir: Path) -> list[Row]:
     """The ring's rows on a tiny random-weight V4 (43 layers, mHC boundary, hash-routed
     layers) over the same delayed legs, its stages keeping rollback snapshots for the
@@ -304,25 +324,26 @@ def deepseek4_rows(binary: Path, stages: int, delays: list[float], tokens: int, 
     with delayed_route(binary, model, stages, True, log_dir / f"ds4-ring{stages}",
                        layers=V4_DEPTH.n_layer,
                        discard_depth=windows * (SPECULATE + 1) - 1) as route:
-        for delay in delays:
-            route.set_delay(delay / 1000)
-            rows += ring_rows(route.endpoints, stages, delay, tokens, tokens, rounds, windows,
+        for leg in legs:
+            route.set_link(leg.link)
+            rows += ring_rows(route.endpoints, stages, leg, tokens, tokens, rounds, windows,
                               free_text=prompt, code=None, label="tiny V4 ")
-    return [replace(row, compute_ms=compute_ms) for row in rows]
+    row_bytes = HC_MULT * V4_DEPTH.n_embd * 4  # the mHC streams, f32
+    return [replace(row, compute_ms=compute_ms, row_bytes=row_bytes) for row in rows]
 
 
 def prompt_key(prompt: str | list[int]) -> str:
     return prompt if isinstance(prompt, str) else ",".join(map(str, prompt))
 
 
-def stretches(rows: list[Row], stages: int, delay: float, label: str) -> str:
+def stretches(rows: list[Row], stages: int, leg: Leg, label: str) -> str:
     """Pipelined over serial speculation on each stretch of the code row's output: while
     it copies its prompt without a break (lookup drafts it whole), and after its first
     token of its own (such tokens cost both a ring round trip each, and every rejection
     drops the windows in flight: that stretch bounds the whole)."""
-    row = {(r.stages, r.delay_ms, r.label): r for r in rows}
-    pipelined = row[(stages, delay, label)]
-    serial = row[(stages, delay, label.replace("pipelined", "speculation"))]
+    row = {(r.stages, r.leg, r.label): r for r in rows}
+    pipelined = row[(stages, leg, label)]
+    serial = row[(stages, leg, label.replace("pipelined", "speculation"))]
     parts = []
     for name, mine, theirs in (("copied", pipelined.copied, serial.copied),
                                ("after", pipelined.rest, serial.rest)):
@@ -332,39 +353,59 @@ def stretches(rows: list[Row], stages: int, delay: float, label: str) -> str:
     return f"    by stretch: {'; '.join(parts)}"
 
 
+def limit_ms(row: Row, compute_ms: float) -> float:
+    """The physical floor of a decoded token: compute, then S legs each paying its one-way
+    delay and a boundary row's time on the wire."""
+    return compute_ms + row.stages * (row.leg.link.delay_s
+                                      + row.leg.link.serialise_s(row.row_bytes)) * 1000
+
+
 def report(rows: list[Row], compute_ms: float) -> None:
     print(f"\ncompute (unsplit, 1 thread): {compute_ms:.1f} ms/token; limit = compute + "
-          "S x one-way")
-    print(f"{'S':>2} {'one-way':>8} {'row':<30} {'tok/s':>7} {'ms/tok':>7} {'legs':>5} "
+          "S x (one-way + row bytes / bandwidth)")
+    for leg in dict.fromkeys(row.leg for row in rows):
+        print(f"  {leg.name}: {leg.link.describe()}")
+    print(f"{'S':>2} {'leg':>14} {'row':<30} {'tok/s':>7} {'ms/tok':>7} {'legs':>5} "
           f"{'limit':>7} {'of limit':>9} {'accept':>7} {'depth':>5}")
     for row in rows:
         ms = 1000.0 / row.rate
         compute = row.compute_ms or compute_ms
-        legs = f"{(ms - compute) / row.delay_ms:5.1f}" if row.delay_ms else "    -"
-        limit = 1000.0 / (compute + row.stages * row.delay_ms)
+        delay_ms = row.leg.delay_ms
+        legs = f"{(ms - compute) / delay_ms:5.1f}" if delay_ms else "    -"
+        limit = 1000.0 / limit_ms(row, compute)
         accept = f"{row.acceptance:7.2f}" if row.acceptance is not None else "       "
         depth = f"{row.depth:5d}" if row.depth is not None else "     "
-        print(f"{row.stages:>2} {row.delay_ms:>6g}ms {row.label:<30} {row.rate:7.1f} {ms:7.1f} "
+        print(f"{row.stages:>2} {row.leg.name:>14} {row.label:<30} {row.rate:7.1f} {ms:7.1f} "
               f"{legs} {limit:7.1f} {100 * row.rate / limit:8.1f}% {accept} {depth}")
-    by = {(r.stages, r.delay_ms, r.label): r.rate for r in rows}
+    by = {(r.stages, r.leg, r.label): r.rate for r in rows}
     print()
-    for (stages, delay, label), rate in by.items():
-        rpc = by.get((stages, delay, "llama.cpp RPC"))
+    for (stages, leg, label), rate in by.items():
+        rpc = by.get((stages, leg, "llama.cpp RPC"))
         if label == "ring" and rpc:
-            print(f"S={stages} {delay:g} ms: ring x{rate / rpc:.2f} llama.cpp RPC")
+            print(f"S={stages} {leg.name}: ring x{rate / rpc:.2f} llama.cpp RPC")
         if label.endswith("ring + pipelined, code"):
-            serial = by[(stages, delay, label.replace("pipelined", "speculation"))]
-            print(f"S={stages} {delay:g} ms: {label} x{rate / serial:.2f} serial speculation")
-            print(stretches(rows, stages, delay, label))
+            serial = by[(stages, leg, label.replace("pipelined", "speculation"))]
+            print(f"S={stages} {leg.name}: {label} x{rate / serial:.2f} serial speculation")
+            print(stretches(rows, stages, leg, label))
         if label.endswith("ring + pipelined, free text"):
-            ring = by[(stages, delay, label.replace("ring + pipelined, free text", "ring"))]
-            print(f"S={stages} {delay:g} ms: {label} x{rate / ring:.2f} the plain ring")
+            ring = by[(stages, leg, label.replace("ring + pipelined, free text", "ring"))]
+            print(f"S={stages} {leg.name}: {label} x{rate / ring:.2f} the plain ring")
+
+
+def legs_of(delays: str, profiles: str | None) -> list[Leg]:
+    if profiles:
+        return [Leg(text, parse_link(text)) for text in profiles.split(";")]
+    return [Leg(f"{float(d):g} ms", Link(float(d) / 1000)) for d in delays.split(",")]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stages", default="2,3,4", help="Stage counts, comma separated.")
     parser.add_argument("--delays", default="0,5,10,25", help="One-way ms per leg.")
+    parser.add_argument("--profiles", default=None,
+                        help="Link profiles instead of bare delays, ';' separated, each a "
+                             "name with optional overrides (same-rack, one-region, "
+                             "one-continent, consumer; e.g. 'consumer;consumer:bw=50M').")
     parser.add_argument("--tokens", type=int, default=32, help="Decoded tokens per row.")
     parser.add_argument("--spec-tokens", type=int, default=128,
                         help="Decoded tokens of the speculation rows (drafting adapts as it "
@@ -380,7 +421,10 @@ def main() -> None:
     options = parser.parse_args()
     binary = options.bin_dir / "meshnet-shard-worker" if options.bin_dir else worker_binary()
     model = smollm2_gguf()
-    delays = [float(d) for d in options.delays.split(",")]
+    try:
+        legs = legs_of(options.delays, options.profiles)
+    except ValueError as error:
+        parser.error(str(error))
     log_dir = Path(tempfile.mkdtemp(prefix="meshnet-wan-"))
     print(f"SmolLM2-135M Q4_1, {options.tokens} tokens per row ({options.spec_tokens} with "
           f"speculation), load average "
@@ -388,10 +432,10 @@ def main() -> None:
     compute_ms = unsplit_ms(binary, model, options.tokens, log_dir / "unsplit")
     rows: list[Row] = []
     for stages in (int(s) for s in options.stages.split(",")):
-        rows += measure(binary, model, stages, delays, options.tokens, options.spec_tokens,
+        rows += measure(binary, model, stages, legs, options.tokens, options.spec_tokens,
                         not options.no_rpc, log_dir, options.rounds, options.windows)
         if options.deepseek4:
-            rows += deepseek4_rows(binary, stages, delays, options.tokens, options.rounds,
+            rows += deepseek4_rows(binary, stages, legs, options.tokens, options.rounds,
                                    options.windows, log_dir)
     report(rows, compute_ms)
 
