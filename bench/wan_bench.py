@@ -48,7 +48,12 @@ from meshnet.api.shardroute import LayerRange
 from meshnet.bundled import smollm2_gguf
 from meshnet.devtools.link_model import Link, parse_link
 from meshnet.devtools.link_proxy import LinkProxy
-from meshnet.devtools.tiny_deepseek4 import HC_MULT, V4_DEPTH, write_tiny_deepseek4
+from meshnet.devtools.tiny_deepseek4 import (
+    HC_MULT,
+    V4_DEPTH,
+    V4_WIDTH,
+    write_tiny_deepseek4,
+)
 from meshnet.local.process import LaunchSpec, WorkerProcess, free_port, start_route, worker_binary
 from meshnet.paths import workspace
 from meshnet.route import RouteDriver
@@ -308,27 +313,34 @@ def ring_rows(endpoints: list[str], stages: int, leg: Leg, tokens: int, spec_tok
     return rows
 
 
+V4_SHAPES = {"depth": V4_DEPTH, "width": V4_WIDTH}
+
+
 def deepseek4_rows(binary: Path, stages: int, legs: list[Leg], tokens: int, rounds: int,
-                   windows: int, log_dir: Path) -> list[Row]:
-    """The ring's rows on a tiny random-weight V4 (43 layers, mHC boundary, hash-routed
-    layers) over the same delayed legs, its stages keeping rollback snapshots for the
-    drafts and windows in flight. Random weights repeat little of what they are shown, so
-    prompt lookup seldom drafts what they say: the rows show the ring's cost and that
-    speculation costs nothing where it cannot help, not what V4 itself would accept."""
-    model = write_tiny_deepseek4(log_dir / "tiny-v4.gguf", V4_DEPTH, seed=3)
+                   windows: int, log_dir: Path, kind: str) -> list[Row]:
+    """The ring's rows on a tiny random-weight V4 over the same legs, its stages keeping
+    rollback snapshots for the drafts and windows in flight: `depth` has V4-Flash's 43
+    layers (mHC boundary, hash-routed layers) at width 64, `width` V4's real boundary
+    (n_embd 4096 x mHC 4, 64 KiB a row) on 4 small layers, what bandwidth sees. Random
+    weights repeat little of what they are shown, so prompt lookup seldom drafts what they
+    say: the rows show the ring's cost and that speculation costs nothing where it cannot
+    help, not what V4 itself would accept."""
+    shape = V4_SHAPES[kind]
+    model = write_tiny_deepseek4(log_dir / f"tiny-v4-{kind}.gguf", shape, seed=3)
     prompt = "the map of the world and the story of the sea coast line chart. " * 4
-    compute_ms = unsplit_ms(binary, model, tokens, log_dir / "ds4-unsplit", V4_DEPTH.n_layer,
-                            prompt)
-    print(f"tiny V4 compute (unsplit, 1 thread): {compute_ms:.1f} ms/token", flush=True)
+    compute_ms = unsplit_ms(binary, model, tokens, log_dir / f"ds4-{kind}-unsplit",
+                            shape.n_layer, prompt)
+    print(f"tiny V4 ({kind}) compute (unsplit, 1 thread): {compute_ms:.1f} ms/token",
+          flush=True)
     rows: list[Row] = []
-    with delayed_route(binary, model, stages, True, log_dir / f"ds4-ring{stages}",
-                       layers=V4_DEPTH.n_layer,
+    with delayed_route(binary, model, stages, True, log_dir / f"ds4-{kind}-ring{stages}",
+                       layers=shape.n_layer,
                        discard_depth=windows * (SPECULATE + 1) - 1) as route:
         for leg in legs:
             route.set_link(leg.link)
             rows += ring_rows(route.endpoints, stages, leg, tokens, tokens, rounds, windows,
-                              free_text=prompt, code=None, label="tiny V4 ")
-    row_bytes = HC_MULT * V4_DEPTH.n_embd * 4  # the mHC streams, f32
+                              free_text=prompt, code=None, label=f"V4 {kind} ")
+    row_bytes = HC_MULT * shape.n_embd * 4  # the mHC streams, f32
     return [replace(row, compute_ms=compute_ms, row_bytes=row_bytes) for row in rows]
 
 
@@ -415,8 +427,9 @@ def main() -> None:
                         help="Interleaved rounds of the ring's rows (each row's median).")
     parser.add_argument("--windows", type=int, default=4,
                         help="Verify windows the pipelined rows keep in flight at most.")
-    parser.add_argument("--deepseek4", action="store_true",
-                        help="Also the ring's rows on a tiny random-weight V4 (43 layers).")
+    parser.add_argument("--deepseek4", default="", metavar="depth,width",
+                        help="Also the ring's rows on tiny random-weight V4s: depth (43 "
+                             "layers, width 64), width (V4's 64 KiB boundary row, 4 layers).")
     parser.add_argument("--bin-dir", type=Path, default=None)
     options = parser.parse_args()
     binary = options.bin_dir / "meshnet-shard-worker" if options.bin_dir else worker_binary()
@@ -425,6 +438,8 @@ def main() -> None:
         legs = legs_of(options.delays, options.profiles)
     except ValueError as error:
         parser.error(str(error))
+    if unknown := set(filter(None, options.deepseek4.split(","))) - set(V4_SHAPES):
+        parser.error(f"--deepseek4: unknown {', '.join(sorted(unknown))} (depth, width)")
     log_dir = Path(tempfile.mkdtemp(prefix="meshnet-wan-"))
     print(f"SmolLM2-135M Q4_1, {options.tokens} tokens per row ({options.spec_tokens} with "
           f"speculation), load average "
@@ -434,9 +449,9 @@ def main() -> None:
     for stages in (int(s) for s in options.stages.split(",")):
         rows += measure(binary, model, stages, legs, options.tokens, options.spec_tokens,
                         not options.no_rpc, log_dir, options.rounds, options.windows)
-        if options.deepseek4:
+        for kind in filter(None, options.deepseek4.split(",")):
             rows += deepseek4_rows(binary, stages, legs, options.tokens, options.rounds,
-                                   options.windows, log_dir)
+                                   options.windows, log_dir, kind)
     report(rows, compute_ms)
 
 

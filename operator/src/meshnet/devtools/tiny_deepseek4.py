@@ -73,6 +73,9 @@ class TinyDeepseek4:
 
 SMALL = TinyDeepseek4(n_layer=8)
 V4_DEPTH = TinyDeepseek4(n_layer=43)
+# V4's boundary on the wire (n_embd 4096 x mHC 4: 64 KiB a row in f32) with few, small
+# layers: what a leg's bandwidth sees, at a tiny compute.
+V4_WIDTH = TinyDeepseek4(n_layer=4, n_embd=4096)
 # V4-Flash's index_topk (its config.json; the pinned convert script writes it unchanged as
 # deepseek4.attention.indexer.top_k): with it the indexer selects past 2048 positions.
 V4_FLASH_INDEXER_TOP_K = 512
