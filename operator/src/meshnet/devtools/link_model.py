@@ -104,8 +104,8 @@ def parse_time(text: str) -> float:
 def format_rate(bps: float) -> str:
     for unit, scale in (("Gbit/s", 1e9), ("Mbit/s", 1e6), ("kbit/s", 1e3)):
         if bps >= scale:
-            return f"{bps / scale:g} {unit}"
-    return f"{bps:g} bit/s"
+            return f"{bps / scale:.3g} {unit}"
+    return f"{bps:.3g} bit/s"
 
 
 def parse_link(text: str) -> Link:
