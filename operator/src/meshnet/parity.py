@@ -32,15 +32,10 @@ class ParityError(MeshnetError):
 
 def parse_split(text: str) -> tuple[LayerRange, ...]:
     """`"0:15,15:30"` -> ranges; checks the form only (coverage needs the model: the tool)."""
-    ranges = []
-    for part in text.split(","):
-        begin, sep, end = part.partition(":")
-        if not sep or not begin.isdigit() or not end.isdigit():
-            raise ParityError(
-                f"split {text!r}: {part!r} is not a layer range BEGIN:END (e.g. 0:15,15:30)"
-            )
-        ranges.append(LayerRange(int(begin), int(end)))
-    return tuple(ranges)
+    try:
+        return tuple(LayerRange.parse(part) for part in text.split(","))
+    except ValueError as error:
+        raise ParityError(f"split {text!r}: {error}") from None
 
 
 @dataclass(frozen=True)

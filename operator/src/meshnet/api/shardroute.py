@@ -282,6 +282,18 @@ class LayerRange(
         """The worker's --layers form, BEGIN:END."""
         return f"{self.begin}:{self.end}"
 
+    @classmethod
+    def parse(cls, text: str) -> LayerRange:
+        """The BEGIN:END form back (`0:15`); ValueError naming the form otherwise."""
+        begin, sep, end = text.strip().partition(":")
+        if not sep or not begin.isdigit() or not end.isdigit():
+            raise ValueError(f"{text!r} is not a layer range BEGIN:END (e.g. 0:15)")
+        try:
+            return cls(int(begin), int(end))
+        except ValueError:  # pydantic's bounds
+            raise ValueError(f"{text!r}: layers are 0..4096 and END must be at least 1") \
+                from None
+
 
 class StageResources(ApiModel):
     """Compute resources of one stage pod."""

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 
+from meshnet.api.shardroute import LayerRange
 from meshnet.artifacts.drafter import describe_drafter
 from meshnet.artifacts.facts import ModelFacts, stage_footprint
 from meshnet.artifacts.manifest import (
@@ -214,10 +215,11 @@ def pull_cmd(
 
 
 def _parse_range(text: str) -> tuple[int, int]:
-    begin, sep, end = text.partition(":")
-    if not sep or not begin.isdigit() or not end.isdigit():
-        raise click.BadParameter(f"{text!r}: expected BEGIN:END, e.g. 0:15")
-    return int(begin), int(end)
+    try:
+        span = LayerRange.parse(text)
+    except ValueError as error:
+        raise click.BadParameter(str(error)) from None
+    return span.begin, span.end
 
 
 def _format_facts(facts: ModelFacts, stages: list[tuple[int, int]]) -> list[str]:

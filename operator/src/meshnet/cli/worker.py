@@ -162,11 +162,10 @@ def run_cmd(model: Path, layers: str, route_id: str, epoch: int, listen: str, me
             discard_depth: int | None, cpus: str, gpu_layers: int, dev: bool,
             lane: str) -> None:
     """Start a built meshnet-shard-worker serving LAYERS of MODEL (replaces this process)."""
-    begin_text, _, end_text = layers.partition(":")
     try:
-        span = LayerRange(int(begin_text), int(end_text))
-    except ValueError:  # pydantic's ValidationError is one too
-        raise click.BadParameter("expected BEGIN:END, e.g. 0:10", param_hint="--layers") from None
+        span = LayerRange.parse(layers)
+    except ValueError as error:
+        raise click.BadParameter(str(error), param_hint="--layers") from None
     try:
         cpu_list = tuple(int(cpu) for cpu in cpus.split(",") if cpu.strip())
     except ValueError:

@@ -3,7 +3,9 @@ delete, the node labels to set or remove, the events and the new status. No I/O;
 `meshnet.operator.artifact_executor` carries the plan out.
 
 Children have deterministic names derived from the spec (`jobspec.spec_hash`), so a spec
-change means new children: the new Job provisions the new spec, the old ones are deleted.
+change means new children: the new Job provisions the new spec into staging beside the
+files in use, and a node keeps its earlier manifest's Job and label (the pods there go on
+serving those files) until its copy of the new spec verifies; then the old ones go.
 Status is rebuilt from what the Jobs reported (`artifact_status`, `copies_status`), never
 from the previous status; only condition transition times are carried over.
 """
