@@ -28,8 +28,8 @@ LANE = CertifiedLane(backend="cpu", gpu_product="none", manifest_digest="a" * 64
 def cert(passed: bool = True, request: str | None = None, **lane: str) -> Certificate:
     return verdict.certificate(
         LANE.model_copy(update=lane),
-        ParityResult(prompts=4, decode_steps=8, max_abs_delta_logit=0.0, tolerance=1e-3,
-                     greedy_match=True),
+        ParityResult(prompts=4, decode_steps=8, max_abs_delta_logit=0.0, rows_compared=36,
+                     rows_differing=0, tolerance=0.0, exact=True, greedy_match=True),
         verdict.speed(40.0, 44.0, 0.5 if passed else 100.0, "hub"),
         stages=3, now="2026-11-29T12:00:00Z", request=request)
 

@@ -16,22 +16,56 @@ from meshnet.route.stage import TlsFiles
 from .conftest import LANE, SPEED_MEASURED_NOT_GATED, Route
 
 
-def test_an_f32_route_matches_the_unsplit_reference_exactly_and_passes(
+def test_an_f32_route_that_speculates_and_batches_is_certified_with_every_figure_zero(
         start: Route, shard_worker: Path, smollm2: Path) -> None:
     workers = start("f32")
+    # what a recipe of maxDrafts 7 (the widest window) and sessionSlots 2 promises
+    promising = LANE.model_copy(update={"verify_rows": 8, "sessions": 2})
 
-    certificate = certify([w.endpoint for w in workers], LANE,
+    certificate = certify([w.endpoint for w in workers], promising,
                           Reference(shard_worker, smollm2, threads=1),
-                          SPEED_MEASURED_NOT_GATED, epoch=1)
+                          Gates(speed_fraction=SPEED_MEASURED_NOT_GATED.speed_fraction,
+                                parity_steps=4, speed_tokens=8, repeats=1), epoch=1)
 
-    assert certificate.passed and certificate.failures == []
-    assert certificate.parity.max_abs_delta_logit == 0.0
-    assert certificate.parity.greedy_match and certificate.parity.prompts == 4
+    assert certificate.passed and certificate.failures == [] and certificate.reasons == []
+    parity = certificate.parity
+    assert parity.exact and parity.tolerance == 0.0 and parity.max_abs_delta_logit == 0.0
+    assert (parity.rows_compared, parity.rows_differing) == (4 * 5, 0)
+    assert parity.greedy_match and parity.prompts == 4
+    steps = certificate.step_invariance
+    assert steps is not None and (steps.window_rows, steps.windows) == (8, 4)
+    assert (steps.rows_compared, steps.rows_differing, steps.max_abs_delta_logit) == (32, 0, 0.0)
+    batch = certificate.batch_invariance
+    assert batch is not None and batch.sessions == 2
+    assert (batch.rows_compared, batch.rows_differing, batch.max_abs_delta_logit) == (10, 0, 0.0)
     speed = certificate.speed
     assert speed.decode_tokens_per_second > 0 and speed.reference_decode_tokens_per_second > 0
     assert speed.fraction == pytest.approx(
         speed.decode_tokens_per_second / speed.reference_decode_tokens_per_second, abs=1e-3)
-    assert certificate.lane == LANE and certificate.stages == 3
+    assert certificate.lane == promising and certificate.stages == 3
+
+
+def test_a_route_whose_windows_do_not_compute_as_one_row_steps_is_refused(
+        start: Route, shard_worker: Path, smollm2: Path) -> None:
+    workers = start("f32")
+    # The CPU lane's kernels compute SmolLM2 steps of up to 48 rows as one-row steps
+    # (measured); at 64 rows they take upstream's wide path and every row differs in its
+    # last bits, as a GPU kernel's path for n rows differs from its one-row path.
+    beyond = LANE.model_copy(update={"verify_rows": 64})
+
+    certificate = certify([w.endpoint for w in workers], beyond,
+                          Reference(shard_worker, smollm2, threads=1),
+                          Gates(speed_fraction=0.0, parity_steps=1, speed_tokens=4, repeats=1))
+
+    assert not certificate.passed and certificate.reasons == ["StepInvariance"]
+    assert certificate.parity.rows_differing == 0  # the split itself is exact
+    steps = certificate.step_invariance
+    assert steps is not None and steps.rows_compared == 4 * 64
+    assert steps.rows_differing > 0
+    assert steps.max_abs_delta_logit is not None and steps.max_abs_delta_logit > 0
+    [failure] = certificate.failures
+    assert failure.startswith("step invariance: ") and "speculation would change tokens" in failure
+    assert certificate.batch_invariance is None  # one session at a time: nothing promised
 
 
 def test_an_impossible_speed_fraction_fails_the_lane_naming_the_figures(

@@ -35,8 +35,10 @@ def certificate(passed: bool = True, **lane_changes: Any) -> Certificate:
         lane=lane(**lane_changes), passed=passed, certified_at="2026-11-29T12:00:00Z",
         failures=[] if passed else ["speed: 40.0 tok/s is 0.90 of the unsplit 44.0 tok/s;"
                                     " 100 is required"],
+        reasons=[] if passed else ["Speed"],
         parity=ParityResult(prompts=4, decode_steps=8, max_abs_delta_logit=0.0,
-                            tolerance=1e-3, greedy_match=True),
+                            rows_compared=36, rows_differing=0, tolerance=0.0, exact=True,
+                            greedy_match=True),
         speed=SpeedResult(decode_tokens_per_second=40.0, reference_decode_tokens_per_second=44.0,
                           fraction=0.909, required_fraction=100.0 if not passed else 0.5,
                           topology="hub"),

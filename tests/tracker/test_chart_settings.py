@@ -48,4 +48,4 @@ def test_by_default_no_lane_is_certified_in_the_cluster_and_the_cluster_id_is_fo
     settings = TrackerSettings.from_env(operator_env())
 
     assert settings.certify_images == {} and settings.cluster_id == ""
-    assert (settings.gates.speed_fraction, settings.gates.tolerance) == (0.5, 0.001)
+    assert (settings.gates.speed_fraction, settings.gates.tolerance) == (0.5, 0.0)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from meshnet.api.certification import Certificate, CertifiedLane
 from meshnet.certify.job import JobOutcome
+from meshnet.certify.verdict import figures
 from meshnet.reconcile.conditions import Verdict
 
 CERTIFIED = "Certified"
@@ -72,15 +73,10 @@ def _not(reason: str, message: str) -> Verdict:
 
 def judged(certificate: Certificate) -> Verdict:
     """The condition a finished certificate of the current lane gives."""
-    parity, speed = certificate.parity, certificate.speed
-    worst = parity.max_abs_delta_logit
-    figures = (f"max |delta logit| {'non-finite' if worst is None else f'{worst:.3g}'},"
-               f" greedy {'identical' if parity.greedy_match else 'differs'}, decode"
-               f" {speed.decode_tokens_per_second:.1f} tok/s = {speed.fraction:.2f} x unsplit"
-               f" {speed.reference_decode_tokens_per_second:.1f}")
     lane, at = certificate.lane.describe(), certificate.certified_at
     if certificate.passed:
         return Verdict(CERTIFIED, True, "LaneCertified",
-                       f"lane {lane} certified at {at}: {figures}")
+                       f"lane {lane} certified at {at}: {figures(certificate)}")
     return _not("CertificationFailed",
-                f"lane {lane} failed at {at}: " + "; ".join(certificate.failures))
+                f"lane {lane} failed {', '.join(certificate.reasons)} at {at}: "
+                + "; ".join(certificate.failures))

@@ -7,7 +7,9 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Gates:
-    tolerance: float = 1e-3  # largest |delta logit| that passes (an f32 boundary gives 0)
+    # largest |delta logit| that passes: 0, bit-identical logits, unless set explicitly
+    # (then the certificate says the split is not exact)
+    tolerance: float = 0.0
     speed_fraction: float = 0.5  # route decode tokens/s over the unsplit reference's
     parity_steps: int = 8  # greedy steps compared after each prompt
     speed_tokens: int = 32  # tokens generated per speed measurement

@@ -64,6 +64,8 @@ def certification_job(inputs: JobInputs) -> dict[str, Any]:
                "--gpu-product", inputs.lane.gpu_product,
                "--manifest-digest", inputs.lane.manifest_digest,
                "--recipe-digest", inputs.lane.recipe_digest, "--epoch", str(inputs.epoch),
+               "--verify-rows", str(inputs.lane.verify_rows),
+               "--sessions", str(inputs.lane.sessions),
                *inputs.gates.args(), "--termination-log", TERMINATION_LOG, "--json"]
     if inputs.route_digest:
         command += ["--route-digest", inputs.route_digest]

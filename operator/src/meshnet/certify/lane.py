@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from meshnet.api.certification import NO_GPU, Certificate, CertifiedLane
+from meshnet.api.shardroute import Recipe
 from meshnet.api.tracker import CertificationState
 
 # Node labels naming the GPU product, per lane, as the vendors' feature discovery sets them.
@@ -27,6 +28,13 @@ def gpu_product(backend: str, node_labels: Iterable[Mapping[str, str]]) -> str:
     return "+".join(sorted(products)) or UNKNOWN
 
 
+def promises(recipe: Recipe) -> dict[str, int]:
+    """What the route promises beyond a plain split, as CertifiedLane fields: verify
+    windows of maxDrafts + 1 rows when it speculates, sessionSlots sessions at once."""
+    return {"verify_rows": recipe.speculation.max_drafts + 1 if recipe.speculation.enabled
+            else 1, "sessions": recipe.session_slots}
+
+
 def state(lane: CertifiedLane | None, certificate: Certificate | None) -> CertificationState:
     return CertificationState(lane=lane, certificate=certificate,
                               passed=lane is not None and certificate is not None
@@ -47,5 +55,6 @@ def verdict(current: CertificationState) -> tuple[str, str]:
         changed = ", ".join(lane.differences(cert.lane))
         return "LaneNotCertified", (f"the certificate is for another lane ({changed}):"
                                     f" lane {lane.describe()} needs its own")
-    return "CertificationFailed", (f"lane {lane.describe()} failed certification at"
-                                   f" {cert.certified_at}: " + "; ".join(cert.failures))
+    return "CertificationFailed", (f"lane {lane.describe()} failed certification"
+                                   f" ({', '.join(cert.reasons)}) at {cert.certified_at}: "
+                                   + "; ".join(cert.failures))

@@ -1,17 +1,20 @@
 """Drives a route (or the unsplit reference) for certification: logits teacher-forced on
 the reference's greedy tokens, one stage call after another with the whole prompt in one
-step (the same computation on both sides), and single-session greedy decode speed through
-the route driver, the reference's and the route's measured in turn."""
+step (the same computation on both sides); verify windows and the one-row steps at their
+positions; sessions stepping at once; and single-session greedy decode speed through the
+route driver, the reference's and the route's measured in turn."""
 
 from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 
+from meshnet.certify.verdict import Row
 from meshnet.route.driver import RouteDriver
 from meshnet.route.errors import RouteError, StageError
 from meshnet.route.handshake import RouteInfo
@@ -24,32 +27,71 @@ def forced_logits(clients: Sequence[StageClient], route: RouteInfo, prompt: Sequ
                   ) -> tuple[list[np.ndarray], list[int]]:
     """Logits after the prompt and after each of `steps` next tokens, and the tokens fed:
     `forced` when given (the route under test), else each row's argmax (the reference)."""
-    if len(prompt) > min(route.max_step_tokens, route.n_ctx - steps - 1):
-        raise RouteError(f"a certification prompt of {len(prompt)} tokens does not fit the"
-                         f" route (step limit {route.max_step_tokens}, context {route.n_ctx})")
-    key = pb.RouteKey(route_id=route.route_id, epoch=route.epoch, session_id=uuid.uuid4().hex)
+    _check_fits(route, len(prompt), steps + 1)
     rows: list[np.ndarray] = []
     chosen: list[int] = []
     feed, n_past = list(prompt), 0
-    try:
+    with _session(clients, route) as key:
         for step in range(steps + 1):
-            row = _step(clients, route, key, feed, n_past)
-            rows.append(row)
+            [row] = _step(clients, route, key, feed, n_past, [len(feed) - 1])
+            rows.append(row.logits)
             n_past += len(feed)
-            token = int(np.argmax(row)) if forced is None else int(forced[step])
+            token = int(np.argmax(row.logits)) if forced is None else int(forced[step])
             chosen.append(token)
             feed = [token]
+    return rows, chosen
+
+
+def window_rows(clients: Sequence[StageClient], route: RouteInfo, prompt: Sequence[int],
+                window: Sequence[int], *, one_row: bool) -> list[Row]:
+    """Every row of `window` after the prompt, with its boundary at each seam: in one step
+    of len(window) rows (a verify window), or `one_row`, one step per token."""
+    _check_fits(route, len(prompt), len(window))
+    with _session(clients, route) as key:
+        _step(clients, route, key, list(prompt), 0, [len(prompt) - 1])
+        if not one_row:
+            return _step(clients, route, key, list(window), len(prompt),
+                         list(range(len(window))))
+        return [row for at, token in enumerate(window)
+                for row in _step(clients, route, key, [token], len(prompt) + at, [0])]
+
+
+def forced_together(clients: Sequence[StageClient], route: RouteInfo,
+                    prompts: Sequence[Sequence[int]], forced: Sequence[Sequence[int]],
+                    steps: int) -> list[list[np.ndarray]]:
+    """forced_logits of every prompt at once, one session each on its own thread, so that
+    the stages may step them together as they would concurrent users."""
+    with ThreadPoolExecutor(max_workers=len(prompts)) as pool:
+        runs = [pool.submit(forced_logits, clients, route, prompt, steps, tokens)
+                for prompt, tokens in zip(prompts, forced, strict=True)]
+        return [run.result()[0] for run in runs]
+
+
+def _check_fits(route: RouteInfo, prompt: int, after: int) -> None:
+    if prompt > min(route.max_step_tokens, route.n_ctx - after):
+        raise RouteError(f"a certification prompt of {prompt} tokens does not fit the"
+                         f" route (step limit {route.max_step_tokens}, context {route.n_ctx})")
+
+
+@contextlib.contextmanager
+def _session(clients: Sequence[StageClient], route: RouteInfo) -> Iterator[pb.RouteKey]:
+    """A new session's key; the session is released on every stage afterwards."""
+    key = pb.RouteKey(route_id=route.route_id, epoch=route.epoch, session_id=uuid.uuid4().hex)
+    try:
+        yield key
     finally:
         for client in clients:
             with contextlib.suppress(StageError):
                 client.release(key)
-    return rows, chosen
 
 
 def _step(clients: Sequence[StageClient], route: RouteInfo, key: pb.RouteKey,
-          tokens: list[int], n_past: int) -> np.ndarray:
+          tokens: list[int], n_past: int, rows: list[int]) -> list[Row]:
+    """One step of `tokens` through every stage in turn; the logits of `rows` and, for
+    each, its boundary row at every seam."""
     boundary: pb.Boundary | None = None
     response = None
+    seams: list[list[bytes]] = [[] for _ in rows]
     for index, (client, stage) in enumerate(zip(clients, route.stages, strict=True)):
         request = pb.ForwardRequest(
             key=key, n_past=n_past, positions=range(n_past, n_past + len(tokens)),
@@ -58,13 +100,19 @@ def _step(clients: Sequence[StageClient], route: RouteInfo, key: pb.RouteKey,
             request.tokens.extend(tokens)
         if boundary is not None:
             request.boundary.CopyFrom(boundary)
-        if index == len(clients) - 1:
+        last = index == len(clients) - 1
+        if last and rows:
             request.output.kind = pb.OUTPUT_KIND_LOGITS
-            request.output.rows.append(len(tokens) - 1)
+            request.output.rows.extend(rows)
         response = client.forward(request)
         boundary = response.boundary
+        if not last:
+            width = len(boundary.data) // len(tokens)
+            for out, row in zip(seams, rows, strict=True):
+                out.append(boundary.data[row * width:(row + 1) * width])
     assert response is not None
-    return np.asarray(response.rows[0].logits, dtype=np.float32)
+    return [Row(np.asarray(found.logits, dtype=np.float32), tuple(seam))
+            for found, seam in zip(response.rows, seams, strict=True)]
 
 
 @dataclass(frozen=True)

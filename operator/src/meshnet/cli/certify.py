@@ -1,5 +1,6 @@
 """`meshnet certify`: certify a route's lane (parity and useful speed against the unsplit
-reference, run on this machine) and record the certificate."""
+reference, run on this machine, and what the route promises: verify windows and sessions
+at once that compute as alone) and record the certificate."""
 
 from __future__ import annotations
 
@@ -8,11 +9,12 @@ from pathlib import Path
 
 import click
 
-from meshnet.api.certification import Certificate, CertifiedLane
+from meshnet.api.certification import MAX_WINDOW_ROWS, Certificate, CertifiedLane
 from meshnet.certify import store
 from meshnet.certify.gates import Gates
 from meshnet.certify.hardware import local_gpu_product
 from meshnet.certify.run import Reference, certify
+from meshnet.certify.verdict import figures
 from meshnet.cli.tls import tls_client_options
 from meshnet.errors import MeshnetError
 from meshnet.local.process import worker_binary
@@ -43,8 +45,19 @@ def say(message: str) -> None:
 @click.option("--route-digest", default=None, help="The route identity, for the record.")
 @click.option("--epoch", type=click.IntRange(0), default=None, help="Its epoch, for the record.")
 @click.option("--request", default=None, help="The recertify request this run answers.")
+@click.option("--verify-rows", type=click.IntRange(1, MAX_WINDOW_ROWS), default=1,
+              show_default=True,
+              help="Rows of the route's verify windows (with --stage): speculation.maxDrafts"
+                   " + 1 when it speculates; above 1, windows must compute bit for bit as"
+                   " one-row steps.")
+@click.option("--sessions", type=click.IntRange(1, 1024), default=1, show_default=True,
+              help="Sessions the route runs at once (with --stage): its sessionSlots; above"
+                   " 1, that many sessions at once must compute bit for bit as each alone.")
 @click.option("--tolerance", type=click.FloatRange(0.0), default=DEFAULTS.tolerance,
-              show_default=True, help="Largest |delta logit| against the reference that passes.")
+              show_default=True,
+              help="Largest |delta logit| against the reference that passes; 0 demands"
+                   " bit-identical logits, any other value makes the certificate say the"
+                   " split is not exact.")
 @click.option("--speed-fraction", type=click.FloatRange(0.0), default=DEFAULTS.speed_fraction,
               show_default=True, help="Decode tokens/s the route needs, as a fraction of the"
                                       " unsplit reference's.")
@@ -62,12 +75,14 @@ def say(message: str) -> None:
 @tls_client_options
 def command(route_name: str | None, stages: tuple[str, ...], model: Path | None, backend: str,
             gpu_product: str | None, manifest_digest: str | None, recipe_digest: str | None,
-            route_digest: str | None, epoch: int | None, request: str | None, tolerance: float,
+            route_digest: str | None, epoch: int | None, request: str | None,
+            verify_rows: int, sessions: int, tolerance: float,
             speed_fraction: float, parity_steps: int, speed_tokens: int, repeats: int,
             reference_threads: int | None, termination_log: Path | None, as_json: bool,
             tls: TlsFiles | None) -> None:
     """Certify a route's lane: the same tokens and logits as the unsplit model on a fixed
-    prompt set, and decode at least --speed-fraction of its speed, on this hardware.
+    prompt set, verify windows and sessions at once that compute as alone where the route
+    promises them, and decode at least --speed-fraction of its speed, on this hardware.
 
     Exits 0 when the lane passed, 1 when it did not (the certificate says why).
     """
@@ -89,7 +104,8 @@ def command(route_name: str | None, stages: tuple[str, ...], model: Path | None,
             raise click.UsageError("--stage needs --model, --manifest-digest and --recipe-digest")
         lane = CertifiedLane(backend=backend,  # type: ignore[arg-type]
                              gpu_product=gpu_product or local_gpu_product(backend),
-                             manifest_digest=manifest_digest, recipe_digest=recipe_digest)
+                             manifest_digest=manifest_digest, recipe_digest=recipe_digest,
+                             verify_rows=verify_rows, sessions=sessions)
         endpoints = list(stages)
     say(f"lane {lane.describe()}: {len(endpoints)} stages")
     certificate = certify(endpoints, lane, Reference(worker_binary(), model, threads), gates,
@@ -108,16 +124,9 @@ def _emit(certificate: Certificate, as_json: bool, termination_log: Path | None)
     if as_json:
         click.echo(certificate.model_dump_json(by_alias=True, indent=2))
         return
-    parity, speed = certificate.parity, certificate.speed
-    worst = parity.max_abs_delta_logit
     click.echo(f"lane {certificate.lane.describe()}: "
                f"{'PASSED' if certificate.passed else 'FAILED'}")
-    click.echo(f"  parity  max |delta logit| {'non-finite' if worst is None else f'{worst:.3g}'}"
-               f" (tolerance {parity.tolerance:g}), greedy"
-               f" {'identical' if parity.greedy_match else 'differs'}"
-               f" over {parity.prompts} prompts")
-    click.echo(f"  speed   {speed.decode_tokens_per_second:.1f} tok/s ({speed.topology}) ="
-               f" {speed.fraction:.2f} x unsplit {speed.reference_decode_tokens_per_second:.1f}"
-               f" tok/s (needs {speed.required_fraction:g})")
+    for figure in figures(certificate).split("; "):
+        click.echo(f"  {figure}")
     for failure in certificate.failures:
         click.echo(f"  failed: {failure}")

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from meshnet.api import labels
 from meshnet.api.certification import Certificate, CertifiedLane
 from meshnet.api.shardroute import ShardRouteSpec
-from meshnet.certify.lane import gpu_product
+from meshnet.certify.lane import gpu_product, promises
 from meshnet.tracker.inputs import ReplicaView, RouteView, StageView
 
 
@@ -127,7 +127,8 @@ def lane(spec: ShardRouteSpec, body: Mapping[str, Any], pods: Mapping[str, Mappi
     known = [node_labels[str(n)] for n in nodes if n in node_labels]
     product = gpu_product(spec.recipe.lane, known)
     return CertifiedLane(backend=spec.recipe.lane, gpu_product=product,
-                         manifest_digest=manifest, recipe_digest=recipe)
+                         manifest_digest=manifest, recipe_digest=recipe,
+                         **promises(spec.recipe))
 
 
 def stored_certificate(body: Mapping[str, Any]) -> Certificate | None:

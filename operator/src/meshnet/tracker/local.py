@@ -46,8 +46,8 @@ def local_route(name: str) -> LocalRoute:
     manifest, recipe = entry.get("manifestDigest"), entry.get("recipeDigest")
     lane = CertifiedLane(backend=spec.recipe.lane,
                          gpu_product=local_gpu_product(spec.recipe.lane),
-                         manifest_digest=manifest, recipe_digest=recipe) \
-        if manifest and recipe else None
+                         manifest_digest=manifest, recipe_digest=recipe,
+                         **lanes.promises(spec.recipe)) if manifest and recipe else None
     block_count = artifact.expectations.block_count
     return LocalRoute(entry, str(route_file.route["metadata"].get("namespace", "local")),
                       spec, block_count, lane, artifact.expectations.architecture)
