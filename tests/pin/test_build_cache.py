@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from meshnet.native.cache import prune
+from meshnet.buildsteps.cache import prune
 from meshnet.paths import cache_entry_lock
 
 

@@ -12,7 +12,7 @@
     │   └── DrafterMismatch     the drafter GGUF does not fit the model it drafts for
     ├── OperatorError       operator settings or cluster access refused
     │   └── KubeApiError    the Kubernetes API answered with an error status
-    ├── BuildError          a CMake step of our native build failed (meshnet.native.cmake)
+    ├── BuildError          a CMake step of our native build failed (meshnet.buildsteps.cmake)
     ├── RouteError          the data plane (meshnet.route.errors)
     │   ├── RouteRefused        the handshake found the stages are not one route
     │   ├── PromptTooLong       the prompt does not fit the route's context (generate: exit 3)

@@ -255,8 +255,8 @@ def start_route(binary: Path, specs: Sequence[LaunchSpec], log_dir: Path | None 
 def worker_binary(dev: bool = False, lane: str = "cpu") -> Path:
     """meshnet-shard-worker of `lane`: MESHNET_BIN_DIR, else the cached build, else (or
     with `dev`) the incremental dev build of `meshnet worker build --dev`."""
+    from meshnet.buildsteps.cmake import BuildError
     from meshnet.native.build import find_binary
-    from meshnet.native.cmake import BuildError
     from meshnet.paths import workspace
     from meshnet.pin.workspace import Workspace
 

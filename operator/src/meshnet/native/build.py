@@ -17,8 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from meshnet.native.cache import prune
-from meshnet.native.cmake import BuildError, generator_args, run_logged
+from meshnet.buildsteps.cache import prune
+from meshnet.buildsteps.cmake import BuildError, generator_args, run_logged
 from meshnet.paths import cache_dir, cache_entry_lock
 from meshnet.pin.build import build_dir_for, compiler_id
 from meshnet.pin.manifest import PinManifest

@@ -12,8 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from meshnet.buildsteps.cmake import BuildError
 from meshnet.native.build import WorkerBuild
-from meshnet.native.cmake import BuildError
 
 Say = Callable[[str], None]
 BINARIES = ("meshnet-shard-worker", "meshnet-reference-generate")

@@ -19,9 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from meshnet.buildsteps.cache import prune
+from meshnet.buildsteps.cmake import generator_args, run_logged
 from meshnet.errors import PinError
-from meshnet.native.cache import prune
-from meshnet.native.cmake import generator_args, run_logged
 from meshnet.paths import cache_dir, cache_entry_lock
 from meshnet.pin.lanes import KEYED_TOOLS, check_system, lane_cmake_options, tool_versions
 from meshnet.pin.manifest import PinManifest
