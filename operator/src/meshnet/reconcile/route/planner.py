@@ -4,7 +4,6 @@ reconcile. No I/O; `meshnet.operator.executor` carries the plan out."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -94,7 +93,7 @@ def _waiting(observed: Observed, spec: ShardRouteSpec, config: WorkerConfig,
         return _finish(observed, derive.waiting_for_artifact(message), config, now, {},
                        _served(observed, spec, {}, config))
     message += f"; the pods of epoch {epoch} keep serving meanwhile"
-    served = Served(derive.recorded_layout(route.status), current,
+    served = derive.Served(derive.recorded_layout(route.status), current,
                     1 + max(r for r, _ in current), 0, route.status.get("endpoint"))
     return _finish(observed, derive.waiting_for_artifact(message), config, now, {}, served)
 
@@ -118,7 +117,7 @@ def _invalid(observed: Observed, problems: Sequence[Problem], config: WorkerConf
     layout = derive.recorded_layout(route.status) if running else ()
     current = {(p.replica, p.stage): p for p in running if p.epoch == epoch}
     replicas = 1 + max((p.replica for p in running), default=-1)
-    served = Served(layout, current, replicas, 0,  # no slots: not Ready
+    served = derive.Served(layout, current, replicas, 0,  # no slots: not Ready
                     route.status.get("endpoint"))
     result = _finish(observed, derive.invalid(message, reason), config, now, {}, served)
     return Plan(events=events, status=result.status, conditions=result.conditions,
@@ -394,29 +393,17 @@ def _delete_children(observed: Observed) -> tuple[Action, ...]:
     return (*actions, *_delete_gateway(observed))
 
 
-@dataclass(frozen=True)
-class Served:
-    """What status.stages and its neighbours describe: a layout and its pods at the epoch."""
-
-    layout: tuple[derive.StageLayers, ...]
-    current: Mapping[PodKey, ObservedPod]
-    replicas: int  # the replicas to describe
-    session_slots: int  # per ready replica
-    endpoint: str | None  # the gateway's URL, None without one
-    draining: tuple[str, ...] = ()  # pipelines draining, e.g. e1/r0
-
-
 def _served(observed: Observed, spec: ShardRouteSpec, current: Mapping[PodKey, ObservedPod],
-            config: WorkerConfig, draining: tuple[str, ...] = ()) -> Served:
+            config: WorkerConfig, draining: tuple[str, ...] = ()) -> derive.Served:
     route = observed.route
     url = gateway_url(RouteRef(route.name, route.namespace, route.uid), config) \
         if _has_gateway(spec, config) else None
-    return Served(derive.layout_of(spec), current, spec.replicas, spec.recipe.session_slots,
+    return derive.Served(derive.layout_of(spec), current, spec.replicas, spec.recipe.session_slots,
                   url, draining)
 
 
 def _finish(observed: Observed, verdict: derive.Verdicts, config: WorkerConfig, now: datetime,
-            identity: dict[str, Any], served: Served) -> Plan:
+            identity: dict[str, Any], served: derive.Served) -> Plan:
     """The new status (kept epoch/digests unless given) and whether it changed."""
     route, old = observed.route, observed.route.status
     status: dict[str, Any] = {k: old[k] for k in ("epoch", "routeDigest", "recipeDigest",
@@ -428,53 +415,10 @@ def _finish(observed: Observed, verdict: derive.Verdicts, config: WorkerConfig, 
     status["conditions"] = derive.conditions(verdict, old.get("conditions") or [],
                                              route.generation, now)
     if served.layout:
-        _stage_status(status, observed, served, config.grpc_port)
+        derive.served_status(status, observed, served, config.grpc_port)
     if served.endpoint and "routeDigest" in status:
         status["endpoint"] = served.endpoint
     changed = {k: old.get(k) for k in STATUS_KEYS} != {k: status.get(k) for k in STATUS_KEYS}
     summary = {c["type"]: c["status"] for c in status["conditions"]}
     return Plan(status=status if changed else None, conditions=summary,
                 own_conditions=derive.OWN_CONDITIONS)
-
-
-def _stage_status(status: dict[str, Any], observed: Observed, served: Served,
-                  port: int) -> None:
-    """The stage tables of every replica, and the counts the scale subresource and
-    `kubectl get` show; status.stages is replica 0's table (the spec's stages, without
-    pods, while there is no replica)."""
-    route = observed.route
-    tables = [derive.stage_entries(served.layout,
-                                   {s: p for (r, s), p in served.current.items() if r == replica},
-                                   route.name, route.namespace, port, replica)
-              for replica in range(served.replicas)]
-    ready = [sum(1 for s in table if s["ready"]) for table in tables]
-    ready_replicas = sum(1 for n in ready if n == len(served.layout))
-    epochs = [_epoch_of(table) for table in tables]
-    updated = sum(1 for n, e in zip(ready, epochs, strict=True)
-                  if n == len(served.layout) and e == status.get("epoch"))
-    total = len(served.layout) * served.replicas
-    block_count = observed.artifact.block_count if observed.artifact else None
-    status.update(
-        replicas=len({p.replica for p in observed.pods if not p.terminating}),
-        readyReplicas=ready_replicas,
-        updatedReplicas=updated,
-        selector=f"{labels.ROUTE}={route.name}",
-        stages=tables[0] if tables else derive.stage_entries(
-            served.layout, {}, route.name, route.namespace, port),
-        replicaStatuses=[{"replica": r, "ready": n == len(served.layout),
-                          "stagesReady": f"{n}/{len(served.layout)}", "stages": table}
-                         | ({"epoch": e} if e is not None else {})
-                         for r, (table, n, e) in enumerate(zip(tables, ready, epochs,
-                                                               strict=True))],
-        stagesReady=f"{sum(ready)}/{total}",
-        coverage=derive.coverage(served.layout, block_count),
-        capacity={"readyStages": sum(ready), "totalStages": total,
-                  "sessionSlots": served.session_slots * ready_replicas},
-    )
-    if served.draining:
-        status["draining"] = list(served.draining)
-
-
-def _epoch_of(table: Sequence[Mapping[str, Any]]) -> int | None:
-    """The epoch of the pipeline a replica's stage table shows (None: no pod yet)."""
-    return next((s["epoch"] for s in table if "epoch" in s), None)

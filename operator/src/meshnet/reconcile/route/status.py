@@ -8,10 +8,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from meshnet.api import labels
 from meshnet.api.shardroute import ShardRouteSpec
 from meshnet.reconcile.conditions import Verdict, as_status, stamp
 from meshnet.reconcile.naming import endpoint
-from meshnet.reconcile.route.observed import ObservedPod
+from meshnet.reconcile.route.observed import Observed, ObservedPod
 
 READY, PROGRESSING, DEGRADED = "Ready", "Progressing", "Degraded"
 OWN_CONDITIONS = (READY, PROGRESSING, DEGRADED)
@@ -143,3 +144,58 @@ def coverage(layout: Sequence[StageLayers], block_count: int | None) -> str:
     """'0-30/30': the layers this route serves out of the model's block count."""
     first, last = layout[0].begin, layout[-1].end
     return f"{first}-{last}/{block_count if block_count is not None else '?'}"
+
+
+@dataclass(frozen=True)
+class Served:
+    """What status.stages and its neighbours describe: a layout and its pods at the epoch."""
+
+    layout: tuple[StageLayers, ...]
+    current: Mapping[PodKey, ObservedPod]
+    replicas: int  # the replicas to describe
+    session_slots: int  # per ready replica
+    endpoint: str | None  # the gateway's URL, None without one
+    draining: tuple[str, ...] = ()  # pipelines draining, e.g. e1/r0
+
+
+def served_status(status: dict[str, Any], observed: Observed, served: Served,
+                  port: int) -> None:
+    """The stage tables of every replica, and the counts the scale subresource and
+    `kubectl get` show; status.stages is replica 0's table (the spec's stages, without
+    pods, while there is no replica)."""
+    route = observed.route
+    tables = [stage_entries(served.layout,
+                                   {s: p for (r, s), p in served.current.items() if r == replica},
+                                   route.name, route.namespace, port, replica)
+              for replica in range(served.replicas)]
+    ready = [sum(1 for s in table if s["ready"]) for table in tables]
+    ready_replicas = sum(1 for n in ready if n == len(served.layout))
+    epochs = [epoch_of(table) for table in tables]
+    updated = sum(1 for n, e in zip(ready, epochs, strict=True)
+                  if n == len(served.layout) and e == status.get("epoch"))
+    total = len(served.layout) * served.replicas
+    block_count = observed.artifact.block_count if observed.artifact else None
+    status.update(
+        replicas=len({p.replica for p in observed.pods if not p.terminating}),
+        readyReplicas=ready_replicas,
+        updatedReplicas=updated,
+        selector=f"{labels.ROUTE}={route.name}",
+        stages=tables[0] if tables else stage_entries(
+            served.layout, {}, route.name, route.namespace, port),
+        replicaStatuses=[{"replica": r, "ready": n == len(served.layout),
+                          "stagesReady": f"{n}/{len(served.layout)}", "stages": table}
+                         | ({"epoch": e} if e is not None else {})
+                         for r, (table, n, e) in enumerate(zip(tables, ready, epochs,
+                                                               strict=True))],
+        stagesReady=f"{sum(ready)}/{total}",
+        coverage=coverage(served.layout, block_count),
+        capacity={"readyStages": sum(ready), "totalStages": total,
+                  "sessionSlots": served.session_slots * ready_replicas},
+    )
+    if served.draining:
+        status["draining"] = list(served.draining)
+
+
+def epoch_of(table: Sequence[Mapping[str, Any]]) -> int | None:
+    """The epoch of the pipeline a replica's stage table shows (None: no pod yet)."""
+    return next((s["epoch"] for s in table if "epoch" in s), None)
