@@ -379,7 +379,9 @@ def test_meshnet_worker_run_starts_the_worker_with_computed_identities(
     process = subprocess.Popen(
         [str(meshnet), "worker", "run", "--model", str(smollm2), "--layers", "0:30",
          "--listen", f"127.0.0.1:{port}", "--metrics-listen", f"127.0.0.1:{metrics}",
-         "--threads", "1", "--route-id", "cli/route", "--epoch", "3", "--no-local-relay"],
+         "--threads", "1", "--route-id", "cli/route", "--epoch", "3", "--no-local-relay",
+         # worker flags `worker run` does not spell itself pass through
+         "--prefix-cache-entries", "4", "--prefix-block", "16"],
         stdout=subprocess.DEVNULL, stderr=log, text=True,
         env={**os.environ, "MESHNET_BIN_DIR": str(shard_worker.parent)},
     )
@@ -400,11 +402,23 @@ def test_meshnet_worker_run_starts_the_worker_with_computed_identities(
         pin = OperatorSettings.from_env({}).pin_digest
         assert info.recipe_digest == recipe_digest(pin, Recipe().identity())
         assert info.local_relay_port == 0  # --no-local-relay reached the worker
+        assert info.prefix_block == 16  # and so did the flags passed through
         client.close()
     finally:
         process.terminate()
         assert process.wait(10) == 0
         log.close()
+
+
+def test_meshnet_worker_run_refuses_worker_flags_the_worker_refuses(smollm2: Path) -> None:
+    meshnet = Path(sys.executable).parent / "meshnet"
+    base = [str(meshnet), "worker", "run", "--model", str(smollm2), "--layers", "0:30",
+            "--manifest-digest", "0" * 64]  # no hashing of the model to refuse
+    for extra, message in ((["--prefix-blok", "16"], "the worker refuses '--prefix-blok 16'"),
+                           (["--local-relay", "off"], "the worker refuses 'off'")):
+        result = subprocess.run([*base, *extra], capture_output=True, text=True, timeout=60)
+        assert result.returncode == 2, result.stderr
+        assert message in result.stderr, result.stderr
 
 
 def _thread_cpus(pid: int) -> dict[str, str]:

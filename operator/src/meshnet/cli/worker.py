@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import click
@@ -89,7 +90,7 @@ def _operator_recipe_digest(lane: str, boundary_dtype: str, ctx: int, slots: int
     return digests.recipe_digest(pin, recipe.identity())
 
 
-@command.command("run", context_settings={"ignore_unknown_options": False})
+@command.command("run", context_settings={"ignore_unknown_options": True})
 @click.option("--model", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               required=True, help="GGUF file (the first file of a split set).")
 @click.option("--layers", required=True, metavar="BEGIN:END",
@@ -152,6 +153,7 @@ def _operator_recipe_digest(lane: str, boundary_dtype: str, ctx: int, slots: int
                    "software one (lavapipe) runs on it (GGML_VK_VISIBLE_DEVICES, unless set).")
 @click.option("--dev", is_flag=True, help="Run the `worker build --dev` binary.")
 @lane_option
+@click.argument("worker_args", nargs=-1, type=click.UNPROCESSED, metavar="[WORKER FLAGS]...")
 def run_cmd(model: Path, layers: str, route_id: str, epoch: int, listen: str, metrics_listen: str,
             slots: int, ctx: int, batch: int, threads: int, boundary_dtype: str,
             manifest_digest: str | None, recipe_digest: str | None, route_digest: str,
@@ -160,8 +162,11 @@ def run_cmd(model: Path, layers: str, route_id: str, epoch: int, listen: str, me
             next_stage_ca: str | None, local_relay: bool, pipeline_depth: int,
             max_loop_drafts: int | None, max_loop_windows: int | None,
             discard_depth: int | None, cpus: str, gpu_layers: int, dev: bool,
-            lane: str) -> None:
-    """Start a built meshnet-shard-worker serving LAYERS of MODEL (replaces this process)."""
+            lane: str, worker_args: tuple[str, ...]) -> None:
+    """Start a built meshnet-shard-worker serving LAYERS of MODEL (replaces this process).
+
+    Any other flag of the worker (docs/worker-flags.md, e.g. --prefix-cache-entries 64)
+    passes through to it unchanged, checked by the worker's own parser first."""
     try:
         span = LayerRange.parse(layers)
     except ValueError as error:
@@ -193,7 +198,26 @@ def run_cmd(model: Path, layers: str, route_id: str, epoch: int, listen: str, me
         discard_depth=discard_depth, gpu_layers=gpu_layers,
     )
     binary = worker_binary(dev=dev, lane=lane)
+    argv = [*spec.args(), *_passed_through(binary, spec.args(), list(worker_args))]
     environment = spec.environment()
     device = f"{VISIBLE}={environment[VISIBLE]} " if VISIBLE in environment else ""
-    click.echo(f"[worker] {device}{binary} {' '.join(spec.args())}", err=True)
-    os.execve(binary, [str(binary), *spec.args()], environment)
+    click.echo(f"[worker] {device}{binary} {' '.join(argv)}", err=True)
+    os.execve(binary, [str(binary), *argv], environment)
+
+
+def _passed_through(binary: Path, rendered: list[str], extra: list[str]) -> list[str]:
+    """`extra`, the flags `worker run` does not spell itself, once the worker's own parser
+    (--check-args: no model loaded, no port opened) accepts them beside the rendered ones."""
+    if not extra:
+        return []
+    twice = sorted({a for a in extra if a.startswith("--")} & {a for a in rendered
+                                                               if a.startswith("--")})
+    if twice:
+        raise click.UsageError(f"{', '.join(twice)}: set by `meshnet worker run`'s own"
+                               " option of that name; give it once, before the worker flags")
+    checked = subprocess.run([str(binary), "--check-args", *rendered, *extra],
+                             capture_output=True, text=True, timeout=30)
+    if checked.returncode != 0:
+        raise click.UsageError(f"the worker refuses {' '.join(extra)!r}: "
+                               f"{checked.stderr.strip() or checked.stdout.strip()}")
+    return extra
