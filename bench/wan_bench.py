@@ -5,6 +5,7 @@ same proxies, against the physical limit.
 
     .venv/bin/python bench/wan_bench.py [--stages 2,3,4] [--delays 0,5,10,25]
         [--profiles 'P;P'] [--tokens 32] [--rounds 3] [--windows 4]
+        [--deepseek4 depth,width] [--ttft 1024,4096 [--ttft-only]]
 
 Legs: `--delays` gives each leg a one-way delay and nothing else; `--profiles` gives each
 leg a modelled network instead (meshnet.devtools.link_model: delay, bandwidth, jitter,
@@ -115,7 +116,8 @@ class DelayedRoute:
 
 @contextmanager
 def delayed_route(binary: Path, model: Path, stages: int, ring: bool, log_dir: Path,
-                  layers: int = 30, discard_depth: int | None = None) -> Iterator[DelayedRoute]:
+                  layers: int = 30, discard_depth: int | None = None,
+                  ctx: int = 1024) -> Iterator[DelayedRoute]:
     """S chained stages, each leg through its own proxy. The proxies listen first and the
     workers bind ports the kernel picks, last stage first, each proxy aimed at its worker
     once that listens (no port is reserved ahead, so none can be taken meanwhile)."""
@@ -127,7 +129,7 @@ def delayed_route(binary: Path, model: Path, stages: int, ring: bool, log_dir: P
     try:
         for index, span in reversed(list(enumerate(spans(stages, layers)))):
             spec = LaunchSpec(model=model, layers=LayerRange(*span), threads=1, local_relay=False,
-                              pipeline_depth=stages, discard_depth=discard_depth, ctx=1024,
+                              pipeline_depth=stages, discard_depth=discard_depth, ctx=ctx,
                               next_stage=links[index].endpoint if index < stages - 1 else "",
                               ring_last=back[0].endpoint if back and index == 0 else "")
             worker = WorkerProcess(binary, spec, log_dir / f"worker-{index}.log").start()
@@ -344,6 +346,88 @@ def deepseek4_rows(binary: Path, stages: int, legs: list[Leg], tokens: int, roun
     return [replace(row, compute_ms=compute_ms, row_bytes=row_bytes) for row in rows]
 
 
+@dataclass(frozen=True)
+class Ttft:
+    stages: int
+    leg: Leg
+    model: str
+    prompt_tokens: int
+    seconds: float  # the first token's time: the prefill (median of the rounds)
+    compute_s: float  # the slowest stage's share of the unsplit prefill
+    row_bytes: int
+    wavefront: bool  # the prefill's chunks were pipelined through the stages
+
+    @property
+    def wire_s(self) -> float:
+        """Every prompt row through the slowest leg: bytes over its bandwidth."""
+        return self.leg.link.serialise_s(self.prompt_tokens * self.row_bytes)
+
+    @property
+    def bound_s(self) -> float:
+        """The floor of a pipelined prefill: the slower of the slowest stage's compute and
+        the slowest leg's wire time, once the S legs' delays are paid."""
+        return max(self.compute_s, self.wire_s) + self.stages * self.leg.link.delay_s
+
+
+def first_token(endpoints: list[str], prompt: list[int],
+                topology: str = "ring") -> tuple[float, bool]:
+    """(seconds to the first token, whether the prefill went as a wavefront)."""
+    with RouteDriver(endpoints, topology=topology) as driver:
+        driver.connect(wait=60)
+        driver.generate([1, 2, 3], max_tokens=1, stop_at_eos=False)  # warm the channels
+        generation = driver.generate(prompt, max_tokens=1, stop_at_eos=False)
+    return generation.prefill_seconds, generation.prefill_wavefront
+
+
+def long_prompt(endpoint: str, n_tokens: int) -> list[int]:
+    """`n_tokens` of text (the code sample repeated), tokenized by the route itself."""
+    with RouteDriver([endpoint]) as driver:
+        driver.connect(wait=60)
+        base = driver.tokenize(CODE)
+    return (base * (n_tokens // len(base) + 1))[:n_tokens]
+
+
+def ttft_rows(binary: Path, model: Path, name: str, stages: int, legs: list[Leg],
+              lengths: list[int], rounds: int, log_dir: Path, layers: int,
+              row_bytes: int) -> list[Ttft]:
+    """The first token's time after prompts of each length, per leg, in interleaved
+    rounds, beside the unsplit model's prefill of the same prompt (1 thread)."""
+    ctx = max(lengths) + 64
+    (log_dir / f"{name}-whole").mkdir(parents=True, exist_ok=True)
+    (whole,) = start_route(binary, [LaunchSpec(model=model, layers=LayerRange(0, layers),
+                                               threads=1, ctx=ctx)], log_dir / f"{name}-whole")
+    try:
+        prompts = {n: long_prompt(whole.endpoint, n) for n in lengths}
+        unsplit = {n: first_token([whole.endpoint], prompts[n], "hub")[0] for n in lengths}
+    finally:
+        whole.stop()
+    share = max(end - begin for begin, end in spans(stages, layers)) / layers
+    seen: dict[tuple[Leg, int], list[tuple[float, bool]]] = {}
+    with delayed_route(binary, model, stages, True, log_dir / f"{name}-ttft{stages}",
+                       layers=layers, ctx=ctx) as route:
+        for _ in range(rounds):
+            for leg in legs:
+                route.set_link(leg.link)
+                for n in lengths:
+                    seen.setdefault((leg, n), []).append(first_token(route.endpoints,
+                                                                     prompts[n]))
+                    print(f"  S={stages} {leg.name:>14}  {name} TTFT {n} tokens "
+                          f"{seen[leg, n][-1][0]:.2f} s", flush=True)
+    return [Ttft(stages, leg, name, n, median(s for s, _ in runs), unsplit[n] * share,
+                 row_bytes, all(w for _, w in runs)) for (leg, n), runs in seen.items()]
+
+
+def ttft_report(rows: list[Ttft]) -> None:
+    print("\nTTFT; bound = max(slowest stage's share of the unsplit prefill, prompt bytes /"
+          " bandwidth) + S x one-way")
+    print(f"{'S':>2} {'leg':>14} {'model':<10} {'prompt':>6} {'TTFT s':>7} {'compute':>7} "
+          f"{'wire':>7} {'bound':>7} {'of bound':>8} wavefront")
+    for row in rows:
+        print(f"{row.stages:>2} {row.leg.name:>14} {row.model:<10} {row.prompt_tokens:>6} "
+              f"{row.seconds:7.2f} {row.compute_s:7.2f} {row.wire_s:7.2f} {row.bound_s:7.2f} "
+              f"{100 * row.bound_s / row.seconds:7.0f}% {'yes' if row.wavefront else 'no'}")
+
+
 def prompt_key(prompt: str | list[int]) -> str:
     return prompt if isinstance(prompt, str) else ",".join(map(str, prompt))
 
@@ -430,6 +514,12 @@ def main() -> None:
     parser.add_argument("--deepseek4", default="", metavar="depth,width",
                         help="Also the ring's rows on tiny random-weight V4s: depth (43 "
                              "layers, width 64), width (V4's 64 KiB boundary row, 4 layers).")
+    parser.add_argument("--ttft", default="", metavar="N,N",
+                        help="Also the first token's time after prompts of these lengths "
+                             "(e.g. 1024,4096), per stage count and leg, on SmolLM2 and on "
+                             "each --deepseek4 model; only these rows with --ttft-only.")
+    parser.add_argument("--ttft-only", action="store_true",
+                        help="Measure only the --ttft rows.")
     parser.add_argument("--bin-dir", type=Path, default=None)
     options = parser.parse_args()
     binary = options.bin_dir / "meshnet-shard-worker" if options.bin_dir else worker_binary()
@@ -440,19 +530,40 @@ def main() -> None:
         parser.error(str(error))
     if unknown := set(filter(None, options.deepseek4.split(","))) - set(V4_SHAPES):
         parser.error(f"--deepseek4: unknown {', '.join(sorted(unknown))} (depth, width)")
+    try:
+        lengths = [int(n) for n in filter(None, options.ttft.split(","))]
+    except ValueError:
+        parser.error("--ttft: prompt lengths in tokens, comma separated (e.g. 1024,4096)")
+    if options.ttft_only and not lengths:
+        parser.error("--ttft-only needs --ttft")
     log_dir = Path(tempfile.mkdtemp(prefix="meshnet-wan-"))
     print(f"SmolLM2-135M Q4_1, {options.tokens} tokens per row ({options.spec_tokens} with "
           f"speculation), load average "
           f"{os.getloadavg()[0]:.2f}, logs in {log_dir}")
-    compute_ms = unsplit_ms(binary, model, options.tokens, log_dir / "unsplit")
-    rows: list[Row] = []
-    for stages in (int(s) for s in options.stages.split(",")):
-        rows += measure(binary, model, stages, legs, options.tokens, options.spec_tokens,
-                        not options.no_rpc, log_dir, options.rounds, options.windows)
-        for kind in filter(None, options.deepseek4.split(",")):
-            rows += deepseek4_rows(binary, stages, legs, options.tokens, options.rounds,
-                                   options.windows, log_dir, kind)
-    report(rows, compute_ms)
+    stage_counts = [int(s) for s in options.stages.split(",")]
+    kinds = list(filter(None, options.deepseek4.split(",")))
+    if not options.ttft_only:
+        compute_ms = unsplit_ms(binary, model, options.tokens, log_dir / "unsplit")
+        rows: list[Row] = []
+        for stages in stage_counts:
+            rows += measure(binary, model, stages, legs, options.tokens, options.spec_tokens,
+                            not options.no_rpc, log_dir, options.rounds, options.windows)
+            for kind in kinds:
+                rows += deepseek4_rows(binary, stages, legs, options.tokens, options.rounds,
+                                       options.windows, log_dir, kind)
+        report(rows, compute_ms)
+    if lengths:
+        ttfts: list[Ttft] = []
+        for stages in stage_counts:
+            ttfts += ttft_rows(binary, model, "SmolLM2", stages, legs, lengths, options.rounds,
+                               log_dir, 30, SMOLLM2_ROW_BYTES)
+            for kind in kinds:
+                shape = V4_SHAPES[kind]
+                v4 = write_tiny_deepseek4(log_dir / f"tiny-v4-{kind}.gguf", shape, seed=3)
+                ttfts += ttft_rows(binary, v4, f"V4 {kind}", stages, legs, lengths,
+                                   options.rounds, log_dir, shape.n_layer,
+                                   HC_MULT * shape.n_embd * 4)
+        ttft_report(ttfts)
 
 
 if __name__ == "__main__":
