@@ -27,6 +27,7 @@ COMMAND_MODULES = [
     "meshnet.cli.serve",
     "meshnet.cli.certify",
     "meshnet.cli.tracker",
+    "meshnet.cli.links",
 ]
 
 
