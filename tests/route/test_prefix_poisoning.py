@@ -89,14 +89,15 @@ def test_a_forged_entry_on_a_later_stage_is_never_served(
         pirate_boundaries = fed_on_the_grid(clients, route, f"{topology}-pirate", pirate)
         fed_on_the_grid(clients, route, f"{topology}-forged", victim, pirate_boundaries)
 
+        # the next user sharing that prefix gets the cold answer, not the pirate's state
         before = prefix_counts(last)
         run = driver.generate(victim, max_tokens=8, stop_at_eos=False)
         after = prefix_counts(last)
-        assert after["prefix_lookups_total"] - before["prefix_lookups_total"] == 1
-        assert after["prefix_hits_total"] == before["prefix_hits_total"]  # a miss there
-        assert run.cached_tokens == 0
         expected = cold(victim, 8)
         assert run.tokens == expected
+        assert run.cached_tokens == 0
+        assert after["prefix_lookups_total"] - before["prefix_lookups_total"] == 1
+        assert after["prefix_hits_total"] == before["prefix_hits_total"]  # a miss there
 
         # the victim's own entry is reused, bit for bit, beside the forged one
         honest = driver.generate(victim, max_tokens=8, stop_at_eos=False)

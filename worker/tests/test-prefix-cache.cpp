@@ -9,7 +9,11 @@
 #include "service_test.h"
 #include "session_store.h"
 
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <numeric>
+#include <utility>
 
 using namespace meshnet;
 using namespace std::chrono_literals;
@@ -113,6 +117,45 @@ TEST("a stage before the last holds a block once it sent it on, and names that c
     cache.truncated(0, 5);
     CHECK(cache.output_chain(0, 8) == std::vector<std::string>{sent_1});
     CHECK_EQ(cache.held(0), 4);
+}
+
+static std::string hex(const std::string & bytes) {
+    static const char digits[] = "0123456789abcdef";
+    std::string out;
+    for (const unsigned char byte : bytes) {
+        out += digits[byte >> 4];
+        out += digits[byte & 15];
+    }
+    return out;
+}
+
+TEST("a block's link is SHA-256 chained over its boundary bytes; what one costs a stage") {
+    CHECK_EQ(hex(sha256_digest("abc")), std::string("ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"));
+    const std::string block = sha256_digest("a block's boundary");
+    CHECK_EQ(chain_digest("", block), sha256_digest(block));
+    CHECK_EQ(chain_digest(block, block), sha256_digest(block + block));
+    // The cost per block: SmolLM2's default grid block (128 rows of 576 f32) and deepseek4
+    // V4's (512 rows of 4 x 4096 f32); a stage after the first digests each block it
+    // receives, a stage before the last each block it sends on (docs/architecture.md).
+    for (const auto & [name, bytes] : {std::pair{"SmolLM2", size_t{128} * 576 * 4},
+                                       std::pair{"deepseek4 V4", size_t{512} * 4 * 4096 * 4}}) {
+        std::string rows(bytes, '\0');
+        for (size_t i = 0; i < rows.size(); ++i) {
+            rows[i] = static_cast<char>((i * 2654435761u) >> 13);
+        }
+        std::vector<double> micros;
+        std::string link;
+        for (int run = 0; run < 9; ++run) {
+            const auto started = std::chrono::steady_clock::now();
+            link = chain_digest(link, sha256_digest(rows));
+            micros.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - started).count());
+        }
+        std::sort(micros.begin(), micros.end());
+        std::printf("  digest of a %s block (%.0f KiB): %.0f us median, %.2f GB/s\n", name,
+                    static_cast<double>(bytes) / 1024.0, micros[micros.size() / 2],
+                    static_cast<double>(bytes) / micros[micros.size() / 2] / 1e3);
+        CHECK_EQ(link.size(), size_t{32});
+    }
 }
 
 TEST("a copy holds the source's first positions only") {
