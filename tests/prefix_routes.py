@@ -21,14 +21,16 @@ from meshnet.route.requests import chunks, stage_request
 
 def start_cached_route(shard_worker: Path, model: Path, split: Sequence[tuple[int, int]],
                        route_id: str, block: int, entries: Callable[[int], int],
-                       workdir: Path, ctx: int | None = None) -> list[WorkerProcess]:
+                       workdir: Path, ctx: int | None = None, chain: bool = False,
+                       ) -> list[WorkerProcess]:
     """`model` split as `split`, one thread a stage, the cache's grid `block`; stage n keeps
-    `entries(n)` entries (so that one stage can lose an entry the others still hold)."""
+    `entries(n)` entries (so that one stage can lose an entry the others still hold).
+    `chain`: each stage relays to the next (--next-stage), as well as answering the driver."""
     extra = {"ctx": ctx} if ctx else {}
     specs = [LaunchSpec(model=model, layers=LayerRange(*span), route_id=route_id, threads=1,
                         prefix_cache_entries=entries(n), prefix_block=block, **extra)
              for n, span in enumerate(split)]
-    return start_route(shard_worker, specs, workdir)
+    return start_route(shard_worker, specs, workdir, chain=chain)
 
 
 @contextmanager
@@ -55,7 +57,8 @@ def last_logits(clients: Sequence[StageClient], route: RouteInfo, session: str,
                 prompt: list[int], prefix: int = 0, snapshot: int = 0) -> bytes:
     """The logits after `prompt` on a new session, fed stage by stage in the steps the
     driver cuts a prefill into (a cache's grid, else the cache-off steps) from position
-    `prefix` (> 0: its first step names the cached prefix); the step at
+    `prefix` (> 0: its first step names the cached prefix, and on a stage after the first
+    the previous stage's chain for it); the step at
     `snapshot` (> 0) asks every stage to keep the positions before it as an entry (a
     whole-entries memory's way). The session is released after."""
     key = pb.RouteKey(route_id=route.route_id, epoch=route.epoch, session_id=session)
@@ -63,15 +66,17 @@ def last_logits(clients: Sequence[StageClient], route: RouteInfo, session: str,
     try:
         for start, end in chunks(route, len(prompt) - prefix, n_past=prefix):
             part, n_past = prompt[prefix + start:prefix + end], prefix + start
-            boundary = None
+            previous: pb.ForwardResponse | None = None
             for index, client in enumerate(clients):
                 output = pb.OutputRequest(kind=pb.OUTPUT_KIND_LOGITS, rows=[len(part) - 1])
-                request = stage_request(route, index, key, part, n_past, output, boundary)
+                request = stage_request(route, index, key, part, n_past, output,
+                                        previous.boundary if previous is not None else None)
                 if prefix and n_past == prefix:
                     request.prefix_tokens.extend(prompt[:prefix])
+                    if previous is not None:  # what the previous stage computed the prefix from
+                        request.prefix_chain.extend(previous.prefix_chain)
                 request.prefix_snapshot = bool(snapshot) and n_past == snapshot
-                response = client.forward(request)
-                boundary = response.boundary
+                response = previous = client.forward(request)
     finally:
         for client in clients:
             client.release(key)

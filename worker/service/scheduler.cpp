@@ -274,9 +274,16 @@ void scheduler::set_prefix_cache(int32_t block, int32_t max_entries) {
         prefix_.reset();
         return;
     }
-    prefix_             = std::make_unique<prefix_cache>(sessions_.n_slots(), block,
-                                                      engine_.info().copies_whole_only);
+    const engine_info & info = engine_.info();
+    prefix_ = std::make_unique<prefix_cache>(sessions_.n_slots(), block, info.copies_whole_only,
+                                             prefix_cache::roles{!info.is_first(), !info.is_last()});
     prefix_max_entries_ = static_cast<size_t>(max_entries);
+}
+
+void scheduler::prefix_sent(int32_t slot, int64_t n_past, const std::string & digest) {
+    if (prefix_) {
+        prefix_->sent(slot, n_past, digest);
+    }
 }
 
 scheduler::prefix_counts scheduler::prefix_stats() const {
@@ -333,7 +340,8 @@ int32_t scheduler::prefix_source(const step_job & job, std::optional<shard_error
                 candidates.push_back(slot); // entries and live sessions alike: positions before
             }                               // a slot's exact prefix end are never rewritten
         }
-        found = prefix_->find(job.key.route_id, job.key.epoch, job.prefix_tokens, candidates, job.cache_salt);
+        found = prefix_->find(job.key.route_id, job.key.epoch, job.prefix_tokens, job.prefix_chain, candidates,
+                              job.cache_salt);
     }
     if (found.slot >= 0 && found.held >= job.n_past && job.n_past > 0) {
         return found.slot;
@@ -352,8 +360,8 @@ int32_t scheduler::snapshot(int32_t slot, const step_job & job, std::vector<int3
         ++prefix_snapshots_skipped_; // not all of it fed on the grid: no cold run's state
         return -1;
     }
-    const prefix_cache::match same = prefix_->find(job.key.route_id, job.key.epoch,
-                                                   prefix_->tokens(slot), sessions_.entry_slots(), job.cache_salt);
+    const prefix_cache::match same = prefix_->find(job.key.route_id, job.key.epoch, prefix_->tokens(slot),
+                                                   prefix_->input_chain(slot), sessions_.entry_slots(), job.cache_salt);
     if (same.held == n) {
         sessions_.touch_entry(same.slot, now); // held already
         return -1;
@@ -483,6 +491,7 @@ void scheduler::run_batch(std::vector<step_job> & batch) {
                 continue;
             }
             prefix_->copied(source, slot, job.n_past);
+            outcome.prefix_chain = prefix_->output_chain(slot, job.n_past);
             sessions_.touch_entry(source, now);
             if (prefix_->whole_only()) {
                 busy.push_back(source); // its copy lands at the decode: keep it until then
@@ -563,7 +572,7 @@ void scheduler::run_batch(std::vector<step_job> & batch) {
             sessions_.touch(job.key, finished);
             if (prefix_) {
                 prefix_->stepped(requests[r].slot, job.key.route_id, job.key.epoch, job.n_past, job.fed_tokens,
-                                 job.cache_salt);
+                                 job.cache_salt, job.boundary_digest);
             }
             outcome.ok       = true;
             outcome.n_past   = engine_.slot_n_past(requests[r].slot);

@@ -28,6 +28,9 @@ struct step_outcome {
     int64_t            n_past = 0;     // positions held after the step
     int32_t            slot = -1;      // the session's slot (engine_i::draft)
     std::vector<float> boundary;       // non-last stage
+    // A hit on a stage before the last: the chain of the boundary this stage sent on for the
+    // copied prefix, a link per block (what the next stage's lookup must name).
+    std::vector<std::string> prefix_chain;
     std::vector<float> logits;         // last stage: output_rows x n_vocab
     int64_t            engine_micros = 0;
     int32_t            batch_sessions = 0;
@@ -45,6 +48,8 @@ struct step_job {
     std::vector<int32_t> prefix_tokens; // a new session's positions 0..n_past-1, to copy from a cached prefix
     bool                 prefix_snapshot = false; // whole-only cache: keep positions 0..n_past-1 as an entry first
     std::string          cache_salt; // the tenant's: prefixes are reused only within one salt
+    std::string          boundary_digest; // a grid block's on a later stage: SHA-256 of its boundary bytes as received
+    std::vector<std::string> prefix_chain; // with prefix_tokens: the previous stage's output chain for them
     std::function<bool()>               cancelled; // polled before and after the step
     std::function<void(step_outcome &)> done;      // called once, on the engine thread
 };
@@ -104,6 +109,9 @@ public:
     // the snapshots steps ask for (step_job::prefix_snapshot), each reused only whole.
     void set_prefix_cache(int32_t block, int32_t max_entries);
     int32_t prefix_block() const { return prefix_ ? prefix_->block() : 0; }
+    // On the engine thread, from a step's `done`: the grid block at `n_past` that `slot`
+    // stepped was sent on as boundary bytes with SHA-256 `digest` (prefix_cache::sent).
+    void prefix_sent(int32_t slot, int64_t n_past, const std::string & digest);
     struct prefix_counts {
         int64_t lookups = 0;       // new sessions that asked to start from a prefix
         int64_t hits = 0;          // ... and did

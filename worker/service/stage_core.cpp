@@ -1,6 +1,7 @@
 // stage_core.cpp - see stage_core.h.
 #include "stage_core.h"
 #include "draft_verify.h"
+#include "prefix_digest.h"
 #include "proto_convert.h"
 
 #include <algorithm>
@@ -96,6 +97,7 @@ output_plan plan_output(const pb::ForwardRequest & request, const engine_info & 
     output_plan plan;
     plan.last            = info.is_last();
     plan.n_tokens        = request.positions_size();
+    plan.n_past          = request.n_past();
     plan.relay           = request.relay() && !plan.last;
     plan.continue_tokens = request.continue_tokens();
     plan.key             = request.key();
@@ -143,7 +145,7 @@ pb::ForwardRequest relay_request_of(const pb::ForwardRequest & request, bool rin
     next.set_ring(ring);
     next.set_window(request.window());
     next.set_want_drafts(request.want_drafts());
-    *next.mutable_prefix_tokens() = request.prefix_tokens();
+    *next.mutable_prefix_tokens() = request.prefix_tokens(); // (its prefix_chain: this stage's, once known)
     next.set_prefix_snapshot(request.prefix_snapshot());
     next.set_cache_salt(request.cache_salt());
     return next;
@@ -165,6 +167,7 @@ step_job job_of(const pb::ForwardRequest & request, const output_plan & plan, co
     job.discard_from = request.has_discard_from() ? request.discard_from() : -1;
     job.fed_tokens.assign(request.tokens().begin(), request.tokens().end());
     job.prefix_tokens.assign(request.prefix_tokens().begin(), request.prefix_tokens().end());
+    job.prefix_chain.assign(request.prefix_chain().begin(), request.prefix_chain().end());
     job.prefix_snapshot = request.prefix_snapshot();
     job.cache_salt      = request.cache_salt();
     return job;
@@ -204,6 +207,10 @@ std::optional<shard_error> stage_core::prepare(const pb::ForwardRequest & reques
     }
     job          = job_of(request, plan, stage_.info);
     job.boundary = std::move(boundary);
+    if (!stage_.info.is_first() && grid_block(steps_.prefix_block(), request.n_past(), request.positions_size())) {
+        // what a block this step may add to the prefix cache was computed from
+        job.boundary_digest = sha256_digest(request.boundary().data());
+    }
     return std::nullopt;
 }
 
@@ -289,6 +296,7 @@ void stage_core::complete(output_plan & plan, step_outcome & outcome, pb::Forwar
     entry.request  = std::move(plan.relay_request);
     entry.key      = plan.key;
     write_boundary(plan.n_tokens, outcome.boundary, *entry.request.mutable_boundary());
+    chain_sent(plan, outcome, entry.request.boundary(), *entry.request.mutable_prefix_chain());
     write_trace(outcome.engine_micros, entry.own);
     entry.response = &response;
     entry.then     = std::move(then);
@@ -350,6 +358,14 @@ void stage_core::write_boundary(int64_t n_tokens, const std::vector<float> & row
     metrics_.add_boundary_bytes_out(static_cast<int64_t>(out.data().size()));
 }
 
+void stage_core::chain_sent(const output_plan & plan, const step_outcome & outcome, const pb::Boundary & sent,
+                            google::protobuf::RepeatedPtrField<std::string> & prefix_chain) {
+    if (grid_block(steps_.prefix_block(), plan.n_past, plan.n_tokens)) {
+        steps_.prefix_sent(outcome.slot, plan.n_past, sha256_digest(sent.data()));
+    }
+    prefix_chain.Add(outcome.prefix_chain.begin(), outcome.prefix_chain.end()); // a hit's: the next stage's lookup
+}
+
 void stage_core::record_served(pb::ForwardResponse & response, std::chrono::steady_clock::time_point arrived) {
     const int64_t micros = std::chrono::duration_cast<std::chrono::microseconds>(
         std::chrono::steady_clock::now() - arrived).count();
@@ -367,6 +383,7 @@ void stage_core::answer(const output_plan & plan, step_outcome & outcome, pb::Fo
     write_trace(outcome.engine_micros, *response.add_chain());
     if (!plan.last) {
         write_boundary(plan.n_tokens, outcome.boundary, *response.mutable_boundary());
+        chain_sent(plan, outcome, response.boundary(), *response.mutable_prefix_chain());
         return;
     }
     const int32_t n_vocab = stage_.info.n_vocab;

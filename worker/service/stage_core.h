@@ -68,6 +68,7 @@ struct output_plan {
     int32_t              top_k = 0;
     sampling_params      sampling;
     int64_t              n_tokens = 0;
+    int64_t              n_past = 0;
     bool                 relay = false;  // pass the output on to the next stage
     pb::ForwardRequest   relay_request;  // its request, less the boundary
     uint32_t             continue_tokens = 0; // stream decode loop: tokens still to go
@@ -159,6 +160,10 @@ private:
                   std::function<void(const grpc::Status &)> then);
     // This stage's output boundary (n_tokens rows), encoded in its wire dtype.
     void write_boundary(int64_t n_tokens, const std::vector<float> & rows, pb::Boundary & out);
+    // The boundary `sent` of a step that ran: a grid block's digest extends the output chain
+    // of its slot's cached prefix; a hit names the copied prefix's chain to the next stage.
+    void chain_sent(const output_plan & plan, const step_outcome & outcome, const pb::Boundary & sent,
+                    google::protobuf::RepeatedPtrField<std::string> & prefix_chain);
     // This stage's entry in a step's chain trace.
     void write_trace(int64_t engine_micros, pb::StageTrace & out) const;
     // A step answered: its time from `arrived` goes in `response` and the latency histogram.

@@ -48,13 +48,18 @@ class StepContext:
     # alone (ForwardRequest.cache_salt).
     cache_salt: bytes = b""
 
-    def reusing(self, request: pb.ForwardRequest) -> pb.ForwardRequest:
+    def reusing(self, request: pb.ForwardRequest,
+                previous: pb.ForwardResponse | None = None) -> pb.ForwardRequest:
         """`request`, naming the cached prefix when it is the session's first step, and
         asking for a snapshot when it starts at the prompt's last grid boundary; salted
-        with the tenant's cache salt."""
+        with the tenant's cache salt. `previous`: the previous stage's answer to this step,
+        when the driver carries it on (a stage after the first matches the prefix only
+        with the digest chain of the boundary that stage computed it from)."""
         request.cache_salt = self.cache_salt
         if self.prefix and request.n_past == len(self.prefix):
             request.prefix_tokens.extend(self.prefix)
+            if previous is not None:
+                request.prefix_chain.extend(previous.prefix_chain)
         if self.snapshot and request.n_past == self.snapshot:
             request.prefix_snapshot = True
         return request

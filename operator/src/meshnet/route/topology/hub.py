@@ -27,15 +27,16 @@ class HubWalk:
     def verify(self, ctx: StepContext, tokens: list[int], n_past: int,
                discard: bool) -> list[int]:
         output = verified_output(ctx.answer, len(tokens))
-        boundary: pb.Boundary | None = None
+        previous: pb.ForwardResponse | None = None
         response = pb.ForwardResponse()
         for index, client in enumerate(ctx.clients):
+            boundary = previous.boundary if previous is not None else None
             if boundary is not None:
                 ctx.counts.boundary_bytes += len(boundary.data)
             request = ctx.reusing(stage_request(ctx.route, index, ctx.key, tokens, n_past,
-                                                output, boundary, discard))
+                                                output, boundary, discard), previous)
             response = ctx.answered(client.forward(request))
-            boundary = response.boundary
+            previous = response
         return ctx.accepted(response, tokens, n_past)
 
     def decode(self, ctx: StepContext, token: int, history: Sequence[int], count: int,
@@ -65,7 +66,7 @@ def wavefront(ctx: StepContext, tokens: list[int], n_past: int,
     if len(steps) > 1:
         ctx.counts.prefill_wavefront = True
     n_stages = len(ctx.clients)
-    outputs: dict[tuple[int, int], pb.Boundary] = {}
+    outputs: dict[tuple[int, int], pb.ForwardResponse] = {}  # a stage's answer to a step
     token = -1
     for wave in range(len(steps) + n_stages - 1):
         calls = []
@@ -74,20 +75,21 @@ def wavefront(ctx: StepContext, tokens: list[int], n_past: int,
             if not 0 <= step_index < len(steps):
                 continue
             start, end = steps[step_index]
-            boundary = outputs.pop((stage_index - 1, step_index), None)
+            previous = outputs.pop((stage_index - 1, step_index), None)
+            boundary = previous.boundary if previous is not None else None
             if boundary is not None:
                 ctx.counts.boundary_bytes += len(boundary.data)
             output = sampled_output(ctx.answer, end - start,
                                     wants_token=step_index == len(steps) - 1)
             request = ctx.reusing(stage_request(ctx.route, stage_index, ctx.key,
                                                 tokens[start:end], n_past + start, output,
-                                                boundary))
+                                                boundary), previous)
             call = ctx.clients[stage_index].forward_async(request)
             calls.append((stage_index, step_index, request, call))
         for stage_index, step_index, request, call in calls:
             response = ctx.answered(call.result())
             if stage_index < n_stages - 1:
-                outputs[(stage_index, step_index)] = response.boundary
+                outputs[(stage_index, step_index)] = response
             elif step_index == len(steps) - 1:
                 token = ctx.token_of(response, request.positions[-1])
     return token
