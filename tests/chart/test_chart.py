@@ -101,6 +101,13 @@ def test_the_operator_runs_once_with_recreate_a_liveness_probe_and_restricted_se
     assert env["MESHNET_PROVISIONER_IMAGE"] == "meshnet/meshnet-operator:0.1.0"  # its own
     assert env["MESHNET_GATEWAY_IMAGE"] == "meshnet/meshnet-operator:0.1.0"  # `meshnet serve`
     assert container["image"] == "meshnet/meshnet-operator:0.1.0"
+    # each route's NetworkPolicy lets in this operator's pods and the monitoring namespace
+    assert env["MESHNET_NETWORK_POLICY"] == "true"
+    assert env["MESHNET_METRICS_NAMESPACES"] == "monitoring"
+    labels = dict(p.split("=") for p in str(env["MESHNET_OPERATOR_POD_LABELS"]).split(","))
+    assert labels and labels.items() <= spec["template"]["metadata"]["labels"].items()
+    namespace = next(e for e in container["env"] if e["name"] == "MESHNET_OPERATOR_NAMESPACE")
+    assert namespace["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
 
 
 def rules(role: dict[str, Any]) -> dict[str, set[str]]:
@@ -119,6 +126,8 @@ NAMESPACED = {
     "/events": {"create"},
     "batch/jobs": {"get", "list", "watch", "create", "delete"},
     "/configmaps": {"list", "watch", "create", "delete"},
+    "/secrets": {"get", "list", "watch", "create", "patch"},
+    "networking.k8s.io/networkpolicies": {"list", "watch", "create", "patch", "delete"},
 }
 DISCOVERY = {"apiextensions.k8s.io/customresourcedefinitions": {"list", "watch"},
              "/namespaces": {"list", "watch", "get"}, "/nodes": {"get", "list", "watch", "patch"}}
