@@ -5,8 +5,8 @@ stages. It signs one leaf per role, each with a key of its own: a stage identity
 and client: stages serve and call each other) and client-only identities for the gateway,
 for certification Jobs and for the operator (which samples the stages), so a leaked
 gateway certificate cannot serve as a stage. The
-operator keeps them in a Secret per route and `meshnet up` under its state folder; both
-renew the leaves (under the same CA) well before they expire.
+operator keeps them in a Secret per route and renews the leaves (under the same CA) well
+before they expire. (`meshnet up` runs plaintext on loopback: docs/local-backend.md.)
 """
 
 from __future__ import annotations
