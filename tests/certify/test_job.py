@@ -9,12 +9,13 @@ from typing import Any
 from meshnet.api import labels
 from meshnet.api.certification import CertifiedLane
 from meshnet.api.modelartifact import ArtifactStorage
-from meshnet.api.shardroute import Recipe, RouteTls, Stage
+from meshnet.api.shardroute import Recipe, Stage
 from meshnet.certify import job as jobs
 from meshnet.certify.decide import CERTIFIED, Decision
 from meshnet.certify.gates import Gates
 from meshnet.reconcile.conditions import Verdict
 from meshnet.reconcile.plan import Create
+from meshnet.reconcile.route.identity import LinkTls
 from meshnet.reconcile.route.planner import stage_worker
 from meshnet.reconcile.route.podspec import RouteRef, StageInputs, WorkerConfig, stage_pod
 from meshnet.reconcile.route.workerspec import Identities
@@ -27,7 +28,7 @@ CUDA = CertifiedLane(backend="cuda", gpu_product="NVIDIA-H100-80GB-HBM3",
                      manifest_digest="a" * 64, recipe_digest="b" * 64)
 
 
-def pod(lane: str = "cuda", tls: RouteTls | None = None) -> dict[str, Any]:
+def pod(lane: str = "cuda", tls: LinkTls | None = None) -> dict[str, Any]:
     stage = Stage.model_validate({
         "name": "s0", "layers": {"begin": 0, "end": 10}, "resources": {"gpus": 1},
         "nodeSelector": {"pool": "gpu"},
@@ -44,7 +45,7 @@ def pod(lane: str = "cuda", tls: RouteTls | None = None) -> dict[str, Any]:
 
 
 def build(lane: CertifiedLane = CUDA, request: str | None = None,
-          tls: RouteTls | None = None) -> dict[str, Any]:
+          tls: LinkTls | None = None) -> dict[str, Any]:
     return jobs.certification_job(jobs.JobInputs(
         route=ROUTE, lane=lane, stage_pod=pod(lane.backend, tls),
         endpoints=["10.0.0.5:50051", "10.0.0.6:50051"], image="meshnet/certify:cuda",
@@ -72,7 +73,7 @@ def test_for_a_tls_route_the_job_trusts_its_ca_and_presents_its_certificate_for_
     assert [v["name"] for v in plain["volumes"]] == ["model", "work"]
 
     for mtls in (False, True):
-        spec = build(tls=RouteTls(secret_name="stage-tls", require_client_cert=mtls))[
+        spec = build(tls=LinkTls("stage-tls", require_client_cert=mtls))[
             "spec"]["template"]["spec"]
         container = spec["containers"][0]
         args = container["args"]

@@ -14,7 +14,9 @@ import yaml
 
 from meshnet.api.crd import crd_documents
 from meshnet.devtools.kube_tools import install
+from meshnet.operator.settings import OperatorSettings
 from meshnet.paths import repo_root
+from meshnet.reconcile.route.networkpolicy import PolicyConfig
 
 CHART = repo_root() / "charts/meshnet-shard-operator"
 SCENARIOS = [None, *sorted(p.name for p in (CHART / "ci").glob("*-values.yaml"))]
@@ -101,7 +103,39 @@ def test_the_operator_runs_once_with_recreate_a_liveness_probe_and_restricted_se
     assert env["MESHNET_PROVISIONER_IMAGE"] == "meshnet/meshnet-operator:0.1.0"  # its own
     assert env["MESHNET_GATEWAY_IMAGE"] == "meshnet/meshnet-operator:0.1.0"  # `meshnet serve`
     assert container["image"] == "meshnet/meshnet-operator:0.1.0"
+    # each route's NetworkPolicy lets in this operator's pods and the monitoring namespace
+    assert env["MESHNET_NETWORK_POLICY"] == "true"
+    assert env["MESHNET_METRICS_NAMESPACES"] == "monitoring"
+    labels = dict(p.split("=") for p in str(env["MESHNET_OPERATOR_POD_LABELS"]).split(","))
+    assert labels and labels.items() <= spec["template"]["metadata"]["labels"].items()
+    namespace = next(e for e in container["env"] if e["name"] == "MESHNET_OPERATOR_NAMESPACE")
+    assert namespace["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
 
+
+
+def operator_policy(deployment: dict[str, Any]) -> PolicyConfig:
+    """The NetworkPolicy inputs the operator reads from the chart's environment (the
+    namespace as the downward API fills it in)."""
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") or "meshnet-system" for e in container["env"]
+           if "value" in e or e["name"] == "MESHNET_OPERATOR_NAMESPACE"}
+    return OperatorSettings.from_env({**env, "MESHNET_PIN_DIGEST": "p" * 64}).network_policy
+
+
+def test_the_route_policies_let_in_this_operators_pods_and_the_values_turn_them_off(
+        helm: Path) -> None:
+    (deployment,) = by_kind(render(helm), "Deployment")
+    policy = operator_policy(deployment)
+    assert policy.enabled and policy.metrics_namespaces == ("monitoring",)
+    assert policy.operator_namespace == "meshnet-system"
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert policy.operator_labels and policy.operator_labels.items() <= pod_labels.items()
+    assert "app.kubernetes.io/instance" in policy.operator_labels  # this release's pods only
+    (deployment,) = by_kind(render(helm, None, "--set", "networkPolicy.enabled=false",
+                                   "--set", "networkPolicy.metricsNamespaces={prom,obs}"),
+                            "Deployment")
+    policy = operator_policy(deployment)
+    assert not policy.enabled and policy.metrics_namespaces == ("prom", "obs")
 
 def rules(role: dict[str, Any]) -> dict[str, set[str]]:
     return {f"{g}/{r}": set(rule["verbs"]) for rule in role["rules"]
@@ -119,6 +153,8 @@ NAMESPACED = {
     "/events": {"create"},
     "batch/jobs": {"get", "list", "watch", "create", "delete"},
     "/configmaps": {"list", "watch", "create", "delete"},
+    "/secrets": {"get", "list", "watch", "create", "patch"},
+    "networking.k8s.io/networkpolicies": {"list", "watch", "create", "patch", "delete"},
 }
 DISCOVERY = {"apiextensions.k8s.io/customresourcedefinitions": {"list", "watch"},
              "/namespaces": {"list", "watch", "get"}, "/nodes": {"get", "list", "watch", "patch"}}

@@ -20,6 +20,7 @@ from meshnet.cli.main import cli
 from meshnet.cli.serve import replica_source
 from meshnet.cli.up import local_gateway_command
 from meshnet.reconcile.route.gatewayspec import gateway_deployment
+from meshnet.reconcile.route.identity import IssuedIdentity, link_tls
 from meshnet.reconcile.route.podspec import TLS_DIR, RouteRef, WorkerConfig
 
 ROUTE = RouteRef("r1", "ml", "uid-1")
@@ -28,7 +29,10 @@ SPANS = {1: [(0, 30)], 2: [(0, 15), (15, 30)], 3: [(0, 10), (10, 20), (20, 30)]}
 # Which epoch serves each replica: scaled to zero, one, a rollout half done, three.
 EPOCHS: list[list[int]] = [[], [1], [2, 1], [1, 1, 1]]
 TLS: list[dict[str, Any] | None] = [
-    None, {"secretName": "t"}, {"secretName": "t", "requireClientCert": True}]
+    None, {"mode": "Disabled"}, {"secretName": "t"},
+    {"mode": "Secret", "secretName": "t", "requireClientCert": True}]
+# The identity the operator issues a route without spec.tls (or with mode Operator).
+IDENTITY = IssuedIdentity("r1-identity", "2026-12-07T00:00:00Z")
 # The fields that reach the gateway's command line, at their defaults and at their bounds.
 BOUNDS: list[dict[str, Any]] = [
     {},
@@ -63,9 +67,9 @@ def planned_routes() -> Iterator[tuple[dict[str, Any], list[int]]]:
 def pod_args(route: dict[str, Any], epochs: list[int]) -> list[str]:
     """The gateway container's args the operator renders (as the planner calls it)."""
     spec = ShardRouteSpec.model_validate(route["spec"])
-    body = gateway_deployment(ROUTE, spec.stages, spec.gateway, spec.tls,
+    body = gateway_deployment(ROUTE, spec.stages, spec.gateway, link_tls(spec.tls, IDENTITY),
                               spec.recipe.speculation, CONFIG, epochs,
-                              spec.rollout.drain_seconds)
+                              spec.rollout.drain_seconds, IDENTITY.secret_name)
     return list(body["spec"]["template"]["spec"]["containers"][0]["args"])
 
 
@@ -79,7 +83,8 @@ def local_args(route: dict[str, Any]) -> list[str]:
 def rendered_argvs() -> dict[str, list[tuple[str, ...]]]:
     routes = list(planned_routes())
     pods = {tuple(pod_args(route, epochs)) for route, epochs in routes}
-    local = {tuple(local_args(route)) for route, _ in routes if "tls" not in route["spec"]}
+    local = {tuple(local_args(route)) for route, _ in routes
+             if route["spec"].get("tls", {}).get("mode", "Disabled") == "Disabled"}
     return {"pod": sorted(pods), "local": sorted(local)}
 
 

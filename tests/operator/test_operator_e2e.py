@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import dataclasses
 import itertools
 import json
@@ -14,8 +15,12 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from cryptography import x509
 
+from meshnet.api.certification import CertifiedLane
 from meshnet.api.modelartifact import ModelArtifactSpec
+from meshnet.certify.gates import Gates
+from meshnet.certify.job import JobInputs, certification_job
 from meshnet.devtools.cluster import (
     Emulator,
     emulated_cluster,
@@ -28,6 +33,7 @@ from meshnet.devtools.kube_tools import install
 from meshnet.metrics.controller import OperatorMetrics
 from meshnet.operator.settings import OperatorSettings
 from meshnet.paths import repo_root
+from meshnet.reconcile.route.podspec import RouteRef
 from meshnet.tracker.settings import TrackerSettings
 
 MakeArtifact = MakeRoute = Callable[..., dict[str, Any]]  # fixtures from conftest.py
@@ -410,6 +416,96 @@ async def test_a_ring_route_links_its_stage_pods_over_tls_and_a_topology_change_
                      what="the relinked route to be Ready")
     assert route(cluster)["status"]["epoch"] == 1  # same tokens, same identity
     assert event_reasons(cluster).count("StagePodReplaced") == 1
+
+
+def secret(cluster: Emulator, name: str) -> dict[str, bytes]:
+    found = [s for s in cluster.live("v1/secrets", NS) if s["metadata"]["name"] == name]
+    assert len(found) == 1, name
+    assert found[0]["metadata"]["ownerReferences"][0]["uid"] == route(cluster)["metadata"]["uid"]
+    return {k: base64.b64decode(v) for k, v in found[0]["data"].items()}
+
+
+def mounted_files(spec: dict[str, Any], container: dict[str, Any]) -> dict[str, str]:
+    """Where each Secret key the container sees lands: path -> Secret key (or name/*)."""
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    files = {}
+    for mount in container["volumeMounts"]:
+        source = volumes[mount["name"]].get("secret")
+        if source is None:
+            continue
+        for item in source.get("items") or [{"key": "*", "path": "*"}]:
+            files[f"{mount['mountPath']}/{item['path']}"] = f"{source['secretName']}/{item['key']}"
+    return files
+
+
+def flags(args: list[str], *names: str) -> dict[str, str]:
+    return {name: args[args.index(name) + 1] for name in names if name in args}
+
+
+TLS_FLAGS = {"--tls-cert": "/etc/meshnet/tls/tls.crt", "--tls-key": "/etc/meshnet/tls/tls.key",
+             "--tls-client-ca": "/etc/meshnet/tls/ca.crt"}
+
+
+def role_files(role: str) -> dict[str, str]:
+    return {"/etc/meshnet/tls/ca.crt": "r1-identity/ca.crt",
+            "/etc/meshnet/tls/tls.crt": f"r1-identity/{role}.crt",
+            "/etc/meshnet/tls/tls.key": f"r1-identity/{role}.key",
+            "/etc/meshnet/route-key/route.key": "r1-identity/route.key"}
+
+
+async def test_a_default_route_runs_every_link_on_mtls_from_its_own_ca_behind_a_network_policy(
+        cluster: Emulator, metrics: OperatorMetrics, make_route: MakeRoute,
+        make_artifact: MakeArtifact) -> None:
+    await ready_route(cluster, make_route, make_artifact, recipe={"lane": "cpu",
+                                                                  "topology": "chain"})
+    data = secret(cluster, "r1-identity")  # its own CA, owned by the route
+    ca = x509.load_pem_x509_certificate(data["ca.crt"])
+    for role in ("stage", "gateway", "certify", "operator"):
+        x509.load_pem_x509_certificate(data[f"{role}.crt"]).verify_directly_issued_by(ca)
+    assert len(data["route.key"]) == 64
+    for name, pod in pods(cluster).items():  # every stage serves mTLS on the stage identity
+        container = pod["spec"]["containers"][0]
+        assert flags(container["args"], *TLS_FLAGS) == TLS_FLAGS, name
+        assert mounted_files(pod["spec"], container) == role_files("stage"), name
+        assert container["readinessProbe"]["httpGet"] == {"path": "/health", "port": 9090}
+    s0 = pods(cluster)["r1-s0-e1"]["spec"]["containers"][0]["args"]
+    assert flags(s0, "--next-stage-ca") == {"--next-stage-ca": "/etc/meshnet/tls/ca.crt"}
+    template = gateway(cluster)["spec"]["template"]["spec"]
+    container = template["containers"][0]  # the gateway calls as the gateway identity
+    assert flags(container["args"], "--tls-ca", "--tls-cert", "--tls-key") == {
+        "--tls-ca": "/etc/meshnet/tls/ca.crt", "--tls-cert": "/etc/meshnet/tls/tls.crt",
+        "--tls-key": "/etc/meshnet/tls/tls.key"}
+    assert mounted_files(template, container) == role_files("gateway")
+    # the certification Job the daemon would start from this route's first stage pod
+    lane = CertifiedLane(backend="cpu", gpu_product="none", manifest_digest="a" * 64,
+                         recipe_digest="b" * 64)
+    job = certification_job(JobInputs(
+        route=RouteRef("r1", NS, route(cluster)["metadata"]["uid"]), lane=lane,
+        stage_pod=pods(cluster)["r1-s0-e1"], endpoints=["10.0.0.1:50051"], image="c:1",
+        gates=Gates(), route_digest=None, epoch=1))["spec"]["template"]["spec"]
+    certify = job["containers"][0]
+    assert flags(certify["args"], "--tls-ca", "--tls-cert", "--tls-key", "--tls-server-name") == {
+        "--tls-ca": "/etc/meshnet/tls/ca.crt", "--tls-cert": "/etc/meshnet/tls/tls.crt",
+        "--tls-key": "/etc/meshnet/tls/tls.key", "--tls-server-name": f"stage.r1.{NS}"}
+    assert mounted_files(job, certify) == role_files("certify")
+    # nothing mounts the CA's key
+    assert not any("ca.key" in f for f in mounted_files(template, container).values())
+    policies = list(cluster.live("networking.k8s.io/v1/networkpolicies", NS))
+    assert [p["metadata"]["name"] for p in policies] == ["r1-stages"]
+    spec = policies[0]["spec"]
+    assert spec["podSelector"] == {"matchLabels": {"meshnet.dev/route": "r1"}}
+    assert spec["ingress"][0]["ports"] == [{"protocol": "TCP", "port": 50051}]
+    assert [peer["podSelector"]["matchLabels"] for peer in spec["ingress"][0]["from"]][:3] == [
+        {"meshnet.dev/route": "r1"}, {"meshnet.dev/gateway": "r1"},
+        {"meshnet.dev/certify-route": "r1"}]
+
+    # mode Disabled: plaintext, by choice; the policy stays
+    await cluster.patch(f"{ROUTES}/r1", json={"spec": {"tls": {"mode": "Disabled"}}})
+    await eventually(lambda: all("--tls-cert" not in p["spec"]["containers"][0]["args"]
+                                 for p in pods(cluster).values()) and len(pods(cluster)) == 3,
+                     what="the stages restarted without TLS")
+    assert [p["metadata"]["name"] for p in cluster.live(
+        "networking.k8s.io/v1/networkpolicies", NS)] == ["r1-stages"]
 
 
 @pytest.mark.parametrize(("ranges", "message"), [

@@ -21,10 +21,12 @@ from meshnet.reconcile.route import (
     observe_route,
     plan,
 )
+from meshnet.reconcile.route.networkpolicy import PolicyConfig
 from meshnet.route.handshake import STEP_SENSITIVE_ARCHITECTURES
 
+# (the NetworkPolicy has its own tests: test_network_policy.py)
 CONFIG = WorkerConfig(images={"cpu": "meshnet/worker-cpu:1", "cuda": "w-cuda:1"},
-                      pin_digest="p" * 64)
+                      pin_digest="p" * 64, network_policy=PolicyConfig(enabled=False))
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 NOW_TEXT = "2026-11-29T12:00:00Z"
 MakeArtifact = MakeRoute = Callable[..., dict[str, Any]]  # fixtures from conftest.py

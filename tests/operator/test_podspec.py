@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from meshnet.api.modelartifact import ArtifactStorage
-from meshnet.api.shardroute import LayerRange, Recipe, RouteTls, Stage
+from meshnet.api.shardroute import LayerRange, Recipe, Stage
+from meshnet.reconcile.route.identity import LinkTls
 from meshnet.reconcile.route.planner import stage_worker
 from meshnet.reconcile.route.podspec import (
     RouteRef,
@@ -26,7 +27,7 @@ ROUTE = RouteRef("r1", "ml", "uid-1")
 
 
 def pod(stage: dict[str, Any], recipe: dict[str, Any] | None = None,
-        storage: dict[str, Any] | None = None, tls: RouteTls | None = None,
+        storage: dict[str, Any] | None = None, tls: LinkTls | None = None,
         links: StageLinks = UNLINKED) -> dict[str, Any]:
     """The pod of `stage`, the first of three, as the planner builds it."""
     stages = [Stage.model_validate(stage), *(Stage.model_validate(
@@ -73,7 +74,7 @@ def test_stages_with_gpus_offload_every_layer_they_own() -> None:
 
 
 def test_tls_adds_certificate_flags_and_a_read_only_secret_mount() -> None:
-    body = pod(STAGE, tls=RouteTls(secret_name="stage-tls", require_client_cert=True))
+    body = pod(STAGE, tls=LinkTls("stage-tls", require_client_cert=True))
     container = body["spec"]["containers"][0]
     assert container["args"][-6:] == ["--tls-cert", "/etc/meshnet/tls/tls.crt",
                                       "--tls-key", "/etc/meshnet/tls/tls.key",
@@ -131,7 +132,7 @@ def test_a_route_that_does_not_speculate_lets_no_loop_draft_and_keeps_no_rollbac
 
 @pytest.mark.parametrize("mtls", [False, True])
 def test_with_tls_a_chained_stage_trusts_its_next_stage_with_the_route_ca(mtls: bool) -> None:
-    tls = RouteTls(secret_name="stage-tls", require_client_cert=mtls)
+    tls = LinkTls("stage-tls", require_client_cert=mtls)
     hub = args_of(pod(STAGE, tls=tls))
     ringed = args_of(pod(STAGE, tls=tls, links=StageLinks(next_stage="s2", ring_last="s3")))
     assert ringed == [*hub, "--next-stage", NEXT, *CA, "--ring-last", LAST]

@@ -5,6 +5,7 @@ a Job controller that really runs the certification Job's `meshnet certify`."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import datetime
 import hashlib
@@ -22,7 +23,9 @@ from meshnet.api.modelartifact import ModelArtifactSpec
 from meshnet.certify.job import JOB_NAME_LABEL, TERMINATION_LOG
 from meshnet.devtools.cluster import Emulator
 from meshnet.local.process import WORKER_ENV_DEFAULTS, WorkerProcess
+from meshnet.reconcile.route.identity import stage_server_name
 from meshnet.reconcile.route.podspec import MODEL_DIR
+from meshnet.route.stage import TlsFiles
 
 NS = "default"
 EXTRA_RESOURCES: dict[str, dict[str, Any]] = {
@@ -54,6 +57,47 @@ def artifact(model: Path, name: str = "smollm2") -> dict[str, Any]:
                               "message": "all files verified"}]}
     return {"apiVersion": "meshnet.dev/v1alpha1", "kind": "ModelArtifact",
             "metadata": {"name": name, "namespace": NS}, "spec": spec, "status": status}
+
+
+def mount_secrets(emulator: Emulator, spec: dict[str, Any], container: dict[str, Any],
+                  root: Path) -> dict[str, str]:
+    """Lays out the Secret volumes the container mounts under `root`, as the kubelet does
+    (a volume's items renamed, or every key), and returns mount path -> folder here."""
+    volumes = {v["name"]: v for v in spec.get("volumes") or []}
+    secrets = {s["metadata"]["name"]: s for s in emulator.live("v1/secrets", NS)}
+    folders = {}
+    for mount in container.get("volumeMounts") or []:
+        source = volumes[mount["name"]].get("secret")
+        if source is None:
+            continue
+        data = {k: base64.b64decode(v)
+                for k, v in (secrets[source["secretName"]].get("data") or {}).items()}
+        folder = root / mount["name"]
+        folder.mkdir(parents=True, exist_ok=True)
+        for item in source.get("items") or [{"key": k, "path": k} for k in data]:
+            (folder / item["path"]).write_bytes(data[item["key"]])
+        folders[mount["mountPath"]] = str(folder)
+    return folders
+
+
+def gateway_identity(emulator: Emulator, route: str, folder: Path) -> TlsFiles:
+    """The route's gateway identity from the Secret the operator issued, as a client of
+    the route's stages dialled at their pod IPs (the stage certificate's name checked)."""
+    secret = next(s for s in emulator.live("v1/secrets", NS)
+                  if s["metadata"]["name"] == f"{route}-identity")
+    folder.mkdir(parents=True, exist_ok=True)
+    for key, name in (("ca.crt", "ca.crt"), ("gateway.crt", "tls.crt"), ("gateway.key", "tls.key")):
+        (folder / name).write_bytes(base64.b64decode(secret["data"][key]))
+    return TlsFiles(folder / "ca.crt", folder / "tls.crt", folder / "tls.key",
+                    stage_server_name(route, NS))
+
+
+def remounted(args: list[str], folders: dict[str, str]) -> list[str]:
+    """`args` with every path under a mount path moved to its folder here."""
+    def here(arg: str) -> str:
+        return next((folder + arg[len(path):] for path, folder in folders.items()
+                     if arg.startswith(path + "/")), arg)
+    return [here(arg) for arg in args]
 
 
 @dataclass(frozen=True)
@@ -108,7 +152,8 @@ class Kubelet:
         address = f"127.0.0.{len(self.addresses) + 2}"
         self.addresses[name] = address
         container = pod["spec"]["containers"][0]
-        command = PodCommand(tuple(container["args"]), self.model,
+        folders = mount_secrets(self.emulator, pod["spec"], container, self.log_dir / name)
+        command = PodCommand(tuple(remounted(container["args"], folders)), self.model,
                              f"{address}:{container['ports'][0]['containerPort']}")
         worker = WorkerProcess(self.binary, command,  # type: ignore[arg-type]
                                self.log_dir / f"{name}.log")
@@ -154,9 +199,11 @@ class JobController:
     async def _run(self, name: str, job: dict[str, Any]) -> None:
         container = job["spec"]["template"]["spec"]["containers"][0]
         message = self.work / f"{name}.termination-log"
+        folders = mount_secrets(self.emulator, job["spec"]["template"]["spec"], container,
+                                self.work / name)
         args = [str(message) if a == TERMINATION_LOG else
                 str(self.model) if a.startswith(f"{MODEL_DIR}/") else a
-                for a in container["args"]]
+                for a in remounted(container["args"], folders)]
         args += ["--reference-threads", "1"]  # one CPU per pod, as the kubelet gives workers
         env = {**os.environ, "MESHNET_BIN_DIR": str(self.binary.parent),
                "MESHNET_CACHE": str(self.work / "cache")}

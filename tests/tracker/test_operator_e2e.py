@@ -23,14 +23,22 @@ from meshnet.metrics.controller import OperatorMetrics
 from meshnet.operator.settings import OperatorSettings
 from meshnet.paths import repo_root
 from meshnet.route import Generation, RouteDriver
-from meshnet.route.stage import StageClient
+from meshnet.route.stage import StageClient, TlsFiles
 from meshnet.tracker.client import RetryPolicy
 from meshnet.tracker.schema import SCHEMA_FILE
 from meshnet.tracker.settings import TrackerSettings
 from meshnet.tracker.validate import report_errors
 
 from .conftest import TOKEN
-from .standins import NS, JobController, Kubelet, artifact, declare_jobs_and_nodes, running
+from .standins import (
+    NS,
+    JobController,
+    Kubelet,
+    artifact,
+    declare_jobs_and_nodes,
+    gateway_identity,
+    running,
+)
 
 ROUTES = f"/apis/meshnet.dev/v1alpha1/namespaces/{NS}/shardroutes"
 ARTIFACTS = f"/apis/meshnet.dev/v1alpha1/namespaces/{NS}/modelartifacts"
@@ -139,14 +147,16 @@ async def test_the_operator_advertises_a_certified_route_and_a_recipe_change_wit
         assert jobs.ran == [next(iter(j["metadata"]["name"]
                                       for j in cluster.live("batch/v1/jobs", NS)))]
 
-        # Real figures: the workers the kubelet stand-in runs, dialled at their pod IPs.
+        # Real figures: the workers the kubelet stand-in runs, dialled at their pod IPs
+        # (over mTLS: a route's stages take only its own identities).
+        tls = gateway_identity(cluster, "r1", tmp_path / "gateway")
         pods = {p["metadata"]["name"]: p for p in cluster.live("v1/pods", NS)
                 if "meshnet.dev/stage" in p["metadata"].get("labels", {})}
         for stage, pod_name in zip(latest["stages"], ["r1-s0-e1", "r1-s1-e1", "r1-s2-e1"],
                                    strict=True):
             address = pods[pod_name]["status"]["podIP"]
             assert stage["endpoint"].startswith(f"{address}:")
-            client = StageClient(stage["endpoint"])
+            client = StageClient(stage["endpoint"], tls)
             assert stage["health"]["incarnation"] == client.info().incarnation
             client.close()
             assert stage["capacity"]["sessionSlotsTotal"] == 2
@@ -226,7 +236,8 @@ async def test_a_tracker_that_is_down_costs_retries_and_a_failure_metric_never_t
             # drafts, and the status shows what they achieved.
             endpoints = [f"{kubelet.addresses[pod]}:{operator_settings.worker_grpc_port}"
                          for pod in ("r1-s0-e2", "r1-s1-e2")]
-            generation = await asyncio.to_thread(speculate, endpoints)
+            tls = gateway_identity(cluster, "r1", tmp_path / "gateway")
+            generation = await asyncio.to_thread(speculate, endpoints, tls)
             await eventually(lambda: (route(cluster)["status"].get("speculation") or {}).get(
                 "draftTokensVerified") == generation.draft_tokens, 30, "status.speculation")
             shown = route(cluster)["status"]["speculation"]
@@ -246,6 +257,6 @@ CODE = (  # code the model goes on repeating: prompt-lookup drafts hold
 )
 
 
-def speculate(endpoints: list[str]) -> Generation:
-    with RouteDriver(endpoints, topology="hub", speculate=4) as driver:
+def speculate(endpoints: list[str], tls: TlsFiles) -> Generation:
+    with RouteDriver(endpoints, topology="hub", speculate=4, tls=tls) as driver:
         return driver.generate(CODE, max_tokens=48, stop_at_eos=False)

@@ -16,8 +16,9 @@ from typing import Any, get_args
 import pytest
 
 from meshnet.api.common import Topology
-from meshnet.api.shardroute import Recipe, RouteTls, SpeculationMode, Stage
+from meshnet.api.shardroute import Recipe, SpeculationMode, Stage
 from meshnet.local.stages import launch_spec
+from meshnet.reconcile.route.identity import LinkTls
 from meshnet.reconcile.route.planner import stage_worker
 from meshnet.reconcile.route.podspec import RouteRef, WorkerConfig, worker_args
 from meshnet.reconcile.route.workerspec import Identities, WorkerSpec
@@ -27,7 +28,7 @@ CONFIG = WorkerConfig(pin_digest="p")
 IDENTITIES = Identities("a" * 64, "b" * 64, "c" * 64)
 SPANS = {1: [(0, 30)], 2: [(0, 15), (15, 30)], 3: [(0, 10), (10, 20), (20, 30)]}
 MODES = list(get_args(SpeculationMode))
-TLS = [None, RouteTls(secret_name="t"), RouteTls(secret_name="t", require_client_cert=True)]
+TLS = [None, LinkTls("t", False), LinkTls("t", True), LinkTls("t", True, "2026-12-07T00:00:00Z")]
 # The recipe fields that reach the command line, at their defaults and at their bounds.
 RECIPE_BOUNDS: list[dict[str, Any]] = [
     {},

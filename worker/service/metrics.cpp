@@ -259,8 +259,15 @@ bool request_complete(const std::string & request) {
 
 void metrics_server::answer(int fd, const std::string & request) {
     const bool is_metrics = request.rfind("GET /metrics ", 0) == 0 || request.rfind("GET /metrics?", 0) == 0;
-    const std::string body = is_metrics ? render_() : "not found: try /metrics\n";
-    std::string response = std::string("HTTP/1.1 ") + (is_metrics ? "200 OK" : "404 Not Found") + "\r\n" +
+    const bool is_health  = request.rfind("GET /health ", 0) == 0;
+    const bool serving    = serving_.load();
+    const std::string body = is_metrics ? render_()
+                           : is_health  ? (serving ? "SERVING\n" : "NOT_SERVING\n")
+                                        : "not found: try /metrics or /health\n";
+    const char * status = is_metrics ? "200 OK"
+                        : is_health  ? (serving ? "200 OK" : "503 Service Unavailable")
+                                     : "404 Not Found";
+    std::string response = std::string("HTTP/1.1 ") + status + "\r\n" +
         "Content-Type: text/plain; version=0.0.4; charset=utf-8\r\n" +
         "Content-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
     size_t sent = 0;

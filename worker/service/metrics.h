@@ -94,10 +94,14 @@ private:
     std::atomic<int64_t>                                drafts_accepted_{0};
 };
 
-// Serves `render()` on GET /metrics (404 elsewhere), one connection at a time.
+// Serves `render()` on GET /metrics, and the worker's health on GET /health (200 while
+// it serves, 503 before and after: what the gRPC health service says, for kubelet
+// probes, which cannot speak TLS to the gRPC port); 404 elsewhere.
 class metrics_server {
 public:
     ~metrics_server();
+
+    void set_serving(bool serving) { serving_.store(serving); }
 
     // Binds host:port (port 0 picks one); false with `error` set on failure.
     bool start(const std::string & address, std::function<std::string()> render, std::string & error);
@@ -111,6 +115,7 @@ private:
     int                          listen_fd_ = -1;
     int                          port_      = 0;
     std::atomic<bool>            stopping_{false};
+    std::atomic<bool>            serving_{false};
     std::function<std::string()> render_;
     std::thread                  thread_;
 };

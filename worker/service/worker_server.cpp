@@ -269,6 +269,7 @@ void worker_server::serve_when_ready(std::chrono::milliseconds bound, const std:
             break;
     }
     set_serving(*server_, true);
+    metrics_.set_serving(true);
     std::fprintf(stderr, "meshnet-shard-worker: serving (gRPC health SERVING)\n");
     std::fflush(stderr);
 }
@@ -280,6 +281,7 @@ void worker_server::stop(int grace_ms) {
     if (ready_.joinable()) {
         ready_.join();
     }
+    metrics_.set_serving(false);
     if (server_) {
         set_serving(*server_, false);
         server_->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(grace_ms));

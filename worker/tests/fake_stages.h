@@ -167,15 +167,15 @@ struct gate { // blocks engine steps until opened
     }
 };
 
-// The body of GET /metrics on a stage's metrics port.
-inline std::string scrape(const stage & s) {
+// The response to GET `path` (default /metrics) on a stage's metrics port.
+inline std::string scrape(const stage & s, const std::string & path = "/metrics") {
     const int fd = socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in address{};
     address.sin_family = AF_INET;
     address.sin_port   = htons(static_cast<uint16_t>(s.server.metrics_port()));
     inet_pton(AF_INET, "127.0.0.1", &address.sin_addr);
     CHECK(connect(fd, reinterpret_cast<sockaddr *>(&address), sizeof(address)) == 0);
-    const std::string get = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
+    const std::string get = "GET " + path + " HTTP/1.1\r\nHost: x\r\n\r\n";
     CHECK(send(fd, get.data(), get.size(), 0) == static_cast<ssize_t>(get.size()));
     std::string body;
     char buffer[4096];

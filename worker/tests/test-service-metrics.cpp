@@ -39,4 +39,11 @@ TEST("/metrics counts refused steps by their reason, apart from the gRPC code") 
     CHECK_EQ(sample(body, "meshnet_shard_requests_total{rpc=\"Forward\",code=\"FAILED_PRECONDITION\"}"), 3.0);
 }
 
+TEST("/health on the metrics port says what the gRPC health says: what kubelet probes of a TLS stage read") {
+    route r;
+    CHECK(scrape(r.first, "/health").rfind("HTTP/1.1 200 OK", 0) == 0);
+    CHECK(scrape(r.first, "/health").find("SERVING") != std::string::npos);
+    CHECK(scrape(r.first, "/nowhere").rfind("HTTP/1.1 404", 0) == 0);
+}
+
 TEST_MAIN()

@@ -99,4 +99,14 @@ app.kubernetes.io/part-of: meshnet
 - apiGroups: [""]
   resources: [configmaps]
   verbs: [list, watch, create, delete]
+# Each route's identity Secret (its own CA, the stage, gateway, certification and operator
+# certificates, the route key): issued, renewed (patch), read back; deleted with the route
+# by its owner reference.
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [get, list, watch, create, patch]
+# Each route's NetworkPolicy in front of its stage pods.
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [list, watch, create, patch, delete]
 {{- end }}

@@ -14,6 +14,8 @@ TEMPLATE = f"{GROUP}/template-hash"
 # A route's gateway Deployment, its pods and Service carry GATEWAY (the route's name), not
 # ROUTE: the stages' headless Service selects ROUTE and must not pick gateway pods.
 GATEWAY = f"{GROUP}/gateway"
+# A route's certification Jobs and their pods (not ROUTE: the stage-pod index skips them).
+CERTIFY_ROUTE = f"{GROUP}/certify-route"
 ROUTE_DIGEST_ANNOTATION = f"{GROUP}/route-digest"
 # On the stage pods of a pipeline being retired (replaced by a new epoch or scaled away):
 # when the gateway stopped sending it new sessions (RFC 3339); it goes spec.rollout

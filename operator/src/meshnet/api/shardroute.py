@@ -343,15 +343,43 @@ class Stage(ApiModel):
     )
 
 
-class RouteTls(ApiModel):
-    """TLS for the stage gRPC endpoints, from a kubernetes.io/tls Secret."""
+TlsMode = Literal["Operator", "Secret", "Disabled"]
 
-    secret_name: str = Field(
-        min_length=1, max_length=253, description="Secret with tls.crt, tls.key and ca.crt."
+
+class RouteTls(
+    ApiModel,
+    json_schema_extra=validations(
+        rule("!has(self.mode) || self.mode == 'Secret' || !has(self.secretName)",
+             "secretName is the certificate of mode Secret; mode Operator issues its own and"
+             " Disabled uses none"),
+        rule("!has(self.mode) || self.mode != 'Secret' || has(self.secretName)",
+             "mode Secret needs secretName"),
+    ),
+):
+    """How the route's links (stages, gateway, certification) are secured. Absent, or mode
+    Operator: mTLS with identities the operator issues from the route's own CA. Mode Secret
+    (or a secretName alone, as before modes existed): the user's kubernetes.io/tls Secret.
+    Mode Disabled: plaintext gRPC, for clusters that secure the network elsewhere."""
+
+    mode: TlsMode | None = Field(
+        default=None,
+        description="Operator (the default): mTLS on every link, each route's own CA and"
+                    " identities in the Secret <route>-identity, renewed by the operator;"
+                    " Secret: the certificate of secretName; Disabled: plaintext gRPC.",
+    )
+    secret_name: str | None = Field(
+        default=None, min_length=1, max_length=253,
+        description="Mode Secret: a Secret with tls.crt, tls.key and ca.crt.",
     )
     require_client_cert: bool = Field(
-        default=False, description="mTLS: require client certificates signed by ca.crt."
+        default=False,
+        description="Mode Secret: require client certificates signed by ca.crt (mTLS). Mode"
+                    " Operator always does.",
     )
+
+    def effective_mode(self) -> TlsMode:
+        """secretName alone means Secret, as it did before modes existed."""
+        return self.mode or ("Secret" if self.secret_name else "Operator")
 
 
 class GatewayResources(ApiModel):
@@ -458,7 +486,11 @@ class ShardRouteSpec(
                  "the first stage must begin at layer 0: the layers before it would never run"),
         ),
     )
-    tls: RouteTls | None = Field(default=None, description="TLS for the stage endpoints.")
+    tls: RouteTls | None = Field(
+        default=None,
+        description="How the route's links are secured (absent: mTLS with identities the"
+                    " operator issues).",
+    )
     gateway: Gateway = Field(
         default_factory=Gateway, description="The route's OpenAI-compatible gateway."
     )

@@ -23,9 +23,16 @@ from meshnet.certify.gates import Gates
 from meshnet.certify.lane import GPU_PRODUCT_LABELS, UNKNOWN
 from meshnet.digests import canonical_digest
 from meshnet.reconcile.naming import child_name
+from meshnet.reconcile.route.identity import (
+    CERTIFY,
+    ROUTE_KEY_VOLUME,
+    STAGE,
+    TLS_VOLUME,
+    stage_server_name,
+)
 from meshnet.reconcile.route.podspec import RouteRef, owner_reference
 
-CERTIFY_ROUTE = f"{GROUP}/certify-route"  # not labels.ROUTE: the stage-pod index skips these
+CERTIFY_ROUTE = labels.CERTIFY_ROUTE
 LANE = f"{GROUP}/lane"
 RECERTIFY = f"{GROUP}/recertify"  # annotation on the route: a new value runs a new Job
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
@@ -71,15 +78,21 @@ def certification_job(inputs: JobInputs) -> dict[str, Any]:
         command += ["--route-digest", inputs.route_digest]
     if inputs.request:
         command += ["--request", inputs.request]
-    # The stages' own volumes: the model, and for a TLS route its Secret, whose CA the
-    # certifier trusts and whose certificate it presents where stages require one (mTLS).
-    mounts = [m for m in worker.get("volumeMounts", []) if m["name"] in ("model", "tls")]
-    volumes = [v for v in pod.get("volumes", []) if v["name"] in ("model", "tls")]
-    tls_dir = next((m["mountPath"] for m in mounts if m["name"] == "tls"), None)
+    # The stages' own volumes: the model, the route key, and for a TLS route its Secret,
+    # whose CA the certifier trusts and whose certificate it presents where stages require
+    # one (mTLS): from the operator's identity Secret, certification's own identity.
+    shared = ("model", TLS_VOLUME, ROUTE_KEY_VOLUME)
+    mounts = [m for m in worker.get("volumeMounts", []) if m["name"] in shared]
+    volumes = [_as_certifier(v) for v in pod.get("volumes", []) if v["name"] in shared]
+    tls_dir = next((m["mountPath"] for m in mounts if m["name"] == TLS_VOLUME), None)
     if tls_dir:
         command += ["--tls-ca", f"{tls_dir}/ca.crt"]
         if "--tls-client-ca" in args:
             command += ["--tls-cert", f"{tls_dir}/tls.crt", "--tls-key", f"{tls_dir}/tls.key"]
+        if any(v["name"] == TLS_VOLUME and (v.get("secret") or {}).get("items")
+               for v in volumes):  # the operator's identity: it names the stages so
+            command += ["--tls-server-name",
+                        stage_server_name(inputs.route.name, inputs.route.namespace)]
     container = {
         "name": "certify", "image": inputs.image, "command": ["meshnet"], "args": command,
         "imagePullPolicy": worker.get("imagePullPolicy", "IfNotPresent"),
@@ -119,6 +132,17 @@ def certification_job(inputs: JobInputs) -> dict[str, Any]:
             "template": {"metadata": {"labels": tags}, "spec": spec},
         },
     }
+
+
+def _as_certifier(volume: Mapping[str, Any]) -> dict[str, Any]:
+    """A stage pod's volume as the Job mounts it: the stage identity's files of the
+    operator's identity Secret become certification's."""
+    items = (volume.get("secret") or {}).get("items")
+    if volume["name"] != TLS_VOLUME or not items:
+        return dict(volume)
+    stage_files = {f"{STAGE}.crt": f"{CERTIFY}.crt", f"{STAGE}.key": f"{CERTIFY}.key"}
+    return {**volume, "secret": {**volume["secret"], "items": [
+        {**item, "key": stage_files.get(item["key"], item["key"])} for item in items]}}
 
 
 def _product_selector(lane: CertifiedLane) -> dict[str, str]:

@@ -18,8 +18,9 @@ def tls_client_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """Adds the options; the command gets `tls`: the files, or None for plaintext."""
     @functools.wraps(command)
     def with_tls(*args: Any, tls_ca: Path | None, tls_cert: Path | None, tls_key: Path | None,
-                 **kwargs: Any) -> Any:
-        tls = TlsFiles(tls_ca, tls_cert, tls_key) if (tls_ca or tls_cert) else None
+                 tls_server_name: str | None, **kwargs: Any) -> Any:
+        tls = TlsFiles(tls_ca, tls_cert, tls_key, tls_server_name) \
+            if (tls_ca or tls_cert) else None
         return command(*args, tls=tls, **kwargs)
 
     options = [
@@ -27,6 +28,10 @@ def tls_client_options(command: Callable[..., Any]) -> Callable[..., Any]:
                      help="CA of the workers' certificates (enables TLS)."),
         click.option("--tls-cert", type=_FILE, default=None, help="Client certificate for mTLS."),
         click.option("--tls-key", type=_FILE, default=None, help="Client key for mTLS."),
+        click.option("--tls-server-name", default=None,
+                     help="Check the workers' certificate against this name instead of the"
+                          " address dialled (e.g. stage.ROUTE.NAMESPACE, which the"
+                          " operator's stage certificates carry, for workers dialled by IP)."),
     ]
     decorated: Callable[..., Any] = with_tls
     for option in reversed(options):

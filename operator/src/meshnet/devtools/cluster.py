@@ -44,6 +44,8 @@ RESOURCES: dict[str, dict[str, Any]] = {
     "apps/v1/deployments": {"kind": "Deployment", "namespaced": True,
                             "subresources": ["status"]},
     "v1/events": {"kind": "Event", "namespaced": True},
+    "v1/secrets": {"kind": "Secret", "namespaced": True},
+    "networking.k8s.io/v1/networkpolicies": {"kind": "NetworkPolicy", "namespaced": True},
     # kopf only starts watching once it can scan these two.
     "apiextensions.k8s.io/v1/customresourcedefinitions": {"kind": "CustomResourceDefinition",
                                                           "namespaced": False},

@@ -20,7 +20,8 @@ def launch_spec(worker: WorkerSpec, model_path: Path, threads: int,
     the worker picks on 127.0.0.1, and `links` (stage name -> loopback endpoint) for the
     stages it relays to."""
     if worker.tls is not None:  # its certificate would come from a Secret: there is none here
-        raise ValueError("the local backend cannot run a route with spec.tls")
+        raise ValueError("the local backend cannot run a route with spec.tls.mode Secret"
+                         " (without spec.tls it runs plaintext on loopback)")
     command = worker_command(worker, model_path, "127.0.0.1:0", "127.0.0.1:0", links or {})
     # a `meshnet up` that is killed leaves no worker behind
     return LaunchSpec.of(command, threads=threads, exit_with_parent=True)

@@ -10,17 +10,19 @@ from collections.abc import Sequence
 
 from meshnet.reconcile.route import ObservedPod
 from meshnet.reconcile.route.rollout import PipelineKey, pipelines
-from meshnet.tracker.collect import sample_stage
+from meshnet.tracker.collect import StageTls, sample_stage
 
 
 async def idle_pipelines(pods: Sequence[ObservedPod], grpc_port: int,
-                         timeout: float = 2.0) -> frozenset[PipelineKey]:
-    """The draining pipelines whose every stage pod answered that it holds no session."""
+                         timeout: float = 2.0,
+                         tls: StageTls | None = None) -> frozenset[PipelineKey]:
+    """The draining pipelines whose every stage pod answered that it holds no session
+    (asked over mTLS with `tls`, the operator's identity at the route)."""
     draining = [g for g in pipelines(pods).values() if g.draining_since is not None]
     if not draining:
         return frozenset()
     asked = [p for g in draining for p in g.pods if p.ip]
-    answers = await asyncio.gather(*(sample_stage(f"{p.ip}:{grpc_port}", timeout)
+    answers = await asyncio.gather(*(sample_stage(f"{p.ip}:{grpc_port}", timeout, tls)
                                      for p in asked))
     idle = {p.name for p, a in zip(asked, answers, strict=True)
             if a.capacity is not None and a.capacity.active_sessions == 0}

@@ -21,7 +21,9 @@ from meshnet.reconcile.plan import Action, Create, Event, Patch, Plan, merge_pat
 # kind -> (apiVersion, plural) of the children a plan may touch; Node is cluster-scoped.
 CHILDREN = {"Pod": ("v1", "pods"), "Service": ("v1", "services"),
             "Deployment": ("apps/v1", "deployments"), "Job": ("batch/v1", "jobs"),
-            "ConfigMap": ("v1", "configmaps"), "Node": ("v1", "nodes")}
+            "ConfigMap": ("v1", "configmaps"), "Node": ("v1", "nodes"),
+            "Secret": ("v1", "secrets"),
+            "NetworkPolicy": ("networking.k8s.io/v1", "networkpolicies")}
 
 
 STATUS_ATTEMPTS = 4  # conditional status writes redone after a concurrent writer's

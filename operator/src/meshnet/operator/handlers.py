@@ -13,6 +13,7 @@ from meshnet.operator.context import Context
 from meshnet.operator.drain_watch import idle_pipelines
 from meshnet.operator.executor import execute, owner_path
 from meshnet.operator.expectations import Expectations
+from meshnet.operator.identity import IDENTITY_LABEL, ensure_identity, indexed, operator_tls
 from meshnet.operator.registration import on_every_trigger, run_reconcile
 from meshnet.reconcile.route import (
     STATUS_KEYS,
@@ -30,6 +31,7 @@ ROUTES = (GROUP, VERSION, shardroute.PLURAL)
 ARTIFACTS = (GROUP, VERSION, modelartifact.PLURAL)
 OURS: dict[str, Any] = {
     labels.ROUTE: kopf.PRESENT, labels.MANAGED_BY: labels.OPERATOR_NAME}
+IDENTITIES: dict[str, Any] = {IDENTITY_LABEL: "route", **OURS}
 GATEWAYS: dict[str, Any] = {
     labels.GATEWAY: kopf.PRESENT, labels.MANAGED_BY: labels.OPERATOR_NAME}
 # Handlers take a `labels` kwarg, which would shadow the module inside them.
@@ -59,10 +61,16 @@ async def _reconcile_once(ctx: Context, namespace: str, name: str,
         ctx.expectations.forget(key)
         return
     observed = _observe(body, indices, ctx.expectations)
+    tls = None
+    if not observed.route.deleting and observed.route.spec is not None:
+        found = next(iter(indices["route_identities"].get(key, ())), None)
+        identity, files = await ensure_identity(ctx.client, observed.route, found, utc_now())
+        observed = dataclasses.replace(observed, identity=identity)
+        tls = operator_tls(namespace, name, observed.route.spec, files)
     if observed.gateway_rolled_out or observed.gateway_deployment_hash is None:
         # (while a gateway rolls out, its old pod may still send a draining pipeline new
         # sessions: no need to ask)
-        idle = await idle_pipelines(observed.pods, ctx.settings.worker_grpc_port)
+        idle = await idle_pipelines(observed.pods, ctx.settings.worker_grpc_port, tls=tls)
         observed = dataclasses.replace(observed, idle_pipelines=idle)
     result = plan(observed, ctx.settings.worker_config(), utc_now())
     await execute(ctx.client, body, shardroute.PLURAL, result, STATUS_KEYS, ctx.expectations)
@@ -90,7 +98,8 @@ def _observe(body: dict[str, Any], indices: dict[str, Any],
     return Observed(route, pods, services=services, artifact=artifact,
                     gateway_deployment_hash=deployment[0] if deployment else None,
                     gateway_rolled_out=deployment[1] if deployment else False,
-                    gateway_service_hash=next(iter(indices["gateway_services"].get(key, ())), None))
+                    gateway_service_hash=next(iter(indices["gateway_services"].get(key, ())), None),
+                    network_policy_hash=next(iter(indices["route_policies"].get(key, ())), None))
 
 
 def register(registry: kopf.OperatorRegistry, ctx: Context) -> None:
@@ -105,6 +114,15 @@ def register(registry: kopf.OperatorRegistry, ctx: Context) -> None:
     async def route_services(namespace: str | None, labels: kopf.Labels, **_: Any) -> Any:
         return {(namespace, labels[ROUTE_LABEL]): (replica_of(labels),
                                                    labels.get(TEMPLATE_LABEL, ""))}
+
+    @kopf.index("secrets", labels=IDENTITIES, id="route_identities", registry=registry)
+    async def route_identities(namespace: str | None, labels: kopf.Labels, body: kopf.Body,
+                               **_: Any) -> Any:
+        return {(namespace, labels[ROUTE_LABEL]): indexed(body)}
+
+    @kopf.index("networkpolicies", labels=OURS, id="route_policies", registry=registry)
+    async def route_policies(namespace: str | None, labels: kopf.Labels, **_: Any) -> Any:
+        return {(namespace, labels[ROUTE_LABEL]): labels.get(TEMPLATE_LABEL, "")}
 
     @kopf.index("deployments", labels=GATEWAYS, id="gateway_deployments", registry=registry)
     async def gateway_deployments(namespace: str | None, labels: kopf.Labels, body: kopf.Body,

@@ -11,6 +11,7 @@ from meshnet.errors import MeshnetError, OperatorError
 from meshnet.paths import repo_root
 from meshnet.pin.manifest import load_manifest
 from meshnet.reconcile.artifact.jobspec import ProvisionerConfig
+from meshnet.reconcile.route.networkpolicy import PolicyConfig
 from meshnet.reconcile.route.podspec import WorkerConfig
 from meshnet.tracker.settings import TrackerSettings
 
@@ -42,6 +43,9 @@ class OperatorSettings:
     # How often every byte of a verified artifact copy is hashed again (0: never); in
     # between, files are trusted by their marker, which checks only size and mtime.
     artifact_rehash_seconds: float = 7 * 86400.0
+    # Each route's NetworkPolicy: on, the operator's namespace and pod labels (let in to
+    # the stages' gRPC port), the namespaces let in to their metrics port.
+    network_policy: PolicyConfig = field(default_factory=PolicyConfig)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> OperatorSettings:
@@ -69,6 +73,7 @@ class OperatorSettings:
             gateway_image=env.get("MESHNET_GATEWAY_IMAGE") or None,
             artifact_rehash_seconds=max(0.0, env_number(env, "MESHNET_ARTIFACT_REHASH_SECONDS",
                                                         7 * 86400.0, float)),
+            network_policy=_policy_config(env),
         )
 
     def provisioner_config(self, image: str) -> ProvisionerConfig:
@@ -81,7 +86,26 @@ class OperatorSettings:
             images=dict(self.worker_images), pin_digest=self.pin_digest,
             grpc_port=self.worker_grpc_port, metrics_port=self.worker_metrics_port,
             image_pull_policy=self.worker_pull_policy, gateway_image=self.gateway_image,
+            network_policy=self.network_policy,
         )
+
+
+def _policy_config(env: Mapping[str, str]) -> PolicyConfig:
+    """MESHNET_NETWORK_POLICY (on unless "false"), MESHNET_OPERATOR_NAMESPACE,
+    MESHNET_OPERATOR_POD_LABELS (k=v,k=v) and MESHNET_METRICS_NAMESPACES (a,b)."""
+    pairs = [p.split("=", 1) for p in env.get("MESHNET_OPERATOR_POD_LABELS", "").split(",")
+             if p.strip()]
+    if any(len(p) != 2 for p in pairs):
+        raise OperatorError("MESHNET_OPERATOR_POD_LABELS must be key=value pairs, comma"
+                            " separated")
+    default = PolicyConfig()
+    return PolicyConfig(
+        enabled=env.get("MESHNET_NETWORK_POLICY", "true").strip().lower() != "false",
+        operator_namespace=env.get("MESHNET_OPERATOR_NAMESPACE", "").strip(),
+        operator_labels={k.strip(): v.strip() for k, v in pairs} or default.operator_labels,
+        metrics_namespaces=tuple(n.strip() for n in env.get("MESHNET_METRICS_NAMESPACES",
+                                                            "").split(",") if n.strip()),
+    )
 
 
 def _pin_from_checkout() -> str:

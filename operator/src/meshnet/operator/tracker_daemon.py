@@ -32,6 +32,7 @@ from meshnet.errors import KubeApiError
 from meshnet.operator.context import Context
 from meshnet.operator.executor import execute, owner_path
 from meshnet.operator.handlers import ARTIFACTS, OURS, ROUTE_LABEL, ROUTES
+from meshnet.operator.identity import Found, operator_tls
 from meshnet.operator.kube import path
 from meshnet.operator.pace import Pace
 from meshnet.reconcile.plan import Plan
@@ -74,6 +75,7 @@ class Seen:
     artifacts: dict[str, dict[str, Any]]  # by name, in the route's namespace
     jobs: Mapping[str, list[dict[str, Any]]]  # certification Jobs by name (0 or 1 each)
     job_pods: Mapping[str, list[dict[str, Any]]]  # certification pods by Job name
+    identity: Found | None = None  # the route's identity Secret (the handlers' index)
 
 
 def register(registry: kopf.OperatorRegistry, ctx: Context) -> None:
@@ -133,7 +135,9 @@ def register(registry: kopf.OperatorRegistry, ctx: Context) -> None:
                     artifacts={k: v for found in indices["tracker_artifacts"].get(namespace, ())
                                for k, v in found.items()},
                     jobs=_ByJob(indices["tracker_jobs"], namespace),
-                    job_pods=_ByJob(indices["tracker_job_pods"], namespace))
+                    job_pods=_ByJob(indices["tracker_job_pods"], namespace),
+                    identity=next(iter(indices["route_identities"].get((namespace, name), ())),
+                                  None))
                 passed = await _unless_stopped(stopped, _guarded(shared, ns, name, cadence,
                                                                  seen))
                 if passed is None:
@@ -262,7 +266,8 @@ async def _pass(shared: Shared, namespace: str, name: str, cadence: Cadence,
     state = lanes.state(lane, decision.certificate)
     replicas = kube_inputs.replica_views(spec, body, seen.pods, settings.worker_grpc_port)
     stepped = await step(shared.reporting, cadence, view, stages, state,
-                         replicas=replicas or None)
+                         replicas=replicas or None,
+                         tls=operator_tls(namespace, name, spec, seen.identity))
     report, delivery = stepped.report, stepped.delivery
     if delivery is not None and not delivery.ok:
         log.warning("report of %s/%s did not reach the Tracker after %d attempts: %s",

@@ -33,11 +33,17 @@ TOKENIZE_PATIENCE = 5.0  # seconds a Tokenize retries a stage whose tokenizers a
 
 @dataclass(frozen=True)
 class TlsFiles:
-    """PEM files for TLS: the CA that signed the workers, and for mTLS our cert + key."""
+    """PEM files for TLS: the CA that signed the workers, and for mTLS our cert + key;
+    `server_name`: the name the workers' certificate is checked against instead of the
+    address dialled (a pod IP is in no certificate)."""
 
     ca: Path | None = None
     cert: Path | None = None
     key: Path | None = None
+    server_name: str | None = None
+
+    def options(self) -> list[tuple[str, str]]:
+        return [("grpc.ssl_target_name_override", self.server_name)] if self.server_name else []
 
     def credentials(self) -> grpc.ChannelCredentials:
         def read(path: Path | None) -> bytes | None:
@@ -194,7 +200,8 @@ class StageClient:
         self.timeout = timeout
         self.steps = steps or StepDeadline()
         if tls is not None:
-            self._channel = grpc.secure_channel(endpoint, tls.credentials(), CHANNEL_OPTIONS)
+            self._channel = grpc.secure_channel(endpoint, tls.credentials(),
+                                                [*CHANNEL_OPTIONS, *tls.options()])
         else:
             self._channel = grpc.insecure_channel(endpoint, CHANNEL_OPTIONS)
         self._stub = pb_grpc.ShardServiceStub(self._channel)  # type: ignore[no-untyped-call]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -17,6 +18,24 @@ DTYPES = {pb.BOUNDARY_DTYPE_F32: "f32", pb.BOUNDARY_DTYPE_F16: "f16",
           pb.BOUNDARY_DTYPE_BF16: "bf16"}
 
 
+@dataclass(frozen=True)
+class StageTls:
+    """How a caller that dials stages by pod IP (the operator) reaches a route's stages over
+    mTLS: the route's CA, its own client identity, and the name the stage certificate is
+    checked against (a pod IP is in no certificate)."""
+
+    ca: bytes
+    cert: bytes
+    key: bytes
+    server_name: str
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        return grpc.ssl_channel_credentials(self.ca, self.key, self.cert)
+
+    def options(self) -> list[tuple[str, Any]]:
+        return [("grpc.ssl_target_name_override", self.server_name)]
+
+
 class StageChannels:
     """Long-lived channels, one per stage endpoint, with their stubs: opening a channel or
     building a stub costs far more CPU than the two calls made on it, and hundreds of
@@ -24,19 +43,20 @@ class StageChannels:
     A failed channel retries its connection within `retry_seconds` (so a stage that came
     back answers the next pass); one not asked for in `idle_seconds` is closed."""
 
-    def __init__(self, retry_seconds: float = 5.0, idle_seconds: float = 60.0,
-                 credentials: grpc.ChannelCredentials | None = None) -> None:
-        self._options = [("grpc.max_reconnect_backoff_ms", int(retry_seconds * 1000))]
-        self._idle, self._credentials = idle_seconds, credentials
-        self._open: dict[str, tuple[float, grpc.aio.Channel, Any]] = {}
+    def __init__(self, retry_seconds: float = 5.0, idle_seconds: float = 60.0) -> None:
+        self._options: list[tuple[str, Any]] = [
+            ("grpc.max_reconnect_backoff_ms", int(retry_seconds * 1000))]
+        self._idle = idle_seconds
+        # by endpoint and TLS (a route's renewed identity is a new channel)
+        self._open: dict[tuple[str, StageTls | None], tuple[float, grpc.aio.Channel, Any]] = {}
         self._swept = time.monotonic()
 
-    async def stub(self, endpoint: str) -> Any:
-        """The endpoint's ShardService stub."""
+    async def stub(self, endpoint: str, tls: StageTls | None = None) -> Any:
+        """The endpoint's ShardService stub (over mTLS with `tls`)."""
         now = time.monotonic()
-        _, channel, stub = self._open.get(endpoint) or (
-            now, *_open(endpoint, self._credentials, self._options))
-        self._open[endpoint] = (now, channel, stub)  # before any await: one per endpoint
+        key = (endpoint, tls)
+        _, channel, stub = self._open.get(key) or (now, *_open(endpoint, tls, self._options))
+        self._open[key] = (now, channel, stub)  # before any await: one per endpoint
         if now - self._swept > self._idle:
             self._swept = now
             for idle in [e for e, (used, *_) in self._open.items() if now - used > self._idle]:
@@ -50,31 +70,31 @@ class StageChannels:
 
 
 async def sample_stages(endpoints: Mapping[str, str | None], timeout: float = 2.0,
-                        credentials: grpc.ChannelCredentials | None = None,
+                        tls: StageTls | None = None,
                         channels: StageChannels | None = None) -> dict[str, StageSample]:
     """Samples of every stage that has an endpoint, by stage name; over `channels` when
     given, else over channels opened for this call."""
     names = [name for name, endpoint in endpoints.items() if endpoint]
-    results = await asyncio.gather(*(sample_stage(str(endpoints[n]), timeout, credentials,
+    results = await asyncio.gather(*(sample_stage(str(endpoints[n]), timeout, tls,
                                                   channels) for n in names))
     return dict(zip(names, results, strict=True))
 
 
-def _open(endpoint: str, credentials: grpc.ChannelCredentials | None,
-          options: list[tuple[str, int]] | None = None) -> tuple[grpc.aio.Channel, Any]:
-    channel = (grpc.aio.secure_channel(endpoint, credentials, options) if credentials
+def _open(endpoint: str, tls: StageTls | None,
+          options: list[tuple[str, Any]] | None = None) -> tuple[grpc.aio.Channel, Any]:
+    channel = (grpc.aio.secure_channel(endpoint, tls.credentials(),
+                                       [*(options or []), *tls.options()]) if tls
                else grpc.aio.insecure_channel(endpoint, options))
     return channel, pb_grpc.ShardServiceStub(channel)  # type: ignore[no-untyped-call]
 
 
-async def sample_stage(endpoint: str, timeout: float = 2.0,
-                       credentials: grpc.ChannelCredentials | None = None,
+async def sample_stage(endpoint: str, timeout: float = 2.0, tls: StageTls | None = None,
                        channels: StageChannels | None = None) -> StageSample:
     own = None  # a channel of this call only, closed after it
     if channels is not None:
-        stub = await channels.stub(endpoint)
+        stub = await channels.stub(endpoint, tls)
     else:
-        own, stub = _open(endpoint, credentials)
+        own, stub = _open(endpoint, tls)
     try:
         info, capacity = await asyncio.gather(
             stub.GetInfo(pb.GetInfoRequest(), timeout=timeout),

@@ -10,7 +10,7 @@ from typing import Any
 
 from meshnet.api.tracker import CapacityReport, CertificationState, Provider
 from meshnet.tracker.client import Delivery, TrackerClient
-from meshnet.tracker.collect import StageChannels, sample_stages
+from meshnet.tracker.collect import StageChannels, StageTls, sample_stages
 from meshnet.tracker.inputs import PinFacts, ReplicaView, RouteView, StageSample, StageView
 from meshnet.tracker.metrics import TrackerMetrics
 from meshnet.tracker.report import build_report, withdrawn
@@ -41,13 +41,15 @@ class Stepped:
 
 async def step(reporting: Reporting, cadence: Cadence, route: RouteView,
                stages: Sequence[StageView], certification: CertificationState,
-               replicas: Sequence[ReplicaView] | None = None) -> Stepped:
-    """Sample the stages (and every replica's, each endpoint once), build the report and
-    send it when due. `replicas` None: the reporter does not know replicas."""
+               replicas: Sequence[ReplicaView] | None = None,
+               tls: StageTls | None = None) -> Stepped:
+    """Sample the stages (and every replica's, each endpoint once; over mTLS with `tls`),
+    build the report and send it when due. `replicas` None: the reporter does not know
+    replicas."""
     endpoints = {s.endpoint for s in stages} | {
         s.endpoint for r in replicas or () for s in r.stages}
     answered = await sample_stages({e: e for e in endpoints if e}, reporting.stage_timeout,
-                                   channels=reporting.channels)
+                                   tls, channels=reporting.channels)
     samples = {s.name: answered[s.endpoint] for s in stages if s.endpoint}
     reporting.metrics.collect_errors.inc(sum(1 for s in answered.values() if s.error))
     now = time.time()

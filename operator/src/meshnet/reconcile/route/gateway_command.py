@@ -9,7 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import PurePath
 
-from meshnet.api.shardroute import Gateway, RouteTls, Speculation
+from meshnet.api.shardroute import Gateway, Speculation
+from meshnet.reconcile.route.identity import LinkTls
 
 GRACE_MARGIN_SECONDS = 10  # beyond the drain: the gateway's own shutdown after it
 
@@ -83,7 +84,7 @@ def _render(flags: list[tuple[str, object]]) -> list[str]:
 
 def gateway_command(name: str, gateway: Gateway, speculation: Speculation, drain_seconds: int,
                     listen: str, *, local_route: bool = False,
-                    pipelines: Sequence[Sequence[str]] = (), tls: RouteTls | None = None,
+                    pipelines: Sequence[Sequence[str]] = (), tls: LinkTls | None = None,
                     tls_dir: PurePath | None = None,
                     api_keys: PurePath | None = None) -> GatewayCommand:
     """The gateway of route `name` listening on `listen`, finding its replicas in this

@@ -13,10 +13,19 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from meshnet.api import labels
-from meshnet.api.shardroute import Gateway, RouteTls, Speculation, Stage
+from meshnet.api.shardroute import Gateway, Speculation, Stage
 from meshnet.reconcile.children import CONTAINER_SECURITY, POD_SECURITY, template_hash
 from meshnet.reconcile.naming import endpoint, gateway_name
 from meshnet.reconcile.route.gateway_command import GatewayCommand, gateway_command
+from meshnet.reconcile.route.identity import (
+    GATEWAY,
+    ROUTE_KEY_MOUNT,
+    TLS_VOLUME,
+    LinkTls,
+    identity_env,
+    route_key_volume,
+    tls_volume,
+)
 from meshnet.reconcile.route.podspec import (
     TLS_DIR,
     RouteRef,
@@ -52,7 +61,7 @@ def pipelines(route: RouteRef, stages: list[Stage], epochs: Sequence[int],
 
 
 def gateway_pod_command(route: RouteRef, stages: list[Stage], gateway: Gateway,
-                        tls: RouteTls | None, speculation: Speculation, config: WorkerConfig,
+                        tls: LinkTls | None, speculation: Speculation, config: WorkerConfig,
                         epochs: Sequence[int], drain_seconds: int = 0) -> GatewayCommand:
     """The gateway pod's `meshnet serve`: on every interface, its replicas by their DNS
     names, its TLS files where the route's Secret is mounted."""
@@ -69,9 +78,12 @@ def _http_probe(path: str, period: int, failures: int, port: int) -> dict[str, A
 
 
 def gateway_deployment(route: RouteRef, stages: list[Stage], gateway: Gateway,
-                       tls: RouteTls | None, speculation: Speculation,
+                       tls: LinkTls | None, speculation: Speculation,
                        config: WorkerConfig, epochs: Sequence[int],
-                       drain_seconds: int = 0) -> dict[str, Any]:
+                       drain_seconds: int = 0,
+                       route_key_secret: str | None = None) -> dict[str, Any]:
+    """The gateway's Deployment: with the route's TLS, its own client identity (where the
+    operator issues them) and the route key from `route_key_secret`."""
     assert config.gateway_image is not None
     pod_labels = gateway_labels(route)
     command = gateway_pod_command(route, stages, gateway, tls, speculation, config, epochs,
@@ -97,9 +109,14 @@ def gateway_deployment(route: RouteRef, stages: list[Stage], gateway: Gateway,
     }
     volumes: list[dict[str, Any]] = [{"name": "tmp", "emptyDir": {}}]
     if tls is not None:
-        container["volumeMounts"].append({"name": "tls", "mountPath": TLS_DIR, "readOnly": True})
-        volumes.append({"name": "tls", "secret": {"secretName": tls.secret_name,
-                                                  "defaultMode": 0o440}})
+        container["volumeMounts"].append({"name": TLS_VOLUME, "mountPath": TLS_DIR,
+                                          "readOnly": True})
+        volumes.append(tls_volume(tls, GATEWAY))
+        if env := identity_env(tls):
+            container["env"] = env
+    if route_key_secret is not None:
+        container["volumeMounts"].append(dict(ROUTE_KEY_MOUNT))
+        volumes.append(route_key_volume(route_key_secret))
     if gateway.api_keys_secret:
         container["volumeMounts"].append(
             {"name": "api-keys", "mountPath": API_KEYS_DIR, "readOnly": True})

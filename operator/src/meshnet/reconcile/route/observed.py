@@ -14,6 +14,7 @@ from meshnet.api.modelartifact import ArtifactStorage, GgufDrafter, ModelArtifac
 from meshnet.api.shardroute import ShardRouteSpec
 from meshnet.api.validate import artifact_drafter, block_count
 from meshnet.reconcile.resource import ObservedResource, observe_resource
+from meshnet.reconcile.route.identity import IssuedIdentity
 
 # Container waiting reasons that mean the stage will not come up without help.
 FAILING_REASONS = frozenset({
@@ -82,6 +83,11 @@ class Observed:
     # Draining pipelines (replica, epoch) whose every stage answered that it holds no
     # session: looked up by the operator (I/O) only while a pipeline drains.
     idle_pipelines: frozenset[tuple[int, int]] = frozenset()
+    # The route's identity Secret (CA, leaves, route key) as the operator ensured it before
+    # planning; None where no backend issues one (`meshnet up`: loopback, plaintext).
+    identity: IssuedIdentity | None = None
+    # template hash of the stages' NetworkPolicy (None: absent)
+    network_policy_hash: str | None = None
 
 
 def observe_route(body: Mapping[str, Any]) -> ObservedRoute:

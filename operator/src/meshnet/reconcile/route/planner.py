@@ -9,12 +9,14 @@ from typing import Any
 
 from meshnet.api import labels
 from meshnet.api.checks import Problem, drafter_problems, route_problems
-from meshnet.api.shardroute import Recipe, RouteTls, ShardRouteSpec, Stage
+from meshnet.api.shardroute import Recipe, ShardRouteSpec, Stage
 from meshnet.digests import recipe_digest, route_digest
 from meshnet.reconcile.naming import gateway_name, service_name
 from meshnet.reconcile.plan import Action, Create, Delete, Event, Patch, Plan, steps
 from meshnet.reconcile.route import status as derive
 from meshnet.reconcile.route.gatewayspec import gateway_deployment, gateway_service, gateway_url
+from meshnet.reconcile.route.identity import IssuedIdentity, LinkTls, link_tls
+from meshnet.reconcile.route.networkpolicy import policy_name, stage_policy
 from meshnet.reconcile.route.observed import (
     Observed,
     ObservedPod,
@@ -25,7 +27,9 @@ from meshnet.reconcile.route.podspec import (
     RouteRef,
     StageInputs,
     WorkerConfig,
+    child_labels,
     headless_service,
+    owner_reference,
     stage_pod,
 )
 from meshnet.reconcile.route.rollout import RolloutPlan, in_place, roll
@@ -135,12 +139,14 @@ def _rollout(observed: Observed, spec: ShardRouteSpec, manifest: str, config: Wo
     identities = Identities(manifest, recipe, digest)
     route_id, storage = f"{route.namespace}/{route.name}", observed.artifact.storage
     desired: dict[PodKey, Desired] = {}
+    tls = link_tls(spec.tls, observed.identity)
+    key_secret = observed.identity.secret_name if observed.identity else None
     for replica in range(spec.replicas):
         for i, stage in enumerate(spec.stages):
-            worker = stage_worker(spec.stages, i, spec.recipe, spec.tls, epoch, identities,
+            worker = stage_worker(spec.stages, i, spec.recipe, tls, epoch, identities,
                                   observed.artifact.model_file, route_id, replica,
                                   observed.artifact.drafter_file,
-                                  observed.artifact.architecture)
+                                  observed.artifact.architecture, key_secret)
             body = stage_pod(StageInputs(ref, stage, spec.recipe, storage, worker), config)
             desired[replica, stage.name] = (body, worker)
     if config.side_by_side:
@@ -155,6 +161,7 @@ def _rollout(observed: Observed, spec: ShardRouteSpec, manifest: str, config: Wo
         actions, events = _pod_actions(observed.pods, desired, epoch, spec.replicas)
         serving, draining, requeue = dict.fromkeys(range(spec.replicas), epoch), [], None
     actions += _service_actions(observed, ref, config, spec.replicas)
+    actions += _policy_actions(observed, ref, config)
     actions += _gateway_actions(observed, ref, spec, config, serving)
     if advanced:
         previous = route.status.get("epoch") or 0
@@ -174,11 +181,12 @@ def _rollout(observed: Observed, spec: ShardRouteSpec, manifest: str, config: Wo
                 result.own_conditions, requeue)
 
 
-def stage_worker(stages: Sequence[Stage], index: int, recipe: Recipe, tls: RouteTls | None,
+def stage_worker(stages: Sequence[Stage], index: int, recipe: Recipe, tls: LinkTls | None,
                  epoch: int, identities: Identities, model_file: str,
                  route_id: str, replica: int = 0,
                  drafter_file: str | None = None,
-                 architecture: str | None = None) -> WorkerSpec:
+                 architecture: str | None = None,
+                 route_key_secret: str | None = None) -> WorkerSpec:
     """The worker of `stages[index]` in `replica` at `epoch`: every replica's is the same
     but for the addresses of its links. The last stage hosts the recipe's drafter (the
     artifact's `drafter_file` for DSpark); the prefix cache's defaults are the lane's and
@@ -203,6 +211,7 @@ def stage_worker(stages: Sequence[Stage], index: int, recipe: Recipe, tls: Route
         pipeline_depth=len(stages),
         offload=bool(stage.resources.gpus) and recipe.lane != "cpu",
         tls=tls,
+        route_key_secret=route_key_secret,
         links=stage_links(recipe.topology, [s.name for s in stages], index),
         loop=LoopSpeculation(speculation.loop_drafts(), speculation.loop_windows())
         if index == 0 else None,
@@ -333,6 +342,21 @@ def _service_actions(observed: Observed, ref: RouteRef, config: WorkerConfig,
                       if replica >= replicas and replica not in running]
 
 
+def _policy_actions(observed: Observed, ref: RouteRef, config: WorkerConfig) -> list[Action]:
+    """The stages' NetworkPolicy as its template says (gone when the chart turns it off)."""
+    existing = observed.network_policy_hash
+    if not config.network_policy.enabled:
+        return [] if existing is None else [Delete("NetworkPolicy", policy_name(ref.name))]
+    body = stage_policy(ref.name, ref.namespace, owner_reference(ref), config.grpc_port,
+                        config.metrics_port, config.network_policy, child_labels(ref))
+    if existing is None:
+        return [Create(body)]
+    if existing != body["metadata"]["labels"][labels.TEMPLATE]:
+        return [Patch("NetworkPolicy", body["metadata"]["name"],
+                      {"metadata": {"labels": body["metadata"]["labels"]}, "spec": body["spec"]})]
+    return []
+
+
 def _gateway_actions(observed: Observed, ref: RouteRef, spec: ShardRouteSpec,
                      config: WorkerConfig, serving: Mapping[int, int]) -> list[Action]:
     """The gateway's Deployment and Service as the spec says (gone when disabled); its
@@ -340,7 +364,8 @@ def _gateway_actions(observed: Observed, ref: RouteRef, spec: ShardRouteSpec,
     if not _has_gateway(spec, config):
         return _delete_gateway(observed)
     wanted = (
-        (_gateway_template(ref, spec, config, serving), observed.gateway_deployment_hash),
+        (_gateway_template(ref, spec, config, serving, observed.identity),
+         observed.gateway_deployment_hash),
         (gateway_service(ref, config), observed.gateway_service_hash),
     )
     actions: list[Action] = []
@@ -361,18 +386,22 @@ def _drained(observed: Observed, ref: RouteRef, spec: ShardRouteSpec, config: Wo
     `serving`, which names no draining pipeline."""
     if not observed.idle_pipelines or not _has_gateway(spec, config):
         return observed.idle_pipelines
-    template = _gateway_template(ref, spec, config, serving)["metadata"]["labels"][labels.TEMPLATE]
+    template = _gateway_template(ref, spec, config, serving,
+                                 observed.identity)["metadata"]["labels"][labels.TEMPLATE]
     if not observed.gateway_rolled_out or observed.gateway_deployment_hash != template:
         return frozenset()  # an old gateway pod may still admit sessions to it
     return observed.idle_pipelines
 
 
 def _gateway_template(ref: RouteRef, spec: ShardRouteSpec, config: WorkerConfig,
-                      serving: Mapping[int, int]) -> dict[str, Any]:
+                      serving: Mapping[int, int],
+                      identity: IssuedIdentity | None) -> dict[str, Any]:
     """The gateway's Deployment for the pipelines `serving` names (replica -> epoch)."""
-    return gateway_deployment(ref, spec.stages, spec.gateway, spec.tls, spec.recipe.speculation,
-                              config, [serving[r] for r in range(spec.replicas)],
-                              spec.rollout.drain_seconds)
+    return gateway_deployment(ref, spec.stages, spec.gateway, link_tls(spec.tls, identity),
+                              spec.recipe.speculation, config,
+                              [serving[r] for r in range(spec.replicas)],
+                              spec.rollout.drain_seconds,
+                              identity.secret_name if identity else None)
 
 
 def _has_gateway(spec: ShardRouteSpec, config: WorkerConfig) -> bool:
@@ -390,6 +419,8 @@ def _delete_children(observed: Observed) -> tuple[Action, ...]:
     actions: list[Action] = [Delete("Pod", p.name) for p in observed.pods if not p.terminating]
     actions += [Delete("Service", service_name(observed.route.name, replica))
                 for replica in sorted(observed.services)]
+    if observed.network_policy_hash is not None:
+        actions.append(Delete("NetworkPolicy", policy_name(observed.route.name)))
     return (*actions, *_delete_gateway(observed))
 
 

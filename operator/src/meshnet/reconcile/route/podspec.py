@@ -14,6 +14,15 @@ from meshnet.api.modelartifact import ArtifactStorage
 from meshnet.api.shardroute import DEFAULT_GPU_RESOURCES, KIND, Recipe, Stage
 from meshnet.reconcile.children import CONTAINER_SECURITY, POD_SECURITY, template_hash
 from meshnet.reconcile.naming import endpoint, pod_name, service_name, stage_host
+from meshnet.reconcile.route.identity import (
+    ROUTE_KEY_MOUNT,
+    STAGE,
+    TLS_VOLUME,
+    identity_env,
+    route_key_volume,
+    tls_volume,
+)
+from meshnet.reconcile.route.networkpolicy import PolicyConfig
 from meshnet.reconcile.route.worker_command import worker_command
 from meshnet.reconcile.route.workerspec import WorkerSpec
 
@@ -37,6 +46,8 @@ class WorkerConfig:
     # (meshnet.reconcile.route.rollout). The local backend keeps old workers serving itself
     # (it hides them from the planner) and sets False: old epochs are deleted first.
     side_by_side: bool = True
+    # The NetworkPolicy of each route's stage pods (meshnet.reconcile.route.networkpolicy).
+    network_policy: PolicyConfig = field(default_factory=PolicyConfig)
 
 
 @dataclass(frozen=True)
@@ -123,8 +134,16 @@ def _grpc_probe(port: int, period: int, failures: int) -> dict[str, Any]:
             "timeoutSeconds": 5}
 
 
+# A stage served over TLS is probed on its metrics port's /health instead (the same
+# state as its gRPC health): the kubelet's gRPC probe speaks no TLS.
+def _http_probe(port: int, period: int, failures: int) -> dict[str, Any]:
+    return {"httpGet": {"path": "/health", "port": port}, "periodSeconds": period,
+            "failureThreshold": failures, "timeoutSeconds": 5}
+
+
 def _container(stage: Stage, recipe: Recipe, args: list[str], config: WorkerConfig,
-               mounts: list[dict[str, Any]]) -> dict[str, Any]:
+               mounts: list[dict[str, Any]], tls: bool = False) -> dict[str, Any]:
+    probe, port = (_http_probe, config.metrics_port) if tls else (_grpc_probe, config.grpc_port)
     return {
         "name": "worker",
         "image": recipe.image or config.images[recipe.lane],
@@ -133,9 +152,9 @@ def _container(stage: Stage, recipe: Recipe, args: list[str], config: WorkerConf
         "ports": [{"name": "grpc", "containerPort": config.grpc_port, "protocol": "TCP"},
                   {"name": "metrics", "containerPort": config.metrics_port, "protocol": "TCP"}],
         "resources": _resources(stage, recipe.lane),
-        "startupProbe": _grpc_probe(config.grpc_port, 10, max(1, config.startup_seconds // 10)),
-        "readinessProbe": _grpc_probe(config.grpc_port, 5, 3),
-        "livenessProbe": _grpc_probe(config.grpc_port, 10, 6),
+        "startupProbe": probe(port, 10, max(1, config.startup_seconds // 10)),
+        "readinessProbe": probe(port, 5, 3),
+        "livenessProbe": probe(port, 10, 6),
         "securityContext": dict(CONTAINER_SECURITY),
         "volumeMounts": mounts,
     }
@@ -162,9 +181,14 @@ def stage_pod(inputs: StageInputs, config: WorkerConfig) -> dict[str, Any]:
     if inputs.storage.pvc is not None and inputs.storage.pvc.sub_path:
         mounts[0]["subPath"] = inputs.storage.pvc.sub_path
     if worker.tls is not None:
-        mounts.append({"name": "tls", "mountPath": TLS_DIR, "readOnly": True})
-        volumes.append({"name": "tls", "secret": {"secretName": worker.tls.secret_name,
-                                                  "defaultMode": 0o440}})
+        mounts.append({"name": TLS_VOLUME, "mountPath": TLS_DIR, "readOnly": True})
+        volumes.append(tls_volume(worker.tls, STAGE))
+    if worker.route_key_secret is not None:
+        mounts.append(dict(ROUTE_KEY_MOUNT))
+        volumes.append(route_key_volume(worker.route_key_secret))
+    container = _container(stage, inputs.recipe, args, config, mounts, worker.tls is not None)
+    if env := identity_env(worker.tls):
+        container["env"] = env
     spec: dict[str, Any] = {
         "hostname": stage_host(stage.name, worker.epoch),
         "subdomain": service_name(route.name, worker.replica),
@@ -172,7 +196,7 @@ def stage_pod(inputs: StageInputs, config: WorkerConfig) -> dict[str, Any]:
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "securityContext": dict(POD_SECURITY),
-        "containers": [_container(stage, inputs.recipe, args, config, mounts)],
+        "containers": [container],
         "volumes": volumes,
         "nodeSelector": _node_selector(stage, inputs.storage,
                                        worker.identities.manifest_digest),

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from meshnet.api.shardroute import LayerRange, RouteTls
+from meshnet.api.shardroute import LayerRange
+from meshnet.reconcile.route.identity import LinkTls
 from meshnet.reconcile.route.topology import UNLINKED, StageLinks
 
 
@@ -56,7 +57,8 @@ class WorkerSpec:
     offload: bool = False  # every layer it owns, and the last stage's head, on its GPUs
     # Served with the route's certificate (None: plaintext), and asking callers for one
     # signed by the route's CA when it says so.
-    tls: RouteTls | None = None
+    tls: LinkTls | None = None
+    route_key_secret: str | None = None  # the Secret whose route.key the pod mounts
     links: StageLinks = UNLINKED  # the stages it relays to, by name (of its own replica)
     replica: int = 0  # the route's pipeline it belongs to; its links stay within it
     drafter: StageDrafter | None = None  # the last stage's, when the recipe drafts with one
