@@ -20,7 +20,10 @@ The hop-floor line says what the hand-offs alone cost on this host (bench/hop_fl
 and the gRPC-floor line what they cost over gRPC with the worker's threads and nothing
 else (meshnet-grpc-hop, measured once per round), so the "outside engines" column can
 be read against both.
-The 8-vs-1 line also says how busy each stage's engine was while all 8 sessions
+The 8-session line also gives 8 sessions with batch invariance off (--batching throughput,
+as upstream batches) and with each session stepping alone (--exact-batch-rows 1, what a
+stage gets whose start-up probe found shared steps inexact), paired against the exact
+shared steps. The 8-vs-1 line also says how busy each stage's engine was while all 8 sessions
 decoded (/metrics: meshnet_shard_engine_busy_seconds_total) and what each token cost
 it: the slower stage's cost per token bounds what any pipeline of these two stages can
 reach on this machine.

@@ -36,7 +36,8 @@ def one_stage_claims_nothing(shard_worker: Path, smollm2: Path,
     specs = [LaunchSpec(model=smollm2, layers=LayerRange(0, 15), route_id="test/exact",
                         threads=1, ctx=256),
              LaunchSpec(model=smollm2, layers=LayerRange(15, 30), route_id="test/exact",
-                        threads=1, ctx=256, extra=("--exact-batch-rows", "0", "--batching", "throughput"))]
+                        threads=1, ctx=256,
+                        extra=("--exact-batch-rows", "0", "--batching", "throughput"))]
     workers = start_route(shard_worker, specs, tmp_path_factory.mktemp("exact"), chain=True)
     yield workers
     for worker in workers:
