@@ -20,7 +20,10 @@ The hop-floor line says what the hand-offs alone cost on this host (bench/hop_fl
 and the gRPC-floor line what they cost over gRPC with the worker's threads and nothing
 else (meshnet-grpc-hop, measured once per round), so the "outside engines" column can
 be read against both.
-The 8-vs-1 line also says how busy each stage's engine was while all 8 sessions
+The 8-session line also gives 8 sessions with batch invariance off (--batching throughput,
+as upstream batches) and with each session stepping alone (--exact-batch-rows 1, what a
+stage gets whose start-up probe found shared steps inexact), paired against the exact
+shared steps. The 8-vs-1 line also says how busy each stage's engine was while all 8 sessions
 decoded (/metrics: meshnet_shard_engine_busy_seconds_total) and what each token cost
 it: the slower stage's cost per token bounds what any pipeline of these two stages can
 reach on this machine.
@@ -70,8 +73,12 @@ from meshnet.route import RouteDriver
 
 PROMPT_TOKENS = 128
 DECODE_TOKENS = 64
-# Batch invariance off: any mix of steps shares an engine step (the worker default is 8).
-ANY_MIX = ("--exact-batch-rows", "0")
+# Batch invariance off: any mix of steps shares an engine step, as upstream batches (the
+# worker's default shares up to its measured exact step, 8 rows on the CPU).
+ANY_MIX = ("--batching", "throughput")
+# Each session steps alone: what a device whose shared steps are not exact gets (a claimed
+# exact step of one row: no two sessions' rows may share one).
+ALONE = ("--exact-batch-rows", "1")
 TEXT = (
     "The history of the printing press begins in the fifteenth century, when movable "
     "type changed how books were made, sold and read across Europe and beyond. "
@@ -338,15 +345,18 @@ def run(bin_dir: Path | None, threads: int, repeats: int, model: Path | None = N
                     statistics.median(overheads[name]), 3)
         chain_driver = drivers["route_2_stages_chain"]
         chain_workers = route_workers["route_2_stages_chain"]
-        # The same chain without batch invariance: what exact tokens under load cost.
-        any_mix = start_route(binary, [spec(first, half, extra=ANY_MIX),
-                                       spec(second, half, 1, extra=ANY_MIX)], logs, chain=True)
-        workers += any_mix
-        drivers["any_mix"] = RouteDriver([w.endpoint for w in any_mix], topology="chain")
-        drivers["any_mix"].connect(wait=30)
+        # The same chain without batch invariance (what exact tokens under load cost), and
+        # with each session stepping alone (what a device without exact shared steps gets).
+        for name, extra in (("any_mix", ANY_MIX), ("alone", ALONE)):
+            variant = start_route(binary, [spec(first, half, extra=extra),
+                                           spec(second, half, 1, extra=extra)], logs, chain=True)
+            workers += variant
+            drivers[name] = RouteDriver([w.endpoint for w in variant], topology="chain")
+            drivers[name].connect(wait=30)
         concurrent_decode(chain_driver, prompt, 2)  # warm up
         concurrent_decode(drivers["any_mix"], prompt, 2)
-        ones, eights, eights_any_mix = [], [], []
+        concurrent_decode(drivers["alone"], prompt, 2)
+        ones, eights, eights_any_mix, eights_alone = [], [], [], []
         stages_one, stages_eight = [], []
         for _ in range(repeats):
             rate, stages = concurrent_decode(chain_driver, prompt, 1, chain_workers)
@@ -356,11 +366,15 @@ def run(bin_dir: Path | None, threads: int, repeats: int, model: Path | None = N
             eights.append(rate)
             stages_eight.append(stages)
             eights_any_mix.append(concurrent_decode(drivers["any_mix"], prompt, 8)[0])
+            eights_alone.append(concurrent_decode(drivers["alone"], prompt, 8)[0])
         results["route_2_stages_sessions"] = {
             "1": summary(ones), "8": summary(eights), "8_any_mix": summary(eights_any_mix),
             "paired_ratio": round(paired([(e, o) for e, o in zip(eights, ones, strict=True)]), 2),
             "paired_exact_vs_any_mix": round(paired(
                 [(e, a) for e, a in zip(eights, eights_any_mix, strict=True)]), 3),
+            "8_alone": summary(eights_alone),
+            "paired_alone_vs_exact": round(paired(
+                [(a, e) for a, e in zip(eights_alone, eights, strict=True)]), 3),
             "stages_1": median_stages(stages_one), "stages_8": median_stages(stages_eight)}
     finally:
         if rpc:
@@ -446,9 +460,14 @@ def report(results: dict[str, Any]) -> str:
     )
     if "8_any_mix" in sessions:
         lines.append(
-            f"  8 sessions with batch invariance off (--exact-batch-rows 0): "
+            f"  8 sessions with batch invariance off (--batching throughput): "
             f"{sessions['8_any_mix']['best']:.1f} tok/s; with it on, "
             f"x{sessions['paired_exact_vs_any_mix']:.3f} of that (paired)")
+    if "8_alone" in sessions:
+        lines.append(
+            f"  8 sessions each stepping alone (--exact-batch-rows 1): "
+            f"{sessions['8_alone']['best']:.1f} tok/s, x{sessions['paired_alone_vs_exact']:.3f}"
+            " of the exact shared steps (paired)")
     for count in ("1", "8"):
         stages = sessions.get(f"stages_{count}") or []
         if stages:

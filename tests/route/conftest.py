@@ -62,6 +62,7 @@ def stage_info(index: int, *, stages: int, chained: bool = False, ringed: bool =
         has_vocab=index == 0, needs_token_sideband=False,
         next_stage=f"127.0.0.1:{7002 + index}" if chained and not last else "",
         ring_last_incarnation=f"inc-{stages - 1}" if ringed and index == 0 else "",
+        exact_step_rows=8, exact_batching=True,  # what a CPU worker measures
     )
     return replace(stage, **changes)  # type: ignore[arg-type]
 

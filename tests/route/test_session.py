@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, cast
 
 import pytest
@@ -14,7 +15,7 @@ from meshnet.route.errors import RecoveryFailed, StageError
 from meshnet.route.handshake import RouteInfo
 from meshnet.route.proto import pb
 from meshnet.route.sampling import Sampling
-from meshnet.route.session import EXACT_ROWS, Session, SessionSettings
+from meshnet.route.session import Session, SessionSettings
 from meshnet.route.stage import StageClient
 
 MakeRoute = Callable[..., RouteInfo]
@@ -151,18 +152,24 @@ def test_a_session_refused_a_slot_at_its_start_is_answered_so_at_once(
     assert raised.value is refused and refresh.waits == []
 
 
+EXACT_ROWS = 8  # what the route's stages measured (route_info: a CPU worker's)
 PROMPT = list(range(EXACT_ROWS))  # as wide as a joined step: nothing joins it
 DECODED = list(range(EXACT_ROWS, 2 * EXACT_ROWS + 1))  # one token per step
 
 
-@pytest.mark.parametrize(("architecture", "refed"), [
-    ("llama", [PROMPT, DECODED[:EXACT_ROWS], DECODED[EXACT_ROWS:]]),
-    ("deepseek4", [PROMPT, *([token] for token in DECODED)]),  # step-sensitive: as fed
+@pytest.mark.parametrize(("architecture", "exact_rows", "refed"), [
+    ("llama", EXACT_ROWS, [PROMPT, DECODED[:EXACT_ROWS], DECODED[EXACT_ROWS:]]),
+    # a stage that measured exact steps of 3 rows only: joined up to 3
+    ("llama", 3, [PROMPT, DECODED[:3], DECODED[3:6], DECODED[6:]]),
+    ("llama", 0, [PROMPT, *([token] for token in DECODED)]),  # none claimed: as fed
+    ("deepseek4", EXACT_ROWS, [PROMPT, *([token] for token in DECODED)]),  # step-sensitive
 ])
 def test_a_recovered_history_is_refed_in_steps_that_compute_it_exactly(
-    make_route_info: MakeRoute, architecture: str, refed: list[list[int]],
+    make_route_info: MakeRoute, architecture: str, exact_rows: int, refed: list[list[int]],
 ) -> None:
     route = make_route_info(2, architecture=architecture)
+    route = replace(route, stages=(route.stages[0],
+                                   replace(route.stages[1], exact_step_rows=exact_rows)))
     fed = session(route, Refresh(), [ReleaseRecorder("a"), ReleaseRecorder("b")])
     fed.remember(list(PROMPT))
     for token in DECODED:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from meshnet.api.certification import Certificate
+from meshnet.api.shardroute import Recipe
 from meshnet.api.tracker import CapacityReport, Provider
 from meshnet.certify import lane as lanes
 from meshnet.tracker.inputs import PinFacts, ReplicaView, RouteView, StageSample, StageView
@@ -53,6 +54,13 @@ def test_a_certified_route_with_every_stage_healthy_is_available_with_its_free_s
     assert built.stages[-1].seam is not None and built.stages[-1].seam.boundary_bytes_per_token == 0
     assert stage.health.uptime_seconds == 60.0 and stage.health.incarnation == "inc0"
     assert wire(built)["recipe"]["llamaCppCommit"] == PIN.llama_cpp_commit
+
+
+def test_a_throughput_route_tells_the_tracker_its_tokens_may_depend_on_the_load() -> None:
+    throughput = report(route_view(recipe=Recipe(context_length=2048, session_slots=4,
+                                                  batching="Throughput")), cert=certificate())
+    assert wire(throughput)["recipe"]["batching"] == "Throughput"
+    assert wire(report(cert=certificate()))["recipe"]["batching"] == "Exact"
 
 
 def test_an_uncertified_lane_is_not_available_and_advertises_nothing() -> None:

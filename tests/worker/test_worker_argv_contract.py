@@ -33,7 +33,7 @@ TLS = [None, LinkTls("t", False), LinkTls("t", True), LinkTls("t", True, "2026-1
 RECIPE_BOUNDS: list[dict[str, Any]] = [
     {},
     {"boundaryDtype": "bf16", "contextLength": 1048576, "sessionSlots": 1024,
-     "speculation": {"maxDrafts": 7, "maxWindows": 8}},
+     "speculation": {"maxDrafts": 7, "maxWindows": 8}, "batching": "Throughput"},
     {"boundaryDtype": "f16", "contextLength": 16, "sessionSlots": 1,
      "speculation": {"maxDrafts": 1, "maxWindows": 1}},
 ]
@@ -128,3 +128,20 @@ def test_the_check_refuses_a_misspelt_flag_and_a_bad_value_with_the_parsers_mess
     assert check_args(shard_worker, (*argv, "--ring-last", "h:1")) == (
         "exit 2: error: --ring-last closes a chain: it needs --next-stage (the first stage's "
         "successor)")
+
+
+def test_recipe_batching_throughput_renders_the_workers_flag_on_every_stage() -> None:
+    stages = [Stage.model_validate({"name": f"s{i}", "layers": {"begin": b, "end": e}})
+              for i, (b, e) in enumerate(SPANS[2])]
+
+    def argvs(recipe: dict[str, Any]) -> list[list[str]]:
+        planned = Recipe.model_validate(recipe)
+        workers = [stage_worker(stages, i, planned, None, 3, IDENTITIES, "m.gguf", "ml/r1")
+                   for i in range(len(stages))]
+        return [worker_args(w, ROUTE, CONFIG) for w in workers] + \
+               [local_args(w) for w in workers]
+
+    for argv in argvs({"batching": "Throughput"}):
+        assert flag_values(argv)["--batching"] == "throughput"
+    for argv in argvs({}) + argvs({"batching": "Exact"}):
+        assert "--batching" not in argv  # the worker's default: exact

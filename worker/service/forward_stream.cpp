@@ -138,7 +138,10 @@ private:
         }
         const auto & identity = core_.identity();
         loop_limits limits;
-        limits.drafts  = std::min<int>(static_cast<int>(request.loop_drafts()), identity.max_loop_drafts);
+        // a verify window (drafts + 1 rows) only as wide as this stage measured exact; the
+        // driver asks for no wider one where any stage measured less
+        limits.drafts  = std::min({static_cast<int>(request.loop_drafts()), static_cast<int>(identity.max_loop_drafts),
+                                   std::max(0, identity.exact.step_rows - 1)});
         limits.windows = std::clamp<int>(static_cast<int>(request.loop_windows()), 1, identity.max_loop_windows);
         limits.n_ctx   = core_.n_ctx();
         limits.discard_depth = core_.info().discard_depth;

@@ -12,8 +12,8 @@
 
 namespace meshnet {
 
-// Drafts per step at most: a step of 8 rows is the widest whose rows the CPU lane's
-// batch-invariant kernels compute exactly as alone (cpu_exact_batch_rows).
+// Drafts per step at most: a step of 8 rows is the widest whose rows a probe measures
+// (max_exact_step_rows); a loop drafts fewer where its stage measured a narrower exact step.
 constexpr uint32_t max_loop_drafts = 7;
 
 // An n-gram index over a growing token sequence: n-gram -> where the tokens after its

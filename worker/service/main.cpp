@@ -87,8 +87,15 @@ int main(int argc, char ** argv) {
         std::fprintf(stderr, "meshnet-shard-worker: tokenize: no byte bound for this tokenizer; text is "
                      "tokenized whole\n");
     }
+    // Before it serves: what this engine computes exactly, on its own weights and device.
+    meshnet::exactness measured = meshnet::measure_exactness(*engine, params.exact_batch_rows, params.n_batch);
+    std::fprintf(stderr, "meshnet-shard-worker: exactness: exact_step_rows %d, exact_batching %s: %s (measured in "
+                 "%lld ms)%s\n", measured.step_rows, measured.batching ? "true" : "false", measured.detail.c_str(),
+                 static_cast<long long>(measured.probe_micros / 1000),
+                 params.throughput_batching ? "; --batching throughput: sessions share steps as upstream batches, "
+                                              "tokens may depend on the load" : "");
     meshnet::worker_server server;
-    if (!server.start(params, *engine, error, std::move(vocab), placement)) {
+    if (!server.start(params, *engine, error, std::move(vocab), placement, std::move(measured))) {
         std::fprintf(stderr, "error: %s\n", error.c_str());
         return 1;
     }

@@ -52,6 +52,11 @@ grpc::ServerUnaryReactor * shard_service::GetInfo(grpc::CallbackServerContext * 
     response->set_can_discard(info.can_discard);
     response->set_discard_depth(info.discard_depth);
     response->set_prefix_block(static_cast<uint32_t>(core_.prefix_block()));
+    response->set_exact_step_rows(identity.exact.step_rows);
+    response->set_exact_batching(identity.exact.batching);
+    response->set_exactness_detail(identity.exact.detail);
+    response->set_throughput_batching(identity.throughput_batching);
+    response->set_exactness_probe_ms(static_cast<uint32_t>((identity.exact.probe_micros + 500) / 1000));
     response->set_ring_last(identity.ring_last);
     response->set_ring_last_incarnation(core_.ring_last_incarnation());
     if (!info.drafter.kind.empty()) {

@@ -8,6 +8,7 @@
 #include "boundary_codec.h"
 #include "engine.h"
 #include "error_info.h"
+#include "exactness_probe.h"
 #include "host_facts.h"
 #include "metrics.h"
 #include "relay_link.h"
@@ -57,6 +58,8 @@ struct service_identity {
     compute_placement         placement;         // where the engine computes
     int32_t                   local_relay_port = 0; // GetInfo: the local relay (0: none)
     std::string               local_relay_token;    // GetInfo: what its connections open with
+    exactness                 exact;                // GetInfo: what the engine measured to compute exactly
+    bool                      throughput_batching = false; // --batching throughput
 };
 
 // How the answer to one accepted step is built once the engine ran it.

@@ -72,6 +72,12 @@ static bool set_local_relay(worker_params & params, const std::string & value) {
     return true;
 }
 
+static bool set_batching(worker_params & params, const std::string & value) {
+    if (value != "exact" && value != "throughput") return false;
+    params.throughput_batching = value == "throughput";
+    return true;
+}
+
 static bool set_layers(worker_params & params, const std::string & value) {
     layer_range range;
     std::string why;
@@ -200,12 +206,21 @@ const std::vector<worker_flag> & worker_flags() {
          "let a step wait up to N us while other sessions' steps keep arriving, to share its decode; "
          "0: a stage never idles while steps are queued (those queued share a decode)",
          set_int64<&P::batch_wait_us, 0>},
-        {"--exact-batch-rows", "N", nullptr, "8 on the CPU, 0 with --gpu-layers",
-         "batch invariance: a session's tokens do not depend on what else the stage batches. A "
-         "prefill step runs alone and at most N decode steps share one engine step (the widths whose "
-         "CPU kernels compute each row as alone). 0: any mix, faster under load, rows may differ in "
-         "their last bits (GPU kernels do not promise it)",
-         set_int32<&P::exact_batch_rows, 0>},
+        {"--exact-batch-rows", "N", "8", nullptr,
+         "the widest step this stage may rely on computing exactly (0..8). At start the worker measures, "
+         "on its own weights and device, the widest step of up to 8 rows whose rows are bit-identical to "
+         "one-row steps, and whether sessions' rows sharing a step compute as alone (GetInfo "
+         "exact_step_rows, exact_batching); N can only lower what it measured. Routes speculate only "
+         "within every stage's exact step; sessions share steps (at most that many decode rows, a "
+         "prefill alone) only where batching measured exact, else each steps alone. 0: claim nothing "
+         "(no speculation through this stage, each session steps alone)",
+         set_int32<&P::exact_batch_rows, 0, 8>},
+        {"--batching", "exact|throughput", "exact", nullptr,
+         "exact: sessions share engine steps only as exactness allows (--exact-batch-rows), so a "
+         "session's tokens never depend on the load. throughput: steps of any size mix as upstream "
+         "batches them, faster under load, and a session's tokens may then depend on what else runs "
+         "(GetInfo throughput_batching); speculation still runs only within the exact step",
+         set_batching},
         {"--pipeline-depth", "N", nullptr, "the model's layers / this stage's layers, rounded",
          "stages in the route: concurrent sessions are split into N groups so that every stage "
          "computes one at a time",

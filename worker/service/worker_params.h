@@ -12,10 +12,6 @@
 
 namespace meshnet {
 
-// Decode rows that share an engine step with batch invariance on the CPU lane: the widths
-// whose kernels compute each row as alone (patches 0006-0008).
-constexpr int32_t cpu_exact_batch_rows = 8;
-
 struct worker_params {
     std::string model_path;
     layer_range layers{0, layer_range::to_n_layer}; // --layers (open end: to n_layer)
@@ -41,7 +37,8 @@ struct worker_params {
     int64_t     evict_idle_ms   = 1000;
     int64_t     batch_wait_us   = 0;
     int32_t     pipeline_depth  = 0;            // stages in the route; 0: n_layer / owned layers
-    int32_t     exact_batch_rows = -1;          // batch invariance (batch_limits); 0: off, -1: auto
+    int32_t     exact_batch_rows = 8;           // the widest exact step claimed at most (measured at start)
+    bool        throughput_batching = false;    // --batching throughput: steps mix as upstream batches
     int64_t     stream_flush_ms = 100;          // decode loop: send its answers at least this often
     int32_t     max_loop_drafts  = 7;           // a speculative loop's drafts per window at most
     int32_t     max_loop_windows = 8;           // its verify windows in flight at most

@@ -58,12 +58,14 @@ static int32_t pipeline_depth(const worker_params & params, const engine_info & 
     return std::max<int32_t>(1, (info.n_layer + owned / 2) / owned);
 }
 
-// Batch invariance as asked, or by lane: the CPU kernels' exact widths, off when offloaded.
-static size_t exact_batch_rows(const worker_params & params) {
-    if (params.exact_batch_rows >= 0) {
-        return static_cast<size_t>(params.exact_batch_rows);
+// The decode rows that may share an engine step (batch_limits::exact_rows): as upstream
+// batches (0: any mix) where the route asked for throughput; else up to the exact step when
+// sessions' rows measured to compute as alone there, and one (each session alone) when not.
+static size_t shared_step_rows(const worker_params & params, const exactness & measured) {
+    if (params.throughput_batching) {
+        return 0;
     }
-    return params.n_gpu_layers > 0 ? 0 : static_cast<size_t>(cpu_exact_batch_rows);
+    return measured.batching ? static_cast<size_t>(std::max(1, measured.step_rows)) : 1;
 }
 
 // The bytes of requests gRPC may hold before they are decoded, over every call: as the
@@ -119,7 +121,7 @@ worker_server::~worker_server() {
 }
 
 bool worker_server::start(const worker_params & params, engine_i & engine, std::string & error,
-                          gguf_vocab_facts vocab, compute_placement placement) {
+                          gguf_vocab_facts vocab, compute_placement placement, exactness measured) {
     const engine_info & info = engine.info();
     identity_.route_id          = params.route_id;
     identity_.epoch             = params.epoch;
@@ -140,6 +142,8 @@ bool worker_server::start(const worker_params & params, engine_i & engine, std::
     identity_.next_stage        = params.next_stage;
     identity_.ring_last         = params.ring_last;
     identity_.placement         = std::move(placement);
+    identity_.exact             = std::move(measured);
+    identity_.throughput_batching = params.throughput_batching;
 
     std::shared_ptr<grpc::ServerCredentials> credentials;
     if (!params.tls_cert.empty()) {
@@ -194,7 +198,7 @@ bool worker_server::start(const worker_params & params, engine_i & engine, std::
     sessions_  = std::make_unique<session_store>(info.n_slots, std::chrono::milliseconds(params.evict_idle_ms));
     scheduler_ = std::make_unique<scheduler>(engine, *sessions_, params.n_batch,
                                              std::chrono::microseconds(params.batch_wait_us),
-                                             pipeline_depth(params, info), exact_batch_rows(params));
+                                             pipeline_depth(params, info), shared_step_rows(params, measured));
     scheduler_->set_prefix_cache(params.prefix_block, params.prefix_cache_entries);
     registry_  = std::make_unique<metrics_registry>();
     core_      = std::make_unique<stage_core>(identity_, engine, *sessions_, *scheduler_, *registry_, next_stage,

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "engine.h"
+#include "exactness_probe.h"
 #include "gguf_vocab.h"
 #include "heap_trim.h"
 #include "metrics.h"
@@ -29,9 +30,10 @@ public:
 
     // Serves `engine` as `params` say; false with `error` set when it cannot.
     // `vocab`: end-of-generation ids and chat template; `placement`: where the engine
-    // computes (host_facts.h); both for GetInfo.
+    // computes (host_facts.h); both for GetInfo. `measured`: what the engine computes exactly
+    // (exactness_probe.h): how sessions may share steps, and GetInfo's claim (none by default).
     bool start(const worker_params & params, engine_i & engine, std::string & error,
-               gguf_vocab_facts vocab = {}, compute_placement placement = {});
+               gguf_vocab_facts vocab = {}, compute_placement placement = {}, exactness measured = {});
     // Stops accepting, lets in-flight calls finish (up to `grace_ms`), stops the engine thread.
     void stop(int grace_ms = 2000);
 

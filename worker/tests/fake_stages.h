@@ -15,6 +15,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
@@ -32,6 +33,16 @@ using namespace meshnet;
 namespace pb = ::meshnet::shard::v1;
 
 constexpr int32_t n_layer = 8;
+
+// What a fake engine computes exactly: each row by itself, so every width the flags allow
+// (its worker skips the start-up probe, whose steps would show in the engine's counts).
+inline exactness fake_exactness(const worker_params & params) {
+    exactness exact;
+    exact.step_rows = std::min(params.exact_batch_rows, max_exact_step_rows);
+    exact.batching  = exact.step_rows >= 2;
+    exact.detail    = "fake engine: every row computed by itself";
+    return exact;
+}
 
 // One fake stage served on an ephemeral loopback port.
 struct stage {
@@ -52,7 +63,7 @@ struct stage {
         params.listen         = "127.0.0.1:" + std::to_string(port);
         params.metrics_listen = "127.0.0.1:0";
         std::string error;
-        if (!server.start(params, engine, error)) {
+        if (!server.start(params, engine, error, {}, {}, fake_exactness(params))) {
             std::printf("  cannot start stage: %s\n", error.c_str());
             std::abort();
         }

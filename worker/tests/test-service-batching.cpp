@@ -8,10 +8,10 @@ using namespace meshnet;
 using namespace meshnet_test;
 
 // Five sessions queue behind one blocked step; returns the engine's batch sizes.
-static std::vector<size_t> batches_behind_a_blocked_step(int32_t pipeline_depth, int32_t exact_rows = 0) {
+static std::vector<size_t> batches_behind_a_blocked_step(int32_t pipeline_depth, bool throughput = true) {
     worker_params params = small(8);
     params.pipeline_depth = pipeline_depth;
-    params.exact_batch_rows = exact_rows; // two-token steps: batched only when rows may mix
+    params.throughput_batching = throughput; // two-token steps: batched only when rows may mix
     stage first(0, 4, params);
     gate g;
     std::atomic<bool> first_step{true};
@@ -40,7 +40,7 @@ TEST("concurrent sessions' steps are batched into one engine step") {
 }
 
 TEST("by default a prefill step runs alone: no session's rows depend on another's") {
-    const auto sizes = batches_behind_a_blocked_step(1, worker_params{}.exact_batch_rows);  // auto: CPU
+    const auto sizes = batches_behind_a_blocked_step(1, worker_params{}.throughput_batching);  // exact
     CHECK(sizes == (std::vector<size_t>{1, 1, 1, 1, 1, 1}));
 }
 

@@ -79,7 +79,7 @@ struct blocked_chain {
     static worker_params params(int next_port = 0) {
         worker_params p = small(8);
         p.pipeline_depth = 1;
-        p.exact_batch_rows = 0; // its steps have two tokens: batched only when rows may mix
+        p.throughput_batching = true; // its steps have two tokens: batched only when rows may mix
         if (next_port) p.next_stage = "127.0.0.1:" + std::to_string(next_port);
         return p;
     }

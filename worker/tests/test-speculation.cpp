@@ -28,7 +28,7 @@ struct stage {
     std::unique_ptr<pb::ShardService::Stub> stub;
 
     stage(int32_t begin, int32_t end, bool can_discard = true, const std::string & next_stage = "",
-          int32_t discard_depth = 0)
+          int32_t discard_depth = 0, int32_t exact_rows = max_exact_step_rows)
         : engine(n_layer, begin, end, 4, 64) {
         engine.set_can_discard(can_discard, discard_depth);
         worker_params params;
@@ -41,7 +41,10 @@ struct stage {
         params.metrics_listen = "127.0.0.1:0";
         params.next_stage     = next_stage;
         std::string error;
-        if (!server.start(params, engine, error)) {
+        exactness exact; // the fake engine computes each row by itself (unless a test says less)
+        exact.step_rows = exact_rows;
+        exact.batching  = true;
+        if (!server.start(params, engine, error, {}, {}, exact)) {
             std::printf("  cannot start stage: %s\n", error.c_str());
             std::abort();
         }
@@ -320,6 +323,16 @@ TEST("a speculative decode loop stops at a stop token, even one inside an accept
         CHECK(drafted.tokens.size() <= first_stop + 1 + max_loop_drafts);
         CHECK(std::equal(drafted.tokens.begin(), drafted.tokens.end(), plain.tokens.begin()));
     }
+}
+
+TEST("a decode loop drafts no wider than its stage measured exact: none where one row is") {
+    stage last(4, n_layer);
+    stage first(0, 4, true, last.endpoint(), 0, 1); // exact steps of one row only
+    const loop_run plain = decode_loop(first, "plain", 0, 30);
+    const loop_run asked = decode_loop(first, "asked", 4, 30);
+    CHECK(asked.status.ok());
+    CHECK_EQ(asked.tokens, plain.tokens);
+    CHECK_EQ(asked.drafted, 0u); // no verify window through a step it computes inexactly
 }
 
 TEST("loop_drafts is for a first stage's decode loop, at most 7, and needs a stage that can discard") {

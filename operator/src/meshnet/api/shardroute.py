@@ -55,6 +55,7 @@ CONTIGUOUS_RULE = (
 MAX_DRAFTS = 7
 MAX_WINDOWS = 8
 SpeculationMode = Literal["Disabled", "Lookup", "MTP", "DSpark"]
+Batching = Literal["Exact", "Throughput"]
 # The worker's --drafter for the modes whose drafts come from a drafter on the last stage.
 STAGE_DRAFTERS = {"MTP": "mtp", "DSpark": "dspark"}
 class Speculation(ApiModel):
@@ -224,6 +225,18 @@ class Recipe(ApiModel, json_schema_extra=validations(*MTP_RULES)):
                     " stage's discard depth) and rolls the gateway, at the same epoch.",
     )
 
+    batching: Batching = Field(
+        default="Exact",
+        description="How a stage lets concurrent sessions share its engine steps. Exact (the"
+                    " default): only as far as the stage measured at start that their rows"
+                    " compute as alone (else each session steps alone), so a session's tokens"
+                    " never depend on the load. Throughput: as upstream llama.cpp batches,"
+                    " faster under load on devices whose kernels are not batch invariant"
+                    " (GPUs), and then a session's tokens may depend on what else runs (the"
+                    " route's status says so). Speculation runs only where exact either way."
+                    " Throughput enters recipeDigest.",
+    )
+
     prefix_cache: PrefixCache = Field(
         default_factory=PrefixCache,
         description="Prefix reuse across requests (default: on, on the cpu lane; entries:"
@@ -253,12 +266,15 @@ class Recipe(ApiModel, json_schema_extra=validations(*MTP_RULES)):
         the path a step takes and speculation how many tokens a step tries, none numerics:
         every topology and every speculation setting give the same tokens, so changing
         them replaces the stage pods at the same epoch."""
-        return {
+        identity: dict[str, Any] = {
             "lane": self.lane,
             "boundaryDtype": self.boundary_dtype,
             "contextLength": self.context_length,
             "sessionSlots": self.session_slots,
         }
+        if self.batching != "Exact":  # tokens that may depend on the load are other numerics
+            identity["batching"] = self.batching
+        return identity
 
 
 class LayerRange(
@@ -540,6 +556,29 @@ class RouteSpeculation(StatusModel):
     )
 
 
+class RouteExactness(StatusModel):
+    """What the route's stages measured at start to compute exactly (GetInfo), and what the
+    route promises from it (docs/architecture.md, "Exactness on every lane")."""
+
+    batching: Batching = Field(description="recipe.batching.")
+    load_dependent: bool = Field(
+        default=False, description="A session's tokens may depend on the load: stages batch"
+                                   " for throughput (recipe.batching Throughput).")
+    exact_step_rows: int | None = Field(
+        default=None, ge=0, description="The widest step every stage computes as one-row"
+                                        " steps (the narrowest stage's); absent until every"
+                                        " stage answered.")
+    exact_batching: bool | None = Field(
+        default=None, description="Every stage's sessions' rows compute as alone in a shared"
+                                  " step (else they step alone there); absent until every"
+                                  " stage answered.")
+    speculation_limit: Literal["NotExact"] | None = Field(
+        default=None, description="NotExact: the route speculates with fewer drafts than"
+                                  " speculation.maxDrafts, or decodes plainly, because a"
+                                  " stage's exact step is narrower than the verify window.")
+    message: str = Field(default="", description="The same in words, naming the stages.")
+
+
 class ReplicaStatus(StatusModel):
     """One replica's pipeline: the stages that serve it (the current epoch's, or during a
     rollout the old epoch's until the new one is ready)."""
@@ -602,6 +641,9 @@ class ShardRouteStatus(StatusModel):
     tracker: TrackerStatus | None = Field(
         default=None, description="Availability and measured capacity as last reported to"
                                   " the Tracker.")
+    exactness: RouteExactness | None = Field(
+        default=None, description="What the stages measured to compute exactly and what the"
+                                  " route promises from it (absent while no stage answers).")
     speculation: RouteSpeculation | None = Field(
         default=None, description="The acceptance the route's speculation achieves, from its"
                                   " last stage's counters (absent while the route does not"

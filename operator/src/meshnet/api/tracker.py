@@ -77,6 +77,12 @@ class RecipeFacts(ApiModel):
     boundary_dtype: Literal["f32", "f16", "bf16"] = Field(description="Boundary element type.")
     context_length: int = Field(ge=1, description="Per-session context, in tokens.")
     session_slots: int = Field(ge=1, description="Sessions each stage keeps KV for.")
+    batching: Literal["Exact", "Throughput"] = Field(
+        default="Exact",
+        description="Exact: sessions share engine steps only where each stage measured their"
+                    " rows to compute as alone, so a session's tokens do not depend on the"
+                    " load. Throughput: stages batch as upstream llama.cpp does, and a"
+                    " session's tokens may depend on what else the route runs.")
 
 
 class LayerSpan(ApiModel):

@@ -48,7 +48,9 @@ EXIT_PROMPT_TOO_LONG = 3
               flag_value=MAX_DRAFT, show_default=True, metavar="[K]",
               help="Speculative decoding: draft up to K tokens per step from the context "
                    "(prompt lookup; --speculate alone: 7, the most), verified exactly by the "
-                   "route. Tokens are unchanged; used only where every stage can discard.")
+                   "route. Tokens are unchanged; used only where every stage can discard, "
+                   "and only as wide as every stage measured exact (exact_step_rows): else "
+                   "fewer drafts or plain decoding, with the reason shown.")
 @click.option("--windows", type=click.IntRange(1, MAX_WINDOWS), default=1, show_default=True,
               help="With --speculate: verify windows a chain's or ring's first stage keeps in "
                    "flight (pipelined speculation, each drafted as if the ones before it were "
@@ -86,6 +88,11 @@ def command(stages: tuple[str, ...], route_name: str | None, prompt: str, chat: 
             sys.exit(EXIT_PROMPT_TOO_LONG)
         if printer:
             printer.finish(generation.text)
+            if generation.speculation_reason:
+                click.secho(generation.speculation_reason, fg="yellow", err=True)
+            if generation.load_dependent:
+                click.secho("a stage batches for throughput (--batching throughput): these "
+                            "tokens may depend on the route's load", fg="yellow", err=True)
             click.echo(
                 f"[{len(generation.prompt_tokens)} prompt tokens at "
                 f"{generation.prefill_tokens_per_second:.1f} tok/s, {len(generation.tokens)} "
@@ -102,7 +109,9 @@ def command(stages: tuple[str, ...], route_name: str | None, prompt: str, chat: 
             "route_id": route.route_id, "epoch": route.epoch,
             "manifest_digest": route.manifest_digest, "recipe_digest": route.recipe_digest,
             "stages": [{"endpoint": s.endpoint, "layers": [s.begin, s.end],
-                        "incarnation": s.incarnation} for s in route.stages],
+                        "incarnation": s.incarnation, "exact_step_rows": s.exact_step_rows,
+                        "exact_batching": s.exact_batching,
+                        "throughput_batching": s.throughput_batching} for s in route.stages],
             "seam_bytes_per_token": route.seam_bytes_per_token,
         }
         click.echo(json.dumps(data, indent=2))

@@ -9,6 +9,8 @@ from collections.abc import Mapping, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from meshnet.route.exactness import LIMITS
+
 # Fixed outcomes of a request (meshnet_requests_total{status}).
 OUTCOMES = ("ok", "bad_request", "unauthorized", "rejected", "unavailable", "cancelled", "error")
 
@@ -52,6 +54,19 @@ class GatewayMetrics:
             "meshnet_spec_decode_num_accepted_tokens",
             "Speculative draft tokens accepted (each one a decode step saved).",
             labels, registry=self.registry).labels(route)
+        # requests that speculated less than asked, by why (meshnet.route.exactness), and
+        # requests whose tokens may depend on the load (a stage batches for throughput)
+        limited = Counter(
+            "meshnet_speculation_limited",
+            "Requests that speculated less than asked, or decoded plainly, because a stage"
+            " cannot discard (no_discard) or computes a verify window that wide inexactly"
+            " (not_exact).", ["route", "reason"], registry=self.registry)
+        self.speculation_limited = {reason: limited.labels(route, reason) for reason in LIMITS}
+        self.load_dependent = Counter(
+            "meshnet_load_dependent_requests",
+            "Requests served by a route whose stages batch for throughput (--batching"
+            " throughput): their tokens may depend on the load.", labels,
+            registry=self.registry).labels(route)
         self.waiting = Gauge(
             "meshnet_num_requests_waiting", "Requests queued for a session slot.", labels,
             registry=self.registry).labels(route)

@@ -7,11 +7,13 @@ from typing import Any
 
 
 def usage(prompt_tokens: int, completion_tokens: int,
-          drafts: tuple[int, int] | None = None, cached_tokens: int | None = 0) -> dict[str, Any]:
+          drafts: tuple[int, int] | None = None, cached_tokens: int | None = 0,
+          exactness: dict[str, Any] | None = None) -> dict[str, Any]:
     """`drafts`: (drafted, accepted) tokens of speculative decoding, reported as OpenAI
     reports predicted outputs (completion_tokens_details). `cached_tokens`: prompt tokens
     taken from the stages' prefix cache (prompt_tokens_details, as OpenAI reports them);
-    None where the route keeps them out of responses."""
+    None where the route keeps them out of responses. `exactness`: what the route could not
+    promise (see `exactness`), as `meshnet_exactness`; None when nothing."""
     used: dict[str, Any] = {"prompt_tokens": prompt_tokens,
                             "completion_tokens": completion_tokens,
                             "total_tokens": prompt_tokens + completion_tokens}
@@ -21,7 +23,23 @@ def usage(prompt_tokens: int, completion_tokens: int,
         drafted, accepted = drafts
         used["completion_tokens_details"] = {"accepted_prediction_tokens": accepted,
                                              "rejected_prediction_tokens": drafted - accepted}
+    if exactness:
+        used["meshnet_exactness"] = exactness
     return used
+
+
+def exactness(speculation_limit: str, speculation_reason: str,
+              load_dependent: bool) -> dict[str, Any] | None:
+    """Why the route speculated less than asked (meshnet.route.exactness), and whether
+    the tokens may depend on the load (a stage batches for throughput); None when the
+    route kept every promise as asked."""
+    said: dict[str, Any] = {}
+    if speculation_limit:
+        said["speculation_limit"] = speculation_limit
+        said["speculation_reason"] = speculation_reason
+    if load_dependent:
+        said["load_dependent"] = True
+    return said or None
 
 
 def completion(kind: str, request_id: str, model: str, created: int, text: str,

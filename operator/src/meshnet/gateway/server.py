@@ -69,12 +69,20 @@ class _Outcome:
     draft_tokens: int = 0  # speculative decoding: drafts verified, and accepted
     accepted_draft_tokens: int = 0
     cached_tokens: int = 0  # prompt tokens from the stages' prefix cache
+    # why it speculated less than asked (meshnet.route.exactness), and whether its tokens
+    # may depend on the load (a stage batches for throughput)
+    speculation_limit: str = ""
+    speculation_reason: str = ""
+    load_dependent: bool = False
 
     def usage(self, prompt_tokens: int, report_cached: bool = True) -> dict[str, Any]:
         return responses.usage(prompt_tokens, self.completion_tokens,
                                (self.draft_tokens, self.accepted_draft_tokens)
                                if self.draft_tokens else None,
-                               self.cached_tokens if report_cached else None)
+                               self.cached_tokens if report_cached else None,
+                               exactness=responses.exactness(self.speculation_limit,
+                                                             self.speculation_reason,
+                                                             self.load_dependent))
 
 
 class Gateway:
@@ -350,6 +358,10 @@ class Gateway:
         self.metrics.generation_tokens.inc(outcome.completion_tokens)
         self.metrics.draft_tokens.inc(outcome.draft_tokens)
         self.metrics.accepted_tokens.inc(outcome.accepted_draft_tokens)
+        if outcome.speculation_limit:
+            self.metrics.speculation_limited[outcome.speculation_limit].inc()
+        if outcome.load_dependent:
+            self.metrics.load_dependent.inc()
         self.metrics.e2e.observe(time.monotonic() - run.arrived)
 
 
@@ -532,6 +544,9 @@ class _Generation:
             outcome.draft_tokens = result.draft_tokens
             outcome.accepted_draft_tokens = result.accepted_draft_tokens
             outcome.cached_tokens = result.cached_tokens
+            outcome.speculation_limit = result.speculation_limit
+            outcome.speculation_reason = result.speculation_reason
+            outcome.load_dependent = result.load_dependent
         return outcome
 
     async def _text(self, tokens: list[int]) -> str | None:

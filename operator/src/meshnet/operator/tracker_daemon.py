@@ -42,6 +42,7 @@ from meshnet.tracker import kubernetes as kube_inputs
 from meshnet.tracker.acceptance import route_speculation
 from meshnet.tracker.client import TrackerClient
 from meshnet.tracker.collect import StageChannels
+from meshnet.tracker.exactness import route_exactness
 from meshnet.tracker.inputs import StageView
 from meshnet.tracker.metrics import TrackerMetrics
 from meshnet.tracker.planner import STATUS_KEYS, Shown, plan_pass
@@ -275,7 +276,8 @@ async def _pass(shared: Shared, namespace: str, name: str, cadence: Cadence,
     error = None if delivery is None or delivery.ok else delivery.error[:1024]
     if delivery is None and cadence.last_success is None and shared.reporting.client:
         error = (status.get("tracker") or {}).get("deliveryError")  # not due: unchanged
-    shown = Shown(report, error, route_speculation(spec.recipe, stages, stepped.samples))
+    shown = Shown(report, error, route_speculation(spec.recipe, stages, stepped.samples),
+                  route_exactness(spec.recipe, stages, stepped.samples))
     if not deleting:
         await _execute(shared, body, plan_pass(body, decision, job, shown, utc_now()))
     # A stage that keeps failing is quiet too, whatever its error says this time.

@@ -18,9 +18,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-# Steps of up to 8 rows run on the CPU lane's batch-invariant kernels (patches 0006-0008:
-# each column computed exactly as alone), so a verification step of a draft of up to 7
-# computes every row exactly as a one-token decode step would.
+# A worker measures at start how wide a step it computes exactly (at most 8 rows: GetInfo
+# exact_step_rows), so a verification step of a draft of up to 7 can compute every row
+# exactly as a one-token decode step would; a route drafts fewer where a stage measured
+# less (meshnet.route.exactness).
 MAX_DRAFT = 7
 # Verify windows a decode loop keeps in flight at most (ForwardRequest.loop_windows); the
 # worker also caps them at drafts + 1, where a peer measured the gain saturate.

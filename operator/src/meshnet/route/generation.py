@@ -34,6 +34,13 @@ class Generation:
     draft_tokens: int = 0
     accepted_draft_tokens: int = 0
     speculative_steps: int = 0
+    # Why it speculated less than asked (meshnet.route.exactness: no_discard, not_exact; ""
+    # when as asked), and the same in words naming the stage.
+    speculation_limit: str = ""
+    speculation_reason: str = ""
+    # Some stage batches as upstream does (--batching throughput): these tokens may depend
+    # on what else the route ran.
+    load_dependent: bool = False
     # Pipelined speculation in a decode loop: the verify windows it could keep in flight,
     # and the most it did (ForwardResponse.loop_depth).
     windows: int = 1

@@ -33,6 +33,12 @@ class StageInfo:
     cpus: tuple[int, ...] = ()
     threads: int = 0
     gpu_layers: int = 0
+    # What it measured at start to compute exactly (GetInfo exact_step_rows, exact_batching,
+    # exactness_detail), and whether it batches as upstream (--batching throughput).
+    exact_step_rows: int = 0
+    exact_batching: bool = False
+    exactness_detail: str = ""
+    throughput_batching: bool = False
 
 
 @dataclass(frozen=True)
@@ -93,6 +99,23 @@ class RouteInfo:
         """Steps of other sizes would compute other logits: a prompt goes in the largest
         steps, as the unsplit model takes it, and a recovery replays the steps as fed."""
         return self.architecture in STEP_SENSITIVE_ARCHITECTURES
+
+    @property
+    def exact_step_rows(self) -> int:
+        """The widest step every stage measured to compute as one-row steps (0: none): a
+        verify window of drafts + 1 rows is exact only within it."""
+        return min((stage.exact_step_rows for stage in self.stages), default=0)
+
+    @property
+    def narrowest_exact_stage(self) -> StageInfo | None:
+        """The stage whose exact step is the narrowest (None without stages)."""
+        return min(self.stages, key=lambda stage: stage.exact_step_rows, default=None)
+
+    @property
+    def load_dependent(self) -> bool:
+        """Some stage batches as upstream does (--batching throughput): a session's tokens
+        may depend on what else the route runs."""
+        return any(stage.throughput_batching for stage in self.stages)
 
     @property
     def seam_bytes_per_token(self) -> int:
@@ -204,6 +227,10 @@ def check_route(answers: Sequence[tuple[str, pb.GetInfoResponse]],
                 cpus=tuple(info.placement.cpus),
                 threads=info.placement.threads,
                 gpu_layers=info.placement.gpu_layers,
+                exact_step_rows=info.exact_step_rows,
+                exact_batching=info.exact_batching,
+                exactness_detail=info.exactness_detail,
+                throughput_batching=info.throughput_batching,
             )
             for endpoint, info in answers
         ),

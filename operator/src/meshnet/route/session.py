@@ -18,8 +18,9 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
-from meshnet.route.drafts import MAX_DRAFT, DraftLength, PromptLookup
+from meshnet.route.drafts import DraftLength, PromptLookup
 from meshnet.route.errors import TRANSIENT_CODES, RecoveryFailed, RouteError, StageError
+from meshnet.route.exactness import plan_speculation
 from meshnet.route.generation import Generation
 from meshnet.route.handshake import RouteInfo
 from meshnet.route.prefix import first_try, next_try
@@ -34,9 +35,6 @@ from meshnet.route.topology.choose import walk_for
 from meshnet.route.topology.walk import Walk
 
 RELEASE_TIMEOUT_SECONDS = 5.0
-# The widest step whose rows compute exactly as one-token steps (a verification step of
-# MAX_DRAFT drafts; the CPU lane's batch-invariant kernels).
-EXACT_ROWS = MAX_DRAFT + 1
 
 # Waits up to its first argument's seconds for a route to answer as one route again;
 # returns the stages to go on with and their snapshot: the same stages, or (a fleet's
@@ -85,7 +83,11 @@ class Session:
         self.session_id = uuid.uuid4().hex
         self._on_snapshot(clients, route)
         self.result = Generation(session_id=self.session_id, prompt_tokens=list(prompt_ids))
-        self.result.speculate = settings.speculate if route.can_discard else 0
+        # speculation only within every stage's exact step (meshnet.route.exactness)
+        plan = plan_speculation(settings.speculate, route)
+        self.result.speculate = plan.drafts
+        self.result.speculation_limit, self.result.speculation_reason = plan.limit, plan.reason
+        self.result.load_dependent = route.load_dependent
         self.result.windows = pipelined_windows(settings.windows, self.result.speculate,
                                                 route.discard_depth)
 
@@ -278,14 +280,14 @@ class Session:
     def forget_history(self) -> list[list[int]]:
         """The history as steps to feed a new session, so that the re-prefilled state is
         bit for bit the state the session had: the steps as they were fed, except that
-        steps of up to EXACT_ROWS tokens go together up to that width (each row of such a
-        step computes as alone on the CPU lane's batch-invariant kernels). One prefill of
+        steps go together up to the width every stage measured to compute each row as alone
+        (RouteInfo.exact_step_rows; one at a time where none did). One prefill of
         it all would compute the decoded tokens' KV in a wide step, which differs in the
         last bits and can flip a later greedy token. A model whose numerics depend on
         step boundaries (RouteInfo.step_sensitive) gets its steps exactly as fed."""
         history, sizes = self.history, self.step_sizes
         self.history, self.step_sizes = [], []
-        joinable = 1 if self.route.step_sensitive else EXACT_ROWS
+        joinable = 1 if self.route.step_sensitive else max(1, self.route.exact_step_rows)
         steps: list[list[int]] = []
         start = 0
         for size in sizes:

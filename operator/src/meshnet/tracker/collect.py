@@ -118,7 +118,8 @@ def worker_info(info: pb.GetInfoResponse) -> WorkerInfo:
         route_digest=info.route_digest, architecture=info.architecture,
         n_layer=int(info.n_layer), begin=int(info.layers.begin), end=int(info.layers.end),
         boundary_dtype=DTYPES.get(info.boundary.dtype, "f32"),
-        boundary_row_elements=elements)
+        boundary_row_elements=elements, exact_step_rows=int(info.exact_step_rows),
+        exact_batching=info.exact_batching, throughput_batching=info.throughput_batching)
 
 
 def worker_capacity(capacity: pb.GetCapacityResponse) -> WorkerCapacity:

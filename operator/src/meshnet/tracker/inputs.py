@@ -67,6 +67,10 @@ class WorkerInfo:
     end: int
     boundary_dtype: str  # f32 | f16 | bf16
     boundary_row_elements: int
+    # What it measured at start to compute exactly, and whether it batches for throughput.
+    exact_step_rows: int = 0
+    exact_batching: bool = False
+    throughput_batching: bool = False
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """A tracker daemon pass's outcome as a Plan (pure: the daemon observes, the executor acts):
 the certification Job to start, and the status showing what the pass found, that is its
-one condition (Certified), status.certification, status.tracker and status.speculation.
+one condition (Certified), status.certification, status.tracker, status.speculation and
+status.exactness.
 The executor writes it like a reconcile's plan: the planner's conditions (Ready,
 Progressing, Degraded) are kept as the route has them when the write lands."""
 
@@ -18,7 +19,7 @@ from meshnet.reconcile.conditions import as_status, stamp
 from meshnet.reconcile.plan import Create, Event, Plan, Step
 
 OWN_CONDITIONS = (CERTIFIED,)
-STATUS_KEYS = ("certification", "tracker", "speculation", "conditions")
+STATUS_KEYS = ("certification", "tracker", "speculation", "exactness", "conditions")
 ROUTE_WIDE = {"RouteNotReady": "the route is not Ready: see its Ready condition and stages",
               "RouteDeleted": "the route is being deleted"}
 
@@ -30,6 +31,8 @@ class Shown:
     report: CapacityReport | None  # None: no report this pass (status.tracker is kept)
     delivery_error: str | None
     speculation: Mapping[str, Any] | None  # None: nothing observed (status.speculation goes)
+    # What the stages measured to compute exactly; None: no stage answered (it is kept).
+    exactness: Mapping[str, Any] | None = None
 
 
 def plan_pass(body: Mapping[str, Any], decision: Decision, job: JobInputs | None, shown: Shown,
@@ -46,6 +49,7 @@ def plan_pass(body: Mapping[str, Any], decision: Decision, job: JobInputs | None
         "tracker": _tracker_status(shown.report, shown.delivery_error) if shown.report
         else status.get("tracker"),
         "speculation": dict(shown.speculation) if shown.speculation else None,
+        "exactness": dict(shown.exactness) if shown.exactness else status.get("exactness"),
     }
     shown_before = [c for c in previous if c.get("type") in OWN_CONDITIONS]
     changed = shown_before != certified or any(status.get(k) != v for k, v in wanted.items())

@@ -218,6 +218,7 @@ def stage_worker(stages: Sequence[Stage], index: int, recipe: Recipe, tls: LinkT
         discard_depth=speculation.discard_depth(),
         prefix_cache_entries=entries,
         prefix_block=recipe.prefix_cache.stage_block(architecture) if entries else 0,
+        throughput_batching=recipe.batching == "Throughput",
         replica=replica,
         drafter=drafter,
     )

@@ -59,6 +59,8 @@ class WorkerCommand:
     # None: the worker's defaults.
     prefix_cache_entries: int | None = None
     prefix_block: int | None = None
+    # --batching throughput: sessions share steps as upstream batches (recipe.batching)
+    throughput_batching: bool = False
     extra: tuple[str, ...] = ()
 
     def args(self, parent_pid: int | None = None) -> list[str]:
@@ -87,6 +89,7 @@ class WorkerCommand:
             ("--drafter-model", self.drafter_model),
             ("--prefix-cache-entries", self.prefix_cache_entries),
             ("--prefix-block", self.prefix_block),
+            ("--batching", "throughput" if self.throughput_batching else None),
             ("--gpu-layers", self.gpu_layers or None),
             ("--tls-cert", self.tls_cert),
             ("--tls-key", self.tls_key),
@@ -138,6 +141,7 @@ def worker_command(worker: WorkerSpec, model: PurePath, listen: str, metrics_lis
         discard_depth=worker.discard_depth or None,
         prefix_cache_entries=worker.prefix_cache_entries or None,
         prefix_block=worker.prefix_block or None,
+        throughput_batching=worker.throughput_batching,
         drafter=drafter.kind if drafter else None,
         drafter_k=drafter.max_drafts if drafter else None,
         drafter_model=model.parent / drafter.model_file

@@ -69,3 +69,6 @@ class WorkerSpec:
     # Prefix cache: released slots kept (0: off) and the block it reuses in.
     prefix_cache_entries: int = 0
     prefix_block: int = 0
+    # Sessions share engine steps as upstream batches (recipe.batching Throughput), not only
+    # where the stage measured them exact.
+    throughput_batching: bool = False
