@@ -3,6 +3,7 @@ and TLS certificates."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Callable
 from functools import cache
@@ -13,6 +14,16 @@ import pytest
 from meshnet.bundled import smollm2_gguf
 from meshnet.local.process import worker_binary
 from meshnet.unsplit import unsplit_tokens
+
+
+@pytest.fixture(scope="session", autouse=True)
+def exactness_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The suites start hundreds of workers of a few models: each start measures its
+    exactness once per run and recalls it after (MESHNET_EXACTNESS_CACHE; the key is every
+    input the probe reads, so a changed flag or binary measures again)."""
+    where = tmp_path_factory.mktemp("exactness")
+    os.environ["MESHNET_EXACTNESS_CACHE"] = str(where)
+    return where
 
 
 @pytest.fixture(scope="session")

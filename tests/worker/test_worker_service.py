@@ -475,3 +475,24 @@ def test_meshnet_worker_run_refuses_cpus_it_cannot_use(smollm2: Path) -> None:
              "--cpus", value], capture_output=True, text=True, timeout=60)
         assert result.returncode == 2, result.stderr
         assert message in result.stderr
+
+
+def test_a_restart_on_the_same_inputs_recalls_its_exactness_and_a_changed_flag_measures(
+        shard_worker: Path, smollm2: Path, tmp_path: Path, exactness_cache: Path) -> None:
+    spec = LaunchSpec(model=smollm2, layers=LayerRange(0, 4), threads=1, slots=2, ctx=72)
+    infos, logs = [], []
+    for i, flagged in enumerate((spec, spec, replace(spec, slots=3))):
+        log = tmp_path / f"worker-{i}.log"
+        worker = WorkerProcess(shard_worker, flagged, log).start()
+        try:
+            infos.append(StageClient(worker.endpoint, timeout=10).info())
+        finally:
+            worker.stop()
+        logs.append(log.read_text())
+
+    assert any(exactness_cache.iterdir())
+    first, again, other = infos
+    assert (again.exact_step_rows, again.exact_batching) == \
+        (first.exact_step_rows, first.exact_batching) == (8, True)
+    assert "recalled" not in logs[0] and f"recalled from {exactness_cache}" in logs[1]
+    assert "recalled" not in logs[2] and (other.exact_step_rows, other.exact_batching) == (8, True)

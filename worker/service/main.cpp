@@ -2,16 +2,58 @@
 // (meshnet.shard.v1) until SIGINT/SIGTERM.
 #include "cpu_backend.h"
 #include "engine.h"
+#include "exactness_cache.h"
+#include "exactness_probe.h"
 #include "gguf_vocab.h"
 #include "host_facts.h"
 #include "worker_params.h"
 #include "worker_server.h"
 
 #include <csignal>
+#include <cstdlib>
 #include <cstdio>
 #include <sys/prctl.h>
 #include <unistd.h>
 #include <utility>
+
+namespace {
+
+// The start-up probe, or its result for exactly these inputs where MESHNET_EXACTNESS_CACHE
+// keeps one (the binary, the weights, the device and every setting the probe reads).
+meshnet::exactness measure_or_recall(const meshnet::worker_params & params, meshnet::engine_i & engine) {
+    const std::string dir = meshnet::exactness_cache_dir();
+    if (dir.empty()) {
+        return meshnet::measure_exactness(engine, params.exact_batch_rows, params.n_batch);
+    }
+    const meshnet::engine_info & info = engine.info();
+    const char * visible = std::getenv("GGML_VK_VISIBLE_DEVICES");
+    const char * variant = std::getenv("MESHNET_CPU_VARIANT");
+    const std::string key = meshnet::exactness_key({
+        {"binary", meshnet::file_identity("/proc/self/exe")},
+        {"model", meshnet::file_identity(params.model_path)},
+        {"layers", std::to_string(info.layers.begin) + ":" + std::to_string(info.layers.end)},
+        {"gpu_layers", std::to_string(params.n_gpu_layers)},
+        {"threads", std::to_string(params.n_threads)},
+        {"slots", std::to_string(info.n_slots)},
+        {"ctx", std::to_string(info.n_ctx)},
+        {"batch", std::to_string(params.n_batch)},
+        {"exact_batch_rows", std::to_string(params.exact_batch_rows)},
+        {"discard_depth", std::to_string(params.discard_depth)},
+        {"drafter", params.drafter + " " + std::to_string(params.drafter_k) + " " + params.drafter_model},
+        {"cpu_backend", meshnet::cpu_backend_describe()},
+        {"vulkan_devices", visible ? visible : ""},
+        {"cpu_variant", variant ? variant : ""},
+    });
+    if (auto recalled = meshnet::load_exactness(dir, key)) {
+        recalled->detail += " (recalled from " + dir + ")";
+        return *recalled;
+    }
+    meshnet::exactness measured = meshnet::measure_exactness(engine, params.exact_batch_rows, params.n_batch);
+    meshnet::store_exactness(dir, key, measured);
+    return measured;
+}
+
+} // namespace
 
 int main(int argc, char ** argv) {
     meshnet::worker_params params;
@@ -88,7 +130,7 @@ int main(int argc, char ** argv) {
                      "tokenized whole\n");
     }
     // Before it serves: what this engine computes exactly, on its own weights and device.
-    meshnet::exactness measured = meshnet::measure_exactness(*engine, params.exact_batch_rows, params.n_batch);
+    meshnet::exactness measured = measure_or_recall(params, *engine);
     std::fprintf(stderr, "meshnet-shard-worker: exactness: exact_step_rows %d, exact_batching %s: %s (measured in "
                  "%lld ms)%s\n", measured.step_rows, measured.batching ? "true" : "false", measured.detail.c_str(),
                  static_cast<long long>(measured.probe_micros / 1000),
