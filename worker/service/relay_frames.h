@@ -23,8 +23,6 @@ void prepare_connection(int fd, int send_timeout_ms);
 
 // The bytes of a local relay token.
 constexpr size_t local_relay_token_bytes = 32;
-// A fresh random token (from the system's random source).
-std::string new_local_relay_token();
 // Whether `given` is `token`, in time that does not depend on where they differ.
 bool same_token(const std::string & given, const std::string & token);
 // Writes `token` on a connection just opened; false when the connection failed.
