@@ -62,6 +62,7 @@ from meshnet.local.process import (
     WorkerProcess,
     cpu_binding_env,
     free_port,
+    route_key_of,
     start_route,
     worker_binary,
 )
@@ -286,6 +287,7 @@ def run(bin_dir: Path | None, threads: int, repeats: int, model: Path | None = N
             workers += started
             route_workers[name] = started
             drivers[name] = RouteDriver([w.endpoint for w in started],
+                                        route_key=route_key_of(started),
                                         topology="chain" if chain else "hub")
             drivers[name].connect(wait=30)
         prompt = prompt_ids(drivers["unsplit_worker"])
@@ -342,7 +344,8 @@ def run(bin_dir: Path | None, threads: int, repeats: int, model: Path | None = N
         any_mix = start_route(binary, [spec(first, half, extra=ANY_MIX),
                                        spec(second, half, 1, extra=ANY_MIX)], logs, chain=True)
         workers += any_mix
-        drivers["any_mix"] = RouteDriver([w.endpoint for w in any_mix], topology="chain")
+        drivers["any_mix"] = RouteDriver([w.endpoint for w in any_mix],
+                                         route_key=route_key_of(any_mix), topology="chain")
         drivers["any_mix"].connect(wait=30)
         concurrent_decode(chain_driver, prompt, 2)  # warm up
         concurrent_decode(drivers["any_mix"], prompt, 2)

@@ -16,7 +16,14 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from meshnet.api.shardroute import LayerRange
-from meshnet.local.process import SERVING, LaunchSpec, WorkerProcess, free_port, start_route
+from meshnet.local.process import (
+    SERVING,
+    LaunchSpec,
+    WorkerProcess,
+    free_port,
+    route_key_of,
+    start_route,
+)
 from meshnet.route import RouteDriver, RouteRefused
 from meshnet.route.proto import pb, pb_grpc
 from meshnet.route.stage import stage_error
@@ -60,7 +67,8 @@ def connected(driver: RouteDriver) -> None:
 def test_the_ring_gives_the_unsplit_models_greedy_tokens_on_every_split(
     ring: list[WorkerProcess], reference: Callable[..., list[int]],
 ) -> None:
-    with RouteDriver([w.endpoint for w in ring], topology="ring") as driver:
+    with RouteDriver([w.endpoint for w in ring],
+                     route_key=route_key_of(ring), topology="ring") as driver:
         connected(driver)
         for text in PROMPTS:
             prompt = driver.tokenize(text)
@@ -178,7 +186,8 @@ def test_a_session_cancelled_mid_ring_frees_its_slot_on_every_stage(
             raise WalkAway
 
     try:
-        with RouteDriver([w.endpoint for w in workers], topology="ring") as driver:
+        with RouteDriver([w.endpoint for w in workers],
+                         route_key=route_key_of(workers), topology="ring") as driver:
             connected(driver)
             with pytest.raises(WalkAway):
                 driver.generate(PROMPTS[0], max_tokens=200, stop_at_eos=False,

@@ -23,6 +23,8 @@ from meshnet.certify.job import JOB_NAME_LABEL, TERMINATION_LOG
 from meshnet.devtools.cluster import Emulator
 from meshnet.local.process import WORKER_ENV_DEFAULTS, WorkerProcess
 from meshnet.reconcile.route.podspec import MODEL_DIR
+from meshnet.reconcile.route.route_key_mount import ROUTE_KEY_FILE
+from meshnet.route.route_key import load_or_create
 
 NS = "default"
 EXTRA_RESOURCES: dict[str, dict[str, Any]] = {
@@ -35,6 +37,13 @@ VERBS = ["get", "list", "watch", "create", "update", "patch", "delete"]
 def declare_jobs_and_nodes(emulator: Emulator) -> None:
     for resource, info in EXTRA_RESOURCES.items():
         emulator.resources[resource] = kmock.ResourceInfo(verbs=VERBS, **info)
+
+
+def route_key_here(folder: Path) -> Path:
+    """This machine's stand-in for the route's key Secret: one key file per test folder."""
+    path = folder / "route.key"
+    load_or_create(path)
+    return path
 
 
 def now() -> str:
@@ -65,6 +74,7 @@ class PodCommand:
     pod_args: tuple[str, ...]
     model: Path
     listen: str
+    route_key: Path  # the route's key Secret's file, here
 
     @property
     def layers(self) -> str:
@@ -72,7 +82,7 @@ class PodCommand:
 
     def args(self) -> list[str]:
         local = {"--model": str(self.model), "--listen": self.listen, "--metrics-listen": ""}
-        args = list(self.pod_args)
+        args = [str(self.route_key) if a == str(ROUTE_KEY_FILE) else a for a in self.pod_args]
         for flag, value in local.items():
             args[args.index(flag) + 1] = value
         return [*args, "--threads", "1"]
@@ -109,7 +119,8 @@ class Kubelet:
         self.addresses[name] = address
         container = pod["spec"]["containers"][0]
         command = PodCommand(tuple(container["args"]), self.model,
-                             f"{address}:{container['ports'][0]['containerPort']}")
+                             f"{address}:{container['ports'][0]['containerPort']}",
+                             route_key_here(self.log_dir))
         worker = WorkerProcess(self.binary, command,  # type: ignore[arg-type]
                                self.log_dir / f"{name}.log")
         self.workers[name] = worker
@@ -155,7 +166,8 @@ class JobController:
         container = job["spec"]["template"]["spec"]["containers"][0]
         message = self.work / f"{name}.termination-log"
         args = [str(message) if a == TERMINATION_LOG else
-                str(self.model) if a.startswith(f"{MODEL_DIR}/") else a
+                str(self.model) if a.startswith(f"{MODEL_DIR}/") else
+                str(route_key_here(self.work)) if a == str(ROUTE_KEY_FILE) else a
                 for a in container["args"]]
         args += ["--reference-threads", "1"]  # one CPU per pod, as the kubelet gives workers
         env = {**os.environ, "MESHNET_BIN_DIR": str(self.binary.parent),

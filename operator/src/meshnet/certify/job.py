@@ -24,6 +24,7 @@ from meshnet.certify.lane import GPU_PRODUCT_LABELS, UNKNOWN
 from meshnet.digests import canonical_digest
 from meshnet.reconcile.naming import child_name
 from meshnet.reconcile.route.podspec import RouteRef, owner_reference
+from meshnet.reconcile.route.route_key_mount import ROUTE_KEY_VOLUME
 
 CERTIFY_ROUTE = f"{GROUP}/certify-route"  # not labels.ROUTE: the stage-pod index skips these
 LANE = f"{GROUP}/lane"
@@ -71,8 +72,12 @@ def certification_job(inputs: JobInputs) -> dict[str, Any]:
         command += ["--request", inputs.request]
     # The stages' own volumes: the model, and for a TLS route its Secret, whose CA the
     # certifier trusts and whose certificate it presents where stages require one (mTLS).
-    mounts = [m for m in worker.get("volumeMounts", []) if m["name"] in ("model", "tls")]
-    volumes = [v for v in pod.get("volumes", []) if v["name"] in ("model", "tls")]
+    # And the route's key, which the stages ask every caller of a session's RPCs to prove.
+    kept = ("model", "tls", ROUTE_KEY_VOLUME)
+    mounts = [m for m in worker.get("volumeMounts", []) if m["name"] in kept]
+    volumes = [v for v in pod.get("volumes", []) if v["name"] in kept]
+    if "--route-key-file" in args:
+        command += ["--route-key-file", args[args.index("--route-key-file") + 1]]
     tls_dir = next((m["mountPath"] for m in mounts if m["name"] == "tls"), None)
     if tls_dir:
         command += ["--tls-ca", f"{tls_dir}/ca.crt"]

@@ -14,6 +14,7 @@ from meshnet.certify.measure import decode_speeds, forced_logits
 from meshnet.certify.prompts import PROMPTS
 from meshnet.certify.reference import reference_worker
 from meshnet.route.driver import RouteDriver
+from meshnet.route.route_key import RouteSecret
 from meshnet.route.stage import StageClient, TlsFiles
 from meshnet.timestamps import now_rfc3339
 
@@ -32,10 +33,11 @@ class Reference:
 
 def certify(endpoints: Sequence[str], lane: CertifiedLane, reference: Reference,
             gates: Gates | None = None, *, tls: TlsFiles | None = None,
-            route_digest: str | None = None, epoch: int | None = None,
-            request: str | None = None, say: Say = lambda _: None) -> Certificate:
+            route_key: RouteSecret | None = None, route_digest: str | None = None,
+            epoch: int | None = None, request: str | None = None,
+            say: Say = lambda _: None) -> Certificate:
     gates = gates or Gates()
-    with RouteDriver(list(endpoints), tls=tls) as driver:
+    with RouteDriver(list(endpoints), tls=tls, route_key=route_key) as driver:
         route = driver.connect(wait=30.0)
         prompts = [driver.tokenize(text) for text in PROMPTS]
     ctx = max(len(p) for p in prompts) + max(gates.parity_steps, gates.speed_tokens) + 8
@@ -43,10 +45,10 @@ def certify(endpoints: Sequence[str], lane: CertifiedLane, reference: Reference,
     with reference_worker(reference.binary, reference.model, layers=route.n_layer,
                           ctx=max(ctx, 256), threads=reference.threads, backend=lane.backend,
                           log=reference.log) as ref_endpoint:
-        compared = _parity(list(endpoints), ref_endpoint, prompts, gates, tls)
+        compared = _parity(list(endpoints), ref_endpoint, prompts, gates, tls, route_key)
         say(f"parity: {compared.parity_summary()}")
         speeds = decode_speeds(ref_endpoint, endpoints, prompts[0], gates.speed_tokens,
-                               gates.repeats, tls)
+                               gates.repeats, tls, route_key)
     pace = verdict.speed(speeds.route, speeds.reference, gates.speed_fraction, speeds.topology)
     say(f"speed: route {speeds.route:.1f} tok/s ({speeds.topology}),"
         f" unsplit {speeds.reference:.1f} tok/s")
@@ -69,9 +71,10 @@ class _Compared:
 
 
 def _parity(endpoints: list[str], ref_endpoint: str, prompts: list[list[int]], gates: Gates,
-            tls: TlsFiles | None) -> _Compared:
+            tls: TlsFiles | None, route_key: RouteSecret | None) -> _Compared:
     compared = []
-    with RouteDriver([ref_endpoint]) as ref_driver, RouteDriver(endpoints, tls=tls) as driver:
+    with RouteDriver([ref_endpoint]) as ref_driver, \
+            RouteDriver(endpoints, tls=tls, route_key=route_key) as driver:
         ref_route, route = ref_driver.connect(wait=30.0), driver.connect(wait=30.0)
         ref_clients: list[StageClient] = ref_driver.clients
         for prompt in prompts:

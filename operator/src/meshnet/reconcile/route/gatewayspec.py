@@ -24,6 +24,7 @@ from meshnet.reconcile.route.podspec import (
     owned_service,
     owner_reference,
 )
+from meshnet.reconcile.route.route_key_mount import ROUTE_KEY_FILE
 
 DEFAULT_REQUESTS = {"cpu": "100m", "memory": "256Mi"}
 # spec.gateway.apiKeysSecret is mounted whole (a subPath mount would not see updates)
@@ -60,7 +61,8 @@ def gateway_pod_command(route: RouteRef, stages: list[Stage], gateway: Gateway,
     return gateway_command(route.name, gateway, speculation, drain_seconds,
                            f"0.0.0.0:{config.gateway_port}",
                            pipelines=pipelines(route, stages, epochs, config), tls=tls,
-                           tls_dir=PurePosixPath(TLS_DIR), api_keys=keys)
+                           tls_dir=PurePosixPath(TLS_DIR), api_keys=keys,
+                           route_key_file=ROUTE_KEY_FILE)
 
 
 def _http_probe(path: str, period: int, failures: int, port: int) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from meshnet.api.modelartifact import ArtifactStorage
 from meshnet.api.shardroute import DEFAULT_GPU_RESOURCES, KIND, Recipe, Stage
 from meshnet.reconcile.children import CONTAINER_SECURITY, POD_SECURITY, template_hash
 from meshnet.reconcile.naming import endpoint, pod_name, service_name, stage_host
+from meshnet.reconcile.route.route_key_mount import ROUTE_KEY_FILE
 from meshnet.reconcile.route.worker_command import worker_command
 from meshnet.reconcile.route.workerspec import WorkerSpec
 
@@ -58,7 +59,7 @@ def worker_args(worker: WorkerSpec, route: RouteRef, config: WorkerConfig) -> li
              for stage in worker.links.names()}
     return worker_command(worker, PurePosixPath(MODEL_DIR) / worker.model_file,
                           f"0.0.0.0:{config.grpc_port}", f"0.0.0.0:{config.metrics_port}",
-                          links, PurePosixPath(TLS_DIR)).args()
+                          links, PurePosixPath(TLS_DIR), ROUTE_KEY_FILE).args()
 
 
 def owner_reference(route: RouteRef) -> dict[str, Any]:
