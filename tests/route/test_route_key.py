@@ -71,12 +71,13 @@ def local_batches(worker: WorkerProcess) -> float:
 
 
 def strangers_ring(channel: grpc.Channel, metadata: tuple[tuple[str, str], ...] | None,
-                   ) -> grpc.Call:
-    """A Ring subscription for the route and epoch GetInfo names, as a stranger asks it."""
+                   timeout: float | None = 30.0) -> grpc.Call:
+    """A Ring subscription for the route and epoch GetInfo names, as a stranger asks it
+    (one that is not refused ends at `timeout`, having heard what it heard)."""
     stub = pb_grpc.ShardServiceStub(channel)  # type: ignore[no-untyped-call]
     info = stub.GetInfo(pb.GetInfoRequest(), timeout=5)
     request = pb.RingRequest(key=pb.RouteKey(route_id=info.route_id, epoch=info.epoch))
-    return stub.Ring(request, metadata=metadata)  # type: ignore[no-any-return]
+    return stub.Ring(request, metadata=metadata, timeout=timeout)  # type: ignore[no-any-return]
 
 
 def drain(call: grpc.Call) -> tuple[list[pb.RingResponse], grpc.RpcError | None]:
@@ -113,11 +114,11 @@ def test_a_stranger_is_refused_the_ring_and_hears_no_token_while_a_session_decod
     assert (generation.topology, generation.decode_loop) == ("ring", True)
     assert local_batches(last) - relayed_before >= 24  # the chain ran on the local relay
     assert ring_tokens_fed(first) > fed_before  # the route's own subscription served it
+    (missing, no_key), (mismatch, wrong_key) = heard
+    assert missing == [] and mismatch == []  # not even the hello, let alone a token
     # refused and counted, where an operator sees it
     assert ring_refusals(last, "UNAUTHENTICATED") >= 1
     assert ring_refusals(last, "PERMISSION_DENIED") >= 1
-    (missing, no_key), (mismatch, wrong_key) = heard
-    assert missing == [] and mismatch == []  # not even the hello, let alone a token
     assert no_key is not None and no_key.code() == grpc.StatusCode.UNAUTHENTICATED
     assert stage_error(last.endpoint, no_key).reason == "ROUTE_KEY_MISSING"
     assert wrong_key is not None and wrong_key.code() == grpc.StatusCode.PERMISSION_DENIED
@@ -178,7 +179,7 @@ def test_one_subscriber_past_the_cap_is_refused_and_idle_ones_stall_no_session(
     last = ring[1]
     proof = key_of(ring).metadata()
     with grpc.insecure_channel(last.endpoint) as channel:
-        idle = [strangers_ring(channel, proof) for _ in range(3)]
+        idle = [strangers_ring(channel, proof, timeout=None) for _ in range(3)]
         for call in idle:
             assert next(call).incarnation  # type: ignore[call-overload]  # subscribed
         extra = strangers_ring(channel, proof)

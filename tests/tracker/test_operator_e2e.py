@@ -23,6 +23,7 @@ from meshnet.metrics.controller import OperatorMetrics
 from meshnet.operator.settings import OperatorSettings
 from meshnet.paths import repo_root
 from meshnet.route import Generation, RouteDriver
+from meshnet.route.route_key import RouteSecret
 from meshnet.route.stage import StageClient
 from meshnet.tracker.client import RetryPolicy
 from meshnet.tracker.schema import SCHEMA_FILE
@@ -30,7 +31,15 @@ from meshnet.tracker.settings import TrackerSettings
 from meshnet.tracker.validate import report_errors
 
 from .conftest import TOKEN
-from .standins import NS, JobController, Kubelet, artifact, declare_jobs_and_nodes, running
+from .standins import (
+    NS,
+    JobController,
+    Kubelet,
+    artifact,
+    declare_jobs_and_nodes,
+    route_key_here,
+    running,
+)
 
 ROUTES = f"/apis/meshnet.dev/v1alpha1/namespaces/{NS}/shardroutes"
 ARTIFACTS = f"/apis/meshnet.dev/v1alpha1/namespaces/{NS}/modelartifacts"
@@ -226,7 +235,8 @@ async def test_a_tracker_that_is_down_costs_retries_and_a_failure_metric_never_t
             # drafts, and the status shows what they achieved.
             endpoints = [f"{kubelet.addresses[pod]}:{operator_settings.worker_grpc_port}"
                          for pod in ("r1-s0-e2", "r1-s1-e2")]
-            generation = await asyncio.to_thread(speculate, endpoints)
+            key = RouteSecret.load(route_key_here(kubelet.log_dir))  # as the gateway's
+            generation = await asyncio.to_thread(speculate, endpoints, key)
             await eventually(lambda: (route(cluster)["status"].get("speculation") or {}).get(
                 "draftTokensVerified") == generation.draft_tokens, 30, "status.speculation")
             shown = route(cluster)["status"]["speculation"]
@@ -246,6 +256,6 @@ CODE = (  # code the model goes on repeating: prompt-lookup drafts hold
 )
 
 
-def speculate(endpoints: list[str]) -> Generation:
-    with RouteDriver(endpoints, topology="hub", speculate=4) as driver:
+def speculate(endpoints: list[str], route_key: RouteSecret) -> Generation:
+    with RouteDriver(endpoints, route_key=route_key, topology="hub", speculate=4) as driver:
         return driver.generate(CODE, max_tokens=48, stop_at_eos=False)

@@ -1,7 +1,7 @@
 // relay_frames.h - the local relay's wire (see Relay in shard_service.proto): protobuf
 // messages as frames on a TCP connection over 127.0.0.1, each its byte length as a
 // 4-byte little-endian integer and then the serialized message. A connection opens with
-// the receiving worker's token (GetInfo local_relay_token) before its first frame.
+// the receiving worker's token (route_key::local_relay_token) before its first frame.
 #pragma once
 
 #include <google/protobuf/message_lite.h>
