@@ -68,7 +68,8 @@ async def in_process(route: list[WorkerProcess]) -> AsyncIterator[str]:
     """A gateway in this process whose probe does not come again during the test: a stage
     lost now is found by the request itself."""
     gateway = Gateway(GatewayConfig(model=MODEL, probe_seconds=3600),
-                      Fleet(fixed_replicas([[w.endpoint for w in route]])))
+                      Fleet(fixed_replicas([[w.endpoint for w in route]]),
+                            route_key=route_key_of(route)))
     runner = web.AppRunner(build_app(gateway))
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
