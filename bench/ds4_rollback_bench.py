@@ -15,7 +15,7 @@ from pathlib import Path
 
 from meshnet.api.shardroute import LayerRange
 from meshnet.devtools.tiny_deepseek4 import V4_DEPTH, write_tiny_deepseek4
-from meshnet.local.process import LaunchSpec, start_route, worker_binary
+from meshnet.local.process import LaunchSpec, route_key_of, start_route, worker_binary
 from meshnet.route import RouteDriver
 
 PROMPT = "the map of the world and the story of the sea coast line chart. " * 4
@@ -32,7 +32,7 @@ def engine_ms(binary: Path, model: Path, split: list[tuple[int, int]], depth: in
     ring = len(split) > 1
     workers = start_route(binary, specs, log_dir, chain=ring, ring=ring)
     try:
-        with RouteDriver([w.endpoint for w in workers]) as driver:
+        with RouteDriver([w.endpoint for w in workers], route_key=route_key_of(workers)) as driver:
             driver.connect(wait=30)
             generation = driver.generate(PROMPT, max_tokens=tokens, stop_at_eos=False)
         return 1000.0 * generation.decode_engine_seconds / max(len(generation.tokens) - 1, 1)

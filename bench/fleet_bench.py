@@ -27,6 +27,7 @@ import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,14 @@ import httpx
 
 from meshnet.api.shardroute import LayerRange
 from meshnet.bundled import smollm2_gguf
-from meshnet.local.process import LaunchSpec, WorkerProcess, free_port, start_route, worker_binary
+from meshnet.local.process import (
+    LaunchSpec,
+    WorkerProcess,
+    free_port,
+    new_route_key_file,
+    start_route,
+    worker_binary,
+)
 
 MODEL = "smollm2"
 PROMPTS = ["The history of the printing press begins", "Once upon a time, in a small village,",
@@ -45,7 +53,8 @@ def start_gateway(replicas: list[list[WorkerProcess]], log: Path,
                   ) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     args = [sys.executable, "-m", "meshnet.cli", "serve", "--model", MODEL,
-            "--listen", f"127.0.0.1:{port}", "--max-waiting", "64"]
+            "--listen", f"127.0.0.1:{port}", "--max-waiting", "64",
+            "--route-key-file", str(replicas[0][0].spec.route_key_file)]
     for workers in replicas:
         args += ["--replica", ",".join(w.endpoint for w in workers)]
     process = subprocess.Popen(args, stdout=log.open("w"), stderr=subprocess.STDOUT)
@@ -134,6 +143,9 @@ def main() -> int:
     specs = [LaunchSpec(model=smollm2_gguf(), layers=LayerRange(*span), route_id="bench/fleet",
                         threads=args.threads, slots=args.sessions, ctx=1024)
              for span in [(0, 15), (15, 30)]]
+    # replicas of one route: one key
+    key_file = new_route_key_file(work)
+    specs = [replace(spec, route_key_file=key_file) for spec in specs]
     for r in (0, 1):
         (work / f"replica-{r}").mkdir()
     replicas = [start_route(binary, specs, work / f"replica-{r}", chain=True) for r in (0, 1)]

@@ -34,7 +34,7 @@ import httpx
 
 from meshnet.api.shardroute import LayerRange
 from meshnet.bundled import smollm2_gguf
-from meshnet.local.process import LaunchSpec, free_port, start_route, worker_binary
+from meshnet.local.process import LaunchSpec, free_port, route_key_of, start_route, worker_binary
 from meshnet.route import RouteDriver
 
 PROMPT = ("The history of the printing press begins in the fifteenth century, when movable "
@@ -92,10 +92,13 @@ def figures(start: float, stamps: list[float], tokens: int | None = None,
     return (stamps[0] - start) * 1000, (tokens - 1) / (stamps[-1] - stamps[0]), tokens
 
 
-def start_gateway(endpoints: list[str], log: Path) -> tuple[subprocess.Popen[bytes], str]:
+def start_gateway(endpoints: list[str], log: Path,
+                  route_key_file: Path | None) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     args = [sys.executable, "-m", "meshnet.cli", "serve", "--model", MODEL,
             "--listen", f"127.0.0.1:{port}"]
+    if route_key_file:
+        args += ["--route-key-file", str(route_key_file)]
     for endpoint in endpoints:
         args += ["--stage", endpoint]
     process = subprocess.Popen(args, stdout=log.open("w"), stderr=subprocess.STDOUT)
@@ -127,11 +130,13 @@ def main() -> int:
     specs = [LaunchSpec(model=smollm2_gguf(), layers=LayerRange(*span), route_id="bench/gateway",
                         threads=args.threads) for span in [(0, 15), (15, 30)]]
     workers = start_route(binary, specs, work, chain=True)
-    gateway, url = start_gateway([w.endpoint for w in workers], work / "serve.log")
+    gateway, url = start_gateway([w.endpoint for w in workers], work / "serve.log",
+                                 workers[0].spec.route_key_file)
     paths = ["driver", "generate", "gateway"]
     results: dict[str, list[tuple[float, float, int]]] = {path: [] for path in paths}
     try:
-        with RouteDriver([w.endpoint for w in workers]) as driver, httpx.Client() as client:
+        with RouteDriver([w.endpoint for w in workers],
+                         route_key=route_key_of(workers)) as driver, httpx.Client() as client:
             driver.connect(wait=30)
             via_driver(driver, args.prompt, 8, as_text=True)  # warm both paths once
             via_gateway(client, url, args.prompt, 8)

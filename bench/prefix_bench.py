@@ -32,7 +32,13 @@ from pathlib import Path
 from meshnet.api.shardroute import LayerRange
 from meshnet.bundled import smollm2_gguf
 from meshnet.devtools.tiny_deepseek4 import SMALL, write_tiny_deepseek4
-from meshnet.local.process import LaunchSpec, WorkerProcess, start_route, worker_binary
+from meshnet.local.process import (
+    LaunchSpec,
+    WorkerProcess,
+    route_key_of,
+    start_route,
+    worker_binary,
+)
 from meshnet.route import RouteDriver
 
 SPLIT = [(0, 10), (10, 20), (20, 30)]
@@ -75,6 +81,7 @@ def grid(binary: Path, work: Path, rounds: int, prompt_tokens: int) -> None:
                 (work / f"{name}-{block}").mkdir(parents=True)
                 routes[name, block] = start_route(binary, specs, work / f"{name}-{block}")
                 drivers[name, block] = RouteDriver([w.endpoint for w in routes[name, block]],
+                                                   route_key=route_key_of(routes[name, block]),
                                                    reuse_prefix=False)
                 drivers[name, block].connect(wait=60)
         rates: dict[tuple[str, int], list[float]] = {key: [] for key in routes}
@@ -133,9 +140,10 @@ def main() -> None:
     off_route = start(binary, model, work / "off", cached=False)
     on_route = start(binary, model, work / "on", cached=True)
     try:
-        off = RouteDriver([w.endpoint for w in off_route])
-        on = RouteDriver([w.endpoint for w in on_route])
-        on_cold = RouteDriver([w.endpoint for w in on_route], reuse_prefix=False)
+        off = RouteDriver([w.endpoint for w in off_route], route_key=route_key_of(off_route))
+        on = RouteDriver([w.endpoint for w in on_route], route_key=route_key_of(on_route))
+        on_cold = RouteDriver([w.endpoint for w in on_route],
+                              route_key=route_key_of(on_route), reuse_prefix=False)
         for driver in (off, on, on_cold):
             driver.connect(wait=60)
         system = off.tokenize(PARAGRAPH * 40)[:SYSTEM_TOKENS]

@@ -65,6 +65,7 @@ from meshnet.local.process import (
     WorkerProcess,
     cpu_binding_env,
     free_port,
+    route_key_of,
     start_route,
     worker_binary,
 )
@@ -293,6 +294,7 @@ def run(bin_dir: Path | None, threads: int, repeats: int, model: Path | None = N
             workers += started
             route_workers[name] = started
             drivers[name] = RouteDriver([w.endpoint for w in started],
+                                        route_key=route_key_of(started),
                                         topology="chain" if chain else "hub")
             drivers[name].connect(wait=30)
         prompt = prompt_ids(drivers["unsplit_worker"])
@@ -351,7 +353,8 @@ def run(bin_dir: Path | None, threads: int, repeats: int, model: Path | None = N
             variant = start_route(binary, [spec(first, half, extra=extra),
                                            spec(second, half, 1, extra=extra)], logs, chain=True)
             workers += variant
-            drivers[name] = RouteDriver([w.endpoint for w in variant], topology="chain")
+            drivers[name] = RouteDriver([w.endpoint for w in variant],
+                                         route_key=route_key_of(variant), topology="chain")
             drivers[name].connect(wait=30)
         concurrent_decode(chain_driver, prompt, 2)  # warm up
         concurrent_decode(drivers["any_mix"], prompt, 2)

@@ -24,7 +24,13 @@ from pathlib import Path
 from meshnet.api.shardroute import LayerRange
 from meshnet.devtools.tiny_deepseek4 import SMALL, write_tiny_deepseek4
 from meshnet.devtools.tiny_dspark import DSPARK, write_tiny_dspark
-from meshnet.local.process import LaunchSpec, WorkerProcess, start_route, worker_binary
+from meshnet.local.process import (
+    LaunchSpec,
+    WorkerProcess,
+    route_key_of,
+    start_route,
+    worker_binary,
+)
 from meshnet.route import RouteDriver
 from meshnet.route.proto import pb
 
@@ -56,7 +62,8 @@ def run(target: Path, drafter: Path | None, split: list[tuple[int, int]], tokens
     workers = start_route(worker_binary(), specs, logs, ring=True)
     try:
         last = workers[-1]
-        with RouteDriver([w.endpoint for w in workers], topology="ring") as driver:
+        with RouteDriver([w.endpoint for w in workers],
+                         route_key=route_key_of(workers), topology="ring") as driver:
             driver.connect(wait=30)
             before = {n: metric(last, n) for n in ("meshnet_shard_engine_busy_seconds_total",
                                                     "meshnet_shard_draft_seconds_sum",

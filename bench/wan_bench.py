@@ -58,6 +58,7 @@ from meshnet.devtools.tiny_deepseek4 import (
 from meshnet.local.process import LaunchSpec, WorkerProcess, free_port, start_route, worker_binary
 from meshnet.paths import workspace
 from meshnet.route import RouteDriver
+from meshnet.route.route_key import RouteSecret
 
 CODE = ("def parse_line(line):\n    fields = line.strip().split(',')\n    name = fields[0]\n"
         "    price = float(fields[1])\n    quantity = int(fields[2])\n"
@@ -103,6 +104,10 @@ def spans(stages: int, layers: int) -> list[tuple[int, int]]:
     return list(itertools.pairwise(cuts))
 
 
+# Every route this bench starts holds it (the ring needs a route key); each driver proves it.
+ROUTE_KEY = RouteSecret.generate()
+
+
 @dataclass
 class DelayedRoute:
     workers: list[WorkerProcess]
@@ -122,6 +127,7 @@ def delayed_route(binary: Path, model: Path, stages: int, ring: bool, log_dir: P
     workers bind ports the kernel picks, last stage first, each proxy aimed at its worker
     once that listens (no port is reserved ahead, so none can be taken meanwhile)."""
     log_dir.mkdir(parents=True, exist_ok=True)
+    key_file = ROUTE_KEY.write(log_dir / "route.key")
     front = [LinkProxy() for _ in range(stages)]
     links = [LinkProxy() for _ in range(stages - 1)]  # stage i -> stage i + 1
     back = [LinkProxy()] if ring and stages > 1 else []
@@ -131,7 +137,8 @@ def delayed_route(binary: Path, model: Path, stages: int, ring: bool, log_dir: P
             spec = LaunchSpec(model=model, layers=LayerRange(*span), threads=1, local_relay=False,
                               pipeline_depth=stages, discard_depth=discard_depth, ctx=ctx,
                               next_stage=links[index].endpoint if index < stages - 1 else "",
-                              ring_last=back[0].endpoint if back and index == 0 else "")
+                              ring_last=back[0].endpoint if back and index == 0 else "",
+                              route_key_file=key_file)
             worker = WorkerProcess(binary, spec, log_dir / f"worker-{index}.log").start()
             workers[index] = worker
             front[index].target_port = worker.port
@@ -181,7 +188,7 @@ def decode(endpoints: list[str], prompt: str | list[int], tokens: int, topology:
            loop: bool = True, speculate: int = 0, windows: int = 1) -> Decoded:
     arrivals: list[float] = []
     with RouteDriver(endpoints, topology=topology, decode_loop=loop, speculate=speculate,
-                     windows=windows) as driver:
+                     windows=windows, route_key=ROUTE_KEY) as driver:
         driver.connect(wait=30)
         driver.generate([1, 2, 3], max_tokens=2, stop_at_eos=False)  # warm the channels
         generation = driver.generate(prompt, max_tokens=tokens, stop_at_eos=False,

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from meshnet.api.shardroute import LayerRange
-from meshnet.local.process import LaunchSpec, WorkerProcess, start_route
+from meshnet.local.process import LaunchSpec, WorkerProcess, route_key_of, start_route
 from meshnet.route import RouteDriver, Sampling, StageClient
 from meshnet.route.handshake import RouteInfo
 from meshnet.route.proto import pb
@@ -36,7 +36,8 @@ def start_cached_route(shard_worker: Path, model: Path, split: Sequence[tuple[in
 @contextmanager
 def connected(workers: Sequence[WorkerProcess], reuse_prefix: bool = True,
               ) -> Iterator[RouteDriver]:
-    with RouteDriver([w.endpoint for w in workers], reuse_prefix=reuse_prefix) as route:
+    with RouteDriver([w.endpoint for w in workers],
+                     route_key=route_key_of(workers), reuse_prefix=reuse_prefix) as route:
         route.connect(wait=30)
         yield route
 

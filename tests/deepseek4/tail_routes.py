@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from meshnet.api.shardroute import LayerRange
-from meshnet.local.process import LaunchSpec, WorkerProcess, start_route
+from meshnet.local.process import LaunchSpec, WorkerProcess, route_key_of, start_route
 from meshnet.route import Generation, RouteDriver, Sampling
 
 # the small model as 0:2, 2:3, 3:8; V4's 43 layers with a seam inside the hash-routed ones
@@ -93,7 +93,8 @@ def runs_on_and_off(routes: TailRoutes, model: str, kinds: list[str],
     for kind in kinds:
         workers = routes(model, kind)
         topology = "chain" if kind == "chain" else "ring"
-        with RouteDriver([w.endpoint for w in workers], topology=topology) as driver:
+        with RouteDriver([w.endpoint for w in workers],
+                         route_key=route_key_of(workers), topology=topology) as driver:
             driver.connect(wait=30)
             passes = drafting_passes(workers[-1]) if kind != "off" else 0
             runs[kind, "plain"] = driver.generate(PROMPT_TOKENS, max_tokens=TOKENS,
@@ -138,7 +139,8 @@ def kill_costs_one_recovery(routes: TailRoutes, tokens: int) -> None:
             threading.Timer(0.5, last.start).start()
 
     drafts = routes.drafting.drafts
-    with RouteDriver([w.endpoint for w in workers], topology="ring") as driver:
+    with RouteDriver([w.endpoint for w in workers],
+                     route_key=route_key_of(workers), topology="ring") as driver:
         driver.connect(wait=30)
         expected = driver.generate(PROMPT_TOKENS, max_tokens=tokens, stop_at_eos=False,
                                    speculate=drafts, windows=1)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from meshnet.api.shardroute import LayerRange
-from meshnet.local.process import LaunchSpec, WorkerProcess, start_route
+from meshnet.local.process import LaunchSpec, WorkerProcess, route_key_of, start_route
 from meshnet.route import RouteDriver, Sampling
 from meshnet.route.prefix import first_try
 
@@ -149,9 +149,9 @@ def ring_route(shard_worker: Path, ds4_small: Path, tmp_path_factory: pytest.Tem
 def test_a_ring_relays_the_snapshot_and_the_prefix_to_every_stage(
     ring_route: list[WorkerProcess],
 ) -> None:
-    endpoints = [w.endpoint for w in ring_route]
-    with (RouteDriver(endpoints, topology="ring") as driver,
-          RouteDriver(endpoints, topology="ring", reuse_prefix=False) as cold):
+    endpoints, key = [w.endpoint for w in ring_route], route_key_of(ring_route)
+    with (RouteDriver(endpoints, route_key=key, topology="ring") as driver,
+          RouteDriver(endpoints, route_key=key, topology="ring", reuse_prefix=False) as cold):
         turn = words(9, 100)
         first = driver.generate(turn, max_tokens=4, stop_at_eos=False)
         following = turn + first.tokens + words(10, 30)

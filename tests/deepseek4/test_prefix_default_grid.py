@@ -8,6 +8,7 @@ import random
 from pathlib import Path
 
 from meshnet.api.shardroute import MAX_STEP_TOKENS, PrefixCache
+from meshnet.local.process import route_key_of
 from meshnet.route import RouteDriver
 
 from ..prefix_routes import last_logits, start_cached_route
@@ -29,7 +30,8 @@ def test_the_default_block_gives_deepseek4_a_cache_off_routes_logits(
                                      block or default, lambda n, e=entries: e,
                                      tmp_path / str(block), ctx=1024)
         try:
-            with RouteDriver([w.endpoint for w in workers]) as driver:
+            with RouteDriver([w.endpoint for w in workers],
+                             route_key=route_key_of(workers)) as driver:
                 driver.connect(wait=30)
                 assert driver.route.prefix_block == block and driver.route.step_sensitive
                 logits[block] = last_logits(driver.clients, driver.route, "grid", prompt)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from meshnet.api.shardroute import LayerRange
-from meshnet.local.process import LaunchSpec, WorkerProcess, start_route
+from meshnet.local.process import LaunchSpec, WorkerProcess, route_key_of, start_route
 from meshnet.route import RouteDriver, StageError
 from meshnet.route.proto import pb
 from meshnet.route.requests import stage_request
@@ -82,7 +82,8 @@ def test_a_part_of_a_whole_entry_is_not_reused_and_is_served_cold(
 
 
 def test_a_live_session_is_not_a_source(two_stages: list[WorkerProcess]) -> None:
-    with RouteDriver([w.endpoint for w in two_stages]) as driver:
+    with RouteDriver([w.endpoint for w in two_stages],
+                     route_key=route_key_of(two_stages)) as driver:
         route = driver.route
         ids = [*driver.tokenize("the coast line of the sea " * 6), 5]
         live = pb.RouteKey(route_id=route.route_id, epoch=route.epoch, session_id="live")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from meshnet.api.shardroute import LayerRange
-from meshnet.local.process import LaunchSpec, WorkerProcess, start_route
+from meshnet.local.process import LaunchSpec, WorkerProcess, route_key_of, start_route
 from meshnet.route import RouteDriver, Sampling
 
 pytestmark = pytest.mark.slow
@@ -63,7 +63,8 @@ def test_serial_and_pipelined_speculation_give_the_plain_tokens(
     sampling: Sampling,
 ) -> None:
     workers = small_ring if model == "small" else v4_ring
-    with RouteDriver([w.endpoint for w in workers], topology="ring") as driver:
+    with RouteDriver([w.endpoint for w in workers],
+                     route_key=route_key_of(workers), topology="ring") as driver:
         route = driver.connect(wait=30)
         assert route.can_discard and route.discard_depth == DISCARD_DEPTH
         plain = driver.generate(PROMPT, max_tokens=TOKENS, stop_at_eos=False, sampling=sampling)

@@ -18,7 +18,7 @@ import pytest
 
 from meshnet.api.shardroute import LayerRange
 from meshnet.devtools.tiny_deepseek4 import SMALL, write_tiny_deepseek4
-from meshnet.local.process import LaunchSpec, WorkerProcess, start_route
+from meshnet.local.process import LaunchSpec, WorkerProcess, route_key_of, start_route
 from meshnet.route import RouteDriver, RouteRefused, StageClient, StageError
 from meshnet.route.proto import pb
 from meshnet.unsplit import unsplit_tokens
@@ -94,7 +94,8 @@ def test_the_route_gives_the_unsplit_tokens_with_the_sideband(
     workers = stages(shard_worker, ds4_small, [(0, 1), (1, 2), (2, 8)], tmp_path,
                      chain=topology == "chain")
     try:
-        with RouteDriver([w.endpoint for w in workers], topology=topology) as driver:
+        with RouteDriver([w.endpoint for w in workers],
+                         route_key=route_key_of(workers), topology=topology) as driver:
             generation = driver.generate(PROMPT, max_tokens=32, stop_at_eos=False)
     finally:
         for worker in workers:
@@ -110,7 +111,8 @@ def test_every_boundary_dtype_crosses_at_four_streams_per_token(
 ) -> None:
     workers = stages(shard_worker, ds4_small, [(0, 4), (4, 8)], tmp_path, boundary_dtype=dtype)
     try:
-        with RouteDriver([w.endpoint for w in workers], topology="hub") as driver:
+        with RouteDriver([w.endpoint for w in workers],
+                         route_key=route_key_of(workers), topology="hub") as driver:
             route = driver.connect(wait=10.0)
             generation = driver.generate(PROMPT, max_tokens=16, stop_at_eos=False)
     finally:
@@ -179,7 +181,7 @@ def test_killing_the_middle_v4_worker_mid_generation_costs_one_recovery_and_no_t
     v4_route: list[WorkerProcess], ds4_v4: Path,
 ) -> None:
     middle = v4_route[1]
-    with RouteDriver([w.endpoint for w in v4_route]) as driver:
+    with RouteDriver([w.endpoint for w in v4_route], route_key=route_key_of(v4_route)) as driver:
         expected = driver.generate(PROMPT, max_tokens=48, stop_at_eos=False)
         seen = [0]
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from meshnet.local.process import route_key_of
 from meshnet.route import RouteDriver, Sampling, StageClient
 from meshnet.route.errors import RouteRefused
 from meshnet.unsplit import unsplit_tokens
@@ -59,9 +60,11 @@ def test_the_handshake_finds_the_drafter_the_recipe_names_or_refuses_the_route(
     routes: TailRoutes,
 ) -> None:
     endpoints = [w.endpoint for w in routes("small", "on")]
-    with RouteDriver(endpoints, topology="ring", drafter="mtp") as driver:
+    with RouteDriver(endpoints, route_key=route_key_of(routes("small", "on")), topology="ring",
+                     drafter="mtp") as driver:
         assert driver.connect(wait=30).drafter == "mtp"
-    with (RouteDriver([w.endpoint for w in routes("small", "off")], topology="ring",
+    with (RouteDriver([w.endpoint for w in routes("small", "off")],
+                      route_key=route_key_of(routes("small", "off")), topology="ring",
                       drafter="mtp") as driver, pytest.raises(RouteRefused) as refused):
         driver.connect()  # no wait: refused at the first answers
     assert refused.value.reason == "DrafterMissing"

@@ -15,7 +15,7 @@ import pytest
 
 from meshnet.api.shardroute import LayerRange
 from meshnet.gateway.chat import chat_prompt, chat_tokens
-from meshnet.local.process import LaunchSpec, WorkerProcess, free_port, start_route
+from meshnet.local.process import LaunchSpec, WorkerProcess, free_port, route_key_of, start_route
 from meshnet.route import RouteDriver
 from meshnet.unsplit import unsplit_tokens
 
@@ -40,6 +40,12 @@ class Gateway:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+
+
+def key_args(workers: list[WorkerProcess]) -> list[str]:
+    """serve's --route-key-file for the route the workers serve (none: no flag)."""
+    key_file = workers[0].spec.route_key_file if workers else None
+    return ["--route-key-file", str(key_file)] if key_file else []
 
 
 def start_gateway(endpoints: list[str], log: Path, *extra: str) -> Gateway:
@@ -88,7 +94,7 @@ def route(shard_worker: Path, smollm2: Path, context_length: int,
 def gateway(route: list[WorkerProcess], tmp_path_factory: pytest.TempPathFactory,
             ) -> Iterator[Gateway]:
     served = start_gateway([w.endpoint for w in route],
-                           tmp_path_factory.mktemp("gateway") / "serve.log")
+                           tmp_path_factory.mktemp("gateway") / "serve.log", *key_args(route))
     yield served
     served.stop()
 
@@ -97,7 +103,7 @@ def gateway(route: list[WorkerProcess], tmp_path_factory: pytest.TempPathFactory
 def solo(route: list[WorkerProcess], smollm2: Path) -> Iterator[Callable[..., str]]:
     """The unsplit model's greedy answer to chat `messages` (or a completion `prompt`),
     as text: what every gateway answer with temperature 0 must equal."""
-    with RouteDriver([w.endpoint for w in route]) as driver:
+    with RouteDriver([w.endpoint for w in route], route_key=route_key_of(route)) as driver:
         template = driver.route.chat_template
         eos = set(driver.route.eos_token_ids)
 

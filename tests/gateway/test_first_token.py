@@ -17,7 +17,7 @@ from aiohttp import web
 from meshnet.gateway.fleet import Fleet
 from meshnet.gateway.routes import fixed_replicas
 from meshnet.gateway.server import Gateway, GatewayConfig, build_app
-from meshnet.local.process import WorkerProcess
+from meshnet.local.process import WorkerProcess, route_key_of
 from meshnet.route import RouteDriver
 
 from .conftest import MODEL
@@ -51,7 +51,7 @@ def streamed(url: str, prompt: str, max_tokens: int) -> tuple[list[str], int]:
 def test_streamed_and_whole_answers_are_meshnet_generates_text_whatever_the_first_token(
     gateway: ServedGateway, route: list[WorkerProcess],
 ) -> None:
-    with RouteDriver([w.endpoint for w in route]) as driver:
+    with RouteDriver([w.endpoint for w in route], route_key=route_key_of(route)) as driver:
         texts = [driver.generate(p, max_tokens=8).text for p in PROMPTS]  # greedy
     for prompt, expected in zip(PROMPTS, texts, strict=True):
         pieces, used = streamed(gateway.url, prompt, 8)
@@ -68,7 +68,8 @@ async def in_process(route: list[WorkerProcess]) -> AsyncIterator[str]:
     """A gateway in this process whose probe does not come again during the test: a stage
     lost now is found by the request itself."""
     gateway = Gateway(GatewayConfig(model=MODEL, probe_seconds=3600),
-                      Fleet(fixed_replicas([[w.endpoint for w in route]])))
+                      Fleet(fixed_replicas([[w.endpoint for w in route]]),
+                            route_key=route_key_of(route)))
     runner = web.AppRunner(build_app(gateway))
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -84,7 +85,7 @@ async def test_a_prompt_the_first_stage_cannot_tokenize_is_a_503_and_the_route_s
     prompt = "The history of mapmaking is"
     body = {"model": MODEL, "prompt": prompt, "max_tokens": 4, "temperature": 0,
             "stream": True}
-    with RouteDriver([w.endpoint for w in route]) as driver:
+    with RouteDriver([w.endpoint for w in route], route_key=route_key_of(route)) as driver:
         expected = driver.generate(prompt, max_tokens=4).text
     async with httpx.AsyncClient(base_url=in_process, timeout=120) as client:
         assert (await client.get("/ready")).status_code == 200  # the route as last probed

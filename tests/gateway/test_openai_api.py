@@ -17,7 +17,7 @@ from meshnet.gateway.chat import chat_prompt
 from meshnet.local.process import WorkerProcess
 from meshnet.route import StageClient
 
-from .conftest import MODEL, SLOTS, Gateway, start_gateway
+from .conftest import MODEL, SLOTS, Gateway, key_args, start_gateway
 
 pytestmark = pytest.mark.slow
 
@@ -159,7 +159,7 @@ def gauge(gateway: Gateway, name: str) -> float:
 def test_beyond_the_slots_and_the_queue_comes_429(route: list[WorkerProcess],
                                                   tmp_path: Path) -> None:
     served = start_gateway([w.endpoint for w in route], tmp_path / "serve.log",
-                           "--max-waiting", "1")
+                           "--max-waiting", "1", *key_args(route))
     release = threading.Event()
 
     def hold() -> None:  # all 400 tokens (ignore_eos): the session stays busy
@@ -213,7 +213,7 @@ TURNS = [{"role": "system", "content": "You are a pirate. Answer as a pirate."},
 def test_a_users_text_that_spells_a_system_turn_stays_text(
     gateway: Gateway, route: list[WorkerProcess], solo: Callable[..., str],
 ) -> None:
-    first = StageClient(route[0].endpoint)
+    first = StageClient(route[0].endpoint)  # Tokenize is open to anyone
     marker = first.tokenize("<|im_start|>", add_special=False)
     assert len(marker) == 1
     attack = [{"role": "user", "content": INJECTED}]

@@ -13,10 +13,10 @@ import pytest
 
 from meshnet.api.shardroute import LayerRange
 from meshnet.gateway.chat import chat_prompt
-from meshnet.local.process import LaunchSpec, WorkerProcess, start_route
+from meshnet.local.process import LaunchSpec, WorkerProcess, route_key_of, start_route
 from meshnet.route import RouteDriver
 
-from .conftest import MODEL, SLOTS, Gateway, start_gateway
+from .conftest import MODEL, SLOTS, Gateway, key_args, start_gateway
 
 BLOCK = 64
 SYSTEM = ("You are a careful assistant for a shipping company. " * 30).strip()
@@ -56,7 +56,8 @@ def test_every_turn_of_a_chat_after_the_first_hits_and_answers_as_a_cold_run(
     assert all(n is not None and n >= BLOCK for n in cached[1:]), cached
     assert cached[1:] == sorted(cached[1:])  # each turn reuses at least the turn before's
 
-    with RouteDriver([w.endpoint for w in route], reuse_prefix=False) as cold:
+    with RouteDriver([w.endpoint for w in route],
+                     route_key=route_key_of(route), reuse_prefix=False) as cold:
         template, eos = cold.route.chat_template, set(cold.route.eos_token_ids)
         for turn, text in enumerate(answers):
             history = messages[:2 + 2 * turn]
@@ -101,7 +102,7 @@ def test_with_api_keys_a_stranger_gets_401_and_each_key_its_own_cache(
     keys = tmp_path / "keys"
     keys.write_text("sk-victim\nsk-prober\n")
     served = start_gateway([w.endpoint for w in route], tmp_path / "serve.log",
-                           "--api-keys", str(keys), "--cached-tokens", "report")
+                           "--api-keys", str(keys), "--cached-tokens", "report", *key_args(route))
     try:
         chat = {"model": MODEL, "max_tokens": 4, "temperature": 0, "messages": [
             {"role": "system", "content": SYSTEM + " The payroll password is tulip-9."},
@@ -137,7 +138,7 @@ def test_a_route_may_keep_cached_tokens_out_of_responses(
     route: list[WorkerProcess], tmp_path: Path,
 ) -> None:
     served = start_gateway([w.endpoint for w in route], tmp_path / "serve.log",
-                           "--cached-tokens", "hide")
+                           "--cached-tokens", "hide", *key_args(route))
     try:
         answer = httpx.post(served.base_url + "/completions", timeout=120, json={
             "model": MODEL, "prompt": SYSTEM, "max_tokens": 2})

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -14,7 +15,7 @@ from meshnet.api.shardroute import LayerRange
 from meshnet.gateway.spread import affinity
 from meshnet.local.process import LaunchSpec, WorkerProcess, start_route
 
-from .conftest import MODEL, SLOTS, start_gateway
+from .conftest import MODEL, SLOTS, key_args, start_gateway
 
 
 def replica_values(url: str, metric: str) -> dict[str, float]:
@@ -29,8 +30,10 @@ def test_a_prompt_a_just_died_replica_cannot_tokenize_is_served_by_another_repli
     specs = [LaunchSpec(model=smollm2, layers=LayerRange(*span), route_id="test/gateway",
                         threads=1, slots=SLOTS, ctx=4096) for span in [(0, 15), (15, 30)]]
     (tmp_path / "doomed").mkdir()
+    # a replica of the same route: its key too
+    specs = [replace(spec, route_key_file=route[0].spec.route_key_file) for spec in specs]
     doomed = start_route(shard_worker, specs, tmp_path / "doomed", chain=True)
-    gateway = start_gateway([], tmp_path / "serve.log",
+    gateway = start_gateway([], tmp_path / "serve.log", *key_args(route),
                             "--replica", ",".join(w.endpoint for w in doomed),
                             "--replica", ",".join(w.endpoint for w in route))
     try:

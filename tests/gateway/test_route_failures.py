@@ -20,7 +20,7 @@ from meshnet.api.shardroute import LayerRange
 from meshnet.local.process import LaunchSpec, WorkerProcess, start_route
 from meshnet.route.driver import INFO_TIMEOUT
 
-from .conftest import MODEL, Gateway, start_gateway
+from .conftest import MODEL, Gateway, key_args, start_gateway
 
 pytestmark = pytest.mark.slow
 
@@ -33,7 +33,8 @@ def served(shard_worker: Path, smollm2: Path, tmp_path: Path,
     specs = [LaunchSpec(model=smollm2, layers=LayerRange(*span), route_id="test/gateway-failures",
                         threads=1) for span in [(0, 10), (10, 20), (20, 30)]]
     workers = start_route(shard_worker, specs, tmp_path, chain=True)
-    gateway = start_gateway([w.endpoint for w in workers], tmp_path / "serve.log")
+    gateway = start_gateway([w.endpoint for w in workers], tmp_path / "serve.log",
+                            *key_args(workers))
     yield workers, gateway
     gateway.stop()
     for worker in workers:

@@ -12,7 +12,7 @@ import pytest
 
 from meshnet.local.process import WorkerProcess
 
-from .conftest import MODEL, Gateway, start_gateway
+from .conftest import MODEL, Gateway, key_args, start_gateway
 
 pytestmark = pytest.mark.slow
 
@@ -28,7 +28,8 @@ CODE = (
 def speculating(route: list[WorkerProcess], tmp_path_factory: pytest.TempPathFactory,
                 ) -> Iterator[Gateway]:
     served = start_gateway([w.endpoint for w in route],
-                           tmp_path_factory.mktemp("gateway-spec") / "serve.log", "--speculate")
+                           tmp_path_factory.mktemp("gateway-spec") / "serve.log", "--speculate",
+                           *key_args(route))
     yield served
     served.stop()
 

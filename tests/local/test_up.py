@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from meshnet.gateway.routes import RouteHandle, local_route
+from meshnet.local.registry import entry_route_key
 from meshnet.local.registry import process_alive as pid_alive
 from meshnet.route import StageClient
 
@@ -57,7 +58,9 @@ def test_a_ring_route_is_ready_once_subscribed_and_decodes_on_the_ring_with_the_
     assert answer["topology"] == "ring"
     assert answer["tokens"] == reference(answer["prompt_tokens"], len(answer["tokens"]))
     monkeypatch.setenv("MESHNET_CACHE", str(up.cache))  # the gateway's view of the route
-    gateway = RouteHandle(lambda: local_route("smollm2")()["0"])
+    # as `meshnet up`'s gateway: with the route's key, which the registry names
+    gateway = RouteHandle(lambda: local_route("smollm2")()["0"],
+                          route_key=entry_route_key(route))
     try:
         assert gateway.driver().topology_of(gateway.check()) == "ring"
     finally:

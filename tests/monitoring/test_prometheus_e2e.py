@@ -25,6 +25,7 @@ import yaml
 from prometheus_client import CollectorRegistry, generate_latest
 
 from meshnet.local.process import free_port
+from meshnet.local.registry import entry_route_key
 from meshnet.metrics.controller import OperatorMetrics
 from meshnet.monitoring.board import RATE
 from meshnet.monitoring.generate import boards
@@ -164,7 +165,10 @@ def traffic(stack: Stack) -> Stack:
         "model": "smollm2", "messages": [{"role": "user", "content": "Name three colors."}],
         "max_tokens": 8, "temperature": 0, "stream": True})
     assert answer.status_code == 200 and answer.text.rstrip().endswith("data: [DONE]")
-    head = StageClient(stack.route["stages"][0]["endpoint"])
+    # a holder of the route key (`meshnet up` names its file), so the stage gets as far
+    # as the epoch
+    head = StageClient(stack.route["stages"][0]["endpoint"],
+                       route_key=entry_route_key(stack.route))
     stale = pb.RouteKey(route_id=head.info().route_id, epoch=head.info().epoch + 7,
                               session_id="stale-epoch")
     with pytest.raises(StageError, match="EPOCH_MISMATCH"):

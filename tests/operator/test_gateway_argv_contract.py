@@ -20,7 +20,7 @@ from meshnet.cli.main import cli
 from meshnet.cli.serve import replica_source
 from meshnet.cli.up import local_gateway_command
 from meshnet.reconcile.route.gatewayspec import gateway_deployment
-from meshnet.reconcile.route.identity import IssuedIdentity, link_tls
+from meshnet.reconcile.route.identity import ROUTE_KEY_PATH, IssuedIdentity, link_tls
 from meshnet.reconcile.route.podspec import TLS_DIR, RouteRef, WorkerConfig
 
 ROUTE = RouteRef("r1", "ml", "uid-1")
@@ -77,7 +77,8 @@ def local_args(route: dict[str, Any]) -> list[str]:
     """What `meshnet up --serve 127.0.0.1:8000` runs after `python -m meshnet.cli` (with
     `--api-keys FILE` where the route's gateway asks for keys: the Secret's stand-in)."""
     keys = Path("/srv/keys") if route["spec"].get("gateway", {}).get("apiKeysSecret") else None
-    return local_gateway_command(route, "127.0.0.1:8000", keys).args(parent_pid=4242)
+    return local_gateway_command(route, "127.0.0.1:8000", keys,
+                                 Path("/srv/route.key")).args(parent_pid=4242)
 
 
 def rendered_argvs() -> dict[str, list[tuple[str, ...]]]:
@@ -126,7 +127,7 @@ def test_every_gateway_command_line_a_backend_renders_is_one_serve_parses(
 # TLS and API keys files where they are mounted, the process it stops with), which each
 # backend renders its own way.
 PLACE = {"--listen", "--route", "--stage", "--replica", "--scaled-to-zero", "--tls-ca",
-         "--tls-cert", "--tls-key", "--exit-with-parent", "--api-keys"}
+         "--tls-cert", "--tls-key", "--exit-with-parent", "--api-keys", "--route-key-file"}
 
 
 def option_values(argv: list[str]) -> dict[str, str]:
@@ -153,6 +154,9 @@ def test_both_backends_give_a_gateway_the_same_options_but_for_where_it_runs() -
         pod, local = pod_args(route, epochs), local_args(route)
         assert option_values(pod) == option_values(local), route
         assert ("--api-keys" in pod) == ("--api-keys" in local)
+        # the route's key: its Secret's file in a pod, the one `meshnet up` wrote here
+        assert pod[pod.index("--route-key-file") + 1] == str(ROUTE_KEY_PATH)
+        assert local[local.index("--route-key-file") + 1] == "/srv/route.key"
         assert local[local.index("--route") + 1] == "r1"  # followed in this machine's registry
         compared += 1
     assert compared > 100

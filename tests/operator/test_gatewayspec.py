@@ -7,6 +7,7 @@ import pytest
 
 from meshnet.api.shardroute import Gateway, Speculation, Stage
 from meshnet.reconcile.route.gatewayspec import gateway_deployment
+from meshnet.reconcile.route.identity import ROUTE_KEY_PATH
 from meshnet.reconcile.route.podspec import RouteRef, WorkerConfig
 
 CONFIG = WorkerConfig(images={"cpu": "worker-cpu:1"}, gateway_image="meshnet/operator:1")
@@ -49,7 +50,9 @@ def test_a_speculation_change_rolls_the_gateway_deployment() -> None:
 def replica_flags(epochs: list[int]) -> list[str]:
     body = gateway_deployment(ROUTE, STAGES, Gateway(), None, Speculation(), CONFIG, epochs)
     args = body["spec"]["template"]["spec"]["containers"][0]["args"]
-    return args[args.index("--drain-seconds") + 2:]
+    # then the route's key, proved to every stage
+    assert args[args.index("--route-key-file") + 1] == str(ROUTE_KEY_PATH)
+    return args[args.index("--drain-seconds") + 2:args.index("--route-key-file")]
 
 
 def test_the_gateway_is_given_each_replicas_serving_pipeline_and_rolls_when_one_changes(

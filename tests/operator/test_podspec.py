@@ -54,7 +54,8 @@ def test_worker_args_carry_the_model_range_route_epoch_ports_and_recipe() -> Non
                     "--epoch", "3", "--manifest-digest", "m" * 64, "--recipe-digest", "r" * 64,
                     "--route-digest", "d" * 64, "--listen", "0.0.0.0:50051",
                     "--metrics-listen", "0.0.0.0:9090", "--slots", "2", "--ctx", "8192",
-                    "--boundary-dtype", "bf16", "--pipeline-depth", "3"]
+                    "--boundary-dtype", "bf16", "--pipeline-depth", "3",
+                    "--route-key-file", "/etc/meshnet/route-key/route.key"]
 
 
 def test_stage_pods_tell_their_worker_the_artifact_recipe_and_route_they_serve() -> None:
@@ -66,8 +67,7 @@ def test_stage_pods_tell_their_worker_the_artifact_recipe_and_route_they_serve()
 
 def test_stages_with_gpus_offload_every_layer_they_own() -> None:
     gpu_stage = {**STAGE, "resources": {"gpus": 1}}
-    assert pod(gpu_stage, {"lane": "cuda"})["spec"]["containers"][0]["args"][-2:] == [
-        "--gpu-layers", "9999"]
+    assert args_of(pod(gpu_stage, {"lane": "cuda"}))[-2:] == ["--gpu-layers", "9999"]
     named = {**STAGE, "resources": {"gpus": 1, "gpuResourceName": "example.com/gpu"}}
     for stage, lane in ((STAGE, "cuda"), (named, "cpu")):  # no GPU, or a CPU lane
         assert "--gpu-layers" not in pod(stage, {"lane": lane})["spec"]["containers"][0]["args"]
@@ -76,7 +76,7 @@ def test_stages_with_gpus_offload_every_layer_they_own() -> None:
 def test_tls_adds_certificate_flags_and_a_read_only_secret_mount() -> None:
     body = pod(STAGE, tls=LinkTls("stage-tls", require_client_cert=True))
     container = body["spec"]["containers"][0]
-    assert container["args"][-6:] == ["--tls-cert", "/etc/meshnet/tls/tls.crt",
+    assert args_of(body)[-6:] == ["--tls-cert", "/etc/meshnet/tls/tls.crt",
                                       "--tls-key", "/etc/meshnet/tls/tls.key",
                                       "--tls-client-ca", "/etc/meshnet/tls/ca.crt"]
     assert {"name": "tls", "mountPath": "/etc/meshnet/tls", "readOnly": True} in \
@@ -89,7 +89,19 @@ CA = ["--next-stage-ca", "/etc/meshnet/tls/ca.crt"]
 
 
 def args_of(body: dict[str, Any]) -> list[str]:
-    return list(body["spec"]["containers"][0]["args"])
+    """The worker's args but the route key's, which every stage pod ends with (below)."""
+    args = list(body["spec"]["containers"][0]["args"])
+    assert args[-2:] == ["--route-key-file", "/etc/meshnet/route-key/route.key"]
+    return args[:-2]
+
+
+def test_every_stage_reads_the_route_key_where_the_routes_secret_is_mounted() -> None:
+    """Its stages serve the RPCs that run, read or end a session only to holders."""
+    for body in (pod(STAGE), pod(STAGE, links=StageLinks(next_stage="s2", ring_last="s3")),
+                 pod(STAGE, tls=LinkTls("stage-tls", require_client_cert=True))):
+        args = list(body["spec"]["containers"][0]["args"])
+        assert args.count("--route-key-file") == 1
+        assert args[args.index("--route-key-file") + 1] == "/etc/meshnet/route-key/route.key"
 
 
 def test_a_chained_stage_relays_to_its_next_stage_and_a_ring_head_also_subscribes_at_the_last(

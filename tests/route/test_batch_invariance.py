@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from meshnet.api.shardroute import LayerRange
-from meshnet.local.process import LaunchSpec, WorkerProcess, start_route
+from meshnet.local.process import LaunchSpec, WorkerProcess, route_key_of, start_route
 from meshnet.route import RouteDriver
 from meshnet.unsplit import unsplit_tokens
 
@@ -37,7 +37,7 @@ def driver(shard_worker: Path, smollm2: Path, tmp_path_factory: pytest.TempPathF
                         slots=SLOTS, ctx=256) for span in [(0, 15), (15, 30)]]
     workers: list[WorkerProcess] = start_route(
         shard_worker, specs, tmp_path_factory.mktemp("invariance"), chain=True)
-    with RouteDriver([w.endpoint for w in workers]) as route:
+    with RouteDriver([w.endpoint for w in workers], route_key=route_key_of(workers)) as route:
         route.connect(wait=30)
         yield route
     for worker in workers:

@@ -16,7 +16,13 @@ import grpc
 import pytest
 
 from meshnet.api.shardroute import LayerRange
-from meshnet.local.process import LaunchSpec, WorkerProcess, start_route
+from meshnet.local.process import (
+    LaunchSpec,
+    WorkerProcess,
+    new_route_key_file,
+    route_key_of,
+    start_route,
+)
 from meshnet.route import RouteDriver, StageClient, TlsFiles
 from meshnet.route.proto import pb
 
@@ -72,7 +78,8 @@ def test_chained_stages_on_one_host_relay_over_the_local_socket_with_the_same_to
     chain: tuple[str, list[WorkerProcess]], reference: Callable[..., list[int]],
 ) -> None:
     local_relay, workers = chain
-    with RouteDriver([w.endpoint for w in workers], topology="chain") as driver:
+    with RouteDriver([w.endpoint for w in workers],
+                     route_key=route_key_of(workers), topology="chain") as driver:
         prompt = driver.tokenize(PROMPT)
         settle(driver, prompt, workers[1], local_relay == "on")
         before = relay_batches(workers[1])
@@ -97,7 +104,8 @@ def test_a_restarted_next_stage_is_reached_again_over_the_local_relay(
 ) -> None:
     workers = two_stage_chain(shard_worker, smollm2, tmp_path)
     try:
-        with RouteDriver([w.endpoint for w in workers], topology="chain") as driver:
+        with RouteDriver([w.endpoint for w in workers],
+                         route_key=route_key_of(workers), topology="chain") as driver:
             prompt = driver.tokenize(PROMPT)
             driver.generate(prompt, max_tokens=4, stop_at_eos=False)
             workers[1].restart()  # same port, new incarnation and local relay port
@@ -137,17 +145,23 @@ def read_frame(sock: socket.socket) -> bytes:
     return exactly(struct.unpack("<I", exactly(4))[0])
 
 
+def relay_token(workers: list[WorkerProcess], info: pb.GetInfoResponse) -> bytes:
+    """What a holder of the route's key opens the local relay of the stage of `info` with."""
+    key = route_key_of(workers)
+    assert key is not None
+    return key.local_relay_token(info.incarnation)
+
+
 def test_the_local_relay_answers_bad_steps_and_drops_bad_frames_while_serving(
-    shard_worker: Path, smollm2: Path,
+    shard_worker: Path, smollm2: Path, tmp_path: Path,
 ) -> None:
     spec = LaunchSpec(model=smollm2, layers=LayerRange(15, 30), route_id="test/local-relay",
-                      threads=1,
-                      slots=1, ctx=64)
+                      threads=1, slots=1, ctx=64, route_key_file=new_route_key_file(tmp_path))
     with WorkerProcess(shard_worker, spec).start() as worker:
         client = StageClient(worker.endpoint)
         info = client.info()
-        port, token = info.local_relay_port, info.local_relay_token
-        assert len(token) == 32
+        port, token = info.local_relay_port, relay_token([worker], info)
+        assert port > 0 and len(token) == 32
         # A well-formed batch whose step is wrong is answered, step by step, as Forward
         # would answer it.
         wrong_epoch = pb.RelayRequest(batch_id=7, steps=[pb.ForwardRequest(
@@ -193,8 +207,9 @@ def test_strangers_on_the_local_relay_are_refused_and_cost_neither_memory_nor_th
     try:
         last = workers[1]
         info = StageClient(last.endpoint).info()
-        port, token = info.local_relay_port, info.local_relay_token
-        with RouteDriver([w.endpoint for w in workers], topology="chain") as driver:
+        port, token = info.local_relay_port, relay_token(workers, info)
+        with RouteDriver([w.endpoint for w in workers],
+                         route_key=route_key_of(workers), topology="chain") as driver:
             prompt = driver.tokenize(PROMPT)
             settle(driver, prompt, last)  # the first stage holds its local connection
             rss_before, threads_before = process_facts(last.pid)
@@ -244,7 +259,7 @@ def test_idle_holders_of_the_local_relay_are_closed_so_a_restarted_stage_gets_it
     try:
         first, last = workers
         info = StageClient(last.endpoint).info()
-        port, token = info.local_relay_port, info.local_relay_token
+        port, token = info.local_relay_port, relay_token(workers, info)
         first.stop()
         time.sleep(0.2)  # its connection is gone
         holders = [socket.create_connection(("127.0.0.1", port)) for _ in range(16)]
@@ -254,7 +269,8 @@ def test_idle_holders_of_the_local_relay_are_closed_so_a_restarted_stage_gets_it
             extra.sendall(token)
             assert closed_within(extra, 5)  # the cap (16) is full
         first.start()
-        with RouteDriver([w.endpoint for w in workers], topology="chain") as driver:
+        with RouteDriver([w.endpoint for w in workers],
+                         route_key=route_key_of(workers), topology="chain") as driver:
             prompt = driver.tokenize(PROMPT)
             settle(driver, prompt, last)  # the restarted stage relays locally again
             generation = driver.generate(prompt, max_tokens=16, stop_at_eos=False)

@@ -7,7 +7,7 @@ import random
 from pathlib import Path
 
 from meshnet.api.shardroute import MAX_STEP_TOKENS, LayerRange
-from meshnet.local.process import LaunchSpec, start_route
+from meshnet.local.process import LaunchSpec, route_key_of, start_route
 from meshnet.native.flags import worker_flags
 from meshnet.route import RouteDriver
 
@@ -21,7 +21,7 @@ def test_a_block_wider_than_the_stages_step_limit_never_makes_a_step_too_large(
              for span in [(0, 15), (15, 30)]]
     workers = start_route(shard_worker, specs, tmp_path)
     try:
-        with RouteDriver([w.endpoint for w in workers]) as route:
+        with RouteDriver([w.endpoint for w in workers], route_key=route_key_of(workers)) as route:
             route.connect(wait=30)
             assert route.route.max_step_tokens == 256
             rng = random.Random(7)

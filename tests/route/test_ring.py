@@ -16,9 +16,18 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from meshnet.api.shardroute import LayerRange
-from meshnet.local.process import SERVING, LaunchSpec, WorkerProcess, free_port, start_route
+from meshnet.local.process import (
+    SERVING,
+    LaunchSpec,
+    WorkerProcess,
+    free_port,
+    new_route_key_file,
+    route_key_of,
+    start_route,
+)
 from meshnet.route import RouteDriver, RouteRefused
 from meshnet.route.proto import pb, pb_grpc
+from meshnet.route.route_key import RouteSecret
 from meshnet.route.stage import stage_error
 
 PROMPTS = ("The quick brown fox jumps over the lazy dog. Then the fox",
@@ -27,9 +36,10 @@ SPLITS = {2: [(0, 15), (15, 30)], 3: [(0, 10), (10, 20), (20, 30)],
           4: [(0, 8), (8, 16), (16, 24), (24, 30)]}
 
 
-def specs_for(model: Path, spans: list[tuple[int, int]], epoch: int = 1) -> list[LaunchSpec]:
+def specs_for(model: Path, spans: list[tuple[int, int]], epoch: int = 1,
+              route_key_file: Path | None = None) -> list[LaunchSpec]:
     return [LaunchSpec(model=model, layers=LayerRange(*span), route_id="test/route", epoch=epoch,
-                       threads=1)
+                       threads=1, route_key_file=route_key_file)
             for span in spans]
 
 
@@ -60,7 +70,8 @@ def connected(driver: RouteDriver) -> None:
 def test_the_ring_gives_the_unsplit_models_greedy_tokens_on_every_split(
     ring: list[WorkerProcess], reference: Callable[..., list[int]],
 ) -> None:
-    with RouteDriver([w.endpoint for w in ring], topology="ring") as driver:
+    with RouteDriver([w.endpoint for w in ring],
+                     route_key=route_key_of(ring), topology="ring") as driver:
         connected(driver)
         for text in PROMPTS:
             prompt = driver.tokenize(text)
@@ -93,7 +104,7 @@ def test_a_rings_first_stage_is_ready_once_subscribed_or_after_its_bounded_wait(
     """Ready (gRPC health, and the SERVING line `meshnet up` reads) only once subscribed at
     the last stage, so a new route never starts as a chain; with the last stage absent,
     SERVING anyway after --ring-ready-ms, saying it runs as a chain."""
-    first, last = specs_for(smollm2, SPLITS[2])
+    first, last = specs_for(smollm2, SPLITS[2], route_key_file=new_route_key_file(tmp_path))
     address = f"127.0.0.1:{free_port()}"  # the last stage, not started yet
     head = WorkerProcess(shard_worker, replace(first, next_stage=address, ring_last=address),
                          tmp_path / "head.log").start()
@@ -127,7 +138,9 @@ def test_a_rings_first_stage_is_ready_once_subscribed_or_after_its_bounded_wait(
 def test_the_ring_refuses_a_subscriber_of_another_epoch_and_a_stage_that_is_not_last(
     shard_worker: Path, smollm2: Path, tmp_path: Path,
 ) -> None:
-    first, last = specs_for(smollm2, SPLITS[2])
+    key_file = new_route_key_file(tmp_path)
+    key = RouteSecret.load(key_file)  # a holder of the key: refused for the epoch alone
+    first, last = specs_for(smollm2, SPLITS[2], route_key_file=key_file)
     last_worker = WorkerProcess(shard_worker, replace(last, epoch=2), tmp_path / "last.log").start()
     first_worker = WorkerProcess(shard_worker, replace(first, next_stage=last_worker.endpoint,
                                                        ring_last=last_worker.endpoint),
@@ -135,19 +148,22 @@ def test_the_ring_refuses_a_subscriber_of_another_epoch_and_a_stage_that_is_not_
     try:
         with grpc.insecure_channel(last_worker.endpoint) as channel:
             stub = pb_grpc.ShardServiceStub(channel)
-            stale = stub.Ring(pb.RingRequest(key=pb.RouteKey(route_id="test/route", epoch=1)))
+            stale = stub.Ring(pb.RingRequest(key=pb.RouteKey(route_id="test/route", epoch=1)),
+                              metadata=key.metadata())
             with pytest.raises(grpc.RpcError) as refused:
                 next(iter(stale))
             assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
             assert stage_error(last_worker.endpoint, refused.value).reason == \
                 "EPOCH_MISMATCH"
-            same = stub.Ring(pb.RingRequest(key=pb.RouteKey(route_id="test/route", epoch=2)))
+            same = stub.Ring(pb.RingRequest(key=pb.RouteKey(route_id="test/route", epoch=2)),
+                             metadata=key.metadata())
             hello = next(iter(same))
             assert hello.incarnation and not hello.HasField("key")
             same.cancel()
         with grpc.insecure_channel(first_worker.endpoint) as channel:
             stub = pb_grpc.ShardServiceStub(channel)
-            wrong = stub.Ring(pb.RingRequest(key=pb.RouteKey(route_id="test/route", epoch=1)))
+            wrong = stub.Ring(pb.RingRequest(key=pb.RouteKey(route_id="test/route", epoch=1)),
+                              metadata=key.metadata())
             with pytest.raises(grpc.RpcError) as not_last:
                 next(iter(wrong))
             assert stage_error(first_worker.endpoint, not_last.value).reason == \
@@ -156,7 +172,8 @@ def test_the_ring_refuses_a_subscriber_of_another_epoch_and_a_stage_that_is_not_
         # The first stage of epoch 1 is never subscribed at the last stage of epoch 2.
         assert info.ring_last == last_worker.endpoint and info.ring_last_incarnation == ""
         with pytest.raises(RouteRefused):
-            RouteDriver([first_worker.endpoint, last_worker.endpoint], topology="ring").connect()
+            RouteDriver([first_worker.endpoint, last_worker.endpoint], route_key=key,
+                        topology="ring").connect()
     finally:
         first_worker.stop()
         last_worker.stop()
@@ -178,7 +195,8 @@ def test_a_session_cancelled_mid_ring_frees_its_slot_on_every_stage(
             raise WalkAway
 
     try:
-        with RouteDriver([w.endpoint for w in workers], topology="ring") as driver:
+        with RouteDriver([w.endpoint for w in workers],
+                         route_key=route_key_of(workers), topology="ring") as driver:
             connected(driver)
             with pytest.raises(WalkAway):
                 driver.generate(PROMPTS[0], max_tokens=200, stop_at_eos=False,

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from meshnet.api.shardroute import LayerRange
-from meshnet.local.process import LaunchSpec, WorkerProcess, start_route
+from meshnet.local.process import LaunchSpec, WorkerProcess, route_key_of, start_route
 from meshnet.route import RouteDriver, RouteRefused, Sampling, StageClient
 
 PROMPTS = [
@@ -28,7 +28,7 @@ Reference = Callable[..., list[int]]
 
 @pytest.fixture(scope="module")
 def driver(three_stages: list[WorkerProcess]) -> RouteDriver:
-    route = RouteDriver([w.endpoint for w in three_stages])
+    route = RouteDriver([w.endpoint for w in three_stages], route_key=route_key_of(three_stages))
     route.connect(wait=30)
     return route
 
@@ -49,9 +49,11 @@ def test_the_split_route_generates_the_unsplit_models_64_greedy_tokens(
 def test_the_chained_route_generates_the_unsplit_models_tokens(
     three_stages_chained: list[WorkerProcess], reference: Reference,
 ) -> None:
-    with RouteDriver([w.endpoint for w in three_stages_chained]) as chained:
+    with RouteDriver([w.endpoint for w in three_stages_chained],
+                     route_key=route_key_of(three_stages_chained)) as chained:
         generation = chained.generate(PROMPTS[1], max_tokens=64, stop_at_eos=False)
-        hub = RouteDriver([w.endpoint for w in three_stages_chained], topology="hub")
+        hub = RouteDriver([w.endpoint for w in three_stages_chained],
+                          route_key=route_key_of(three_stages_chained), topology="hub")
         via_hub = hub.generate(PROMPTS[1], max_tokens=64, stop_at_eos=False)
         hub.close()
     assert generation.topology == "chain"
@@ -64,7 +66,8 @@ def test_the_chained_route_generates_the_unsplit_models_tokens(
 def test_chain_topology_is_refused_for_workers_without_a_next_stage(
     three_stages: list[WorkerProcess],
 ) -> None:
-    with RouteDriver([w.endpoint for w in three_stages], topology="chain") as driver, \
+    with RouteDriver([w.endpoint for w in three_stages],
+                     route_key=route_key_of(three_stages), topology="chain") as driver, \
             pytest.raises(RouteRefused):
         driver.connect()
 
@@ -92,7 +95,7 @@ def test_stages_that_take_turns_on_the_cpus_prefill_chunk_after_chunk(
              for span in ((0, 15), (15, 30))]
     workers = start_route(shard_worker, specs, tmp_path, chain=True)
     try:
-        with RouteDriver([w.endpoint for w in workers]) as driver:
+        with RouteDriver([w.endpoint for w in workers], route_key=route_key_of(workers)) as driver:
             whole = driver.generate(" ".join(PROMPTS * 6), max_tokens=8, stop_at_eos=False)
             driver.chunk_tokens = 32  # chunk after chunk through the chain
             chunked = driver.generate(" ".join(PROMPTS * 6), max_tokens=8, stop_at_eos=False)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from meshnet.api.shardroute import LayerRange
-from meshnet.local.process import LaunchSpec, WorkerProcess, free_port, start_route
+from meshnet.local.process import LaunchSpec, WorkerProcess, free_port, route_key_of, start_route
 from meshnet.route import Generation, RecoveryFailed, RouteDriver, RouteError, StageClient
 from meshnet.route.proto import pb
 from meshnet.route.release_retry import RETRY_DELAYS_SECONDS, ReleaseRetries
@@ -39,7 +39,7 @@ def workers(
     started = start_route(shard_worker, specs, tmp_path, chain=request.param != "hub",
                           ring=request.param == "ring")
     if request.param == "ring":
-        with RouteDriver([w.endpoint for w in started]) as driver:
+        with RouteDriver([w.endpoint for w in started], route_key=route_key_of(started)) as driver:
             assert driver.connect().ringed  # the cases below run on the ring
     yield started
     for worker in started:
@@ -72,7 +72,7 @@ def test_killing_and_restarting_the_middle_worker_costs_one_recovery_and_no_text
     workers: list[WorkerProcess],
 ) -> None:
     middle = workers[1]
-    with RouteDriver([w.endpoint for w in workers]) as driver:
+    with RouteDriver([w.endpoint for w in workers], route_key=route_key_of(workers)) as driver:
         expected = driver.generate(PROMPT, max_tokens=48, stop_at_eos=False)
 
         def kill_then_restart_later() -> None:
@@ -92,7 +92,7 @@ def test_killing_and_restarting_the_middle_worker_costs_one_recovery_and_no_text
 def test_a_new_epoch_mid_generation_is_recovered_with_the_same_text(
     workers: list[WorkerProcess],
 ) -> None:
-    with RouteDriver([w.endpoint for w in workers]) as driver:
+    with RouteDriver([w.endpoint for w in workers], route_key=route_key_of(workers)) as driver:
         expected = driver.generate(PROMPT, max_tokens=32, stop_at_eos=False)
 
         def move_to_epoch_2() -> None:
@@ -119,7 +119,8 @@ def test_a_route_that_keeps_losing_state_gives_up_after_the_allowed_recoveries(
         workers[2].restart()
 
     endpoints = [w.endpoint for w in workers]
-    with (RouteDriver(endpoints, max_recoveries=2, wait_seconds=20) as driver,
+    with (RouteDriver(endpoints, route_key=route_key_of(workers), max_recoveries=2,
+                      wait_seconds=20) as driver,
           pytest.raises(RecoveryFailed) as caught):
         driver.generate(PROMPT, max_tokens=50, stop_at_eos=False, on_token=restart_last_stage)
     assert "after 2 recoveries" in str(caught.value)
@@ -130,7 +131,7 @@ def test_a_frozen_stage_is_noticed_in_bounded_time_and_recovered_when_it_thaws(
     workers: list[WorkerProcess],
 ) -> None:
     middle = workers[1]
-    with RouteDriver([w.endpoint for w in workers]) as driver:
+    with RouteDriver([w.endpoint for w in workers], route_key=route_key_of(workers)) as driver:
         expected, baseline = timed(lambda: driver.generate(PROMPT, max_tokens=32,
                                                            stop_at_eos=False))
         thaw = threading.Timer(FREEZE_SECONDS, os.kill, (middle.pid, signal.SIGCONT))
@@ -161,7 +162,8 @@ def test_a_stage_that_stays_frozen_fails_the_generation_with_a_clear_error(
     workers: list[WorkerProcess],
 ) -> None:
     middle = workers[1]
-    with RouteDriver([w.endpoint for w in workers], wait_seconds=3) as driver:
+    with RouteDriver([w.endpoint for w in workers],
+                     route_key=route_key_of(workers), wait_seconds=3) as driver:
         _, baseline = timed(lambda: driver.generate(PROMPT, max_tokens=8, stop_at_eos=False))
         try:
             started = time.monotonic()
@@ -210,11 +212,12 @@ def test_releasing_a_session_at_the_first_stage_of_a_chain_frees_it_on_every_sta
     shard_worker: Path, smollm2: Path, tmp_path: Path,
 ) -> None:
     first, last = _chain_of_two(shard_worker, smollm2, tmp_path)
+    key = route_key_of([first, last])
     try:
         request = _prefill("released-at-the-first-stage")
-        assert StageClient(first.endpoint).forward(request).sampled_tokens
+        assert StageClient(first.endpoint, route_key=key).forward(request).sampled_tokens
         assert StageClient(last.endpoint).capacity().active_sessions == 1
-        assert StageClient(first.endpoint).release(request.key)
+        assert StageClient(first.endpoint, route_key=key).release(request.key)
         assert _all_free(last), "the last stage kept the session"
     finally:
         for worker in (first, last):
@@ -228,15 +231,16 @@ def test_a_session_released_while_its_step_waits_for_a_restarting_stage_is_freed
     down), the first stage lets the session go, and the step it relayed reaches the next
     stage once that is back: the first stage then frees the session there itself."""
     first, last = _chain_of_two(shard_worker, smollm2, tmp_path)
+    key = route_key_of([first, last])
     try:
         request = _prefill("orphaned")
         last.kill()
-        pending = StageClient(first.endpoint, timeout=60).forward_async(request)
+        pending = StageClient(first.endpoint, timeout=60, route_key=key).forward_async(request)
         deadline = time.monotonic() + 30  # the first stage has run it and waits downstream
         while StageClient(first.endpoint).capacity().active_sessions == 0:
             assert time.monotonic() < deadline, "the first stage never took the step"
             time.sleep(0.05)
-        assert StageClient(first.endpoint).release(request.key)
+        assert StageClient(first.endpoint, route_key=key).release(request.key)
         last.start()
         assert pending.result().sampled_tokens  # the step went through after all
         assert _all_free(last), "the orphaned session kept its slot"
@@ -317,7 +321,8 @@ def test_a_recovery_late_in_a_generation_re_prefills_the_state_bit_for_bit(
     try:
         # stepped by the driver, also on the chain: the restart comes right after token
         # `after` (a decode loop would run ahead of what the driver has seen)
-        with RouteDriver([w.endpoint for w in workers], topology=topology,
+        with RouteDriver([w.endpoint for w in workers],
+                         route_key=route_key_of(workers), topology=topology,
                          decode_loop=False) as driver:
             expected = driver.generate(LIGHTHOUSE, max_tokens=48, stop_at_eos=False)
             generation = driver.generate(LIGHTHOUSE, max_tokens=48, stop_at_eos=False,

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from meshnet.api.shardroute import LayerRange
-from meshnet.local.process import LaunchSpec, WorkerProcess, start_route
+from meshnet.local.process import LaunchSpec, WorkerProcess, route_key_of, start_route
 from meshnet.route import RouteDriver, RouteError, StageClient, StageError
 
 PROMPTS = [
@@ -92,7 +92,7 @@ def test_a_soak_of_users_kills_and_strangers_leaves_every_slot_free_and_every_an
     print(f"soak seed {seed}, {seconds} s")
     endpoints = [w.endpoint for w in chain]
     expected = {}
-    with RouteDriver(endpoints) as solo:
+    with RouteDriver(endpoints, route_key=route_key_of(chain)) as solo:
         for prompt in PROMPTS:
             answer = solo.generate(prompt, max_tokens=MAX_TOKENS, stop_at_eos=False)
             assert answer.tokens == reference(answer.prompt_tokens, MAX_TOKENS), prompt
@@ -106,7 +106,7 @@ def test_a_soak_of_users_kills_and_strangers_leaves_every_slot_free_and_every_an
 
     def user(index: int) -> None:
         rng = random.Random(seed + index)
-        with RouteDriver(endpoints) as driver:
+        with RouteDriver(endpoints, route_key=route_key_of(chain)) as driver:
             while not stop.is_set():
                 prompt = rng.choice(PROMPTS)
                 leave_after = rng.choice([None, None, None, 1, 3, 6])
@@ -168,6 +168,6 @@ def test_a_soak_of_users_kills_and_strangers_leaves_every_slot_free_and_every_an
             break
         time.sleep(0.2)
     assert [c.slots_free for c in free] == [c.slots_total for c in free]
-    with RouteDriver(endpoints) as after:
+    with RouteDriver(endpoints, route_key=route_key_of(chain)) as after:
         assert after.generate(PROMPTS[0], max_tokens=MAX_TOKENS,
                               stop_at_eos=False).tokens == expected[PROMPTS[0]]

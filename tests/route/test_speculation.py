@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from meshnet.api.shardroute import LayerRange
-from meshnet.local.process import LaunchSpec, WorkerProcess, start_route
+from meshnet.local.process import LaunchSpec, WorkerProcess, route_key_of, start_route
 from meshnet.route import RouteDriver, Sampling, StageClient, StageError
 from meshnet.route.proto import pb
 
@@ -110,7 +110,8 @@ def test_greedy_tokens_are_plain_greedys_with_speculation(
     """Where the first stage decodes by itself (one stage, chain, ring) it drafts and the
     last stage verifies inside its loop: the driver adds no step of its own."""
     workers = routes[route]
-    with RouteDriver(endpoints(workers), topology=topology) as driver:
+    with RouteDriver(endpoints(workers),
+                     route_key=route_key_of(workers), topology=topology) as driver:
         for prompt in (CODE, FREE):
             before = forward_calls(workers[0])
             plain = driver.generate(prompt, max_tokens=TOKENS, stop_at_eos=False)
@@ -154,7 +155,8 @@ def test_the_last_stage_counts_the_drafts_it_verified_and_accepted(
     two_stages: list[WorkerProcess],
 ) -> None:
     before = draft_counts(two_stages[-1])
-    with RouteDriver(endpoints(two_stages), topology="chain") as driver:
+    with RouteDriver(endpoints(two_stages),
+                     route_key=route_key_of(two_stages), topology="chain") as driver:
         speculated = driver.generate(CODE, max_tokens=TOKENS, stop_at_eos=False, speculate=4)
     after = draft_counts(two_stages[-1])
     assert speculated.accepted_draft_tokens > 0
@@ -181,7 +183,8 @@ def test_windows_voided_at_a_rejection_are_skipped_where_they_wait(
     rejection makes them void, and they are not run (STEP_SUPERSEDED, which the loop
     ignores) - with plain decoding's tokens."""
     before = superseded_steps(three_ringed)
-    with RouteDriver(endpoints(three_ringed), topology="ring") as driver:
+    with RouteDriver(endpoints(three_ringed),
+                     route_key=route_key_of(three_ringed), topology="ring") as driver:
         pipelined = driver.generate(CODE, max_tokens=TOKENS, stop_at_eos=False,
                                     speculate=4, windows=5)
     assert pipelined.tokens == reference(pipelined.prompt_tokens, TOKENS)
@@ -200,7 +203,8 @@ def test_sampled_tokens_are_plain_samplings_with_speculation(
     (--sample-locally) agrees with the worker's."""
     sampling = Sampling(temperature=0.7, top_k=40, top_p=0.95, seed=11)
     topology = "ring" if route == "3 ringed" else "chain"
-    with RouteDriver(endpoints(routes[route]), topology=topology,
+    with RouteDriver(endpoints(routes[route]),
+                     route_key=route_key_of(routes[route]), topology=topology,
                      sample_locally=local) as driver:
         plain = driver.generate(CODE, max_tokens=TOKENS, stop_at_eos=False, sampling=sampling)
         speculated = driver.generate(CODE, max_tokens=TOKENS, stop_at_eos=False,
@@ -214,7 +218,7 @@ def hub_step(workers: list[WorkerProcess], session: str, tokens: list[int], n_pa
     """One step through every stage (the driver's hub), each stage's answer."""
     answers: list[pb.ForwardResponse] = []
     boundary = None
-    clients = [StageClient(w.endpoint) for w in workers]
+    clients = [StageClient(w.endpoint, route_key=route_key_of(workers)) for w in workers]
     for index, client in enumerate(clients):
         request = pb.ForwardRequest(
             key=pb.RouteKey(route_id="test/spec", epoch=1, session_id=session),
@@ -236,7 +240,7 @@ def hub_step(workers: list[WorkerProcess], session: str, tokens: list[int], n_pa
 def test_every_stage_drops_the_rejected_drafts_and_goes_on_as_plain_decoding(
     three_chained: list[WorkerProcess], reference: Reference,
 ) -> None:
-    with RouteDriver(endpoints(three_chained)) as driver:
+    with RouteDriver(endpoints(three_chained), route_key=route_key_of(three_chained)) as driver:
         prompt = driver.tokenize(FREE)
     expected = reference(prompt, 3)
     n = len(prompt)
@@ -266,7 +270,8 @@ def test_a_stage_restarted_mid_generation_is_recovered_with_the_same_tokens(
     workers = start(shard_worker, smollm2, [(0, 15), (15, 30)], tmp_path,
                     ring=topology == "ring")
     try:
-        with RouteDriver(endpoints(workers), topology=topology) as driver:
+        with RouteDriver(endpoints(workers),
+                         route_key=route_key_of(workers), topology=topology) as driver:
             expected = driver.generate(CODE, max_tokens=TOKENS, stop_at_eos=False)
             seen = [0]
 

@@ -25,6 +25,7 @@ from meshnet.devtools.cluster import Emulator
 from meshnet.local.process import WORKER_ENV_DEFAULTS, WorkerProcess
 from meshnet.reconcile.route.identity import stage_server_name
 from meshnet.reconcile.route.podspec import MODEL_DIR
+from meshnet.route.route_key import RouteSecret
 from meshnet.route.stage import TlsFiles
 
 NS = "default"
@@ -90,6 +91,15 @@ def gateway_identity(emulator: Emulator, route: str, folder: Path) -> TlsFiles:
         (folder / name).write_bytes(base64.b64decode(secret["data"][key]))
     return TlsFiles(folder / "ca.crt", folder / "tls.crt", folder / "tls.key",
                     stage_server_name(route, NS))
+
+
+def route_secret(emulator: Emulator, route: str, folder: Path) -> RouteSecret:
+    """The route's key from the Secret the operator issued, as its gateway reads it."""
+    secret = next(s for s in emulator.live("v1/secrets", NS)
+                  if s["metadata"]["name"] == f"{route}-identity")
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "route.key").write_bytes(base64.b64decode(secret["data"]["route.key"]))
+    return RouteSecret.load(folder / "route.key")
 
 
 def remounted(args: list[str], folders: dict[str, str]) -> list[str]:

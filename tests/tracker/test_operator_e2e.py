@@ -23,6 +23,7 @@ from meshnet.metrics.controller import OperatorMetrics
 from meshnet.operator.settings import OperatorSettings
 from meshnet.paths import repo_root
 from meshnet.route import Generation, RouteDriver
+from meshnet.route.route_key import RouteSecret
 from meshnet.route.stage import StageClient, TlsFiles
 from meshnet.tracker.client import RetryPolicy
 from meshnet.tracker.schema import SCHEMA_FILE
@@ -37,6 +38,7 @@ from .standins import (
     artifact,
     declare_jobs_and_nodes,
     gateway_identity,
+    route_secret,
     running,
 )
 
@@ -237,7 +239,8 @@ async def test_a_tracker_that_is_down_costs_retries_and_a_failure_metric_never_t
             endpoints = [f"{kubelet.addresses[pod]}:{operator_settings.worker_grpc_port}"
                          for pod in ("r1-s0-e2", "r1-s1-e2")]
             tls = gateway_identity(cluster, "r1", tmp_path / "gateway")
-            generation = await asyncio.to_thread(speculate, endpoints, tls)
+            key = route_secret(cluster, "r1", tmp_path / "gateway")
+            generation = await asyncio.to_thread(speculate, endpoints, tls, key)
             await eventually(lambda: (route(cluster)["status"].get("speculation") or {}).get(
                 "draftTokensVerified") == generation.draft_tokens, 30, "status.speculation")
             shown = route(cluster)["status"]["speculation"]
@@ -257,6 +260,7 @@ CODE = (  # code the model goes on repeating: prompt-lookup drafts hold
 )
 
 
-def speculate(endpoints: list[str], tls: TlsFiles) -> Generation:
-    with RouteDriver(endpoints, topology="hub", speculate=4, tls=tls) as driver:
+def speculate(endpoints: list[str], tls: TlsFiles, route_key: RouteSecret) -> Generation:
+    with RouteDriver(endpoints, topology="hub", speculate=4, tls=tls,
+                     route_key=route_key) as driver:
         return driver.generate(CODE, max_tokens=48, stop_at_eos=False)

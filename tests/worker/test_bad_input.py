@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import grpc
 import pytest
 
-from meshnet.local.process import WorkerProcess
+from meshnet.local.process import WorkerProcess, route_key_of
 from meshnet.route import (
     PromptTooLong,
     RouteDriver,
@@ -235,7 +235,8 @@ def test_a_prompt_longer_than_the_context_is_refused(route: Route) -> None:
 def test_the_driver_refuses_a_prompt_longer_than_the_context(
     two_stages: list[WorkerProcess], route: Route,
 ) -> None:
-    with RouteDriver([w.endpoint for w in two_stages]) as driver:
+    with RouteDriver([w.endpoint for w in two_stages],
+                     route_key=route_key_of(two_stages)) as driver:
         with pytest.raises(PromptTooLong):
             driver.generate([1] * (route.info_first.n_ctx + 1), max_tokens=1)
         # Text: counted by the stage's tokenizer, or refused from its bytes untokenized.

@@ -21,7 +21,7 @@ import pytest
 from google.protobuf.message import DecodeError
 
 from meshnet.api.shardroute import LayerRange
-from meshnet.local.process import LaunchSpec, WorkerProcess, start_route
+from meshnet.local.process import LaunchSpec, WorkerProcess, route_key_of, start_route
 from meshnet.route import RouteDriver, StageClient
 from meshnet.route.proto import pb
 
@@ -165,7 +165,9 @@ def test_fuzzed_requests_crash_nothing_and_leave_exact_tokens(
     seed = int(os.environ.get("MESHNET_FUZZ_SEED", str(random.randrange(2**32))))
     print(f"fuzz seed {seed}, {seconds} s")
     first, last = chain
-    first_client, last_client = StageClient(first.endpoint), StageClient(last.endpoint)
+    key = route_key_of(chain)  # the fuzz reaches past the route key's check
+    assert key is not None
+    first_client, last_client = (StageClient(w.endpoint, route_key=key) for w in chain)
     info = last_client.info()
     real = first_client.forward(pb.ForwardRequest(
         key=pb.RouteKey(route_id=ROUTE, epoch=EPOCH, session_id="seed"), n_past=0,
@@ -194,20 +196,23 @@ def test_fuzzed_requests_crash_nothing_and_leave_exact_tokens(
                                   "local-relay"])
         try:
             if target == "forward-first":
-                unary(first)(fuzz.message(boundary=False), timeout=10)
+                unary(first)(fuzz.message(boundary=False), timeout=10, metadata=key.metadata())
             elif target == "forward-last":
-                unary(last)(fuzz.message(boundary=True), timeout=10)
+                unary(last)(fuzz.message(boundary=True), timeout=10, metadata=key.metadata())
             elif target == "stream":
                 messages = [fuzz.message(boundary=False) for _ in range(fuzz.rng.randint(1, 4))]
-                for _ in streaming(first, "ForwardStream")(iter(messages), timeout=10):
+                for _ in streaming(first, "ForwardStream")(iter(messages), timeout=10,
+                                                           metadata=key.metadata()):
                     pass
             elif target == "relay":
                 messages = [fuzz.message(boundary=True, relay_batch=True)
                             for _ in range(fuzz.rng.randint(1, 3))]
-                for _ in streaming(last, "Relay")(iter(messages), timeout=10):
+                for _ in streaming(last, "Relay")(iter(messages), timeout=10,
+                                                  metadata=key.metadata()):
                     pass
             else:
-                local_relay(last_client.info(), fuzz)
+                info = last_client.info()
+                local_relay(info, key.local_relay_token(info.incarnation), fuzz)
             codes["OK"] += 1
         except grpc.RpcError as error:
             codes[error.code().name] += 1  # type: ignore[attr-defined]
@@ -230,7 +235,8 @@ def test_fuzzed_requests_crash_nothing_and_leave_exact_tokens(
         grown = rss_kib(worker.pid) - rss_before[worker.pid]
         assert grown < 256 * 1024, f"{worker.spec.layers} grew {grown} KiB; seed {seed}"
     assert first_client.capacity().slots_free == last_client.capacity().slots_free == 4
-    with RouteDriver([w.endpoint for w in chain], topology="chain") as driver:
+    with RouteDriver([w.endpoint for w in chain],
+                     route_key=route_key_of(chain), topology="chain") as driver:
         prompt = driver.tokenize("The quick brown fox")
         assert driver.generate(prompt, max_tokens=8, stop_at_eos=False).tokens == \
             reference(prompt, 8)
@@ -238,10 +244,10 @@ def test_fuzzed_requests_crash_nothing_and_leave_exact_tokens(
     last_client.close()
 
 
-def local_relay(info: pb.GetInfoResponse, fuzz: Fuzzer) -> None:
+def local_relay(info: pb.GetInfoResponse, right: bytes, fuzz: Fuzzer) -> None:
     """Random frames on the local relay, with the right token, a wrong one or none."""
     roll = fuzz.rng.random()
-    token = info.local_relay_token if roll < 0.8 else bytes(32) if roll < 0.9 else b""
+    token = right if roll < 0.8 else bytes(32) if roll < 0.9 else b""
     with socket.create_connection(("127.0.0.1", info.local_relay_port), timeout=10) as sock:
         payload = token
         for _ in range(fuzz.rng.randint(1, 3)):

@@ -18,7 +18,7 @@ import pytest
 from meshnet.api.common import Topology
 from meshnet.api.shardroute import Recipe, SpeculationMode, Stage
 from meshnet.local.stages import launch_spec
-from meshnet.reconcile.route.identity import LinkTls
+from meshnet.reconcile.route.identity import ROUTE_KEY_PATH, LinkTls
 from meshnet.reconcile.route.planner import stage_worker
 from meshnet.reconcile.route.podspec import RouteRef, WorkerConfig, worker_args
 from meshnet.reconcile.route.workerspec import Identities, WorkerSpec
@@ -58,7 +58,8 @@ def planned_workers() -> Iterator[WorkerSpec]:
 def local_args(worker: WorkerSpec) -> list[str]:
     """What `meshnet up` starts for `worker` (its stages on loopback ports)."""
     links = {name: f"127.0.0.1:{50100 + i}" for i, name in enumerate(worker.links.names())}
-    return launch_spec(worker, Path("/tmp/models/m-00001-of-00002.gguf"), 2, links).args()
+    return launch_spec(worker, Path("/tmp/models/m-00001-of-00002.gguf"), 2, links,
+                       Path("/tmp/meshnet/route-keys/r1.key")).args()
 
 
 def rendered_argvs() -> dict[str, list[tuple[str, ...]]]:
@@ -93,7 +94,7 @@ def test_every_worker_command_line_a_backend_renders_is_one_the_worker_parses(
 # Flags that say where a worker runs (its files, ports, links' addresses, this machine's
 # threads and supervisor), which each backend renders its own way.
 PLACE = {"--model", "--listen", "--metrics-listen", "--threads", "--batch", "--exit-with-parent",
-         "--next-stage", "--ring-last", "--drafter-model"}
+         "--next-stage", "--ring-last", "--drafter-model", "--route-key-file"}
 
 
 def flag_values(argv: list[str]) -> dict[str, str]:
@@ -108,6 +109,9 @@ def test_both_backends_give_a_worker_the_same_flags_but_for_where_it_runs() -> N
             continue
         pod = flag_values(worker_args(worker, ROUTE, CONFIG))
         local = flag_values(local_args(worker))
+        # every stage holds its route's key: the Secret's file in a pod, up's own here
+        assert pod["--route-key-file"] == str(ROUTE_KEY_PATH), worker
+        assert local["--route-key-file"] == "/tmp/meshnet/route-keys/r1.key", worker
         assert {k: v for k, v in pod.items() if k not in PLACE} == \
             {k: v for k, v in local.items() if k not in PLACE}, worker
         assert pod.keys() & PLACE - {"--threads", "--batch", "--exit-with-parent"} == \

@@ -27,6 +27,8 @@ from meshnet.local.process import (
     WorkerProcess,
     free_port,
     local_manifest_digest,
+    new_route_key_file,
+    route_key_of,
     start_route,
 )
 from meshnet.operator.settings import OperatorSettings
@@ -253,22 +255,24 @@ def _scrape_answers_while_idle_clients_are_held(port: int) -> bool:
 
 
 def test_idle_connections_do_not_starve_metrics_or_service(
-    shard_worker: Path, smollm2: Path, reference: Callable[..., list[int]],
+    shard_worker: Path, smollm2: Path, reference: Callable[..., list[int]], tmp_path: Path,
 ) -> None:
     """200 idle connections on each port (gRPC, local relay, metrics), some dribbling a
     byte now and then: a scrape still answers while they are held, and the service still
     serves. The order of events is the property, not a time: a starved scrape is
     answered after the worker let the idle clients go, in every round; a busy machine
     that stalls this test between the answer and the check may spoil one round."""
-    spec = LaunchSpec(model=smollm2, layers=LayerRange(0, 30), threads=1, slots=1)
+    spec = LaunchSpec(model=smollm2, layers=LayerRange(0, 30), threads=1, slots=1,
+                      route_key_file=new_route_key_file(tmp_path))  # it offers a local relay
     with WorkerProcess(shard_worker, spec).start() as worker:
         relay_port = StageClient(worker.endpoint).info().local_relay_port
+        assert relay_port > 0
         held = [socket.create_connection(("127.0.0.1", port))
                 for port in (worker.port, relay_port) for _ in range(200)]
         try:
             assert any(_scrape_answers_while_idle_clients_are_held(worker.metrics_port)
                        for _ in range(3)), "every scrape waited for the idle clients to go"
-            with RouteDriver([worker.endpoint]) as driver:
+            with RouteDriver([worker.endpoint], route_key=route_key_of([worker])) as driver:
                 prompt = driver.tokenize("The capital of France is")
                 assert driver.generate(prompt, max_tokens=4, stop_at_eos=False).tokens == \
                     reference(prompt, 4)
@@ -320,7 +324,8 @@ def test_a_tls_chain_relays_with_server_only_tls_and_with_mtls(
     client_files = TlsFiles(ca=certs["ca.pem"], cert=certs["client.pem"] if mutual else None,
                             key=certs["client.key"] if mutual else None)
     try:
-        with RouteDriver([w.endpoint for w in workers], topology=topology,
+        with RouteDriver([w.endpoint for w in workers],
+                         route_key=route_key_of(workers), topology=topology,
                          tls=client_files) as driver:
             driver.connect(wait=30.0)
             prompt = driver.tokenize("The capital of France is")

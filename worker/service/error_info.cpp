@@ -40,6 +40,8 @@ const char * error_reason_name(error_reason reason) {
         case error_reason::response_too_large:       return "RESPONSE_TOO_LARGE";
         case error_reason::step_superseded:          return "STEP_SUPERSEDED";
         case error_reason::invalid_text_ranges:      return "INVALID_TEXT_RANGES";
+        case error_reason::route_key_missing:        return "ROUTE_KEY_MISSING";
+        case error_reason::route_key_mismatch:       return "ROUTE_KEY_MISMATCH";
     }
     return "UNSPECIFIED";
 }
@@ -79,6 +81,10 @@ grpc::StatusCode error_reason_code(error_reason reason) {
             return grpc::StatusCode::INTERNAL;
         case error_reason::step_superseded:
             return grpc::StatusCode::ABORTED;
+        case error_reason::route_key_missing:
+            return grpc::StatusCode::UNAUTHENTICATED;
+        case error_reason::route_key_mismatch:
+            return grpc::StatusCode::PERMISSION_DENIED;
     }
     return grpc::StatusCode::UNKNOWN;
 }

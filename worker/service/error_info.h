@@ -39,6 +39,8 @@ enum class error_reason {
     response_too_large,
     step_superseded,
     invalid_text_ranges,
+    route_key_missing,
+    route_key_mismatch,
 };
 
 extern const char * const error_domain; // "shard.meshnet.dev"

@@ -66,7 +66,7 @@ struct local_relay_server::connection {
     std::atomic<int>        unanswered{0};
 };
 
-local_relay_server::local_relay_server() : token_(new_local_relay_token()) {}
+local_relay_server::local_relay_server(std::string token) : token_(std::move(token)) {}
 
 local_relay_server::~local_relay_server() {
     stop();

@@ -3,8 +3,9 @@
 // thread reads every connection as bytes arrive (an idle connection costs no thread and
 // a frame's memory follows its bytes); answers are written by the thread that finishes
 // them (the engine thread), so a token's hand-off wakes no other thread here.
-// A connection must open with this worker's token, which only a client of its gRPC
-// service learns (GetInfo): the relay is no wider than the service it belongs to.
+// A connection must open with this worker's token, derived from the route key and the
+// worker's incarnation (route_key.h): only holders of the key can open it, as only they
+// may call Relay on the gRPC port.
 #pragma once
 
 #include "stage_core.h"
@@ -30,7 +31,8 @@ struct local_relay_limits {
 
 class local_relay_server {
 public:
-    local_relay_server();
+    // `token`: what a connection must open with (route_key::local_relay_token).
+    explicit local_relay_server(std::string token);
     ~local_relay_server();
     local_relay_server(const local_relay_server &) = delete;
     local_relay_server & operator=(const local_relay_server &) = delete;
@@ -38,8 +40,6 @@ public:
     // Binds 127.0.0.1 on any free port; false with `error` when it cannot.
     bool listen(std::string & error);
     int port() const { return port_; }
-    // What a connection must open with.
-    const std::string & token() const { return token_; }
     // Takes connections for `core`.
     void start(stage_core & core, local_relay_limits limits);
     // Takes no more connections and closes the open ones once their batches are

@@ -67,18 +67,6 @@ constexpr size_t read_piece_bytes = 1 << 20;
 
 } // namespace
 
-std::string new_local_relay_token() {
-    std::random_device source; // the system's random source (getrandom on Linux)
-    std::string token(local_relay_token_bytes, '\0');
-    for (size_t i = 0; i < token.size(); i += 4) {
-        const uint32_t word = source();
-        for (size_t j = 0; j < 4 && i + j < token.size(); ++j) {
-            token[i + j] = static_cast<char>((word >> (8 * j)) & 0xff);
-        }
-    }
-    return token;
-}
-
 bool same_token(const std::string & given, const std::string & token) {
     if (given.size() != token.size() || token.empty()) {
         return false;

@@ -1,7 +1,7 @@
 // relay_frames.h - the local relay's wire (see Relay in shard_service.proto): protobuf
 // messages as frames on a TCP connection over 127.0.0.1, each its byte length as a
 // 4-byte little-endian integer and then the serialized message. A connection opens with
-// the receiving worker's token (GetInfo local_relay_token) before its first frame.
+// the receiving worker's token (route_key::local_relay_token) before its first frame.
 #pragma once
 
 #include <google/protobuf/message_lite.h>
@@ -23,8 +23,6 @@ void prepare_connection(int fd, int send_timeout_ms);
 
 // The bytes of a local relay token.
 constexpr size_t local_relay_token_bytes = 32;
-// A fresh random token (from the system's random source).
-std::string new_local_relay_token();
 // Whether `given` is `token`, in time that does not depend on where they differ.
 bool same_token(const std::string & given, const std::string & token);
 // Writes `token` on a connection just opened; false when the connection failed.

@@ -29,9 +29,16 @@ constexpr std::chrono::milliseconds probe_deadline{500};
 
 } // namespace
 
-relay_link::relay_link(std::shared_ptr<grpc::Channel> channel, std::chrono::milliseconds deadline, bool try_local)
-    : stub_(pb::ShardService::NewStub(std::move(channel))), deadline_(deadline), try_local_(try_local),
-      watchdog_([this] { watch_streams(); }) {}
+relay_link::relay_link(std::shared_ptr<grpc::Channel> channel, std::chrono::milliseconds deadline, route_key key,
+                       bool try_local)
+    : stub_(pb::ShardService::NewStub(std::move(channel))), deadline_(deadline), key_(std::move(key)),
+      try_local_(try_local && key_.present()), watchdog_([this] { watch_streams(); }) {}
+
+void relay_link::authenticate(grpc::ClientContext & context) const {
+    if (key_.present()) {
+        context.AddMetadata(route_auth_metadata, key_.proof());
+    }
+}
 
 relay_link::~relay_link() {
     std::unique_lock<std::mutex> lock(mutex_);
@@ -106,6 +113,7 @@ void relay_link::release(const pb::RouteKey & key) {
     auto * pending = new call;
     pending->context.set_deadline(std::chrono::system_clock::now() + release_deadline);
     pending->context.set_wait_for_ready(true); // a next stage that is restarting gets it too
+    authenticate(pending->context);
     *pending->request.mutable_key() = key;
     // Best effort: a next stage that is gone holds nothing, and one that stays silent
     // evicts the idle session itself.
@@ -161,7 +169,7 @@ void relay_link::probe_local(std::unique_lock<std::mutex> & lock) {
         }
         probe_due_  = false;
         local_port_  = static_cast<int>(info.local_relay_port());
-        local_token_ = info.local_relay_token();
+        local_token_ = key_.local_relay_token(info.incarnation()); // what that incarnation expects
     }
     if (local_port_ != 0 && current_ != nullptr && !current_->local() && current_->retire_if_idle()) {
         stream * retired = std::exchange(current_, nullptr); // the next batch connects locally

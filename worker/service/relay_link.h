@@ -7,10 +7,12 @@
 #pragma once
 
 #include "relay_inflight.h"
+#include "route_key.h"
 
 #include "meshnet/shard/v1/shard_service.grpc.pb.h"
 
 #include <grpcpp/channel.h>
+#include <grpcpp/client_context.h>
 
 #include <chrono>
 #include <condition_variable>
@@ -31,8 +33,10 @@ public:
     // DEADLINE_EXCEEDED, and so does the rest of its stream. With `try_local` (the next
     // stage is on 127.0.0.1 and the link has no TLS), the link asks the next stage for its
     // local relay and uses it when offered.
+    // `key`: the route key, proved on every call to the next stage and the source of its
+    // local relay's token (absent: calls carry no proof, and try_local is ignored).
     relay_link(std::shared_ptr<grpc::Channel> channel, std::chrono::milliseconds deadline,
-               bool try_local = false);
+               route_key key = {}, bool try_local = false);
     ~relay_link(); // cancels the stream: what it carried fails with CANCELLED
 
     relay_link(const relay_link &) = delete;
@@ -63,8 +67,12 @@ private:
     // deadline): no stream callback takes the link's lock while it could be held.
     void watch_streams();
 
+    // Adds the route key's proof to a call to the next stage.
+    void authenticate(grpc::ClientContext & context) const;
+
     std::unique_ptr<pb::ShardService::Stub> stub_;
     const std::chrono::milliseconds         deadline_;
+    const route_key                         key_;
     const bool                              try_local_;
 
     std::mutex              mutex_;

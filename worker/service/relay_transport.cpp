@@ -30,6 +30,7 @@ bool relay_link::stream::broken() {
 
 relay_link::grpc_stream::grpc_stream(relay_link & link) : stream(link) {
     context_.set_wait_for_ready(true); // wait out a next stage that is (re)starting
+    link_.authenticate(context_);
     link_.stub_->async()->Relay(&context_, this);
     AddHold();
     StartRead(&response_);

@@ -2,6 +2,7 @@
 #include "ring.h"
 
 #include "rate_limited_log.h"
+#include "route_key.h"
 
 #include <cstdio>
 #include <deque>
@@ -11,7 +12,8 @@ namespace meshnet {
 namespace {
 
 // Tokens a subscriber may fall behind by; past it new ones are dropped (the chain's
-// answers still carry them, a loop only waits longer).
+// answers still carry them, a loop only waits longer), so one that stops reading costs
+// the stage a bounded queue, never a wait.
 constexpr size_t max_queued_tokens = 4096;
 
 bool same_route(const pb::RouteKey & a, const pb::RouteKey & b) {
@@ -105,8 +107,11 @@ ring_hub::~ring_hub() {
 }
 
 grpc::ServerWriteReactor<pb::RingResponse> * ring_hub::subscribe(const pb::RouteKey & key) {
-    auto * subscriber = new ring_subscriber(*this, key, incarnation_);
     std::lock_guard<std::mutex> lock(mutex_);
+    if (subscribers_.size() >= max_subscribers_) {
+        return nullptr;
+    }
+    auto * subscriber = new ring_subscriber(*this, key, incarnation_); // its reactions never run inside
     subscribers_.insert(subscriber);
     if (stopping_) {
         subscriber->end(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the last stage is stopping"));
@@ -154,8 +159,10 @@ void ring_hub::gone(ring_subscriber * subscriber) {
     changed_.notify_all();
 }
 
-ring_link::ring_link(std::shared_ptr<grpc::Channel> channel, pb::RouteKey key, deliver_fn deliver)
-    : stub_(pb::ShardService::NewStub(std::move(channel))), key_(std::move(key)), deliver_(std::move(deliver)) {
+ring_link::ring_link(std::shared_ptr<grpc::Channel> channel, pb::RouteKey key, std::string route_proof,
+                     deliver_fn deliver)
+    : stub_(pb::ShardService::NewStub(std::move(channel))), key_(std::move(key)),
+      route_proof_(std::move(route_proof)), deliver_(std::move(deliver)) {
     thread_ = std::thread([this] { run(); });
 }
 
@@ -204,6 +211,7 @@ void ring_link::run() {
             }
             call_ = &context;
         }
+        context.AddMetadata(route_auth_metadata, route_proof_);
         pb::RingRequest request;
         *request.mutable_key() = key_;
         auto reader = stub_->Ring(&context, request);

@@ -42,10 +42,14 @@ struct window_tokens {
 // The last stage's subscribers: one stream per first stage that subscribed.
 class ring_hub {
 public:
-    explicit ring_hub(std::string incarnation) : incarnation_(std::move(incarnation)) {}
+    // At most `max_subscribers` streams at once: each costs the engine thread a copy of
+    // every token, and only the route's first stages (one per replica here) need one.
+    ring_hub(std::string incarnation, size_t max_subscribers)
+        : incarnation_(std::move(incarnation)), max_subscribers_(max_subscribers) {}
     ~ring_hub();
 
-    // The Ring RPC's stream for a subscriber whose key was checked.
+    // The Ring RPC's stream for a subscriber whose key (and route key) was checked; null
+    // when max_subscribers streams are open.
     grpc::ServerWriteReactor<pb::RingResponse> * subscribe(const pb::RouteKey & key);
     // Sends the token to every subscriber of the key's route and epoch; `window` is the
     // step's ForwardRequest.window.
@@ -60,6 +64,7 @@ private:
     void gone(ring_subscriber * subscriber);
 
     const std::string               incarnation_;
+    const size_t                    max_subscribers_;
     mutable std::mutex              mutex_;
     std::condition_variable         changed_;
     std::set<ring_subscriber *>     subscribers_;
@@ -72,8 +77,9 @@ class ring_link {
 public:
     using deliver_fn = std::function<void(const pb::RingResponse &)>;
 
-    // `key`: this stage's route_id and epoch; `deliver` is called on the link's thread.
-    ring_link(std::shared_ptr<grpc::Channel> channel, pb::RouteKey key, deliver_fn deliver);
+    // `key`: this stage's route_id and epoch; `route_proof`: the route key's proof, sent
+    // with each subscription; `deliver` is called on the link's thread.
+    ring_link(std::shared_ptr<grpc::Channel> channel, pb::RouteKey key, std::string route_proof, deliver_fn deliver);
     ~ring_link();
 
     ring_link(const ring_link &) = delete;
@@ -94,6 +100,7 @@ private:
 
     std::unique_ptr<pb::ShardService::Stub> stub_;
     const pb::RouteKey                      key_;
+    const std::string                       route_proof_;
     const deliver_fn                        deliver_;
     mutable std::mutex                      mutex_;
     std::condition_variable                 wake_;

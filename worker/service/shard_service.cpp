@@ -11,6 +11,48 @@
 
 namespace meshnet {
 
+namespace {
+
+// A stream refused at once with a status (the caller did not prove the route key, or
+// Ring's own checks failed).
+template <typename request, typename response>
+class refused_stream final : public grpc::ServerBidiReactor<request, response> {
+public:
+    explicit refused_stream(const grpc::Status & status) { this->Finish(status); }
+    void OnDone() override { delete this; }
+};
+
+class ring_refusal final : public grpc::ServerWriteReactor<pb::RingResponse> {
+public:
+    explicit ring_refusal(const grpc::Status & status) { Finish(status); }
+    void OnDone() override { delete this; }
+};
+
+} // namespace
+
+std::optional<grpc::Status> shard_service::refuse_stranger(const grpc::CallbackServerContext * ctx, const char * rpc) {
+    const route_key & key = core_.identity().key;
+    if (!key.present()) {
+        return std::nullopt;
+    }
+    const auto & metadata = ctx->client_metadata();
+    const auto   offered  = metadata.find(route_auth_metadata);
+    std::optional<shard_error> error;
+    if (offered == metadata.end()) {
+        error = make_error(error_reason::route_key_missing, std::string(rpc) +
+            " needs the route key: send its proof in the call's meshnet-route-auth metadata");
+    } else if (!key.accepts(std::string(offered->second.data(), offered->second.size()))) {
+        error = make_error(error_reason::route_key_mismatch, std::string(rpc) +
+            ": the meshnet-route-auth metadata does not prove this route's key");
+    }
+    if (!error) {
+        return std::nullopt;
+    }
+    const grpc::Status status = error_status(*error);
+    core_.metrics().count_answer(rpc, status);
+    return status;
+}
+
 void shard_service::finish(grpc::ServerUnaryReactor * reactor, const char * rpc, const grpc::Status & status) {
     core_.metrics().count_answer(rpc, status);
     reactor->Finish(status);
@@ -48,7 +90,7 @@ grpc::ServerUnaryReactor * shard_service::GetInfo(grpc::CallbackServerContext * 
     response->set_chat_template(identity.chat_template);
     response->set_next_stage(identity.next_stage);
     response->set_local_relay_port(static_cast<uint32_t>(identity.local_relay_port));
-    response->set_local_relay_token(identity.local_relay_token);
+    response->set_requires_route_key(identity.key.present());
     response->set_can_discard(info.can_discard);
     response->set_discard_depth(info.discard_depth);
     response->set_prefix_block(static_cast<uint32_t>(core_.prefix_block()));
@@ -98,6 +140,10 @@ grpc::ServerUnaryReactor * shard_service::GetCapacity(grpc::CallbackServerContex
 grpc::ServerUnaryReactor * shard_service::Forward(grpc::CallbackServerContext * ctx, const pb::ForwardRequest * request,
                                                   pb::ForwardResponse * response) {
     auto * reactor = ctx->DefaultReactor();
+    if (auto refused = refuse_stranger(ctx, "Forward")) {
+        reactor->Finish(*refused);
+        return reactor;
+    }
     step_call call;
     call.cancelled = [ctx] { return ctx->IsCancelled(); };
     call.response  = response;
@@ -110,30 +156,32 @@ grpc::ServerUnaryReactor * shard_service::Forward(grpc::CallbackServerContext * 
 
 
 grpc::ServerBidiReactor<pb::ForwardStreamRequest, pb::ForwardStreamResponse> *
-shard_service::ForwardStream(grpc::CallbackServerContext *) {
+shard_service::ForwardStream(grpc::CallbackServerContext * ctx) {
+    if (auto refused = refuse_stranger(ctx, "ForwardStream")) {
+        return new refused_stream<pb::ForwardStreamRequest, pb::ForwardStreamResponse>(*refused);
+    }
     return forward_stream_open(core_);
 }
 
-grpc::ServerBidiReactor<pb::RelayRequest, pb::RelayResponse> * shard_service::Relay(grpc::CallbackServerContext *) {
+grpc::ServerBidiReactor<pb::RelayRequest, pb::RelayResponse> * shard_service::Relay(grpc::CallbackServerContext * ctx) {
+    if (auto refused = refuse_stranger(ctx, "Relay")) {
+        return new refused_stream<pb::RelayRequest, pb::RelayResponse>(*refused);
+    }
     return relay_stream_open(core_);
 }
 
-namespace {
-
-// A Ring subscription refused at once with a typed reason.
-class ring_refusal final : public grpc::ServerWriteReactor<pb::RingResponse> {
-public:
-    explicit ring_refusal(const grpc::Status & status) { Finish(status); }
-    void OnDone() override { delete this; }
-};
-
-} // namespace
-
-grpc::ServerWriteReactor<pb::RingResponse> * shard_service::Ring(grpc::CallbackServerContext *,
+grpc::ServerWriteReactor<pb::RingResponse> * shard_service::Ring(grpc::CallbackServerContext * ctx,
                                                               const pb::RingRequest * request) {
+    if (auto refused = refuse_stranger(ctx, "Ring")) {
+        return new ring_refusal(*refused);
+    }
     pb::RouteKey key = request->key();
     key.set_session_id("ring"); // the subscription names no session; check_key wants one
     std::optional<shard_error> error = core_.check_key(key);
+    if (!error && !core_.identity().key.present()) {
+        error = make_error(error_reason::ring_unavailable,
+            "this stage was started without --route-key-file: it offers no Ring (its tokens would go to anyone)");
+    }
     if (!error && !core_.info().is_last()) {
         error = make_error(error_reason::ring_unavailable,
             "this stage (layers " + core_.info().layers.str() + " of " + std::to_string(core_.info().n_layer) +
@@ -143,13 +191,25 @@ grpc::ServerWriteReactor<pb::RingResponse> * shard_service::Ring(grpc::CallbackS
         core_.metrics().count_answer("Ring", error_status(*error));
         return new ring_refusal(error_status(*error));
     }
-    return core_.subscribe_ring(request->key());
+    if (auto * subscribed = core_.subscribe_ring(request->key())) {
+        return subscribed;
+    }
+    const grpc::Status full = error_status(make_error(error_reason::capacity_exhausted,
+        "this last stage already has " + std::to_string(core_.identity().ring_subscribers) +
+        " Ring subscribers (--ring-subscribers)",
+        {{"max_ring_subscribers", std::to_string(core_.identity().ring_subscribers)}}));
+    core_.metrics().count_answer("Ring", full);
+    return new ring_refusal(full);
 }
 
 grpc::ServerUnaryReactor * shard_service::ReleaseSession(grpc::CallbackServerContext * ctx,
                                                          const pb::ReleaseSessionRequest * request,
                                                          pb::ReleaseSessionResponse * response) {
     auto * reactor = ctx->DefaultReactor();
+    if (auto refused = refuse_stranger(ctx, "ReleaseSession")) {
+        reactor->Finish(*refused);
+        return reactor;
+    }
     if (auto error = core_.check_key(request->key())) {
         finish(reactor, "ReleaseSession", error_status(*error));
         return reactor;

@@ -7,6 +7,8 @@
 
 #include "meshnet/shard/v1/shard_service.grpc.pb.h"
 
+#include <optional>
+
 namespace meshnet {
 
 class shard_service final : public pb::ShardService::CallbackService {
@@ -33,6 +35,9 @@ public:
 
 private:
     void finish(grpc::ServerUnaryReactor * reactor, const char * rpc, const grpc::Status & status);
+    // Refuses a caller that does not prove the route key, when this stage has one (the
+    // RPCs that run, read or end a session); counted as the RPC's answer.
+    std::optional<grpc::Status> refuse_stranger(const grpc::CallbackServerContext * ctx, const char * rpc);
 
     stage_core & core_;
     // Tokenize's threads: two tokenize at once and two more wait; a fifth is refused

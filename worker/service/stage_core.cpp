@@ -37,8 +37,9 @@ stage_core::stage_core(service_identity identity, engine_i & engine, session_sto
                        bool next_stage_local, std::shared_ptr<grpc::Channel> ring_last)
     : identity_(std::move(identity)), engine_(engine),
       stage_(facts_of(identity_, engine.info(), next_stage != nullptr)), sessions_(sessions), steps_(steps),
-      metrics_(metrics), ring_hub_(identity_.incarnation),
-      next_(next_stage ? std::make_unique<relay_link>(std::move(next_stage), relay_deadline, next_stage_local)
+      metrics_(metrics), ring_hub_(identity_.incarnation, static_cast<size_t>(identity_.ring_subscribers)),
+      next_(next_stage ? std::make_unique<relay_link>(std::move(next_stage), relay_deadline, identity_.key,
+                                                      next_stage_local)
                        : nullptr) {
     if (next_) {
         steps_.set_after_batch([this] { flush_relays(); });
@@ -47,7 +48,8 @@ stage_core::stage_core(service_identity identity, engine_i & engine, session_sto
         pb::RouteKey mine;
         mine.set_route_id(identity_.route_id);
         mine.set_epoch(identity_.epoch);
-        ring_link_ = std::make_unique<ring_link>(std::move(ring_last), mine, [this](const pb::RingResponse & token) {
+        ring_link_ = std::make_unique<ring_link>(std::move(ring_last), mine, identity_.key.proof(),
+                                                 [this](const pb::RingResponse & token) {
             if (token.key().route_id() != identity_.route_id || token.key().epoch() != identity_.epoch) {
                 return; // never another route's or epoch's token (the last stage checks too)
             }

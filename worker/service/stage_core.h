@@ -13,6 +13,7 @@
 #include "metrics.h"
 #include "relay_link.h"
 #include "ring.h"
+#include "route_key.h"
 #include "sampling.h"
 #include "scheduler.h"
 #include "session_store.h"
@@ -57,9 +58,10 @@ struct service_identity {
     int32_t                   max_loop_windows = 8; // its verify windows in flight at most
     compute_placement         placement;         // where the engine computes
     int32_t                   local_relay_port = 0; // GetInfo: the local relay (0: none)
-    std::string               local_relay_token;    // GetInfo: what its connections open with
     exactness                 exact;                // GetInfo: what the engine measured to compute exactly
     bool                      throughput_batching = false; // --batching throughput
+    route_key                 key;                  // --route-key-file (absent: none)
+    int32_t                   ring_subscribers = 4; // last stage: Ring streams at most
 };
 
 // How the answer to one accepted step is built once the engine ran it.

@@ -268,6 +268,18 @@ const std::vector<worker_flag> & worker_flags() {
          "stage connects again when it next relays, so connections that only idle cannot hold the 16 "
          "a worker takes (at least 1)",
          set_int64<&P::local_relay_idle_ms, 1>},
+        {"--route-key-file", "F", nullptr, nullptr,
+         "the route's secret (64 hex digits; one per route, given to its stages, gateway and "
+         "certification): Forward, ForwardStream, Relay, ReleaseSession and Ring are served only to "
+         "callers proving it, this stage proves it to --next-stage and --ring-last, and its local relay "
+         "opens with a token derived from it. Without it the worker serves anyone who reaches its port "
+         "and offers no Ring and no local relay (--ring-last needs it); meshnet up and the operator "
+         "always give one",
+         set_string<&P::route_key_file>},
+        {"--ring-subscribers", "N", "4", nullptr,
+         "last stage: Ring streams open at once at most (the route's first stages; at least 1); one "
+         "more is refused with RESOURCE_EXHAUSTED",
+         set_int32<&P::ring_subscribers, 1>},
         {"--exit-with-parent", "PID", nullptr, nullptr,
          "stop as on SIGTERM once PID, this worker's parent, is gone (a supervisor that dies leaves no "
          "worker behind; Linux; above 1)",
@@ -376,6 +388,11 @@ bool worker_params_validate(const worker_params & params, std::string & error) {
     }
     if (!params.ring_last.empty() && params.next_stage.empty()) {
         error = "--ring-last closes a chain: it needs --next-stage (the first stage's successor)";
+        return false;
+    }
+    if (!params.ring_last.empty() && params.route_key_file.empty()) {
+        error = "--ring-last needs --route-key-file: the last stage serves its tokens only to holders "
+                "of the route key";
         return false;
     }
     return true;

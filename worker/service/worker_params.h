@@ -53,6 +53,8 @@ struct worker_params {
     int64_t     ring_ready_ms   = 60000;        // ring: health waits this long for the subscription
     bool        local_relay     = true;         // offer / use the local relay (no TLS only)
     int64_t     local_relay_idle_ms = 60000;    // close a local relay connection silent this long
+    std::string route_key_file;                 // the route's secret: callers must prove it
+    int32_t     ring_subscribers = 4;           // last stage: Ring streams open at once at most
     int64_t     exit_with_parent = 0;           // stop when this process (our parent) exits
 };
 

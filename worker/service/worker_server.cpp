@@ -144,6 +144,14 @@ bool worker_server::start(const worker_params & params, engine_i & engine, std::
     identity_.placement         = std::move(placement);
     identity_.exact             = std::move(measured);
     identity_.throughput_batching = params.throughput_batching;
+    identity_.ring_subscribers  = params.ring_subscribers;
+    if (!params.route_key_file.empty() && !route_key::load(params.route_key_file, identity_.key, error)) {
+        return false;
+    }
+    if (!identity_.key.present()) {
+        std::fprintf(stderr, "meshnet-shard-worker: no --route-key-file: serving every caller on this port, "
+                             "with no Ring and no local relay\n");
+    }
 
     std::shared_ptr<grpc::ServerCredentials> credentials;
     if (!params.tls_cert.empty()) {
@@ -177,21 +185,22 @@ bool worker_server::start(const worker_params & params, engine_i & engine, std::
         return false;
     }
 
-    // The local relay: only without TLS, and not beside a Unix socket (whose file
-    // permissions guard the service), so it opens nothing the gRPC port does not.
+    // The local relay: only with a route key (its connections open with a token derived
+    // from it), without TLS, and not beside a Unix socket (whose file permissions guard the
+    // service), so it opens nothing the gRPC port does not.
     const bool tls = !params.tls_cert.empty();
-    if (params.local_relay && !tls && params.listen.rfind("unix:", 0) != 0) {
-        local_relay_ = std::make_unique<local_relay_server>();
+    const bool keyed = identity_.key.present();
+    if (params.local_relay && keyed && !tls && params.listen.rfind("unix:", 0) != 0) {
+        local_relay_ = std::make_unique<local_relay_server>(identity_.key.local_relay_token(identity_.incarnation));
         std::string why;
         if (local_relay_->listen(why)) {
-            identity_.local_relay_port  = local_relay_->port();
-            identity_.local_relay_token = local_relay_->token();
+            identity_.local_relay_port = local_relay_->port();
         } else { // gRPC carries the relay then, as with --local-relay off
             std::fprintf(stderr, "meshnet-shard-worker: no local relay (%s)\n", why.c_str());
             local_relay_.reset();
         }
     }
-    const bool next_stage_local = params.local_relay && !tls && params.next_stage_ca.empty() &&
+    const bool next_stage_local = params.local_relay && keyed && !tls && params.next_stage_ca.empty() &&
                                   is_loopback(params.next_stage) &&
                                   params.next_stage.rfind("unix:", 0) != 0;
 

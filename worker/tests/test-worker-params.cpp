@@ -58,7 +58,7 @@ static auto fields(const worker_params & p) {
                     p.batch_wait_us, p.pipeline_depth, p.exact_batch_rows, p.throughput_batching, p.stream_flush_ms,
                     p.max_loop_drafts, p.max_loop_windows, p.tls_cert, p.tls_key, p.tls_client_ca,
                     p.next_stage_ca, p.next_stage, p.ring_last, p.ring_ready_ms, p.local_relay,
-                    p.local_relay_idle_ms, p.exit_with_parent);
+                    p.local_relay_idle_ms, p.route_key_file, p.ring_subscribers, p.exit_with_parent);
 }
 
 TEST("a flag's listed default is the value the worker has without the flag") {
@@ -99,7 +99,7 @@ TEST("flags keep their values and bounds") {
              {"--max-loop-drafts", "8"}, {"--max-loop-windows", "0"}, {"--max-loop-windows", "9"},
              {"--exit-with-parent", "1"}, {"--local-relay", "yes"}, {"--boundary-dtype", "f8"},
              {"--layers", "5:5"}, {"--max-message-bytes", "1023"}, {"--local-relay-idle-ms", "0"},
-             {"--batch", "2147483648"}}) {
+             {"--batch", "2147483648"}, {"--ring-subscribers", "0"}}) {
         CHECK(refused(bad, "bad value for " + bad[0]));
     }
 }
@@ -115,6 +115,8 @@ TEST("combinations are refused with a message that names the fix") {
     CHECK(refused({"--tls-cert", "c", "--tls-key", "k", "--next-stage", "h:1"}, "--next-stage-ca F"));
     CHECK(refused({"--next-stage-ca", "ca"}, "--next-stage-ca needs --next-stage"));
     CHECK(refused({"--ring-last", "h:1"}, "--ring-last closes a chain"));
+    CHECK(refused({"--next-stage", "h:1", "--ring-last", "h:2"}, "--ring-last needs --route-key-file"));
+    CHECK(parse({"--model", "m", "--next-stage", "h:1", "--ring-last", "h:2", "--route-key-file", "k"}).ok);
 }
 
 TEST("--check-args is known before an error and --help and --print-flags stop parsing") {

@@ -85,6 +85,8 @@ def certification_job(inputs: JobInputs) -> dict[str, Any]:
     mounts = [m for m in worker.get("volumeMounts", []) if m["name"] in shared]
     volumes = [_as_certifier(v) for v in pod.get("volumes", []) if v["name"] in shared]
     tls_dir = next((m["mountPath"] for m in mounts if m["name"] == TLS_VOLUME), None)
+    if "--route-key-file" in args:
+        command += ["--route-key-file", args[args.index("--route-key-file") + 1]]
     if tls_dir:
         command += ["--tls-ca", f"{tls_dir}/ca.crt"]
         if "--tls-client-ca" in args:

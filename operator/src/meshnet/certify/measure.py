@@ -19,6 +19,7 @@ from meshnet.route.driver import RouteDriver
 from meshnet.route.errors import RouteError, StageError
 from meshnet.route.handshake import RouteInfo
 from meshnet.route.proto import pb
+from meshnet.route.route_key import RouteSecret
 from meshnet.route.stage import StageClient, TlsFiles
 
 
@@ -123,12 +124,14 @@ class DecodeSpeeds:
 
 
 def decode_speeds(reference: str, endpoints: Sequence[str], prompt: Sequence[int], tokens: int,
-                  repeats: int, tls: TlsFiles | None = None) -> DecodeSpeeds:
+                  repeats: int, tls: TlsFiles | None = None,
+                  route_key: RouteSecret | None = None) -> DecodeSpeeds:
     """Best greedy decode tokens/s of the reference and of the route over `repeats`
     rounds; each round measures one then the other, so that a change in the machine's
     load between rounds reaches both sides alike."""
     best_reference, best_route, topology = 0.0, 0.0, "hub"
-    with RouteDriver([reference]) as unsplit, RouteDriver(list(endpoints), tls=tls) as route:
+    with RouteDriver([reference]) as unsplit, \
+            RouteDriver(list(endpoints), tls=tls, route_key=route_key) as route:
         unsplit.connect(wait=30.0)
         route.connect(wait=30.0)
         for _ in range(repeats):

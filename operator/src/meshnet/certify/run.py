@@ -25,6 +25,7 @@ from meshnet.certify.measure import decode_speeds, forced_logits, forced_togethe
 from meshnet.certify.prompts import PROMPTS
 from meshnet.certify.reference import reference_worker
 from meshnet.route.driver import RouteDriver
+from meshnet.route.route_key import RouteSecret
 from meshnet.route.stage import StageClient, TlsFiles
 from meshnet.timestamps import now_rfc3339
 
@@ -43,10 +44,11 @@ class Reference:
 
 def certify(endpoints: Sequence[str], lane: CertifiedLane, reference: Reference,
             gates: Gates | None = None, *, tls: TlsFiles | None = None,
-            route_digest: str | None = None, epoch: int | None = None,
-            request: str | None = None, say: Say = lambda _: None) -> Certificate:
+            route_key: RouteSecret | None = None, route_digest: str | None = None,
+            epoch: int | None = None, request: str | None = None,
+            say: Say = lambda _: None) -> Certificate:
     gates = gates or Gates()
-    with RouteDriver(list(endpoints), tls=tls) as driver:
+    with RouteDriver(list(endpoints), tls=tls, route_key=route_key) as driver:
         route = driver.connect(wait=30.0)
         prompts = [driver.tokenize(text) for text in PROMPTS]
     ctx = max(len(p) for p in prompts) + max(gates.parity_steps, gates.speed_tokens) + 8
@@ -54,19 +56,19 @@ def certify(endpoints: Sequence[str], lane: CertifiedLane, reference: Reference,
     with reference_worker(reference.binary, reference.model, layers=route.n_layer,
                           ctx=max(ctx, 256), threads=reference.threads, backend=lane.backend,
                           log=reference.log) as ref_endpoint:
-        compared = _parity(list(endpoints), ref_endpoint, prompts, gates, tls)
+        compared = _parity(list(endpoints), ref_endpoint, prompts, gates, tls, route_key)
         say(f"parity: {compared.parity_summary()}")
         steps = _step_invariance(list(endpoints), prompts, compared.tokens, lane.verify_rows,
-                                 tls) if lane.verify_rows > 1 else None
+                                 tls, route_key) if lane.verify_rows > 1 else None
         if steps is not None:
             say(f"step invariance: {_summary(steps)} of {steps.windows} windows of"
                 f" {steps.window_rows} rows")
         batch = _batch_invariance(list(endpoints), prompts, compared, lane.sessions, gates,
-                                  tls) if lane.sessions > 1 else None
+                                  tls, route_key) if lane.sessions > 1 else None
         if batch is not None:
             say(f"batch invariance: {_summary(batch)} of {batch.sessions} sessions at once")
         speeds = decode_speeds(ref_endpoint, endpoints, prompts[0], gates.speed_tokens,
-                               gates.repeats, tls)
+                               gates.repeats, tls, route_key)
     pace = verdict.speed(speeds.route, speeds.reference, gates.speed_fraction, speeds.topology)
     say(f"speed: route {speeds.route:.1f} tok/s ({speeds.topology}),"
         f" unsplit {speeds.reference:.1f} tok/s")
@@ -99,9 +101,10 @@ def _summary(result: StepInvarianceResult | BatchInvarianceResult) -> str:
 
 
 def _parity(endpoints: list[str], ref_endpoint: str, prompts: list[list[int]], gates: Gates,
-            tls: TlsFiles | None) -> _Compared:
+            tls: TlsFiles | None, route_key: RouteSecret | None) -> _Compared:
     compared, chosen, routed = [], [], []
-    with RouteDriver([ref_endpoint]) as ref_driver, RouteDriver(endpoints, tls=tls) as driver:
+    with RouteDriver([ref_endpoint]) as ref_driver, \
+            RouteDriver(endpoints, tls=tls, route_key=route_key) as driver:
         ref_route, route = ref_driver.connect(wait=30.0), driver.connect(wait=30.0)
         ref_clients: list[StageClient] = ref_driver.clients
         for prompt in prompts:
@@ -114,12 +117,13 @@ def _parity(endpoints: list[str], ref_endpoint: str, prompts: list[list[int]], g
 
 
 def _step_invariance(endpoints: list[str], prompts: list[list[int]], tokens: list[list[int]],
-                     rows: int, tls: TlsFiles | None) -> StepInvarianceResult:
+                     rows: int, tls: TlsFiles | None,
+                     route_key: RouteSecret | None) -> StepInvarianceResult:
     """After each prompt a window of `rows` tokens, as a verify window would carry them
     (the reference's next tokens, then the prompt's own as a lookup draft would propose
     them), in one step and in one-row steps: every row's logits and boundaries compared."""
     windows = []
-    with RouteDriver(endpoints, tls=tls) as driver:
+    with RouteDriver(endpoints, tls=tls, route_key=route_key) as driver:
         route = driver.connect(wait=30.0)
         for prompt, chosen in zip(prompts, tokens, strict=True):
             window = (list(chosen) + list(prompt) * rows)[:rows]
@@ -130,13 +134,13 @@ def _step_invariance(endpoints: list[str], prompts: list[list[int]], tokens: lis
 
 
 def _batch_invariance(endpoints: list[str], prompts: list[list[int]], compared: _Compared,
-                      sessions: int, gates: Gates, tls: TlsFiles | None
-                      ) -> BatchInvarianceResult:
+                      sessions: int, gates: Gates, tls: TlsFiles | None,
+                      route_key: RouteSecret | None) -> BatchInvarianceResult:
     """`sessions` sessions at once, session i on prompt i (cycling through the set), fed
     the reference's tokens as parity fed them alone: every row compared with the route's
     row alone."""
     which = [i % len(prompts) for i in range(sessions)]
-    with RouteDriver(endpoints, tls=tls) as driver:
+    with RouteDriver(endpoints, tls=tls, route_key=route_key) as driver:
         route = driver.connect(wait=30.0)
         together = forced_together(driver.clients, route, [prompts[i] for i in which],
                                    [compared.tokens[i] for i in which], gates.parity_steps)

@@ -15,9 +15,12 @@ from meshnet.certify.gates import Gates
 from meshnet.certify.hardware import local_gpu_product
 from meshnet.certify.run import Reference, certify
 from meshnet.certify.verdict import figures
+from meshnet.cli.route_key import route_key_option
 from meshnet.cli.tls import tls_client_options
 from meshnet.errors import MeshnetError
 from meshnet.local.process import worker_binary
+from meshnet.local.registry import entry_route_key
+from meshnet.route.route_key import RouteSecret
 from meshnet.route.stage import TlsFiles
 from meshnet.tracker.local import local_route
 
@@ -73,13 +76,14 @@ def say(message: str) -> None:
               default=None, help="Also write the certificate here (a Job's termination log).")
 @click.option("--json", "as_json", is_flag=True, help="Print the certificate as JSON.")
 @tls_client_options
+@route_key_option
 def command(route_name: str | None, stages: tuple[str, ...], model: Path | None, backend: str,
             gpu_product: str | None, manifest_digest: str | None, recipe_digest: str | None,
             route_digest: str | None, epoch: int | None, request: str | None,
             verify_rows: int, sessions: int, tolerance: float,
             speed_fraction: float, parity_steps: int, speed_tokens: int, repeats: int,
             reference_threads: int | None, termination_log: Path | None, as_json: bool,
-            tls: TlsFiles | None) -> None:
+            tls: TlsFiles | None, route_key: RouteSecret | None) -> None:
     """Certify a route's lane: the same tokens and logits as the unsplit model on a fixed
     prompt set, verify windows and sessions at once that compute as alone where the route
     promises them, and decode at least --speed-fraction of its speed, on this hardware.
@@ -97,6 +101,7 @@ def command(route_name: str | None, stages: tuple[str, ...], model: Path | None,
             raise MeshnetError(f"route {route_name} has no manifest/recipe digest yet")
         lane, endpoints, model = local.lane, local.endpoints, local.model
         route_digest, epoch = local.entry.get("routeDigest"), local.entry.get("epoch")
+        route_key = route_key or entry_route_key(local.entry)
         threads = reference_threads if reference_threads is not None else int(
             local.entry.get("threads") or 0)
     else:
@@ -109,8 +114,8 @@ def command(route_name: str | None, stages: tuple[str, ...], model: Path | None,
         endpoints = list(stages)
     say(f"lane {lane.describe()}: {len(endpoints)} stages")
     certificate = certify(endpoints, lane, Reference(worker_binary(), model, threads), gates,
-                          tls=tls, route_digest=route_digest, epoch=epoch, request=request,
-                          say=say)
+                          tls=tls, route_key=route_key, route_digest=route_digest, epoch=epoch,
+                          request=request, say=say)
     if route_name is not None:
         say(f"recorded {store.save(certificate)}")
     _emit(certificate, as_json, termination_log)

@@ -7,11 +7,13 @@ import sys
 
 import click
 
+from meshnet.cli.route_key import route_key_option
 from meshnet.cli.tls import tls_client_options
 from meshnet.gateway.chat import chat_prompt, chat_tokens
-from meshnet.local.registry import lookup
+from meshnet.local.registry import entry_route_key, lookup
 from meshnet.route import PromptTooLong, RouteDriver, Sampling, TlsFiles
 from meshnet.route.drafts import MAX_DRAFT, MAX_WINDOWS
+from meshnet.route.route_key import RouteSecret
 
 # The prompt does not fit the route's context: the request's fault, not the route's (1,
 # as every meshnet error; 2, click's usage errors), so retrying as it is cannot help.
@@ -58,20 +60,25 @@ EXIT_PROMPT_TOO_LONG = 3
 @click.option("--json", "as_json", is_flag=True,
               help="Print one JSON object: text, token ids, timings, recoveries.")
 @tls_client_options
+@route_key_option
 def command(stages: tuple[str, ...], route_name: str | None, prompt: str, chat: bool,
             max_tokens: int,
             temperature: float, top_k: int, top_p: float, seed: int, ignore_eos: bool,
             chunk: int | None, sample_locally: bool, topology: str, speculate: int,
-            windows: int, as_json: bool, tls: TlsFiles | None) -> None:
+            windows: int, as_json: bool, tls: TlsFiles | None,
+            route_key: RouteSecret | None) -> None:
     """Generate text through a route's stages (streams the text as it comes).
 
     A generation stops at the end of the route's context (`stop: context`). Exit status:
     0 done, 1 the route failed, 2 a usage error, 3 the prompt alone is longer than the
     route's context."""
     stages = _endpoints(stages, route_name)
+    if route_name is not None and route_key is None:  # `meshnet up` keeps the route's key
+        route_key = entry_route_key(lookup(route_name))
     sampling = Sampling(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
-    with RouteDriver(list(stages), tls=tls, chunk_tokens=chunk, sample_locally=sample_locally,
-                     topology=topology, speculate=speculate, windows=windows) as driver:
+    with RouteDriver(list(stages), tls=tls, route_key=route_key, chunk_tokens=chunk,
+                     sample_locally=sample_locally, topology=topology, speculate=speculate,
+                     windows=windows) as driver:
         route = driver.connect(wait=10.0)
         printer = _TextStream(driver) if not as_json else None
         try:

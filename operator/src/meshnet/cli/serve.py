@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 from aiohttp import web
 
+from meshnet.cli.route_key import route_key_option
 from meshnet.cli.tls import tls_client_options
 from meshnet.gateway.api_keys import ApiKeys, ApiKeysError
 from meshnet.gateway.fleet import Fleet
@@ -18,6 +19,7 @@ from meshnet.gateway.routes import Endpoints, fixed_replicas, local_route
 from meshnet.gateway.server import Gateway, GatewayConfig, build_app
 from meshnet.route import TlsFiles
 from meshnet.route.drafts import MAX_DRAFT, MAX_WINDOWS
+from meshnet.route.route_key import RouteSecret
 
 
 def split_listen(listen: str, option: str = "--listen") -> tuple[str, int]:
@@ -79,12 +81,14 @@ def split_listen(listen: str, option: str = "--listen") -> tuple[str, int]:
               show_default=True,
               help="Report usage.prompt_tokens_details.cached_tokens, or leave it out.")
 @tls_client_options
+@route_key_option
 def command(route_name: str | None, stages: tuple[str, ...], replicas: tuple[str, ...],
             scaled_to_zero: bool, model: str | None, listen: str,
             max_waiting: int, recovery_wait: float, drain_seconds: float,
             exit_with_parent: int | None,
             speculate: int, windows: int, drafter: str | None, api_keys: Path | None,
-            key_cache: str, cached_tokens: str, tls: TlsFiles | None) -> None:
+            key_cache: str, cached_tokens: str, tls: TlsFiles | None,
+            route_key: RouteSecret | None) -> None:
     """Serve one route over an OpenAI-compatible HTTP API until interrupted.
 
     POST /v1/chat/completions and /v1/completions (streaming or not), GET /v1/models
@@ -106,7 +110,7 @@ def command(route_name: str | None, stages: tuple[str, ...], replicas: tuple[str
     config = GatewayConfig(model=name, max_waiting=max_waiting, speculate=speculate,
                            windows=windows, share_cache_across_keys=key_cache == "shared",
                            report_cached_tokens=cached_tokens == "report")
-    gateway = Gateway(config, Fleet(resolve, tls, recovery_wait, drafter or ""), keys)
+    gateway = Gateway(config, Fleet(resolve, tls, recovery_wait, drafter or "", route_key), keys)
     app = build_app(gateway)
     if exit_with_parent is not None:
         app.cleanup_ctx.append(_exit_with_parent(exit_with_parent))

@@ -45,15 +45,18 @@ def _pin_digest() -> str:
 
 
 def local_gateway_command(route: dict[str, Any], listen: str,
-                          api_keys: Path | None = None) -> GatewayCommand:
+                          api_keys: Path | None = None,
+                          route_key_file: Path | None = None) -> GatewayCommand:
     """The gateway of the route file's ShardRoute as the operator renders it (its
     gateway settings, speculation and drain), placed here: on `listen`, following the
     route across epochs, restarts and scaling through the replicas `meshnet up` publishes,
-    asking for the keys in `api_keys` (this machine's stand-in for spec.gateway.apiKeysSecret)."""
+    asking for the keys in `api_keys` (this machine's stand-in for spec.gateway.apiKeysSecret),
+    proving the route's key in `route_key_file` to its stages."""
     spec = ShardRouteSpec.model_validate(route["spec"])
     return gateway_command(str(route["metadata"]["name"]), spec.gateway,
                            spec.recipe.speculation, spec.rollout.drain_seconds, listen,
-                           local_route=True, api_keys=api_keys)
+                           local_route=True, api_keys=api_keys,
+                           route_key_file=route_key_file)
 
 
 def _start_gateway(command: GatewayCommand) -> subprocess.Popen[bytes]:
@@ -180,8 +183,11 @@ def command(
     gone or unreadable, an invalid spec, a renamed route: its name is immutable) is
     reported once and the route runs on as it was. A worker that dies is restarted with
     backoff, within a budget (--restart-budget); its log stays in the cache's logs/
-    folder. Once the route is ready, its OpenAI-compatible gateway serves it on --serve,
-    spreading sessions over the replicas, with the settings of spec.gateway. Ctrl-C (or
+    folder. Each run writes the route a new key (route-keys/NAME.key in the cache, mode
+    0600) that its workers ask of every caller of a session's RPCs; `meshnet generate` and
+    `meshnet certify --route NAME` find it, others pass --route-key-file. Once the route
+    is ready, its OpenAI-compatible gateway serves it on --serve, spreading sessions over
+    the replicas, with the settings of spec.gateway. Ctrl-C (or
     SIGTERM) stops the gateway and every worker, also where SIGINT was inherited ignored.
     """
     # Whatever was inherited: a script's background job starts with SIGINT ignored.
@@ -216,7 +222,8 @@ def command(
             wanted = None
             if serve and backend.route_file is not None:
                 wanted = local_gateway_command(backend.route_file.route, serve,
-                                               api_keys.resolve() if api_keys else None)
+                                               api_keys.resolve() if api_keys else None,
+                                               backend.route_key_file())
             if settled and wanted and gateway is not None and running and wanted != running:
                 # a gateway edit (speculation, maxWaiting, drain): rolled as a Deployment is
                 say(f"restarting the gateway with {_changed_flags(running, wanted)}")

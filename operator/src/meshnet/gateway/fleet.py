@@ -22,6 +22,7 @@ from meshnet.errors import MeshnetError
 from meshnet.gateway.routes import Endpoints, RouteHandle
 from meshnet.gateway.spread import Candidate, RecentPrompts, pick
 from meshnet.route import RouteDriver, RouteInfo, TlsFiles
+from meshnet.route.route_key import RouteSecret
 
 # The route's replicas by label ("0", "1", ...): each one's stage endpoints in order.
 Replicas = dict[str, Endpoints]
@@ -55,6 +56,7 @@ class Fleet:
     tls: TlsFiles | None = None
     recovery_wait: float = 15.0
     drafter: str = ""
+    route_key: RouteSecret | None = None  # proved on every call to the stages
     changed: Callable[[], None] = lambda: None  # a replica was taken out or came back
     replicas: dict[str, Replica] = field(default_factory=dict)
     problem: str = ""  # why the replicas could not be resolved ("" when they were)
@@ -86,7 +88,8 @@ class Fleet:
             for name in endpoints:
                 if name not in self.replicas:
                     self.replicas[name] = Replica(name, RouteHandle(
-                        self._resolver(name), self.tls, self.recovery_wait, self.drafter))
+                        self._resolver(name), self.tls, self.recovery_wait, self.drafter,
+                        self.route_key))
             return list(self.replicas.values())
 
     def _resolver(self, name: str) -> Callable[[], Endpoints]:

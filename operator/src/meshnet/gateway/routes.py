@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 
 from meshnet.local.registry import lookup
 from meshnet.route import RouteDriver, RouteInfo, TlsFiles
+from meshnet.route.route_key import RouteSecret
 
 Endpoints = tuple[str, ...]
 
@@ -37,9 +38,11 @@ class RouteHandle:
     """The driver of the route's current stages; a new one when the stages move."""
 
     def __init__(self, resolve: Callable[[], Endpoints], tls: TlsFiles | None = None,
-                 recovery_wait: float = 15.0, drafter: str = "") -> None:
+                 recovery_wait: float = 15.0, drafter: str = "",
+                 route_key: RouteSecret | None = None) -> None:
         self._resolve = resolve
         self._tls = tls
+        self._route_key = route_key
         self._recovery_wait = recovery_wait
         self._drafter = drafter  # the last stage must host it (the handshake refuses else)
         self._lock = threading.Lock()
@@ -53,6 +56,7 @@ class RouteHandle:
             if self._driver is None or endpoints != self._endpoints:
                 stale = self._driver
                 self._driver = RouteDriver(list(endpoints), tls=self._tls,
+                                           route_key=self._route_key,
                                            wait_seconds=self._recovery_wait,
                                            drafter=self._drafter)
                 self._endpoints = endpoints

@@ -43,6 +43,7 @@ from meshnet.reconcile.route import (
     plan,
     spec_problems,
 )
+from meshnet.route.route_key import RouteSecret
 from meshnet.timestamps import utc_now
 
 Say = Callable[[str], None]
@@ -63,8 +64,14 @@ class LocalBackend:
         metrics: OperatorMetrics | None = None,
         gateway_url: str | None = None,
         restart_budget: int = DEFAULT_BUDGET,
+        key_dir: Path | None = None,
     ) -> None:
         self.binary = binary
+        # The route's key (meshnet.route.route_key), new for each `meshnet up`: its workers,
+        # its gateway and whoever drives the route from this machine (the registry names
+        # the file) hold it; nobody else on the host can run, read or end its sessions.
+        self.key_dir = key_dir or log_dir.parent / "route-keys"
+        self._route_key_file: Path | None = None
         self.gateway_url = gateway_url  # the OpenAI base URL `meshnet up` serves the route on
         # The operator's own metrics, so one dashboard serves a cluster and this machine.
         self.metrics = metrics or OperatorMetrics()
@@ -203,7 +210,7 @@ class LocalBackend:
             return
         self.crashed.pop(name, None)
         model = self.manifests[worker.identities.manifest_digest].model_path
-        spec = launch_spec(worker, model, self.threads, links)
+        spec = launch_spec(worker, model, self.threads, links, self.route_key_file())
         if name in self.ports:
             spec = replace(spec, listen=f"127.0.0.1:{self.ports[name]}")
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -337,6 +344,13 @@ class LocalBackend:
         assert self.route_file is not None
         return self.route_file.route_name
 
+    def route_key_file(self) -> Path:
+        """The route's key file (mode 0600), written at the first ask."""
+        if self._route_key_file is None:
+            self._route_key_file = RouteSecret.generate().write(
+                self.key_dir / f"{self.route_name}.key")
+        return self._route_key_file
+
     def ready(self) -> bool:
         """Ready as planned, and every replica whole, no worker of the route stopped since:
         the plan that replaces pods at the same epoch (a topology edit) saw them ready
@@ -389,6 +403,7 @@ class LocalBackend:
             "threads": self.threads,
             "file": str(self.route_file.path) if self.route_file else "",
             "gateway": self.gateway_url,
+            "routeKeyFile": str(self.route_key_file()),
             # the first whole replica's, for what drives one pipeline (`meshnet generate`)
             "stages": replicas[0]["stages"] if replicas else [],
             "replicas": replicas,  # the gateway spreads sessions over all of them

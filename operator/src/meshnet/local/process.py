@@ -9,6 +9,7 @@ import re
 import signal
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -19,6 +20,7 @@ from typing import Any
 from meshnet.errors import MeshnetError
 from meshnet.local.vulkan import software_device_env
 from meshnet.reconcile.route.worker_command import WorkerCommand
+from meshnet.route.route_key import RouteSecret
 
 # Defaults for a worker's environment, each overridden by the caller's. An OpenMP thread
 # that finished a step spins GOMP_SPINCOUNT times before it sleeps (libgomp's default: for
@@ -228,9 +230,14 @@ def start_route(binary: Path, specs: Sequence[LaunchSpec], log_dir: Path | None 
     `chain`, each stage's --next-stage is its successor, and with `ring` (a chain too) the
     first stage's --ring-last is the last stage. Every worker binds a port the kernel
     picks and keeps it; a chain starts from its last stage so each stage names stages that
-    already listen (a port reserved ahead could be taken meanwhile)."""
+    already listen (a port reserved ahead could be taken meanwhile). A chain's workers get
+    a route key (the specs' own, else a new one in `log_dir` or a private temporary
+    folder), which the ring and the local relay need: drive it with route_key_of(workers)."""
     chain = chain or ring
     specs = [replace(spec, pipeline_depth=spec.pipeline_depth or len(specs)) for spec in specs]
+    if chain and not any(spec.route_key_file for spec in specs):
+        key_file = new_route_key_file(log_dir)
+        specs = [replace(spec, route_key_file=key_file) for spec in specs]
     workers: dict[int, WorkerProcess] = {}
     order = range(len(specs) - 1, -1, -1) if chain else range(len(specs))
     try:
@@ -250,6 +257,20 @@ def start_route(binary: Path, specs: Sequence[LaunchSpec], log_dir: Path | None 
             worker.kill()
         raise
     return [workers[index] for index in range(len(specs))]
+
+
+def new_route_key_file(folder: Path | None = None) -> Path:
+    """A new route key written in `folder` (else a new private temporary folder), mode 0600."""
+    folder = folder or Path(tempfile.mkdtemp(prefix="meshnet-route-key-"))
+    return RouteSecret.generate().write(folder / f"route-{os.getpid()}-{time.monotonic_ns()}.key")
+
+
+def route_key_of(workers: Sequence[WorkerProcess]) -> RouteSecret | None:
+    """The route key the workers were started with (None: none)."""
+    files = {w.spec.route_key_file for w in workers if w.spec.route_key_file}
+    if len(files) > 1:
+        raise ValueError("the workers were started with different route keys")
+    return RouteSecret.load(Path(files.pop())) if files else None
 
 
 def worker_binary(dev: bool = False, lane: str = "cpu") -> Path:

@@ -9,6 +9,7 @@ from typing import Any
 
 from meshnet.errors import MeshnetError
 from meshnet.paths import cache_dir
+from meshnet.route.route_key import RouteSecret
 
 
 class RouteNotFound(MeshnetError):
@@ -44,6 +45,12 @@ def process_alive(pid: int) -> bool:
     except (OSError, IndexError):
         return True  # no /proc: trust kill(0)
     return state != "Z"
+
+
+def entry_route_key(entry: dict[str, Any]) -> RouteSecret | None:
+    """The key of a published route (`meshnet up` writes one per route), None when it has none."""
+    path = entry.get("routeKeyFile")
+    return RouteSecret.load(Path(path)) if path else None
 
 
 def lookup(name: str) -> dict[str, Any]:

@@ -15,14 +15,16 @@ from meshnet.reconcile.route.worker_command import worker_command
 
 
 def launch_spec(worker: WorkerSpec, model_path: Path, threads: int,
-                links: Mapping[str, str] | None = None) -> LaunchSpec:
+                links: Mapping[str, str] | None = None,
+                route_key_file: Path | None = None) -> LaunchSpec:
     """How this machine runs the planned `worker`: the artifact's model file here, ports
-    the worker picks on 127.0.0.1, and `links` (stage name -> loopback endpoint) for the
-    stages it relays to."""
+    the worker picks on 127.0.0.1, `links` (stage name -> loopback endpoint) for the
+    stages it relays to, and the route's key."""
     if worker.tls is not None:  # its certificate would come from a Secret: there is none here
         raise ValueError("the local backend cannot run a route with spec.tls.mode Secret"
                          " (without spec.tls it runs plaintext on loopback)")
-    command = worker_command(worker, model_path, "127.0.0.1:0", "127.0.0.1:0", links or {})
+    command = worker_command(worker, model_path, "127.0.0.1:0", "127.0.0.1:0", links or {},
+                             route_key_file=route_key_file)
     # a `meshnet up` that is killed leaves no worker behind
     return LaunchSpec.of(command, threads=threads, exit_with_parent=True)
 

@@ -19,6 +19,7 @@ from meshnet.route.drafts import MAX_DRAFT, MAX_WINDOWS
 from meshnet.route.errors import PromptTooLong, RouteError, RouteRefused, StageError
 from meshnet.route.generation import Generation
 from meshnet.route.handshake import RouteInfo, check_route
+from meshnet.route.route_key import RouteSecret
 from meshnet.route.sampling import Sampling
 from meshnet.route.session import Refresh, Session, SessionSettings, vocab_client
 from meshnet.route.stage import StageClient, TlsFiles
@@ -39,6 +40,7 @@ class RouteDriver:
         endpoints: Sequence[str],
         *,
         tls: TlsFiles | None = None,
+        route_key: RouteSecret | None = None,
         max_recoveries: int = 4,
         wait_seconds: float = 60.0,
         chunk_tokens: int | None = None,
@@ -55,7 +57,9 @@ class RouteDriver:
                              f"not {topology!r}")
         if not endpoints:
             raise RouteError("a route needs at least one --stage")
-        self.clients = [StageClient(endpoint, tls) for endpoint in endpoints]
+        # the route key, proved on every call: stages started with one serve no one else
+        self.route_key = route_key
+        self.clients = [StageClient(endpoint, tls, route_key=route_key) for endpoint in endpoints]
         self.max_recoveries = max_recoveries
         self.wait_seconds = wait_seconds
         self.chunk_tokens = chunk_tokens
@@ -103,6 +107,10 @@ class RouteDriver:
         while True:
             try:
                 answers = [(c.endpoint, c.info(timeout=INFO_TIMEOUT)) for c in self.clients]
+                keyed = [endpoint for endpoint, info in answers if info.requires_route_key]
+                if keyed and self.route_key is None:
+                    raise RouteRefused([f"stage {', '.join(keyed)} serves only holders of the "
+                                        "route key: pass its file (--route-key-file)"])
                 route = check_route(answers, self.drafter)
                 if self.topology in ("chain", "ring") and not route.chained:
                     raise RouteRefused([f"topology {self.topology} needs every stage but the "

@@ -16,6 +16,7 @@ from grpc_status import rpc_status
 
 from meshnet.route.errors import StageError
 from meshnet.route.proto import pb, pb_grpc
+from meshnet.route.route_key import RouteSecret
 from meshnet.route.step_deadline import StepDeadline
 
 ERROR_DOMAIN = "shard.meshnet.dev"
@@ -195,8 +196,11 @@ class StageClient:
     step times (`steps`); the other calls get `timeout`."""
 
     def __init__(self, endpoint: str, tls: TlsFiles | None = None, timeout: float = 120.0,
-                 steps: StepDeadline | None = None) -> None:
+                 steps: StepDeadline | None = None, route_key: RouteSecret | None = None) -> None:
         self.endpoint = endpoint
+        # Every call proves the route key when we hold one (a stage with a key serves the
+        # calls that run or end a session only so; the others ignore it).
+        self._metadata = route_key.metadata() if route_key else None
         self.timeout = timeout
         self.steps = steps or StepDeadline()
         if tls is not None:
@@ -211,7 +215,8 @@ class StageClient:
 
     def _call(self, method: str, request: object, timeout: float | None = None) -> object:
         try:
-            return getattr(self._stub, method)(request, timeout=timeout or self.timeout)
+            return getattr(self._stub, method)(request, timeout=timeout or self.timeout,
+                                               metadata=self._metadata)
         except grpc.RpcError as exc:
             raise stage_error(self.endpoint, exc) from None
 
@@ -228,13 +233,13 @@ class StageClient:
         """Starts a Forward; `.result()` waits for it (raising StageError)."""
         rows = len(request.positions)
         seconds = self.steps.seconds(rows)
-        future = self._stub.Forward.future(request, timeout=seconds)
+        future = self._stub.Forward.future(request, timeout=seconds, metadata=self._metadata)
         return PendingForward(self.endpoint, future, self.steps, rows, seconds)
 
     def forward_stream(self, request: pb.ForwardRequest) -> ForwardStreamCall:
         """ForwardStream with this one request, then a half-close."""
         call = self._stub.ForwardStream(iter([pb.ForwardStreamRequest(forward=request)]),
-                                        timeout=None)
+                                        timeout=None, metadata=self._metadata)
         return ForwardStreamCall(self.endpoint, call, self.steps, len(request.positions))
 
     def release(self, key: pb.RouteKey, timeout: float | None = None) -> bool:
@@ -245,7 +250,7 @@ class StageClient:
         """Starts a ReleaseSession (its future raises grpc.RpcError on failure); raises
         ValueError when this client was closed."""
         return self._stub.ReleaseSession.future(pb.ReleaseSessionRequest(key=key),
-                                                timeout=timeout)
+                                                timeout=timeout, metadata=self._metadata)
 
     def tokenize(self, text: str, add_special: bool = True,
                  literal: Sequence[tuple[int, int]] = ()) -> list[int]:

@@ -34,6 +34,7 @@ class GatewayCommand:
     api_keys: PurePath | None = None  # the keys file, where the backend put it
     key_cache: str | None = None  # "shared": one key's cached prefixes are every key's
     cached_tokens: str | None = None  # "hide": usage without cached_tokens
+    route_key_file: PurePath | None = None  # the route's key, where the backend put it
     tls_ca: PurePath | None = None
     tls_cert: PurePath | None = None
     tls_key: PurePath | None = None
@@ -70,6 +71,7 @@ class GatewayCommand:
             ("--cached-tokens", self.cached_tokens),
         ]
         after: list[tuple[str, object]] = [
+            ("--route-key-file", self.route_key_file),
             ("--tls-ca", self.tls_ca),
             ("--tls-cert", self.tls_cert),
             ("--tls-key", self.tls_key),
@@ -86,11 +88,13 @@ def gateway_command(name: str, gateway: Gateway, speculation: Speculation, drain
                     listen: str, *, local_route: bool = False,
                     pipelines: Sequence[Sequence[str]] = (), tls: LinkTls | None = None,
                     tls_dir: PurePath | None = None,
-                    api_keys: PurePath | None = None) -> GatewayCommand:
+                    api_keys: PurePath | None = None,
+                    route_key_file: PurePath | None = None) -> GatewayCommand:
     """The gateway of route `name` listening on `listen`, finding its replicas in this
     machine's registry (`local_route`) or at `pipelines`, and, for a route with TLS,
     ca.crt (and, with client certificates required, the stages' own tls.crt and tls.key:
-    the gateway is one of the route's) in `tls_dir`; its API keys file at `api_keys`."""
+    the gateway is one of the route's) in `tls_dir`; its API keys file at `api_keys`; the
+    route's key at `route_key_file`."""
     if tls is not None and tls_dir is None:
         raise ValueError("a gateway with TLS needs the directory of its certificates")
     if local_route and pipelines:
@@ -105,6 +109,7 @@ def gateway_command(name: str, gateway: Gateway, speculation: Speculation, drain
         max_waiting=gateway.max_waiting,
         drain_seconds=drain_seconds,
         api_keys=api_keys,
+        route_key_file=route_key_file,
         key_cache="shared" if api_keys is not None and gateway.share_cache_across_keys else None,
         cached_tokens="hide" if gateway.hide_cached_tokens else None,
         tls_ca=files / "ca.crt" if files else None,

@@ -20,6 +20,7 @@ from meshnet.reconcile.route.gateway_command import GatewayCommand, gateway_comm
 from meshnet.reconcile.route.identity import (
     GATEWAY,
     ROUTE_KEY_MOUNT,
+    ROUTE_KEY_PATH,
     TLS_VOLUME,
     LinkTls,
     identity_env,
@@ -69,7 +70,8 @@ def gateway_pod_command(route: RouteRef, stages: list[Stage], gateway: Gateway,
     return gateway_command(route.name, gateway, speculation, drain_seconds,
                            f"0.0.0.0:{config.gateway_port}",
                            pipelines=pipelines(route, stages, epochs, config), tls=tls,
-                           tls_dir=PurePosixPath(TLS_DIR), api_keys=keys)
+                           tls_dir=PurePosixPath(TLS_DIR), api_keys=keys,
+                           route_key_file=ROUTE_KEY_PATH)
 
 
 def _http_probe(path: str, period: int, failures: int, port: int) -> dict[str, Any]:

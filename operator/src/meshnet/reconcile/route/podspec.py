@@ -16,6 +16,7 @@ from meshnet.reconcile.children import CONTAINER_SECURITY, POD_SECURITY, templat
 from meshnet.reconcile.naming import endpoint, pod_name, service_name, stage_host
 from meshnet.reconcile.route.identity import (
     ROUTE_KEY_MOUNT,
+    ROUTE_KEY_PATH,
     STAGE,
     TLS_VOLUME,
     identity_env,
@@ -69,7 +70,7 @@ def worker_args(worker: WorkerSpec, route: RouteRef, config: WorkerConfig) -> li
              for stage in worker.links.names()}
     return worker_command(worker, PurePosixPath(MODEL_DIR) / worker.model_file,
                           f"0.0.0.0:{config.grpc_port}", f"0.0.0.0:{config.metrics_port}",
-                          links, PurePosixPath(TLS_DIR)).args()
+                          links, PurePosixPath(TLS_DIR), ROUTE_KEY_PATH).args()
 
 
 def owner_reference(route: RouteRef) -> dict[str, Any]:

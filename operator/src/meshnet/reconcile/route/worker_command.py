@@ -45,6 +45,10 @@ class WorkerCommand:
     next_stage: str = ""
     ring_last: str = ""  # ring, on the first stage: the route's last stage
     local_relay: bool = True  # off: the chain's Relay to and from this stage stays on gRPC
+    # The route's key (see meshnet.route.route_key): callers of the calls that run or end a
+    # session must prove it, and the ring and the local relay need it.
+    route_key_file: PurePath | None = None
+    ring_subscribers: int | None = None  # a last stage's Ring streams at most; None: default
     pipeline_depth: int = 0  # stages in the route; 0: the worker derives it from its range
     # A first stage's speculative decode loops: most drafts per window (0: none) and
     # windows in flight; None: the worker's defaults.
@@ -100,6 +104,8 @@ class WorkerCommand:
             ("--evict-idle-ms", self.evict_idle_ms),
             ("--max-message-bytes", self.max_message_bytes),
             ("--local-relay", None if self.local_relay else "off"),
+            ("--route-key-file", self.route_key_file),
+            ("--ring-subscribers", self.ring_subscribers),
             ("--exit-with-parent", parent_pid),
         ]
         args = [text for flag, value in flags if value is not None
@@ -108,11 +114,13 @@ class WorkerCommand:
 
 
 def worker_command(worker: WorkerSpec, model: PurePath, listen: str, metrics_listen: str,
-                   links: Mapping[str, str], tls_dir: PurePath | None = None) -> WorkerCommand:
+                   links: Mapping[str, str], tls_dir: PurePath | None = None,
+                   route_key_file: PurePath | None = None) -> WorkerCommand:
     """`worker` run with its `model` file (the artifact's others beside it), gRPC and
     metrics on `listen` and `metrics_listen`, `links` (stage name -> address) for the
-    stages it relays to and, for a worker with TLS, tls.crt, tls.key and ca.crt in
-    `tls_dir`. Leaves batch and threads to the worker."""
+    stages it relays to, for a worker with TLS, tls.crt, tls.key and ca.crt in
+    `tls_dir`, and the route's key in `route_key_file`. Leaves batch and threads to the
+    worker."""
     unresolved = sorted(set(worker.links.names()) - set(links))
     if unresolved:  # a chain that silently became a hub would only be slower
         raise ValueError(f"no address given for stage {', '.join(unresolved)}")
@@ -155,4 +163,5 @@ def worker_command(worker: WorkerSpec, model: PurePath, listen: str, metrics_lis
         # the next stage's certificate is the route's too
         next_stage_ca=tls_files / "ca.crt" if tls_files and worker.links.next_stage else None,
         ring_last=links[worker.links.ring_last] if worker.links.ring_last else "",
+        route_key_file=route_key_file,
     )
