@@ -14,6 +14,7 @@ import pytest
 
 from meshnet.api.crd import crd_documents
 from meshnet.api.shardroute import LayerRange
+from meshnet.devtools.bench_oracle import BENCH_WORKER, ORACLE_ENV, write_oracle
 from meshnet.local.process import LaunchSpec, WorkerProcess, start_route, worker_binary
 from meshnet.native.flags import worker_flags
 from meshnet.route import RouteDriver
@@ -24,17 +25,12 @@ PROMPT = "The history of printing begins"
 TOKENS = 48
 DRAFTS = 6
 WINDOWS = 4
-ORACLE = "MESHNET_BENCH_ORACLE"
-
-
-def write_oracle(path: Path, p: float, sequence: list[int], seed: int = 7) -> None:
-    path.write_text(f"p={p},seed={seed}\n" + " ".join(map(str, sequence)) + "\n")
 
 
 def ring(binary: Path, model: Path, logs: Path, oracle: Path) -> list[WorkerProcess]:
     specs = [LaunchSpec(model=model, layers=LayerRange(*span), threads=1, ctx=512)
              for span in ((0, 15), (15, 30))]
-    return start_route(binary, specs, logs, ring=True, env={ORACLE: str(oracle)})
+    return start_route(binary, specs, logs, ring=True, env={ORACLE_ENV: str(oracle)})
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +43,7 @@ def oracle_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def bench_ring(smollm2: Path, oracle_file: Path, tmp_path_factory: pytest.TempPathFactory,
                ) -> Iterator[list[WorkerProcess]]:
-    workers = ring(worker_binary(name="meshnet-shard-worker-bench"), smollm2,
+    workers = ring(worker_binary(name=BENCH_WORKER), smollm2,
                    tmp_path_factory.mktemp("oracle-bench"), oracle_file)
     yield workers
     for worker in workers:
@@ -94,7 +90,7 @@ def test_the_served_worker_ignores_the_bench_drafters_variable(
     assert ((never.draft_tokens, never.accepted_draft_tokens)
             == (always.draft_tokens, always.accepted_draft_tokens))
     assert always.token_acceptance < 1.0  # free text: prompt lookup misses
-    assert ORACLE.encode() not in shard_worker.read_bytes()  # no code reads it
+    assert ORACLE_ENV.encode() not in shard_worker.read_bytes()  # no code reads it
 
 
 def test_no_flag_or_shardroute_field_names_the_bench_drafter(shard_worker: Path) -> None:
