@@ -2,7 +2,8 @@
 bench/wan_bench.py --acceptance runs): on a real 2-stage SmolLM2 ring its first stage's
 decode loop proposes a plain run's continuation, each draft right with the set
 probability, and the tokens stay plain decoding's. The served binary has no way to it:
-neither the variable, nor a flag, nor a ShardRoute (recipe included) names it."""
+neither the variable, nor a flag, nor a ShardRoute (recipe included) names it, and the
+images do not hold the bench binary."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from meshnet.api.crd import crd_documents
 from meshnet.api.shardroute import LayerRange
 from meshnet.devtools.bench_oracle import BENCH_WORKER, ORACLE_ENV, write_oracle
 from meshnet.local.process import LaunchSpec, WorkerProcess, start_route, worker_binary
+from meshnet.native.bundle import BINARIES as BUNDLED
 from meshnet.native.flags import worker_flags
 from meshnet.route import RouteDriver
 
@@ -93,9 +95,10 @@ def test_the_served_worker_ignores_the_bench_drafters_variable(
     assert ORACLE_ENV.encode() not in shard_worker.read_bytes()  # no code reads it
 
 
-def test_no_flag_or_shardroute_field_names_the_bench_drafter(shard_worker: Path) -> None:
+def test_no_flag_shardroute_field_or_image_has_the_bench_drafter(shard_worker: Path) -> None:
     flags = json.dumps([flag.name for flag in worker_flags(shard_worker)]).lower()
     schemas = json.dumps(crd_documents()).lower()
     for name in ("oracle", "bench"):
         assert name not in flags
         assert name not in schemas
+    assert BENCH_WORKER not in BUNDLED  # the images hold the bundle's binaries alone
