@@ -32,8 +32,9 @@ interleaved rounds (this machine is noisy) and print each row's median.
 (meshnet-shard-worker-bench, MESHNET_BENCH_ORACLE: it proposes a plain run's continuation,
 each draft right with probability p; verification still decides every token), serial and
 pipelined, beside the closed-form ceiling (meshnet.devtools.speculation_ceiling) at the
-acceptance over the same legs. L, the ring's latency of one verify window on those legs, is
-measured at p = 0 (every window then commits exactly one token).
+acceptance the drafter reached, over the same legs. L, the ring's latency of one verify
+window on those legs, is measured at p = 1: every window commits all its rows and none is
+rejected, so L holds no rejection's cost (a discard, wasted rows) and the ceiling is one.
 """
 
 from __future__ import annotations
@@ -428,18 +429,23 @@ class OracleRow:
     leg: Leg
     p: float  # the drafter's set acceptance
     held: float  # the measured one (Generation.token_acceptance, median)
-    latency_s: float  # L: one verify window round the ring (1 / tok/s at p = 0)
+    latency_s: float  # L: one verify window round the ring (measured at p = 1)
     plain: float  # the ring without speculation, tok/s
     serial: float  # one verify window in flight, tok/s (median)
     pipelined: float  # up to --windows in flight, tok/s (median)
     depth: int  # windows the pipelined loop kept in flight, at most
 
 
+def window_seconds(result: Decoded) -> float:
+    """A serial run's time per verify window (its decode time over its windows)."""
+    return (len(result.tokens) - 1) / result.rate / result.steps
+
+
 def oracle_rows(binary: Path, model: Path, stages: int, legs: list[Leg], tokens: int,
                 rounds: int, windows: int, drafts: int, acceptances: list[float],
                 log_dir: Path) -> list[OracleRow]:
     """Per leg: a plain run gives the continuation the drafter proposes; then, in
-    interleaved rounds, p = 0 (L) and each acceptance serial and pipelined, each run's
+    interleaved rounds, p = 1 (L) and each acceptance serial and pipelined, each run's
     tokens checked against the plain run's."""
     oracle = log_dir / f"oracle-{stages}.txt"
     write_oracle(oracle, 0.0, [1])  # a loop reads it as it starts: valid from the first
@@ -450,7 +456,7 @@ def oracle_rows(binary: Path, model: Path, stages: int, legs: list[Leg], tokens:
             route.set_link(leg.link)
             plain = decode(route.endpoints, FREE_TEXT, tokens, "ring")
             sequence = [*plain.prompt_tokens, *plain.tokens]
-            setups = [(0.0, 1), *((p, depth) for p in acceptances for depth in (1, windows))]
+            setups = [(1.0, 1), *((p, depth) for p in acceptances for depth in (1, windows))]
             runs: dict[tuple[float, int], list[Decoded]] = {setup: [] for setup in setups}
             for _ in range(rounds):
                 for p, depth in setups:
@@ -465,7 +471,7 @@ def oracle_rows(binary: Path, model: Path, stages: int, legs: list[Leg], tokens:
                     print(f"  S={stages} {leg.name:>14}  oracle p={p:<4g} {mode:<20} "
                           f"{result.rate:7.1f} tok/s, held {result.token_acceptance:.2f}",
                           flush=True)
-            latency_s = 1 / median(r.rate for r in runs[(0.0, 1)])
+            latency_s = median(window_seconds(r) for r in runs[(1.0, 1)])
             for p in acceptances:
                 serial, piped = runs[(p, 1)], runs[(p, windows)]
                 rows.append(OracleRow(
