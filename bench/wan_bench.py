@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import math
 import os
 import subprocess
 import tempfile
@@ -169,8 +170,6 @@ class Decoded:
     rest: tuple[int, float] = (0, 0.0)
     prompt_tokens: list[int] = field(default_factory=list)
     token_acceptance: float | None = None  # Generation.token_acceptance
-    steps: int = 0  # speculative steps answered
-    rejected: int = 0  # of them, those a draft failed in
 
 
 def copied_from_prompt(prompt: list[int], output: list[int]) -> int:
@@ -208,8 +207,7 @@ def decode(endpoints: list[str], prompt: str | list[int], tokens: int, topology:
                    generation.loop_depth if windows > 1 else None, generation.tokens,
                    (copied, stretch_rate(arrivals, 0, split - 1) if split > 1 else 0.0),
                    (n - split, stretch_rate(arrivals, split - 1, n - 1) if n > split else 0.0),
-                   generation.prompt_tokens, generation.token_acceptance if speculate else None,
-                   generation.speculative_steps, generation.rejected_steps)
+                   generation.prompt_tokens, generation.token_acceptance if speculate else None)
 
 
 def llama_tool(name: str) -> Path:
@@ -436,9 +434,11 @@ class OracleRow:
     depth: int  # windows the pipelined loop kept in flight, at most
 
 
-def window_seconds(result: Decoded) -> float:
-    """A serial run's time per verify window (its decode time over its windows)."""
-    return (len(result.tokens) - 1) / result.rate / result.steps
+def window_seconds(result: Decoded, drafts: int) -> float:
+    """A serial run's time per verify window at p = 1: every window commits its drafts + 1
+    tokens but the last, which may be shorter (and, of one row, is no speculative step)."""
+    windows = math.ceil((len(result.tokens) - 1) / (drafts + 1))
+    return (len(result.tokens) - 1) / result.rate / windows
 
 
 def oracle_rows(binary: Path, model: Path, stages: int, legs: list[Leg], tokens: int,
@@ -471,7 +471,7 @@ def oracle_rows(binary: Path, model: Path, stages: int, legs: list[Leg], tokens:
                     print(f"  S={stages} {leg.name:>14}  oracle p={p:<4g} {mode:<20} "
                           f"{result.rate:7.1f} tok/s, held {result.token_acceptance:.2f}",
                           flush=True)
-            latency_s = median(window_seconds(r) for r in runs[(1.0, 1)])
+            latency_s = median(window_seconds(r, drafts) for r in runs[(1.0, 1)])
             for p in acceptances:
                 serial, piped = runs[(p, 1)], runs[(p, windows)]
                 rows.append(OracleRow(
