@@ -4,7 +4,7 @@ proxy that models a network link, side by side with llama.cpp's RPC backend thro
 same proxies, against the physical limit.
 
     .venv/bin/python bench/wan_bench.py [--stages 2,3,4] [--delays 0,5,10,25]
-        [--profiles 'P;P'] [--tokens 32] [--rounds 3] [--windows 4]
+        [--profiles 'P;P'] [--tokens 32] [--rounds 3] [--windows 4] [--acceptance P,P]
         [--deepseek4 depth,width] [--ttft 1024,4096 [--ttft-only]]
 
 Legs: `--delays` gives each leg a one-way delay and nothing else; `--profiles` gives each
@@ -28,6 +28,14 @@ is the unsplit model's ms per token on one worker; "limit" is compute + S x (one
 a boundary row's bytes / bandwidth). Every worker runs 1 thread with the
 local relay off, so no leg bypasses its proxy. The ring's rows run in --rounds
 interleaved rounds (this machine is noisy) and print each row's median.
+
+--acceptance 0.5,0.9 runs instead the ring's speculation with the benchmarks' drafter
+(meshnet-shard-worker-bench, MESHNET_BENCH_ORACLE: it proposes a plain run's continuation,
+each draft right with probability p; verification still decides every token), serial and
+pipelined, beside the closed-form ceiling (meshnet.devtools.speculation_ceiling) at the
+acceptance the drafter reached, over the same legs. L, the ring's latency of one verify
+window on those legs, is measured at p = 1: every window commits all its rows and none is
+rejected, so L holds no rejection's cost (a discard, wasted rows) and the ceiling is one.
 """
 
 from __future__ import annotations
@@ -35,18 +43,21 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import math
 import os
 import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from statistics import median
 
 from meshnet.api.shardroute import LayerRange
 from meshnet.bundled import smollm2_gguf
+from meshnet.devtools import speculation_ceiling
+from meshnet.devtools.bench_oracle import BENCH_WORKER, ORACLE_ENV, write_oracle
 from meshnet.devtools.link_model import Link, parse_link
 from meshnet.devtools.link_proxy import LinkProxy
 from meshnet.devtools.tiny_deepseek4 import (
@@ -122,7 +133,7 @@ class DelayedRoute:
 @contextmanager
 def delayed_route(binary: Path, model: Path, stages: int, ring: bool, log_dir: Path,
                   layers: int = 30, discard_depth: int | None = None,
-                  ctx: int = 1024) -> Iterator[DelayedRoute]:
+                  ctx: int = 1024, env: dict[str, str] | None = None) -> Iterator[DelayedRoute]:
     """S chained stages, each leg through its own proxy. The proxies listen first and the
     workers bind ports the kernel picks, last stage first, each proxy aimed at its worker
     once that listens (no port is reserved ahead, so none can be taken meanwhile)."""
@@ -139,7 +150,7 @@ def delayed_route(binary: Path, model: Path, stages: int, ring: bool, log_dir: P
                               next_stage=links[index].endpoint if index < stages - 1 else "",
                               ring_last=back[0].endpoint if back and index == 0 else "",
                               route_key_file=key_file)
-            worker = WorkerProcess(binary, spec, log_dir / f"worker-{index}.log").start()
+            worker = WorkerProcess(binary, spec, log_dir / f"worker-{index}.log", env).start()
             workers[index] = worker
             front[index].target_port = worker.port
             if index > 0:
@@ -165,6 +176,8 @@ class Decoded:
     # lookup drafts it whole): (tokens, tokens/s) of each stretch
     copied: tuple[int, float] = (0, 0.0)
     rest: tuple[int, float] = (0, 0.0)
+    prompt_tokens: list[int] = field(default_factory=list)
+    token_acceptance: float | None = None  # Generation.token_acceptance
 
 
 def copied_from_prompt(prompt: list[int], output: list[int]) -> int:
@@ -201,7 +214,8 @@ def decode(endpoints: list[str], prompt: str | list[int], tokens: int, topology:
                    generation.acceptance_rate if speculate else None,
                    generation.loop_depth if windows > 1 else None, generation.tokens,
                    (copied, stretch_rate(arrivals, 0, split - 1) if split > 1 else 0.0),
-                   (n - split, stretch_rate(arrivals, split - 1, n - 1) if n > split else 0.0))
+                   (n - split, stretch_rate(arrivals, split - 1, n - 1) if n > split else 0.0),
+                   generation.prompt_tokens, generation.token_acceptance if speculate else None)
 
 
 def llama_tool(name: str) -> Path:
@@ -379,7 +393,7 @@ class Ttft:
 def first_token(endpoints: list[str], prompt: list[int],
                 topology: str = "ring") -> tuple[float, bool]:
     """(seconds to the first token, whether the prefill went as a wavefront)."""
-    with RouteDriver(endpoints, topology=topology) as driver:
+    with RouteDriver(endpoints, topology=topology, route_key=ROUTE_KEY) as driver:
         driver.connect(wait=60)
         driver.generate([1, 2, 3], max_tokens=1, stop_at_eos=False)  # warm the channels
         generation = driver.generate(prompt, max_tokens=1, stop_at_eos=False)
@@ -495,6 +509,89 @@ def report(rows: list[Row], compute_ms: float) -> None:
             print(f"S={stages} {leg.name}: {label} x{rate / ring:.2f} the plain ring")
 
 
+@dataclass
+class OracleRow:
+    """The ring's speculation at one acceptance of the benchmarks' drafter."""
+
+    stages: int
+    leg: Leg
+    p: float  # the drafter's set acceptance
+    held: float  # the measured one (Generation.token_acceptance, median)
+    latency_s: float  # L: one verify window round the ring (measured at p = 1)
+    plain: float  # the ring without speculation, tok/s
+    serial: float  # one verify window in flight, tok/s (median)
+    pipelined: float  # up to --windows in flight, tok/s (median)
+    depth: int  # windows the pipelined loop kept in flight, at most
+
+
+def window_seconds(result: Decoded, drafts: int) -> float:
+    """A serial run's time per verify window at p = 1: every window commits its drafts + 1
+    tokens but the last, which may be shorter (and, of one row, is no speculative step)."""
+    windows = math.ceil((len(result.tokens) - 1) / (drafts + 1))
+    return (len(result.tokens) - 1) / result.rate / windows
+
+
+def oracle_rows(binary: Path, model: Path, stages: int, legs: list[Leg], tokens: int,
+                rounds: int, windows: int, drafts: int, acceptances: list[float],
+                log_dir: Path) -> list[OracleRow]:
+    """Per leg: a plain run gives the continuation the drafter proposes; then, in
+    interleaved rounds, p = 1 (L) and each acceptance serial and pipelined, each run's
+    tokens checked against the plain run's."""
+    oracle = log_dir / f"oracle-{stages}.txt"
+    write_oracle(oracle, 0.0, [1])  # a loop reads it as it starts: valid from the first
+    rows: list[OracleRow] = []
+    with delayed_route(binary, model, stages, True, log_dir / f"oracle-ring{stages}",
+                       env={ORACLE_ENV: str(oracle)}) as route:
+        for leg in legs:
+            route.set_link(leg.link)
+            plain = decode(route.endpoints, FREE_TEXT, tokens, "ring")
+            sequence = [*plain.prompt_tokens, *plain.tokens]
+            setups = [(1.0, 1), *((p, depth) for p in acceptances for depth in (1, windows))]
+            runs: dict[tuple[float, int], list[Decoded]] = {setup: [] for setup in setups}
+            for _ in range(rounds):
+                for p, depth in setups:
+                    write_oracle(oracle, p, sequence)
+                    result = decode(route.endpoints, FREE_TEXT, tokens, "ring",
+                                    speculate=drafts, windows=depth)
+                    if result.tokens != plain.tokens:
+                        raise SystemExit(f"p={p} windows={depth}: the tokens differ from "
+                                         "plain decoding")
+                    runs[(p, depth)].append(result)
+                    mode = "serial" if depth == 1 else f"pipelined, depth {result.depth}"
+                    print(f"  S={stages} {leg.name:>14}  oracle p={p:<4g} {mode:<20} "
+                          f"{result.rate:7.1f} tok/s, held {result.token_acceptance:.2f}",
+                          flush=True)
+            latency_s = median(window_seconds(r, drafts) for r in runs[(1.0, 1)])
+            for p in acceptances:
+                serial, piped = runs[(p, 1)], runs[(p, windows)]
+                rows.append(OracleRow(
+                    stages, leg, p, median(r.token_acceptance or 0.0 for r in serial + piped),
+                    latency_s, plain.rate, median(r.rate for r in serial),
+                    median(r.rate for r in piped), max(r.depth or 1 for r in piped)))
+    return rows
+
+
+def oracle_report(rows: list[OracleRow], drafts: int, windows: int) -> None:
+    """Each row beside its ceiling at the acceptance the drafter reached (`held`: a run's
+    few hundred coins stray from p): serial against the peer's E / L, E = (1 - p^(k+1)) /
+    (1 - p); pipelined against the loop's form with up to D windows in flight."""
+    print(f"\nceilings at the acceptance held (k = {drafts} drafts a window, D = up to "
+          f"{windows} windows): serial E / L, pipelined E_D / L "
+          "(meshnet.devtools.speculation_ceiling)")
+    for leg in dict.fromkeys(row.leg for row in rows):
+        print(f"  {leg.name}: {leg.link.describe()}")
+    print(f"{'S':>2} {'leg':>14} {'p':>5} {'held':>5} {'L ms':>6} {'plain':>6} "
+          f"{'serial':>7} {'ceiling':>7} {'of it':>6} {'piped':>7} {'depth':>5} "
+          f"{'ceiling':>7} {'of it':>6}")
+    for row in rows:
+        serial = speculation_ceiling.serial(row.held, drafts).rate(row.latency_s)
+        piped = speculation_ceiling.pipelined(row.held, drafts, windows).rate(row.latency_s)
+        print(f"{row.stages:>2} {row.leg.name:>14} {row.p:5.2f} {row.held:5.2f} "
+              f"{row.latency_s * 1000:6.1f} {row.plain:6.1f} {row.serial:7.1f} {serial:7.1f} "
+              f"{100 * row.serial / serial:5.1f}% {row.pipelined:7.1f} {row.depth:5d} "
+              f"{piped:7.1f} {100 * row.pipelined / piped:5.1f}%")
+
+
 def legs_of(delays: str, profiles: str | None) -> list[Leg]:
     if profiles:
         return [Leg(text, parse_link(text)) for text in profiles.split(";")]
@@ -527,9 +624,16 @@ def main() -> None:
                              "each --deepseek4 model; only these rows with --ttft-only.")
     parser.add_argument("--ttft-only", action="store_true",
                         help="Measure only the --ttft rows.")
+    parser.add_argument("--acceptance", default="", metavar="P,P",
+                        help="Instead: the ring's speculation with the benchmarks' drafter at "
+                             "each per-token acceptance (0..1), serial and pipelined, against "
+                             "the closed-form ceiling (--spec-tokens tokens a run).")
+    parser.add_argument("--drafts", type=int, default=SPECULATE,
+                        help="Drafts per verify window of the --acceptance rows.")
     parser.add_argument("--bin-dir", type=Path, default=None)
     options = parser.parse_args()
-    binary = options.bin_dir / "meshnet-shard-worker" if options.bin_dir else worker_binary()
+    name = BENCH_WORKER if options.acceptance else "meshnet-shard-worker"
+    binary = options.bin_dir / name if options.bin_dir else worker_binary(name=name)
     model = smollm2_gguf()
     try:
         legs = legs_of(options.delays, options.profiles)
@@ -543,7 +647,23 @@ def main() -> None:
         parser.error("--ttft: prompt lengths in tokens, comma separated (e.g. 1024,4096)")
     if options.ttft_only and not lengths:
         parser.error("--ttft-only needs --ttft")
+    try:
+        acceptances = [float(p) for p in filter(None, options.acceptance.split(","))]
+    except ValueError:
+        parser.error(f"--acceptance: numbers from 0 to 1, not {options.acceptance!r}")
+    if any(not 0 <= p <= 1 for p in acceptances) or options.drafts < 1:
+        parser.error("--acceptance takes numbers from 0 to 1, --drafts at least 1")
     log_dir = Path(tempfile.mkdtemp(prefix="meshnet-wan-"))
+    if acceptances:
+        print(f"SmolLM2-135M Q4_1, {options.spec_tokens} tokens a run, {options.drafts} drafts "
+              f"a window, load average {os.getloadavg()[0]:.2f}, logs in {log_dir}")
+        oracle: list[OracleRow] = []
+        for stages in (int(s) for s in options.stages.split(",")):
+            oracle += oracle_rows(binary, model, stages, legs, options.spec_tokens,
+                                  options.rounds, options.windows, options.drafts,
+                                  acceptances, log_dir)
+        oracle_report(oracle, options.drafts, options.windows)
+        return
     print(f"SmolLM2-135M Q4_1, {options.tokens} tokens per row ({options.spec_tokens} with "
           f"speculation), load average "
           f"{os.getloadavg()[0]:.2f}, logs in {log_dir}")

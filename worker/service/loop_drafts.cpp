@@ -5,6 +5,8 @@
 
 namespace meshnet {
 
+loop_draft_source_factory bench_loop_draft_source = nullptr;
+
 void prompt_lookup::extend(const std::vector<int32_t> & tokens) {
     for (int32_t token : tokens) {
         // The n-grams ending just before this token now have a continuation: it.
@@ -63,6 +65,10 @@ void draft_length::verified(int drafted, int accepted) {
 }
 
 void loop_drafter::answered(const std::vector<int32_t> & fed, const std::vector<int32_t> & produced) {
+    if (bench_) {
+        bench_->answered(fed, produced);
+        return;
+    }
     const int drafted = static_cast<int>(fed.size()) - 1;
     if (drafted > 0) {
         length_.verified(drafted, static_cast<int>(produced.size()) - 1);
@@ -73,6 +79,9 @@ void loop_drafter::answered(const std::vector<int32_t> & fed, const std::vector<
 }
 
 std::vector<int32_t> loop_drafter::next(int room) const {
+    if (bench_) {
+        return bench_->next(room);
+    }
     return lookup_.draft(std::min(room, length_.wanted()));
 }
 

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <vector>
 
 namespace meshnet {
@@ -58,10 +59,31 @@ private:
     int       next_pause_ = pause;
 };
 
+// What stands in for prompt lookup and the adaptive length in a benchmark: the same four
+// calls as loop_drafter's below.
+class loop_draft_source {
+public:
+    virtual ~loop_draft_source() = default;
+    virtual void answered(const std::vector<int32_t> & fed, const std::vector<int32_t> & produced) = 0;
+    virtual std::vector<int32_t> next(int room) const = 0;
+    virtual std::vector<int32_t> after(const std::vector<int32_t> & tail, int room) const = 0;
+    virtual int wanted() const = 0;
+};
+
+// Makes a loop's stand-in drafter from its draft length at most and its context. Null in
+// meshnet-shard-worker, which has no code that sets it: only meshnet-shard-worker-bench
+// (bench_oracle.cpp) does, so no recipe, route or flag can reach it.
+using loop_draft_source_factory = std::unique_ptr<loop_draft_source> (*)(int most,
+                                                                          const std::vector<int32_t> & context);
+extern loop_draft_source_factory bench_loop_draft_source;
+
 // One loop's drafting: the lookup over its context and its draft length.
 class loop_drafter {
 public:
-    loop_drafter(int most, const std::vector<int32_t> & context) : length_(most) { lookup_.extend(context); }
+    loop_drafter(int most, const std::vector<int32_t> & context)
+        : length_(most), bench_(bench_loop_draft_source ? bench_loop_draft_source(most, context) : nullptr) {
+        lookup_.extend(context);
+    }
 
     // The step that fed `fed` answered `produced` (the accepted drafts, then one more).
     void answered(const std::vector<int32_t> & fed, const std::vector<int32_t> & produced);
@@ -70,14 +92,15 @@ public:
     // Up to `room` tokens after the context and `tail` (windows in flight), whatever the
     // draft length says: a pipelined window's first token is one of them.
     std::vector<int32_t> after(const std::vector<int32_t> & tail, int room) const {
-        return lookup_.draft_after(tail, room);
+        return bench_ ? bench_->after(tail, room) : lookup_.draft_after(tail, room);
     }
     // The draft length the adaptation wants now (0 while paused).
-    int wanted() const { return length_.wanted(); }
+    int wanted() const { return bench_ ? bench_->wanted() : length_.wanted(); }
 
 private:
     prompt_lookup lookup_;
     draft_length  length_;
+    std::unique_ptr<loop_draft_source> bench_; // null outside meshnet-shard-worker-bench
 };
 
 } // namespace meshnet

@@ -225,7 +225,7 @@ class WorkerProcess:
 
 def start_route(binary: Path, specs: Sequence[LaunchSpec], log_dir: Path | None = None,
                 timeout: float = 120.0, chain: bool = False,
-                ring: bool = False) -> list[WorkerProcess]:
+                ring: bool = False, env: dict[str, str] | None = None) -> list[WorkerProcess]:
     """Starts one worker per spec (one at a time: model loading is CPU heavy); with
     `chain`, each stage's --next-stage is its successor, and with `ring` (a chain too) the
     first stage's --ring-last is the last stage. Every worker binds a port the kernel
@@ -248,7 +248,7 @@ def start_route(binary: Path, specs: Sequence[LaunchSpec], log_dir: Path | None 
             if ring and index == 0 and len(specs) > 1:
                 spec = replace(spec, ring_last=workers[len(specs) - 1].endpoint)
             log = log_dir / f"worker-{index}.log" if log_dir else None
-            workers[index] = WorkerProcess(binary, spec, log).start(timeout)
+            workers[index] = WorkerProcess(binary, spec, log, env).start(timeout)
         if ring and len(specs) > 1:
             # subscribed at the last stage: a driver may ask for the ring at once
             workers[0].wait_for_line(SERVING, timeout)
@@ -273,20 +273,21 @@ def route_key_of(workers: Sequence[WorkerProcess]) -> RouteSecret | None:
     return RouteSecret.load(Path(files.pop())) if files else None
 
 
-def worker_binary(dev: bool = False, lane: str = "cpu") -> Path:
-    """meshnet-shard-worker of `lane`: MESHNET_BIN_DIR, else the cached build, else (or
-    with `dev`) the incremental dev build of `meshnet worker build --dev`."""
+def worker_binary(dev: bool = False, lane: str = "cpu", name: str = "meshnet-shard-worker") -> Path:
+    """meshnet-shard-worker of `lane` (or the build's other binary `name`, e.g. the
+    benchmarks' meshnet-shard-worker-bench): MESHNET_BIN_DIR, else the cached build, else
+    (or with `dev`) the incremental dev build of `meshnet worker build --dev`."""
     from meshnet.buildsteps.cmake import BuildError
     from meshnet.native.build import find_binary
     from meshnet.paths import workspace
     from meshnet.pin.workspace import Workspace
 
     ws = Workspace(workspace())
-    dev_binary = ws.root / f"worker-dev-{lane}" / "build" / "bin" / "meshnet-shard-worker"
+    dev_binary = ws.root / f"worker-dev-{lane}" / "build" / "bin" / name
     if dev and dev_binary.is_file():
         return dev_binary
     try:
-        return find_binary("meshnet-shard-worker", ws, lane)
+        return find_binary(name, ws, lane)
     except BuildError:
         if dev_binary.is_file():
             return dev_binary

@@ -41,6 +41,7 @@ class Generation:
     # Some stage batches as upstream does (--batching throughput): these tokens may depend
     # on what else the route ran.
     load_dependent: bool = False
+    rejected_steps: int = 0  # of them, those where a draft did not hold
     # Pipelined speculation in a decode loop: the verify windows it could keep in flight,
     # and the most it did (ForwardResponse.loop_depth).
     windows: int = 1
@@ -52,6 +53,14 @@ class Generation:
     @property
     def acceptance_rate(self) -> float:
         return self.accepted_draft_tokens / self.draft_tokens if self.draft_tokens else 0.0
+
+    @property
+    def token_acceptance(self) -> float:
+        """The chance a draft holds given those before it in its step held: the drafts
+        accepted over those and each step's first failing one (acceptance_rate also counts
+        the drafts checked after a failure, which cannot hold)."""
+        checked = self.accepted_draft_tokens + self.rejected_steps
+        return self.accepted_draft_tokens / checked if checked else 0.0
 
     @property
     def prefill_tokens_per_second(self) -> float:
@@ -68,4 +77,5 @@ class Generation:
         data["prefill_tokens_per_second"] = round(self.prefill_tokens_per_second, 2)
         data["decode_tokens_per_second"] = round(self.decode_tokens_per_second, 2)
         data["acceptance_rate"] = round(self.acceptance_rate, 4)
+        data["token_acceptance"] = round(self.token_acceptance, 4)
         return data

@@ -354,6 +354,7 @@ class Session:
             self.result.draft_tokens += drafted
             self.result.accepted_draft_tokens += accepted
             self.result.speculative_steps += 1
+            self.result.rejected_steps += int(accepted < drafted)
 
 
 def pipelined_windows(windows: int, drafts: int, discard_depth: int) -> int:
