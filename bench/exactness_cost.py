@@ -25,7 +25,13 @@ from route_bench import concurrent_decode, prompt_ids
 
 from meshnet.api.shardroute import LayerRange
 from meshnet.bundled import smollm2_gguf
-from meshnet.local.process import LaunchSpec, WorkerProcess, start_route, worker_binary
+from meshnet.local.process import (
+    LaunchSpec,
+    WorkerProcess,
+    route_key_of,
+    start_route,
+    worker_binary,
+)
 from meshnet.route import RouteDriver, StageClient
 
 SPLIT = 18
@@ -66,7 +72,8 @@ def sharing(binary: Path, model: Path, threads: int, rounds: int, logs: Path
                                 exit_with_parent=True) for b, e in ((0, SPLIT), (SPLIT, 30))]
             started = start_route(binary, specs, logs, chain=True)
             workers += started
-            drivers[name] = RouteDriver([w.endpoint for w in started], topology="chain")
+            drivers[name] = RouteDriver([w.endpoint for w in started], topology="chain",
+                                        route_key=route_key_of(started))
             drivers[name].connect(wait=30)
         prompt = prompt_ids(drivers["exact"])
         for driver in drivers.values():

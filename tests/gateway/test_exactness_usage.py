@@ -12,10 +12,10 @@ import httpx
 import pytest
 
 from meshnet.api.shardroute import LayerRange
-from meshnet.local.process import LaunchSpec, WorkerProcess, start_route
+from meshnet.local.process import LaunchSpec, WorkerProcess, route_key_of, start_route
 from meshnet.route import RouteDriver
 
-from .conftest import MODEL, Gateway, start_gateway
+from .conftest import MODEL, Gateway, key_args, start_gateway
 
 pytestmark = pytest.mark.slow
 
@@ -39,7 +39,8 @@ def inexact_route(shard_worker: Path, smollm2: Path, tmp_path_factory: pytest.Te
 def speculating_gateway(inexact_route: list[WorkerProcess],
                         tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     served = start_gateway([w.endpoint for w in inexact_route],
-                           tmp_path_factory.mktemp("gw-exact") / "serve.log", "--speculate", "7")
+                           tmp_path_factory.mktemp("gw-exact") / "serve.log", "--speculate", "7",
+                           *key_args(inexact_route))
     yield served
     served.stop()
 
@@ -60,6 +61,7 @@ def test_usage_and_metrics_say_why_the_route_decoded_plainly(
     counted = [line for line in metrics.splitlines()
                if line.startswith("meshnet_speculation_limited_total{reason=\"not_exact\"")]
     assert counted and float(counted[0].rsplit(" ", 1)[1]) == 1.0
-    with RouteDriver([w.endpoint for w in inexact_route]) as driver:
+    with RouteDriver([w.endpoint for w in inexact_route],
+                     route_key=route_key_of(inexact_route)) as driver:
         plain = driver.generate(PROMPT, max_tokens=12, stop_at_eos=True)
     assert answer["choices"][0]["text"] == plain.text

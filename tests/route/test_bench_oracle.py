@@ -16,7 +16,13 @@ import pytest
 from meshnet.api.crd import crd_documents
 from meshnet.api.shardroute import LayerRange
 from meshnet.devtools.bench_oracle import BENCH_WORKER, ORACLE_ENV, write_oracle
-from meshnet.local.process import LaunchSpec, WorkerProcess, start_route, worker_binary
+from meshnet.local.process import (
+    LaunchSpec,
+    WorkerProcess,
+    route_key_of,
+    start_route,
+    worker_binary,
+)
 from meshnet.native.bundle import BINARIES as BUNDLED
 from meshnet.native.flags import worker_flags
 from meshnet.route import RouteDriver
@@ -56,7 +62,8 @@ def bench_ring(smollm2: Path, oracle_file: Path, tmp_path_factory: pytest.TempPa
 def test_the_bench_drafter_holds_at_its_acceptance_and_changes_no_token(
     bench_ring: list[WorkerProcess], oracle_file: Path, p: float,
 ) -> None:
-    with RouteDriver([w.endpoint for w in bench_ring], topology="ring") as driver:
+    with RouteDriver([w.endpoint for w in bench_ring], topology="ring",
+                     route_key=route_key_of(bench_ring)) as driver:
         plain = driver.generate(PROMPT, max_tokens=TOKENS, stop_at_eos=False)
         write_oracle(oracle_file, p, [*plain.prompt_tokens, *plain.tokens])
         drafted = driver.generate(PROMPT, max_tokens=TOKENS, stop_at_eos=False,
@@ -77,7 +84,8 @@ def test_the_served_worker_ignores_the_bench_drafters_variable(
     write_oracle(oracle, 0.0, [1])
     workers = ring(shard_worker, smollm2, tmp_path, oracle)
     try:
-        with RouteDriver([w.endpoint for w in workers], topology="ring") as driver:
+        with RouteDriver([w.endpoint for w in workers], topology="ring",
+                         route_key=route_key_of(workers)) as driver:
             plain = driver.generate(PROMPT, max_tokens=TOKENS, stop_at_eos=False)
             runs = []
             for p in (0.0, 1.0):

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from meshnet.api.shardroute import LayerRange
-from meshnet.local.process import LaunchSpec, WorkerProcess, start_route
+from meshnet.local.process import LaunchSpec, WorkerProcess, route_key_of, start_route
 from meshnet.route import RouteDriver, StageClient
 
 pytestmark = pytest.mark.slow
@@ -74,6 +74,7 @@ def test_a_stage_without_an_exact_window_gets_plain_decoding_with_the_reason_sho
     shown = subprocess.run(
         [sys.executable, "-m", "meshnet.cli", "generate", *(f"--stage={e}" for e in endpoints),
          "--prompt", PROMPT, "--max-tokens", str(TOKENS), "--ignore-eos", "--speculate", "7",
+         "--route-key-file", str(one_stage_claims_nothing[0].spec.route_key_file),
          "--json"], capture_output=True, text=True, timeout=120, check=True)
     spoken = json.loads(shown.stdout)
     assert spoken["speculate"] == 0 and spoken["draft_tokens"] == 0
@@ -84,6 +85,6 @@ def test_a_stage_without_an_exact_window_gets_plain_decoding_with_the_reason_sho
     assert [s["exact_step_rows"] for s in spoken["route"]["stages"]] == [8, 0]
     assert [s["throughput_batching"] for s in spoken["route"]["stages"]] == [False, True]
     assert spoken["load_dependent"] is True  # its tokens may depend on the load
-    with RouteDriver(endpoints) as driver:
+    with RouteDriver(endpoints, route_key=route_key_of(one_stage_claims_nothing)) as driver:
         plain = driver.generate(PROMPT, max_tokens=TOKENS, stop_at_eos=False)
     assert spoken["tokens"] == plain.tokens

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from meshnet.local.process import WorkerProcess
+from meshnet.local.process import WorkerProcess, route_key_of
 from meshnet.route import RouteDriver, StageClient, StageError
 from meshnet.route.handshake import RouteInfo
 from meshnet.route.prefix import first_try
@@ -81,7 +81,8 @@ def test_a_forged_entry_on_a_later_stage_is_never_served(
     reuse = first_try(len(victim), BLOCK)
     assert reuse == 256
     last = chained_route[-1]
-    with RouteDriver([w.endpoint for w in chained_route], topology=topology) as driver:
+    with RouteDriver([w.endpoint for w in chained_route], topology=topology,
+                     route_key=route_key_of(chained_route)) as driver:
         route, clients = driver.connect(wait=30), driver.clients
         # the first stage holds the victim's prefix, honestly (a shared system prompt)
         fed_on_the_grid(clients, route, f"{topology}-prime", victim[:reuse])
@@ -109,7 +110,8 @@ def test_a_later_stage_reuses_only_the_blocks_computed_from_the_boundary_it_is_s
     chained_route: list[WorkerProcess], cold: Callable[..., list[int]],
 ) -> None:
     ids = prompt(300)
-    with RouteDriver([w.endpoint for w in chained_route], topology="hub") as driver:
+    with RouteDriver([w.endpoint for w in chained_route], topology="hub",
+                     route_key=route_key_of(chained_route)) as driver:
         route, clients = driver.connect(wait=30), driver.clients
         honest = fed_on_the_grid(clients, route, "honest", ids)
         other = fed_on_the_grid(clients, route, "other", prompt(301))
