@@ -132,3 +132,20 @@ def test_the_driver_stub_answers_to_the_drivers_soname_but_only_the_linker_finds
                               text=True, check=True).stdout.split()
     assert set(cuda.DRIVER_SYMBOLS) <= set(exported)
     assert "cuDriverGetVersion" not in exported  # the worker's check tells it from a driver
+
+
+def test_on_a_driver_too_old_for_its_cuda_the_worker_refuses_with_both_versions(
+        worker_bin: Path, tmp_path: Path, smollm2: Path) -> None:
+    # A driver of the 550 branch: it reports CUDA 12.4 as the newest it runs.
+    (tmp_path / "driver.c").write_text(
+        cuda.stub_source() + "int cuDriverGetVersion(int *v) { *v = 12040; return 0; }\n")
+    subprocess.run(["cc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o",
+                    str(tmp_path / "libcuda.so.1"), str(tmp_path / "driver.c")], check=True)
+    run = subprocess.run([str(worker_bin / WORKER), "--model", str(smollm2),
+                          "--listen", "127.0.0.1:0"],
+                         env={**os.environ, "LD_LIBRARY_PATH": str(tmp_path)},
+                         capture_output=True, text=True, timeout=120)
+
+    assert run.returncode == 1, run.stderr
+    assert (f"built for CUDA {cuda.CUDA_MAJOR} (NVIDIA driver {cuda.MIN_DRIVER} or newer) and "
+            "cannot serve here: the NVIDIA driver runs CUDA 12.4 at most") in run.stderr
