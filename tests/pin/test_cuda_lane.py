@@ -45,7 +45,8 @@ def _built(directory: Path, what: str) -> Path:
     assert not failed, (f"the CUDA lane's {what} build in {directory} failed; its log ends:\n"
                         + "\n".join(text.splitlines()[-30:]))
     pytest.skip(f"the CUDA lane's {what} build in {directory} was stopped before it finished, "
-                f"with no failure in its log: `make cuda` builds it again (ccache keeps what it compiled)")
+                "with no failure in its log: `make cuda` builds it again (ccache keeps what it "
+                "compiled)")
 
 
 @pytest.fixture(scope="module")
