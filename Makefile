@@ -55,6 +55,15 @@ worker: pin
 
 build: pin proto worker
 
+# The CUDA lane, built without a GPU (toolkit, cuBLAS and driver stub: meshnet.pin.cuda).
+# Too long cold for `make test`, which checks what it built (tests/pin/test_cuda_lane.py).
+.PHONY: cuda
+cuda: setup proto
+	$(MESHNET) pin fetch
+	$(MESHNET) pin patch
+	$(MESHNET) pin build --lane cuda
+	$(MESHNET) worker build --lane cuda
+
 # The images, from the portable build (runtime CPU selection), tagged as the chart expects.
 images: setup
 	$(MESHNET) pin fetch

@@ -1,6 +1,7 @@
 // main.cpp - meshnet-shard-worker: serve one layer range of a GGUF model over gRPC
 // (meshnet.shard.v1) until SIGINT/SIGTERM.
 #include "cpu_backend.h"
+#include "cuda_lane.h"
 #include "engine.h"
 #include "exactness_cache.h"
 #include "exactness_probe.h"
@@ -79,6 +80,11 @@ int main(int argc, char ** argv) {
             return 0;
         case meshnet::worker_action::run:
             break;
+    }
+    // A CUDA build without a driver, with one too old, or without a device: say so and stop.
+    if (const std::string refusal = meshnet::cuda_lane_refusal(); !refusal.empty()) {
+        std::fprintf(stderr, "error: %s\n", refusal.c_str());
+        return 1;
     }
 
     // Block the stop signals before any thread starts so only sigwait below sees them.

@@ -20,6 +20,7 @@ from pathlib import Path
 from meshnet.buildsteps.cache import prune
 from meshnet.buildsteps.cmake import BuildError, generator_args, run_logged
 from meshnet.paths import cache_dir, cache_entry_lock
+from meshnet.pin import cuda
 from meshnet.pin.build import build_dir_for, compiler_id
 from meshnet.pin.manifest import PinManifest
 from meshnet.pin.workspace import Workspace
@@ -83,9 +84,11 @@ def build_worker(
     else:
         parent = cache_dir() / "portable" / "worker" if portable else cache_dir() / "worker"
         directory = parent / f"{lane}-{worker_key(root, manifest, lane, portable)}"
+    # ggml's CMake package looks for the CUDA toolkit again: the same toolkit and stub.
+    extra = cuda.cmake_options(say) if lane == "cuda" else []
     with cache_entry_lock(directory):
         return _build_worker_locked(root, llama, ws, say, dev, jobs, directory, started,
-                                    worker_link(portable, lane))
+                                    worker_link(portable, lane), extra)
 
 
 def worker_link(portable: bool, lane: str) -> str:
@@ -96,7 +99,7 @@ def worker_link(portable: bool, lane: str) -> str:
 
 def _build_worker_locked(root: Path, llama: Path, ws: Workspace, say: Say, dev: bool,
                          jobs: int | None, directory: Path, started: float,
-                         link: str) -> WorkerBuild:
+                         link: str, extra: list[str]) -> WorkerBuild:
     if not dev:
         if (directory / "complete.json").exists():
             ws.link(link, directory)
@@ -120,6 +123,7 @@ def _build_worker_locked(root: Path, llama: Path, ws: Workspace, say: Say, dev: 
             "-DCMAKE_BUILD_TYPE=Release",
             f"-DCMAKE_PREFIX_PATH={llama / 'install'}",
             f"-DMESHNET_PROTO_DIR={root / 'proto'}",
+            *extra,
         ],
         log,
         progress=False,

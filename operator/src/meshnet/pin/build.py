@@ -23,6 +23,7 @@ from meshnet.buildsteps.cache import prune
 from meshnet.buildsteps.cmake import generator_args, run_logged
 from meshnet.errors import PinError
 from meshnet.paths import cache_dir, cache_entry_lock
+from meshnet.pin import cuda
 from meshnet.pin.lanes import KEYED_TOOLS, check_system, lane_cmake_options, tool_versions
 from meshnet.pin.manifest import PinManifest
 from meshnet.pin.patch import applied_state
@@ -32,7 +33,10 @@ Say = Callable[[str], None]
 
 LANE_OPTIONS: dict[str, list[str]] = {
     "cpu": [],
-    "cuda": ["-DGGML_CUDA=ON"],
+    # One GPU generation keeps a cold build within reach of 2 cores: Hopper (H100/H200,
+    # as code and as PTX that newer GPUs compile when they load it); the portable build
+    # below carries the chart's others.
+    "cuda": ["-DGGML_CUDA=ON", "-DCMAKE_CUDA_ARCHITECTURES=90"],
     "rocm": ["-DGGML_HIP=ON"],
     "vulkan": ["-DGGML_VULKAN=ON"],
     "metal": ["-DGGML_METAL=ON"],
@@ -159,6 +163,8 @@ def build_key(manifest: PinManifest, lane: str, portable: bool = False) -> str:
         inputs["packages"] = [package.sha256 for package in manifest.lane_packages[lane]]
     if KEYED_TOOLS.get(lane):
         inputs["tools"] = tool_versions(lane)
+    if lane == "cuda":  # the toolkit and cuBLAS versions, the driver stub
+        inputs["cuda"] = cuda.key_inputs()
     blob = json.dumps(inputs, sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()[:20]
 

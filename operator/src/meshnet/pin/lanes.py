@@ -9,6 +9,7 @@ import subprocess
 from collections.abc import Callable
 
 from meshnet.errors import PinError
+from meshnet.pin import cuda
 from meshnet.pin.debian import unpacked
 from meshnet.pin.manifest import PinManifest
 
@@ -49,6 +50,8 @@ def tool_versions(lane: str) -> dict[str, str]:
 
 def lane_cmake_options(manifest: PinManifest, lane: str, say: Say) -> list[str]:
     """The lane's options that point into private prefixes (fetched on first use)."""
+    if lane == "cuda":  # toolkit, cuBLAS and the driver stub: pin/cuda.py
+        return cuda.cmake_options(say)
     if lane != "vulkan" or not manifest.lane_packages.get(lane):
         return []
     headers = [unpacked(package, say) for package in manifest.lane_packages[lane]]
