@@ -11,7 +11,8 @@ LANE ?= cpu
 # Compiler cache for our C++ and llama.cpp, beside the build cache.
 export CCACHE_DIR ?= $(HOME)/.cache/meshnet/ccache
 
-.PHONY: help demo test setup deps venv tools pin worker proto build images lint test-python test-cpp clean
+.PHONY: help demo test setup deps venv tools pin worker proto build vulkan images lint test-python test-cpp \
+	test-cpp-vulkan clean
 
 help:
 	@echo "make demo   set everything up, build, and run the main job on the embedded default"
@@ -55,6 +56,15 @@ worker: pin
 
 build: pin proto worker
 
+# The vulkan lane, tested on every `make test` with every layer on a Vulkan device (on a host
+# without a GPU, Mesa's software one): its Debian packages (installed when missing), then
+# its llama.cpp and worker builds, cached by input digest like the CPU lane's. A failed
+# build fails the target: its tests never skip.
+vulkan: pin
+	bash scripts/install-system-deps.sh vulkan
+	$(MESHNET) pin build --lane vulkan
+	$(MESHNET) worker build --lane vulkan
+
 # The images, from the portable build (runtime CPU selection), tagged as the chart expects.
 images: setup
 	$(MESHNET) pin fetch
@@ -72,7 +82,7 @@ lint: venv proto worker
 	$(BIN)/hadolint --config images/hadolint.yaml images/*.Dockerfile
 
 # pytest exits 5 when it collects nothing; make treats that as the failure it is.
-test-python: build
+test-python: build vulkan
 	$(BIN)/pytest
 
 # Tiny deepseek4 GGUFs for the engine tests of patches 0009-0012, written by our generator:
@@ -118,7 +128,16 @@ test-cpp: worker $(DS4_TEST_MODEL) $(DS4_SELECTING_MODEL) $(DS4_TOPK512_MODEL) $
 	MESHNET_TEST_MODEL="$$($(BIN)/python -c 'from meshnet.bundled import smollm2_gguf as m; print(m())')" \
 	    ctest --test-dir .work/worker-build/build --output-on-failure --no-tests=error
 
-test: lint test-cpp test-python
+# Step invariance on the vulkan lane's device: the deepseek4 windows of 1-8 rows against one
+# row at a time, with the indexer selecting (top-k 4, and V4-Flash's 512 past 2048 positions).
+test-cpp-vulkan: vulkan $(DS4_SELECTING_MODEL) $(DS4_TOPK512_MODEL)
+	GGML_VK_VISIBLE_DEVICES="$${GGML_VK_VISIBLE_DEVICES:-0}" MESHNET_TEST_GPU_LAYERS=99 \
+	MESHNET_TEST_DS4_SELECTING_MODEL="$(abspath $(DS4_SELECTING_MODEL))" \
+	MESHNET_TEST_DS4_TOPK512_MODEL="$(abspath $(DS4_TOPK512_MODEL))" \
+	    ctest --test-dir .work/worker-build-vulkan/build --output-on-failure --no-tests=error \
+	    -R '^test-deepseek4-steps$$'
+
+test: lint test-cpp test-cpp-vulkan test-python
 
 demo: build
 	bash scripts/demo.sh
