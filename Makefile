@@ -11,7 +11,8 @@ LANE ?= cpu
 # Compiler cache for our C++ and llama.cpp, beside the build cache.
 export CCACHE_DIR ?= $(HOME)/.cache/meshnet/ccache
 
-.PHONY: help demo test setup deps venv tools pin worker proto build images lint test-python test-cpp clean
+.PHONY: help demo test setup deps venv tools pin worker proto build vulkan images lint test-python test-cpp \
+	test-cpp-vulkan test-vulkan clean
 
 help:
 	@echo "make demo   set everything up, build, and run the main job on the embedded default"
@@ -64,6 +65,14 @@ cuda: setup proto
 	$(MESHNET) pin build --lane cuda
 	$(MESHNET) worker build --lane cuda
 
+# The vulkan lane's builds, for `make test-vulkan`: its Debian packages (installed when
+# missing), then its llama.cpp and worker builds, cached by input digest like the CPU lane's.
+# A failed build fails the target: its tests never skip.
+vulkan: pin
+	bash scripts/install-system-deps.sh vulkan
+	$(MESHNET) pin build --lane vulkan
+	$(MESHNET) worker build --lane vulkan
+
 # The images, from the portable build (runtime CPU selection), tagged as the chart expects.
 images: setup
 	$(MESHNET) pin fetch
@@ -82,7 +91,12 @@ lint: venv proto worker
 
 # pytest exits 5 when it collects nothing; make treats that as the failure it is.
 test-python: build
-	$(BIN)/pytest
+	$(BIN)/pytest -m "not vulkan"
+
+# The vulkan lane, every layer on a Vulkan device (Mesa's software one on a host without a
+# GPU): not yet in `make test` (docs/architecture.md, "The vulkan lane").
+test-vulkan: build vulkan test-cpp-vulkan
+	$(BIN)/pytest -m vulkan
 
 # Tiny deepseek4 GGUFs for the engine tests of patches 0009-0012, written by our generator:
 # the 8-layer model, one whose indexer selects at test lengths (top-k 4, Q8_0 experts) and
@@ -126,6 +140,15 @@ test-cpp: worker $(DS4_TEST_MODEL) $(DS4_SELECTING_MODEL) $(DS4_TOPK512_MODEL) $
 	MESHNET_TEST_DS4_TOPK512_MODEL="$(abspath $(DS4_TOPK512_MODEL))" \
 	MESHNET_TEST_MODEL="$$($(BIN)/python -c 'from meshnet.bundled import smollm2_gguf as m; print(m())')" \
 	    ctest --test-dir .work/worker-build/build --output-on-failure --no-tests=error
+
+# Step invariance on the vulkan lane's device: the deepseek4 windows of 1-8 rows against one
+# row at a time, with the indexer selecting (top-k 4, and V4-Flash's 512 past 2048 positions).
+test-cpp-vulkan: vulkan $(DS4_SELECTING_MODEL) $(DS4_TOPK512_MODEL)
+	GGML_VK_VISIBLE_DEVICES="$${GGML_VK_VISIBLE_DEVICES:-0}" MESHNET_TEST_GPU_LAYERS=99 \
+	MESHNET_TEST_DS4_SELECTING_MODEL="$(abspath $(DS4_SELECTING_MODEL))" \
+	MESHNET_TEST_DS4_TOPK512_MODEL="$(abspath $(DS4_TOPK512_MODEL))" \
+	    ctest --test-dir .work/worker-build-vulkan/build --output-on-failure --no-tests=error \
+	    -R '^test-deepseek4-steps$$'
 
 test: lint test-cpp test-python
 

@@ -1,5 +1,5 @@
-"""Fixtures shared by every suite: the built worker, the bundled model, the unsplit reference
-and TLS certificates."""
+"""Fixtures shared by every suite: the built worker, the bundled model, the unsplit reference,
+TLS certificates, and the lanes a test runs its workers on."""
 
 from __future__ import annotations
 
@@ -13,7 +13,36 @@ import pytest
 
 from meshnet.bundled import smollm2_gguf
 from meshnet.local.process import worker_binary
+from meshnet.reconcile.route.worker_command import OFFLOAD_ALL_LAYERS
 from meshnet.unsplit import unsplit_tokens
+
+from .lanes import VULKAN_EXACT_BATCH_ROWS, Lane
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests parametrised onto the vulkan lane carry the `vulkan` mark: `make test-vulkan`
+    runs them, `make test` the rest (docs/architecture.md says why, for now)."""
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and "vulkan" in callspec.params.values():
+            item.add_marker(pytest.mark.vulkan)
+
+
+@pytest.fixture(scope="session")
+def lanes(shard_worker: Path) -> Callable[[str], Lane]:
+    """lane name -> Lane. The vulkan lane's worker (`make test` builds it) is looked up
+    when a test first asks for it: a missing build fails that test, never skips it."""
+
+    @cache
+    def lane(name: str) -> Lane:
+        if name == "cpu":
+            return Lane("cpu", shard_worker)
+        if name == "vulkan":
+            return Lane("vulkan", worker_binary(lane="vulkan"), OFFLOAD_ALL_LAYERS,
+                        ("--exact-batch-rows", str(VULKAN_EXACT_BATCH_ROWS)))
+        raise ValueError(f"no test lane {name}")
+
+    return lane
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -16,6 +16,8 @@ from meshnet.api.shardroute import LayerRange
 from meshnet.local.process import LaunchSpec, WorkerProcess, route_key_of, start_route
 from meshnet.route import Generation, RouteDriver, Sampling
 
+from ..lanes import Lane
+
 # the small model as 0:2, 2:3, 3:8; V4's 43 layers with a seam inside the hash-routed ones
 SPLITS = {"small": [(0, 2), (2, 3), (3, 8)], "v4": [(0, 2), (2, 22), (22, 43)]}
 TOKENS = 32
@@ -52,11 +54,11 @@ class TailRoutes:
     (model, kind) -> workers, kind "on" | "off" | "chain" (on, without the ring) |
     "restart" (on, its loop's answers sent as they come, so that the driver sees a token
     before the loop has run far ahead of it). `models`: each model's GGUF and the drafter
-    GGUF its last stage loads (None: the model's own MTP block)."""
+    GGUF its last stage loads (None: the model's own MTP block); `lane`: where they run."""
 
-    def __init__(self, binary: Path, route_id: str, drafting: Drafting,
+    def __init__(self, lane: Lane, route_id: str, drafting: Drafting,
                  models: dict[str, tuple[Path, Path | None]], logs: pytest.TempPathFactory):
-        self.binary, self.route_id, self.drafting = binary, route_id, drafting
+        self.lane, self.route_id, self.drafting = lane, route_id, drafting
         self.models, self.logs = models, logs
         self.started: dict[tuple[str, str], list[WorkerProcess]] = {}
 
@@ -65,18 +67,18 @@ class TailRoutes:
             split, (path, drafter_file) = SPLITS[model], self.models[model]
             hosts = kind != "off"
             flush = ("--stream-flush-ms", "0") if kind == "restart" else ()
-            specs = [LaunchSpec(model=path, layers=LayerRange(*span), route_id=self.route_id,
-                                threads=1, ctx=512, discard_depth=self.drafting.discard_depth,
-                                drafter=self.drafting.kind if hosts and span == split[-1] else None,
-                                drafter_k=self.drafting.drafts if hosts and span == split[-1]
-                                else None,
-                                drafter_model=drafter_file if hosts and span == split[-1]
-                                else None,
-                                extra=flush if span == split[0] else ())
+            specs = [self.lane.spec(LaunchSpec(
+                         model=path, layers=LayerRange(*span), route_id=self.route_id,
+                         threads=1, ctx=512, discard_depth=self.drafting.discard_depth,
+                         drafter=self.drafting.kind if hosts and span == split[-1] else None,
+                         drafter_k=self.drafting.drafts if hosts and span == split[-1] else None,
+                         drafter_model=drafter_file if hosts and span == split[-1] else None,
+                         extra=flush if span == split[0] else ()))
                      for span in split]
             self.started[model, kind] = start_route(
-                self.binary, specs, self.logs.mktemp(f"ds4-{self.drafting.kind}-{model}-{kind}"),
-                chain=True, ring=kind != "chain")
+                self.lane.binary, specs,
+                self.logs.mktemp(f"ds4-{self.drafting.kind}-{model}-{kind}-{self.lane.name}"),
+                chain=True, ring=kind != "chain", timeout=600)
         return self.started[model, kind]
 
     def stop(self) -> None:

@@ -1,7 +1,8 @@
 """deepseek4 split into layer-range stages computes exactly what the unsplit model does:
 bit-identical logits with f32 boundaries on the CPU and the same greedy tokens, over a
 prompt long enough that every compressed cache commits blocks and the sliding window
-wraps; each stage holds only its own weights and per-layer state."""
+wraps; each stage holds only its own weights and per-layer state. On the vulkan lane too,
+every layer on its device on both sides (the small model)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from meshnet.devtools.tiny_deepseek4 import SMALL, V4_DEPTH
 from meshnet.parity import ParityReport, SplitResult, run_parity
 from meshnet.paths import workspace
 from meshnet.pin.workspace import Workspace
+from meshnet.reconcile.route.worker_command import OFFLOAD_ALL_LAYERS
 
 pytestmark = pytest.mark.slow
 
@@ -33,6 +35,8 @@ SMALL_SPLITS = [
     "0:7,7:8",  # a last stage with no compressed layer
     "0:1,1:2,2:3,3:4,4:5,5:6,6:7,7:8",
 ]
+# fewer on the software Vulkan device, which is slow
+VULKAN_SMALL_SPLITS = ["0:4,4:8", "0:1,1:2,2:3,3:8", "0:7,7:8"]
 # V4_DEPTH: 0-1 and 42 sliding-window only, 2-41 alternate CSA (even) and HCA (odd).
 V4_SPLITS = [
     "0:15,15:29,29:43",
@@ -70,6 +74,13 @@ def small_report(ds4_small: Path) -> ParityReport:
 
 
 @pytest.fixture(scope="module")
+def vulkan_small_report(ds4_small: Path) -> ParityReport:
+    """The full prompt (the indexer's top-k and the compressed caches run), 8 greedy steps."""
+    return run_parity(ds4_small, VULKAN_SMALL_SPLITS, Workspace(workspace()), n_prompt=N_PROMPT,
+                      n_decode=8, threads=1, lane="vulkan", gpu_layers=OFFLOAD_ALL_LAYERS)
+
+
+@pytest.fixture(scope="module")
 def v4_report(ds4_v4: Path) -> ParityReport:
     return parity(ds4_v4, V4_SPLITS)
 
@@ -78,10 +89,12 @@ def result(report: ParityReport, split: str) -> SplitResult:
     return next(r for r in report.splits if r.split == split)
 
 
-@pytest.mark.parametrize("split", SMALL_SPLITS)
-def test_a_split_of_the_small_model_is_bit_identical(small_report: ParityReport,
+@pytest.mark.parametrize(("lane", "split"), [*(("cpu", split) for split in SMALL_SPLITS),
+                                            *(("vulkan", split) for split in VULKAN_SMALL_SPLITS)])
+def test_a_split_of_the_small_model_is_bit_identical(request: pytest.FixtureRequest, lane: str,
                                                      split: str) -> None:
-    outcome = result(small_report, split)
+    report = request.getfixturevalue("small_report" if lane == "cpu" else "vulkan_small_report")
+    outcome = result(report, split)
     assert outcome.error is None
     assert outcome.greedy_identical and outcome.first_divergence is None
     assert outcome.max_abs_logit_diff == 0.0

@@ -2,12 +2,12 @@
 MTP block, small and of V4's depth, real workers on loopback): only the last stage loads
 it, it proposes each next verify window's drafts with the sampled token (on the ring and in
 the chain's answer), and the tokens stay those of plain decoding and of the unsplit model,
-greedy and sampled."""
+greedy and sampled; on the vulkan lane's device too (the small model)."""
 
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -17,6 +17,7 @@ from meshnet.route import RouteDriver, Sampling, StageClient
 from meshnet.route.errors import RouteRefused
 from meshnet.unsplit import unsplit_tokens
 
+from ..lanes import Lane
 from .tail_routes import (
     PROMPT_TOKENS,
     SPLITS,
@@ -32,12 +33,24 @@ pytestmark = pytest.mark.slow
 DRAFTING = Drafting("mtp", drafts=3, windows=3)
 
 
+def tail_routes(lane: Lane, small_mtp: Path, v4_mtp: Path,
+                logs: pytest.TempPathFactory) -> TailRoutes:
+    return TailRoutes(lane, "test/deepseek4-tail-drafter", DRAFTING,
+                      {"small": (small_mtp, None), "v4": (v4_mtp, None)}, logs)
+
+
 @pytest.fixture(scope="module")
-def routes(shard_worker: Path, ds4_small_mtp: Path, ds4_v4_mtp: Path,
+def routes(lanes: Callable[[str], Lane], ds4_small_mtp: Path, ds4_v4_mtp: Path,
            tmp_path_factory: pytest.TempPathFactory) -> Iterator[TailRoutes]:
-    started = TailRoutes(shard_worker, "test/deepseek4-tail-drafter", DRAFTING,
-                         {"small": (ds4_small_mtp, None), "v4": (ds4_v4_mtp, None)},
-                         tmp_path_factory)
+    started = tail_routes(lanes("cpu"), ds4_small_mtp, ds4_v4_mtp, tmp_path_factory)
+    yield started
+    started.stop()
+
+
+@pytest.fixture(scope="module")
+def vulkan_routes(lanes: Callable[[str], Lane], ds4_small_mtp: Path, ds4_v4_mtp: Path,
+                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[TailRoutes]:
+    started = tail_routes(lanes("vulkan"), ds4_small_mtp, ds4_v4_mtp, tmp_path_factory)
     yield started
     started.stop()
 
@@ -70,15 +83,19 @@ def test_the_handshake_finds_the_drafter_the_recipe_names_or_refuses_the_route(
     assert refused.value.reason == "DrafterMissing"
 
 
-@pytest.mark.parametrize("model", ["small", "v4"])
+# V4's depth only on the CPU lane: the software Vulkan device is slow
+@pytest.mark.parametrize(("model", "lane"), [("small", "cpu"), ("v4", "cpu"), ("small", "vulkan")])
 @pytest.mark.parametrize("sampling", [Sampling(), Sampling(temperature=0.8, top_k=20, seed=7)],
                          ids=["greedy", "sampled"])
 def test_the_drafter_on_and_off_gives_the_plain_tokens(
-    routes: TailRoutes, ds4_small: Path, ds4_v4: Path, model: str, sampling: Sampling,
+    request: pytest.FixtureRequest, ds4_small: Path, ds4_v4: Path, model: str, lane: str,
+    sampling: Sampling,
 ) -> None:
-    kinds = ["on", "off", "chain"] if model == "small" else ["on", "off"]
+    routes = request.getfixturevalue("routes" if lane == "cpu" else "vulkan_routes")
+    kinds = ["on", "off", "chain"] if model == "small" and lane == "cpu" else ["on", "off"]
     runs = runs_on_and_off(routes, model, kinds, sampling)
-    if sampling.temperature == 0:  # the unsplit model without the MTP block: the same weights
+    # the unsplit model without the MTP block (the same weights) on the CPU
+    if sampling.temperature == 0 and lane == "cpu":
         unsplit = ds4_small if model == "small" else ds4_v4
         assert runs["off", "plain"].tokens == unsplit_tokens(unsplit, PROMPT_TOKENS, TOKENS,
                                                              threads=1)

@@ -3,13 +3,14 @@ tiny random-weight drafter reading layers 5-7, and the 43-layer one with a draft
 layers 40-42 as V4-Flash's does; real workers on loopback): only the last
 stage loads it and the token embeddings it borrows, it drafts each next verify window from
 the hidden states of the layers it taps, and the tokens stay those of plain decoding,
-greedy and sampled; a stage that cannot host it refuses to start, saying why."""
+greedy and sampled (on the vulkan lane's device too, the small model); a stage that cannot
+host it refuses to start, saying why."""
 
 from __future__ import annotations
 
 import re
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from meshnet.devtools.tiny_deepseek4 import SMALL, vocabulary
 from meshnet.route import Sampling, StageClient
 from meshnet.unsplit import unsplit_tokens
 
+from ..lanes import Lane
 from .tail_routes import (
     PROMPT_TOKENS,
     TOKENS,
@@ -36,12 +38,24 @@ DRAFTING = Drafting("dspark", drafts=4, windows=3)  # 4 of the drafter's block o
 TAPPED = {"small": [5, 6, 7], "v4": [40, 41, 42]}
 
 
+def tail_routes(lane: Lane, models: dict[str, tuple[Path, Path | None]],
+                logs: pytest.TempPathFactory) -> TailRoutes:
+    return TailRoutes(lane, "test/deepseek4-tail-dspark", DRAFTING, models, logs)
+
+
 @pytest.fixture(scope="module")
-def routes(shard_worker: Path, ds4_small: Path, ds4_dspark: Path, ds4_v4: Path,
+def routes(lanes: Callable[[str], Lane], ds4_small: Path, ds4_dspark: Path, ds4_v4: Path,
            ds4_v4_dspark: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TailRoutes]:
-    started = TailRoutes(shard_worker, "test/deepseek4-tail-dspark", DRAFTING,
-                         {"small": (ds4_small, ds4_dspark), "v4": (ds4_v4, ds4_v4_dspark)},
-                         tmp_path_factory)
+    started = tail_routes(lanes("cpu"), {"small": (ds4_small, ds4_dspark),
+                                         "v4": (ds4_v4, ds4_v4_dspark)}, tmp_path_factory)
+    yield started
+    started.stop()
+
+
+@pytest.fixture(scope="module")
+def vulkan_routes(lanes: Callable[[str], Lane], ds4_small: Path, ds4_dspark: Path,
+                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[TailRoutes]:
+    started = tail_routes(lanes("vulkan"), {"small": (ds4_small, ds4_dspark)}, tmp_path_factory)
     yield started
     started.stop()
 
@@ -63,14 +77,16 @@ def test_only_the_last_stage_hosts_the_drafter(routes: TailRoutes, model: str) -
     assert not infos[-1].boundary.needs_token_sideband
 
 
-@pytest.mark.parametrize("model", ["small", "v4"])
+# V4's depth only on the CPU lane: the software Vulkan device is slow
+@pytest.mark.parametrize(("model", "lane"), [("small", "cpu"), ("v4", "cpu"), ("small", "vulkan")])
 @pytest.mark.parametrize("sampling", [Sampling(), Sampling(temperature=0.8, top_k=20, seed=7)],
                          ids=["greedy", "sampled"])
 def test_the_dspark_drafter_on_and_off_gives_the_plain_tokens(
-    routes: TailRoutes, model: str, sampling: Sampling,
+    request: pytest.FixtureRequest, model: str, lane: str, sampling: Sampling,
 ) -> None:
+    routes = request.getfixturevalue("routes" if lane == "cpu" else "vulkan_routes")
     runs = runs_on_and_off(routes, model, ["on", "off"], sampling)
-    if sampling.temperature == 0:
+    if sampling.temperature == 0 and lane == "cpu":
         assert runs["off", "plain"].tokens == unsplit_tokens(routes.models[model][0],
                                                              PROMPT_TOKENS, TOKENS, threads=1)
 

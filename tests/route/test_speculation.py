@@ -22,6 +22,8 @@ from meshnet.local.process import LaunchSpec, WorkerProcess, route_key_of, start
 from meshnet.route import RouteDriver, Sampling, StageClient, StageError
 from meshnet.route.proto import pb
 
+from ..lanes import Lane
+
 pytestmark = pytest.mark.slow
 
 # Code that the model goes on repeating (edits of the same lines): prompt lookup drafts hold.
@@ -309,12 +311,29 @@ def test_meshnet_generate_speculates_with_the_acceptance_in_its_json(
         data["accepted_draft_tokens"] / data["draft_tokens"], 4)
 
 
+@pytest.fixture(scope="module")
+def vulkan_one_stage(lanes: Callable[[str], Lane], smollm2: Path,
+                     tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[WorkerProcess]]:
+    """SmolLM2 unsplit with every layer on the vulkan lane's device."""
+    lane = lanes("vulkan")
+    spec = lane.spec(LaunchSpec(model=smollm2, layers=LayerRange(0, 30), route_id="test/spec",
+                                threads=1, ctx=512))
+    workers = start_route(lane.binary, [spec], tmp_path_factory.mktemp("spec1-vulkan"),
+                          timeout=600)
+    yield workers
+    for worker in workers:
+        worker.stop()
+
+
+@pytest.mark.parametrize("lane", ["cpu", "vulkan"])
 @pytest.mark.parametrize("rows", [2, 5, 8])
 def test_a_verification_steps_rows_are_bit_identical_to_one_token_steps(
-    one_stage: list[WorkerProcess], rows: int,
+    request: pytest.FixtureRequest, lane: str, rows: int,
 ) -> None:
-    """Why speculation is exact on the CPU lane: each row of a step of up to MAX_DRAFT + 1
-    rows has the logits a one-token decode step computes, to the bit."""
+    """Why speculation is exact: each row of a step of up to MAX_DRAFT + 1 rows has the
+    logits a one-token decode step computes, to the bit, on the CPU lane and on the vulkan
+    lane's device (patches 0018-0020: its kernels chose their paths by row count)."""
+    one_stage = request.getfixturevalue("one_stage" if lane == "cpu" else "vulkan_one_stage")
     client = StageClient(one_stage[0].endpoint)
     prompt = client.tokenize(CODE)
     following = client.tokenize(" return total\n\ndef mean(values):\n", add_special=False)[:rows]

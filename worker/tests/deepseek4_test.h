@@ -42,9 +42,17 @@ struct stage_params {
     int32_t     n_threads     = 1;
 };
 
+// MESHNET_TEST_GPU_LAYERS: layers each stage offloads (a GPU lane's build runs the same
+// tests on its device: `make test-cpp-vulkan`); unset, none.
+inline int32_t gpu_layers() {
+    const char * value = std::getenv("MESHNET_TEST_GPU_LAYERS");
+    return value ? std::atoi(value) : 0;
+}
+
 inline meshnet::engine_ptr load(const stage_params & stage, std::string * error_out = nullptr) {
     meshnet::engine_params params;
     params.model_path    = stage.path;
+    params.n_gpu_layers  = gpu_layers();
     params.layers = {stage.begin, stage.end};
     params.n_ctx         = stage.n_ctx;
     params.n_slots       = stage.n_slots;
