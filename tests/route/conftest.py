@@ -4,6 +4,7 @@ describes them, with no worker behind them, for the driver's pure parts."""
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -86,3 +87,14 @@ def route_info(stages: int = 3, *, chained: bool = False, ringed: bool = False,
 def make_route_info() -> Callable[..., RouteInfo]:
     """route_info(stages=3, chained=False, ringed=False, **RouteInfo fields)."""
     return route_info
+
+
+def closed_within(sock: socket.socket, seconds: float) -> bool:
+    """Whether the peer closes `sock` within `seconds` (a refusal that sends nothing)."""
+    sock.settimeout(seconds)
+    try:
+        return sock.recv(1) == b""
+    except TimeoutError:
+        return False
+    except ConnectionResetError:
+        return True

@@ -26,6 +26,8 @@ from meshnet.local.process import (
 from meshnet.route import RouteDriver, StageClient, TlsFiles
 from meshnet.route.proto import pb
 
+from .conftest import closed_within
+
 PROMPT = "A lighthouse keeper counts the ships that pass at night, and"
 
 
@@ -188,16 +190,6 @@ def process_facts(pid: int) -> tuple[int, int]:
     status = Path(f"/proc/{pid}/status").read_text()
     facts = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
     return int(facts["VmRSS"].split()[0]), int(facts["Threads"])
-
-
-def closed_within(sock: socket.socket, seconds: float) -> bool:
-    sock.settimeout(seconds)
-    try:
-        return sock.recv(1) == b""
-    except TimeoutError:
-        return False
-    except ConnectionResetError:
-        return True
 
 
 def test_strangers_on_the_local_relay_are_refused_and_cost_neither_memory_nor_threads(

@@ -26,6 +26,8 @@ from meshnet.route.proto import pb, pb_grpc
 from meshnet.route.route_key import ROUTE_AUTH_METADATA, RouteSecret
 from meshnet.route.stage import stage_error
 
+from .conftest import closed_within
+
 ROUTE = "test/route-key"
 PROMPT = "A lighthouse keeper counts the ships that pass at night, and"
 SERVICE = "/meshnet.shard.v1.ShardService/"
@@ -123,16 +125,6 @@ def test_a_stranger_is_refused_the_ring_and_hears_no_token_while_a_session_decod
     assert stage_error(last.endpoint, no_key).reason == "ROUTE_KEY_MISSING"
     assert wrong_key is not None and wrong_key.code() == grpc.StatusCode.PERMISSION_DENIED
     assert stage_error(last.endpoint, wrong_key).reason == "ROUTE_KEY_MISMATCH"
-
-
-def closed_within(sock: socket.socket, seconds: float) -> bool:
-    sock.settimeout(seconds)
-    try:
-        return sock.recv(1) == b""
-    except TimeoutError:
-        return False
-    except ConnectionResetError:
-        return True
 
 
 def test_getinfo_hands_out_no_local_relay_token_and_only_the_keys_token_opens_it(
