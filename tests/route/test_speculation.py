@@ -301,7 +301,8 @@ def test_meshnet_generate_speculates_with_the_acceptance_in_its_json(
     meshnet = Path(sys.executable).parent / "meshnet"
     result = subprocess.run(
         [str(meshnet), "generate", "--stage", one_stage[0].endpoint, "--prompt", CODE,
-         "--max-tokens", "32", "--ignore-eos", "--json", *flag],
+         "--max-tokens", "32", "--ignore-eos", "--json", *flag,
+         "--route-key-file", str(one_stage[0].spec.route_key_file)],
         capture_output=True, text=True, check=True, timeout=120)
     data = json.loads(result.stdout)
     assert data["speculate"] == (7 if len(flag) == 1 else 6)
