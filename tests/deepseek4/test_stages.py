@@ -161,6 +161,8 @@ def meshnet_generate(workers: list[WorkerProcess], max_tokens: int) -> dict[str,
             "--max-tokens", str(max_tokens), "--ignore-eos", "--json"]
     for worker in workers:
         args += ["--stage", worker.endpoint]
+    if workers[0].spec.route_key_file:
+        args += ["--route-key-file", str(workers[0].spec.route_key_file)]
     proc = subprocess.run(args, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)  # type: ignore[no-any-return]

@@ -20,7 +20,7 @@ import pytest
 from meshnet.gateway.limits import MAX_BODY_BYTES, MAX_MESSAGES
 from meshnet.local.process import WorkerProcess
 
-from .conftest import MODEL, Gateway
+from .conftest import MODEL, Gateway, key_args
 
 pytestmark = pytest.mark.slow
 
@@ -114,7 +114,7 @@ def test_meshnet_generate_says_the_prompt_does_not_fit_in_one_line_and_exits_3(
 ) -> None:
     meshnet = Path(sys.executable).parent / "meshnet"
     stages = [arg for w in route for arg in ("--stage", w.endpoint)]
-    result = subprocess.run([str(meshnet), "generate", *stages, "--prompt", LONG],
+    result = subprocess.run([str(meshnet), "generate", *stages, *key_args(route), "--prompt", LONG],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 3, result.stderr
     lines = result.stderr.strip().splitlines()

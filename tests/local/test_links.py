@@ -13,7 +13,7 @@ import yaml
 
 from meshnet.api.modelartifact import ModelArtifactSpec
 from meshnet.local.links import NotListening, loopback_links, start_order
-from meshnet.local.process import WorkerProcess, free_port
+from meshnet.local.process import WorkerProcess, free_port, new_route_key_file
 from meshnet.local.stages import LocalStage, launch_spec
 from meshnet.reconcile.plan import Create
 from meshnet.reconcile.route import (
@@ -107,14 +107,16 @@ def test_meshnet_up_gives_its_workers_the_recipes_speculation_as_the_operator_do
 
 
 def test_a_ring_head_is_ready_only_once_it_is_subscribed_at_the_last_stage(
-        shard_worker: Path, smollm2: Path) -> None:
+        shard_worker: Path, smollm2: Path, tmp_path: Path) -> None:
     head_create, tail_create = planned("ring", [("head", 0, 15), ("tail", 15, 30)])
     assert head_create.worker is not None and tail_create.worker is not None
     tail_at = f"127.0.0.1:{free_port()}"  # nothing listens there yet
     links = loopback_links(head_create.worker, {"tail": tail_at})
+    key = new_route_key_file(tmp_path)  # the ring serves only the route's own first stage
     head = LocalStage(head_create.obj, head_create.worker, WorkerProcess(
-        shard_worker, launch_spec(head_create.worker, smollm2, 1, links)))
-    tail = WorkerProcess(shard_worker, replace(launch_spec(tail_create.worker, smollm2, 1),
+        shard_worker, launch_spec(head_create.worker, smollm2, 1, links, key)))
+    tail = WorkerProcess(shard_worker, replace(launch_spec(tail_create.worker, smollm2, 1,
+                                                           route_key_file=key),
                                                listen=tail_at))
     try:
         head.process.start()

@@ -335,7 +335,7 @@ def test_a_verification_steps_rows_are_bit_identical_to_one_token_steps(
     logits a one-token decode step computes, to the bit, on the CPU lane and on the vulkan
     lane's device (patches 0018-0020: its kernels chose their paths by row count)."""
     one_stage = request.getfixturevalue("one_stage" if lane == "cpu" else "vulkan_one_stage")
-    client = StageClient(one_stage[0].endpoint)
+    client = StageClient(one_stage[0].endpoint, route_key=route_key_of(one_stage))
     prompt = client.tokenize(CODE)
     following = client.tokenize(" return total\n\ndef mean(values):\n", add_special=False)[:rows]
     assert len(following) == rows

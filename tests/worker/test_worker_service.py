@@ -459,9 +459,12 @@ def test_meshnet_worker_run_binds_the_compute_threads_to_the_cpus_given(
         driver.generate(driver.tokenize("Bind me"), max_tokens=2)  # the compute team exists now
         driver.close()
         threads = _thread_cpus(process.pid)  # execve: the worker kept the pid
-        # The first CPU listed takes every thread but the second compute thread.
+        # The first CPU listed takes every thread but the second compute thread of each
+        # OpenMP team: the engine thread's, and the start-up exactness probe's (it steps on
+        # the main thread, before the engine thread exists).
         on_second = [name for name, allowed in threads.items() if allowed == str(cpus[0])]
-        assert len(on_second) == 1, threads
+        assert 1 <= len(on_second) <= 2, threads
+        assert all(name.endswith("meshnet-shard-w") for name in on_second), threads
         assert all(allowed == str(cpus[1]) for name, allowed in threads.items()
                    if name not in on_second), threads
     finally:
