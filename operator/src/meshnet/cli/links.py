@@ -45,10 +45,9 @@ token_option = click.option(
 def serve_cmd(listen: str, token_file: Path | None) -> None:
     """Run this machine's probe agent until interrupted."""
     try:
-        split_address(listen)
+        host = split_address(listen)[0]
     except ValueError as error:
         raise click.BadParameter(str(error), param_hint="--listen") from None
-    host = split_address(listen)[0]
     if host not in ("127.0.0.1", "localhost", "::1") and not token_file:
         raise click.UsageError("an agent listening beyond loopback needs --token-file")
     with Agent(listen, _token(token_file)) as agent:
