@@ -19,15 +19,6 @@ from meshnet.unsplit import unsplit_tokens
 from .lanes import VULKAN_EXACT_BATCH_ROWS, Lane
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests parametrised onto the vulkan lane carry the `vulkan` mark: `make test-vulkan`
-    runs them, `make test` the rest (docs/architecture.md says why, for now)."""
-    for item in items:
-        callspec = getattr(item, "callspec", None)
-        if callspec is not None and "vulkan" in callspec.params.values():
-            item.add_marker(pytest.mark.vulkan)
-
-
 @pytest.fixture(scope="session")
 def lanes(shard_worker: Path) -> Callable[[str], Lane]:
     """lane name -> Lane. The vulkan lane's worker (`make test` builds it) is looked up

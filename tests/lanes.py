@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import pytest
+from _pytest.mark import ParameterSet
+
 from meshnet.local.process import LaunchSpec
 
 # The vulkan lane's step rows that compute each row as alone (patches 0018-0021, on Mesa's
@@ -25,3 +28,9 @@ class Lane:
     def spec(self, spec: LaunchSpec) -> LaunchSpec:
         """`spec` on this lane."""
         return replace(spec, gpu_layers=self.gpu_layers, extra=spec.extra + self.worker_flags)
+
+
+def on_vulkan(*values: object) -> ParameterSet:
+    """A test's parameters that put its workers on the vulkan lane: marked `vulkan`, so
+    `make test-vulkan` runs them and `make test` the rest (docs/architecture.md says why)."""
+    return pytest.param(*values, marks=pytest.mark.vulkan)

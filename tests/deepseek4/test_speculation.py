@@ -15,7 +15,7 @@ from meshnet.api.shardroute import LayerRange
 from meshnet.local.process import LaunchSpec, WorkerProcess, route_key_of, start_route
 from meshnet.route import RouteDriver, Sampling
 
-from ..lanes import Lane
+from ..lanes import Lane, on_vulkan
 
 pytestmark = pytest.mark.slow
 
@@ -61,7 +61,8 @@ def rings(lanes: Callable[[str], Lane], ds4_small: Path, ds4_v4: Path,
 
 
 # V4's depth only on the CPU lane: the software Vulkan device is slow
-@pytest.mark.parametrize(("model", "lane"), [("small", "cpu"), ("v4", "cpu"), ("small", "vulkan")])
+@pytest.mark.parametrize(("model", "lane"), [("small", "cpu"), ("v4", "cpu"),
+                                            on_vulkan("small", "vulkan")])
 @pytest.mark.parametrize("sampling", [Sampling(), Sampling(temperature=0.8, top_k=20, seed=7)],
                          ids=["greedy", "sampled"])
 def test_serial_and_pipelined_speculation_give_the_plain_tokens(

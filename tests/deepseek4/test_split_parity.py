@@ -21,6 +21,8 @@ from meshnet.paths import workspace
 from meshnet.pin.workspace import Workspace
 from meshnet.reconcile.route.worker_command import OFFLOAD_ALL_LAYERS
 
+from ..lanes import on_vulkan
+
 pytestmark = pytest.mark.slow
 
 N_PROMPT = 320  # > 2 HCA blocks of 128, many CSA blocks of 4, the 16-token window wrapped
@@ -89,8 +91,9 @@ def result(report: ParityReport, split: str) -> SplitResult:
     return next(r for r in report.splits if r.split == split)
 
 
-@pytest.mark.parametrize(("lane", "split"), [*(("cpu", split) for split in SMALL_SPLITS),
-                                            *(("vulkan", split) for split in VULKAN_SMALL_SPLITS)])
+@pytest.mark.parametrize(("lane", "split"),
+                         [*(("cpu", split) for split in SMALL_SPLITS),
+                          *(on_vulkan("vulkan", split) for split in VULKAN_SMALL_SPLITS)])
 def test_a_split_of_the_small_model_is_bit_identical(request: pytest.FixtureRequest, lane: str,
                                                      split: str) -> None:
     report = request.getfixturevalue("small_report" if lane == "cpu" else "vulkan_small_report")

@@ -17,7 +17,7 @@ from meshnet.route import RouteDriver, Sampling, StageClient
 from meshnet.route.errors import RouteRefused
 from meshnet.unsplit import unsplit_tokens
 
-from ..lanes import Lane
+from ..lanes import Lane, on_vulkan
 from .tail_routes import (
     PROMPT_TOKENS,
     SPLITS,
@@ -84,7 +84,8 @@ def test_the_handshake_finds_the_drafter_the_recipe_names_or_refuses_the_route(
 
 
 # V4's depth only on the CPU lane: the software Vulkan device is slow
-@pytest.mark.parametrize(("model", "lane"), [("small", "cpu"), ("v4", "cpu"), ("small", "vulkan")])
+@pytest.mark.parametrize(("model", "lane"), [("small", "cpu"), ("v4", "cpu"),
+                                            on_vulkan("small", "vulkan")])
 @pytest.mark.parametrize("sampling", [Sampling(), Sampling(temperature=0.8, top_k=20, seed=7)],
                          ids=["greedy", "sampled"])
 def test_the_drafter_on_and_off_gives_the_plain_tokens(

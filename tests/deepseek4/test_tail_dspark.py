@@ -21,7 +21,7 @@ from meshnet.devtools.tiny_deepseek4 import SMALL, vocabulary
 from meshnet.route import Sampling, StageClient
 from meshnet.unsplit import unsplit_tokens
 
-from ..lanes import Lane
+from ..lanes import Lane, on_vulkan
 from .tail_routes import (
     PROMPT_TOKENS,
     TOKENS,
@@ -78,7 +78,8 @@ def test_only_the_last_stage_hosts_the_drafter(routes: TailRoutes, model: str) -
 
 
 # V4's depth only on the CPU lane: the software Vulkan device is slow
-@pytest.mark.parametrize(("model", "lane"), [("small", "cpu"), ("v4", "cpu"), ("small", "vulkan")])
+@pytest.mark.parametrize(("model", "lane"), [("small", "cpu"), ("v4", "cpu"),
+                                            on_vulkan("small", "vulkan")])
 @pytest.mark.parametrize("sampling", [Sampling(), Sampling(temperature=0.8, top_k=20, seed=7)],
                          ids=["greedy", "sampled"])
 def test_the_dspark_drafter_on_and_off_gives_the_plain_tokens(

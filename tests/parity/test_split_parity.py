@@ -14,6 +14,8 @@ from meshnet.paths import workspace
 from meshnet.pin.workspace import Workspace
 from meshnet.reconcile.route.worker_command import OFFLOAD_ALL_LAYERS
 
+from ..lanes import on_vulkan
+
 SPLITS = ["0:15,15:30", "0:10,10:20,20:30", "0:1,1:29,29:30", "0:7,7:8,8:22,22:30"]
 # fewer on the software Vulkan device, which is slow: a seam mid-model and one-layer ends
 VULKAN_SPLITS = ["0:15,15:30", "0:1,1:29,29:30"]
@@ -51,7 +53,7 @@ def test_split_gives_the_unsplit_greedy_tokens_and_logits(report: ParityReport, 
     assert result.ok
 
 
-@pytest.mark.parametrize("lane", ["cpu", "vulkan"])
+@pytest.mark.parametrize("lane", ["cpu", on_vulkan("vulkan")])
 def test_f32_boundaries_give_bit_identical_logits(request: pytest.FixtureRequest,
                                                   lane: str) -> None:
     """On the CPU lane and on the vulkan lane (patch 0020: a one-row graph fused the RMS

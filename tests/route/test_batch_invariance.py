@@ -19,7 +19,7 @@ from meshnet.local.process import LaunchSpec, WorkerProcess, route_key_of, start
 from meshnet.route import RouteDriver
 from meshnet.unsplit import unsplit_tokens
 
-from ..lanes import Lane
+from ..lanes import Lane, on_vulkan
 
 pytestmark = pytest.mark.slow
 
@@ -75,7 +75,7 @@ def solo(route: Route, smollm2: Path) -> dict[int, list[int]]:
 
 # (lane, concurrent sessions): fewer on the software Vulkan device, which is slow
 SESSIONS = [("cpu", 1), ("cpu", 8), ("cpu", 16), ("cpu", 32),
-            ("vulkan", 1), ("vulkan", 8), ("vulkan", 16)]
+            on_vulkan("vulkan", 1), on_vulkan("vulkan", 8), on_vulkan("vulkan", 16)]
 
 
 @pytest.mark.parametrize("route", ["cpu"], indirect=True)

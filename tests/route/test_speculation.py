@@ -22,7 +22,7 @@ from meshnet.local.process import LaunchSpec, WorkerProcess, route_key_of, start
 from meshnet.route import RouteDriver, Sampling, StageClient, StageError
 from meshnet.route.proto import pb
 
-from ..lanes import Lane
+from ..lanes import Lane, on_vulkan
 
 pytestmark = pytest.mark.slow
 
@@ -326,7 +326,7 @@ def vulkan_one_stage(lanes: Callable[[str], Lane], smollm2: Path,
         worker.stop()
 
 
-@pytest.mark.parametrize("lane", ["cpu", "vulkan"])
+@pytest.mark.parametrize("lane", ["cpu", on_vulkan("vulkan")])
 @pytest.mark.parametrize("rows", [2, 5, 8])
 def test_a_verification_steps_rows_are_bit_identical_to_one_token_steps(
     request: pytest.FixtureRequest, lane: str, rows: int,
