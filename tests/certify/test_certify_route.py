@@ -68,6 +68,20 @@ def test_a_route_whose_windows_do_not_compute_as_one_row_steps_is_refused(
     assert certificate.batch_invariance is None  # one session at a time: nothing promised
 
 
+def test_a_throughput_route_is_certified_without_a_promise_of_sessions_at_once(
+        start: Route, shard_worker: Path, smollm2: Path) -> None:
+    workers = start("f32")
+    throughput = LANE.model_copy(update={"sessions": 4, "batching": "Throughput"})
+
+    certificate = certify([w.endpoint for w in workers], throughput,
+                          Reference(shard_worker, smollm2, threads=1),
+                          Gates(speed_fraction=0.0, parity_steps=1, speed_tokens=4, repeats=1))
+
+    # its tokens may depend on the load: nothing of sessions at once is checked or claimed
+    assert certificate.passed and certificate.batch_invariance is None
+    assert certificate.lane.load_dependent and certificate.lane == throughput
+
+
 def test_an_impossible_speed_fraction_fails_the_lane_naming_the_figures(
         start: Route, shard_worker: Path, smollm2: Path) -> None:
     workers = start("f32")

@@ -102,12 +102,27 @@ def test_the_promises_of_the_recipe_are_part_of_the_lane() -> None:
     speculating = Recipe.model_validate({"sessionSlots": 4,
                                          "speculation": {"mode": "Lookup", "maxDrafts": 7}})
 
-    assert lanes.promises(plain) == {"verify_rows": 1, "sessions": 1}
-    assert lanes.promises(speculating) == {"verify_rows": 8, "sessions": 4}
+    assert lanes.promises(plain) == {"verify_rows": 1, "sessions": 1, "batching": "Exact"}
+    assert lanes.promises(speculating) == {"verify_rows": 8, "sessions": 4,
+                                           "batching": "Exact"}
     # a certificate of plain decoding does not cover a route that starts to speculate
     stored = cert()
     decision = decide(seen(lane=LANE.model_copy(update={"verify_rows": 8}), stored=stored))
     assert decision.create_job and decision.condition.reason == "CertificationRunning"
+
+
+def test_a_throughput_route_is_certified_as_load_dependent_promising_nothing_of_batches(
+) -> None:
+    throughput = Recipe.model_validate({"sessionSlots": 4, "batching": "Throughput"})
+    lane = LANE.model_copy(update=lanes.promises(throughput))
+
+    assert lane.load_dependent and lane.batching == "Throughput"
+    assert "batching Throughput (tokens may depend on the load)" in lane.describe()
+    assert "sessions at once" not in lane.describe()
+    # its certificate is not one of the Exact route's: a batching edit certifies anew
+    assert lane.key() != LANE.model_copy(update={"sessions": 4}).key()
+    # one session at a time has no neighbours to depend on
+    assert not LANE.model_copy(update={"batching": "Throughput"}).load_dependent
 
 
 def test_a_failed_promise_reaches_status_and_the_report_as_its_code() -> None:

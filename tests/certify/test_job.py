@@ -67,6 +67,16 @@ def test_the_job_runs_certify_against_every_stage_with_the_gates_and_lane() -> N
     assert job["spec"]["backoffLimit"] == 0
 
 
+def test_the_job_certifies_the_lanes_promises_as_the_operator_judges_them() -> None:
+    # the certificate must be of the operator's lane, or it is never valid for it
+    throughput = CUDA.model_copy(update={"verify_rows": 4, "sessions": 8,
+                                         "batching": "Throughput"})
+    args = build(throughput)["spec"]["template"]["spec"]["containers"][0]["args"]
+
+    assert [args[args.index(flag) + 1] for flag in ("--verify-rows", "--sessions", "--batching")
+            ] == ["4", "8", "Throughput"]
+
+
 def test_for_a_tls_route_the_job_trusts_its_ca_and_presents_its_certificate_for_mtls() -> None:
     plain = build()["spec"]["template"]["spec"]
     assert "--tls-ca" not in plain["containers"][0]["args"]

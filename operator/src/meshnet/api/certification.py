@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from meshnet.api.common import ApiModel, Topology
+from meshnet.api.common import ApiModel, Batching, Topology
 from meshnet.digests import canonical_digest
 
 Backend = Literal["cpu", "cuda", "rocm", "vulkan"]
@@ -45,6 +45,11 @@ class CertifiedLane(ApiModel):
         default=1, ge=1, le=1024,
         description="Sessions the route runs at once (recipe.sessionSlots): above 1 each must"
                     " compute as alone.")
+    batching: Batching = Field(
+        default="Exact",
+        description="recipe.batching. Throughput: stages batch sessions as upstream does, so"
+                    " a session's tokens may depend on the load; nothing is promised, nor"
+                    " checked, of sessions at once.")
 
     def key(self) -> str:
         """A stable digest naming this lane (certificate files, Job names)."""
@@ -52,9 +57,15 @@ class CertifiedLane(ApiModel):
 
     def describe(self) -> str:
         promises = (f", windows of {self.verify_rows} rows" if self.verify_rows > 1 else "") + (
-            f", {self.sessions} sessions at once" if self.sessions > 1 else "")
+            ", batching Throughput (tokens may depend on the load)" if self.load_dependent
+            else f", {self.sessions} sessions at once" if self.sessions > 1 else "")
         return (f"{self.backend}/{self.gpu_product} manifest {self.manifest_digest[:12]}"
                 f" recipe {self.recipe_digest[:12]}{promises}")
+
+    @property
+    def load_dependent(self) -> bool:
+        """Whether a session's tokens may depend on the sessions beside it."""
+        return self.batching == "Throughput" and self.sessions > 1
 
     def differences(self, other: CertifiedLane) -> list[str]:
         """The fields in which `other` differs from this lane, as 'field a -> b'."""

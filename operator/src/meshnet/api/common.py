@@ -21,6 +21,9 @@ MAX_FILES = 256
 # How a route's steps go through its stages (meshnet.route.driver): each in turn from the
 # driver, relayed stage to stage, or relayed with the last stage's tokens sent to the first.
 Topology = Literal["hub", "chain", "ring"]
+# recipe.batching: Exact steps sessions together only where it computes each as alone;
+# Throughput batches as upstream does, so a session's tokens may depend on the load.
+Batching = Literal["Exact", "Throughput"]
 
 # A Kubernetes quantity ("2", "8Gi", 1): the API server accepts integers or strings.
 Quantity = int | Annotated[str, Field(max_length=64)]

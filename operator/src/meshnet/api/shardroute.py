@@ -13,6 +13,7 @@ from meshnet.api.common import (
     MAX_NAME,
     MAX_STAGES,
     ApiModel,
+    Batching,
     Condition,
     LocalObjectReference,
     Quantity,
@@ -55,7 +56,6 @@ CONTIGUOUS_RULE = (
 MAX_DRAFTS = 7
 MAX_WINDOWS = 8
 SpeculationMode = Literal["Disabled", "Lookup", "MTP", "DSpark"]
-Batching = Literal["Exact", "Throughput"]
 # The worker's --drafter for the modes whose drafts come from a drafter on the last stage.
 STAGE_DRAFTERS = {"MTP": "mtp", "DSpark": "dspark"}
 class Speculation(ApiModel):

@@ -72,7 +72,7 @@ def certification_job(inputs: JobInputs) -> dict[str, Any]:
                "--manifest-digest", inputs.lane.manifest_digest,
                "--recipe-digest", inputs.lane.recipe_digest, "--epoch", str(inputs.epoch),
                "--verify-rows", str(inputs.lane.verify_rows),
-               "--sessions", str(inputs.lane.sessions),
+               "--sessions", str(inputs.lane.sessions), "--batching", inputs.lane.batching,
                *inputs.gates.args(), "--termination-log", TERMINATION_LOG, "--json"]
     if inputs.route_digest:
         command += ["--route-digest", inputs.route_digest]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from meshnet.api.certification import NO_GPU, Certificate, CertifiedLane
 from meshnet.api.shardroute import Recipe
@@ -28,11 +29,12 @@ def gpu_product(backend: str, node_labels: Iterable[Mapping[str, str]]) -> str:
     return "+".join(sorted(products)) or UNKNOWN
 
 
-def promises(recipe: Recipe) -> dict[str, int]:
+def promises(recipe: Recipe) -> dict[str, Any]:
     """What the route promises beyond a plain split, as CertifiedLane fields: verify
-    windows of maxDrafts + 1 rows when it speculates, sessionSlots sessions at once."""
+    windows of maxDrafts + 1 rows when it speculates, sessionSlots sessions at once (each
+    as alone, unless its batching is Throughput)."""
     return {"verify_rows": recipe.speculation.max_drafts + 1 if recipe.speculation.enabled
-            else 1, "sessions": recipe.session_slots}
+            else 1, "sessions": recipe.session_slots, "batching": recipe.batching}
 
 
 def state(lane: CertifiedLane | None, certificate: Certificate | None) -> CertificationState:

@@ -63,8 +63,9 @@ def certify(endpoints: Sequence[str], lane: CertifiedLane, reference: Reference,
         if steps is not None:
             say(f"step invariance: {_summary(steps)} of {steps.windows} windows of"
                 f" {steps.window_rows} rows")
+        batches = lane.sessions > 1 and not lane.load_dependent  # Throughput promises nothing
         batch = _batch_invariance(list(endpoints), prompts, compared, lane.sessions, gates,
-                                  tls, route_key) if lane.sessions > 1 else None
+                                  tls, route_key) if batches else None
         if batch is not None:
             say(f"batch invariance: {_summary(batch)} of {batch.sessions} sessions at once")
         speeds = decode_speeds(ref_endpoint, endpoints, prompts[0], gates.speed_tokens,

@@ -56,6 +56,10 @@ def say(message: str) -> None:
 @click.option("--sessions", type=click.IntRange(1, 1024), default=1, show_default=True,
               help="Sessions the route runs at once (with --stage): its sessionSlots; above"
                    " 1, that many sessions at once must compute bit for bit as each alone.")
+@click.option("--batching", type=click.Choice(["Exact", "Throughput"]), default="Exact",
+              show_default=True,
+              help="The route's recipe.batching (with --stage): Throughput batches as upstream"
+                   " does, so its tokens may depend on the load and --sessions is not checked.")
 @click.option("--tolerance", type=click.FloatRange(0.0), default=DEFAULTS.tolerance,
               show_default=True,
               help="Largest |delta logit| against the reference that passes; 0 demands"
@@ -80,7 +84,7 @@ def say(message: str) -> None:
 def command(route_name: str | None, stages: tuple[str, ...], model: Path | None, backend: str,
             gpu_product: str | None, manifest_digest: str | None, recipe_digest: str | None,
             route_digest: str | None, epoch: int | None, request: str | None,
-            verify_rows: int, sessions: int, tolerance: float,
+            verify_rows: int, sessions: int, batching: str, tolerance: float,
             speed_fraction: float, parity_steps: int, speed_tokens: int, repeats: int,
             reference_threads: int | None, termination_log: Path | None, as_json: bool,
             tls: TlsFiles | None, route_key: RouteSecret | None) -> None:
@@ -110,7 +114,8 @@ def command(route_name: str | None, stages: tuple[str, ...], model: Path | None,
         lane = CertifiedLane(backend=backend,  # type: ignore[arg-type]
                              gpu_product=gpu_product or local_gpu_product(backend),
                              manifest_digest=manifest_digest, recipe_digest=recipe_digest,
-                             verify_rows=verify_rows, sessions=sessions)
+                             verify_rows=verify_rows, sessions=sessions,
+                             batching=batching)  # type: ignore[arg-type]
         endpoints = list(stages)
     say(f"lane {lane.describe()}: {len(endpoints)} stages")
     certificate = certify(endpoints, lane, Reference(worker_binary(), model, threads), gates,
