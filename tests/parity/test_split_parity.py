@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from meshnet.parity import ParityReport, SplitResult, run_parity
+from meshnet.parity import ParityReport, SplitResult, parse_split, run_parity
 from meshnet.paths import workspace
 from meshnet.pin.workspace import Workspace
 from meshnet.reconcile.route.worker_command import OFFLOAD_ALL_LAYERS
@@ -78,7 +78,7 @@ def test_each_stage_holds_only_its_layers_and_embeddings_or_head_where_owned(
 ) -> None:
     stages = split_result(report, split).stages
     assert [(s.begin, s.end) for s in stages] == [
-        tuple(map(int, part.split(":"))) for part in split.split(",")
+        (span.begin, span.end) for span in parse_split(split)
     ]
     for stage in stages:
         expected = owned_tensor_bytes(stage.begin, stage.end)

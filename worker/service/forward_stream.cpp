@@ -1,7 +1,8 @@
 // forward_stream.cpp - the ForwardStream reactor: one stream of steps, answered in order,
-// and the first stage's decode loop (plain or speculative) that it runs by itself.
+// and the first stage's decode loop (plain or speculative) that it runs by itself; the
+// loop's windows and the answers' order are loop_windows'.
 #include "forward_stream.h"
-#include "loop_pipeline.h"
+#include "loop_windows.h"
 #include "proto_convert.h"
 #include "write_queue.h"
 
@@ -9,9 +10,9 @@
 #include <atomic>
 #include <chrono>
 #include <deque>
-#include <optional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <mutex>
 #include <set>
 #include <vector>
@@ -23,7 +24,7 @@ namespace {
 // One stream of steps, answered in order; cancelling it releases its sessions. A step
 // with continue_tokens runs a decode loop here: every sampled token is answered and fed
 // back in as the next step until the count, a stop token, an error or a cancellation; a
-// speculative loop keeps its verify windows in flight as its loop_pipeline says.
+// speculative loop keeps its verify windows in flight as its decode_loop says.
 class forward_stream_reactor final
     : public grpc::ServerBidiReactor<pb::ForwardStreamRequest, pb::ForwardStreamResponse> {
 public:
@@ -108,24 +109,14 @@ private:
         StartRead(&request_);
     }
 
-    // A decode loop on this stream: its windows and the caller's step they are made from.
-    struct step_state;
-    struct decode_loop {
-        loop_pipeline      pipeline;
-        pb::ForwardRequest base; // the caller's step, less its draft context
-        std::map<uint64_t, std::weak_ptr<step_state>> steps; // its windows not written yet
-    };
-
-    // One step of the stream: where its answer goes in the stream's order, whether its
-    // tokens reached its loop yet (by the ring or the answer, whichever came first), and
-    // whether its answer is the loop's text or a dropped window's.
+    // One step of the stream: its place in the answers' order, and whether its tokens
+    // reached its loop yet (by the ring or the answer, whichever came first).
     struct step_state {
-        uint64_t            seq    = 0;
+        uint64_t            seq    = 0;     // its place in order_
         session_key         key;
         uint64_t            window = 0;     // ForwardRequest.window: the ring's key
         bool                ring   = false; // waits for the ring's token too
         bool                heard  = false; // its tokens reached the loop
-        std::optional<bool> emit;           // known once its loop resolved it
         uint32_t            depth  = 1;     // its loop's windows in flight when it was sent
         std::shared_ptr<decode_loop> loop;  // null outside a decode loop
     };
@@ -137,30 +128,10 @@ private:
             return;
         }
         const auto & identity = core_.identity();
-        loop_limits limits;
-        // a verify window (drafts + 1 rows) only as wide as this stage measured exact; the
-        // driver asks for no wider one where any stage measured less
-        limits.drafts  = std::min({static_cast<int>(request.loop_drafts()), static_cast<int>(identity.max_loop_drafts),
-                                   std::max(0, identity.exact.step_rows - 1)});
-        limits.windows = std::clamp<int>(static_cast<int>(request.loop_windows()), 1, identity.max_loop_windows);
-        limits.n_ctx   = core_.n_ctx();
-        limits.discard_depth = core_.info().discard_depth;
-        loop_window first;
-        first.id     = next_window_++;
-        first.n_past = request.n_past();
-        first.tokens.assign(request.tokens().begin(), request.tokens().end());
-        first.verify = request.output().kind() == pb::OUTPUT_KIND_VERIFIED;
-        const std::vector<int32_t> context(request.draft_context().begin(), request.draft_context().end());
-        auto loop = std::make_shared<decode_loop>(decode_loop{
-            loop_pipeline(limits, context, first, static_cast<int64_t>(request.continue_tokens()) + 1,
-                          {request.stop_token_ids().begin(), request.stop_token_ids().end()}),
-            {}, {}});
-        request.clear_draft_context(); // in the drafter now; the windows copy the request
-        // a last stage with a drafter proposes each next window's drafts (none asked for: it
-        // does not pay for them)
-        request.set_want_drafts(static_cast<uint32_t>(std::max(limits.drafts, 0)));
-        request.set_window(first.id);
-        loop->base = request;
+        const loop_limits limits = loop_limits_for(request, {identity.max_loop_drafts, identity.max_loop_windows,
+                                                             identity.exact.step_rows, core_.n_ctx(),
+                                                             core_.info().discard_depth});
+        auto loop = std::make_shared<decode_loop>(request, limits, next_window_++);
         submit(lock, std::move(request), loop);
         run_loop(lock, loop);
     }
@@ -168,28 +139,11 @@ private:
     // Submits the windows the loop's pipeline has room for, in order.
     void run_loop(std::unique_lock<std::recursive_mutex> & lock, const std::shared_ptr<decode_loop> & loop) {
         while (!cancelled_ && !finishing_) {
-            const std::optional<loop_window> window = loop->pipeline.next();
-            if (!window) {
+            std::optional<pb::ForwardRequest> next = loop->next();
+            if (!next) {
                 return;
             }
-            pb::ForwardRequest next = loop->base;
-            next.set_window(window->id);
-            next.set_n_past(window->n_past);
-            next.clear_positions();
-            next.clear_tokens();
-            next.mutable_tokens()->Add(window->tokens.begin(), window->tokens.end());
-            for (size_t i = 0; i < window->tokens.size(); ++i) {
-                next.add_positions(static_cast<int32_t>(window->n_past + static_cast<int64_t>(i)));
-            }
-            if (window->discard_from >= 0) {
-                next.set_discard_from(window->discard_from);
-            } else {
-                next.clear_discard_from();
-            }
-            next.mutable_output()->clear_rows();
-            next.mutable_output()->set_kind(window->verify ? pb::OUTPUT_KIND_VERIFIED : pb::OUTPUT_KIND_SAMPLED);
-            next.set_continue_tokens(1); // a loop's step: it rides the ring (the pipeline counts)
-            submit(lock, std::move(next), loop);
+            submit(lock, std::move(*next), loop);
         }
     }
 
@@ -209,17 +163,14 @@ private:
         // Set up before the step is queued: its tokens may come over the ring first.
         const auto before_queue = [&](bool rides_ring) {
             ++in_flight_;
-            step->seq    = next_seq_++;
             step->key    = key_of(request.key());
             step->window = request.window();
             step->ring   = loop && rides_ring;
             step->loop   = loop;
+            step->seq    = order_.queued(loop ? step->window : 0);
             keys_.insert(step->key);
             if (step->loop) {
-                step->loop->steps[step->window] = step;
-                step->depth = static_cast<uint32_t>(step->loop->pipeline.in_flight());
-            } else {
-                step->emit = true;
+                step->depth = static_cast<uint32_t>(step->loop->in_flight());
             }
             if (step->ring) {
                 ++ring_waiting_;
@@ -257,27 +208,14 @@ private:
         }
         step.heard = true;
         const std::shared_ptr<decode_loop> loop = step.loop;
-        for (const auto & [window, verdict] : loop->pipeline.answered(step.window, std::move(tokens.tokens),
-                                                                               std::move(tokens.next_drafts))) {
-            mark(*loop, window, verdict.answer);
-            for (uint64_t dropped : verdict.dropped) {
-                mark(*loop, dropped, false);
-            }
+        for (const auto & [window, text] : loop->answered(step.window, std::move(tokens.tokens),
+                                                          std::move(tokens.next_drafts))) {
+            order_.decide(window, text);
         }
         // The next windows first, then the answers: the engine starts while they are written.
         run_loop(lock, loop);
         write_ready(lock);
         return true;
-    }
-
-    static void mark(decode_loop & loop, uint64_t window, bool emit) {
-        const auto found = loop.steps.find(window);
-        if (found == loop.steps.end()) {
-            return;
-        }
-        if (const std::shared_ptr<step_state> step = found->second.lock(); step && !step->emit) {
-            step->emit = emit;
-        }
     }
 
     void on_step_answered(const grpc::Status & status, pb::ForwardStreamResponse & response,
@@ -286,8 +224,7 @@ private:
         settle(*step);
         // A window its loop already dropped is void whatever its answer: the stages skip
         // such windows (STEP_SUPERSEDED) once the step after the rejection reaches them.
-        const bool dropped = step->emit.has_value() && !*step->emit;
-        if (!status.ok() && !dropped) {
+        if (!status.ok() && !order_.dropped(step->seq)) {
             fail(lock, status);
             return;
         }
@@ -301,7 +238,8 @@ private:
             tokens = {{answer.sampled_tokens().begin(), answer.sampled_tokens().end()},
                       {answer.next_drafts().begin(), answer.next_drafts().end()}};
         }
-        held_.emplace(step->seq, held_answer{std::move(response), step});
+        held_.emplace(step->seq, std::move(response));
+        order_.answered(step->seq);
         heard(lock, *step, std::move(tokens));
         write_ready(lock);
         if (in_flight_ == 0) {
@@ -313,19 +251,11 @@ private:
     // Queues the answers that are due in the steps' order: a loop's answer once its loop
     // knows whether it is its text (a dropped window's answer is never sent).
     void write_ready(std::unique_lock<std::recursive_mutex> & lock) {
-        while (!held_.empty() && held_.begin()->first == next_write_seq_) {
-            held_answer & held = held_.begin()->second;
-            if (!held.step->emit) {
-                break; // an earlier window's tokens have not come yet
+        for (const auto & [seq, text] : order_.due()) {
+            auto held = held_.extract(seq);
+            if (text) {
+                writes_.push(std::move(held.mapped()));
             }
-            if (*held.step->emit) {
-                writes_.push(std::move(held.response));
-            }
-            if (held.step->loop) {
-                held.step->loop->steps.erase(held.step->window);
-            }
-            held_.erase(held_.begin());
-            ++next_write_seq_;
         }
         write_next(lock, in_flight_ > 0);
     }
@@ -404,14 +334,9 @@ private:
     size_t                                due_        = 0;     // queued answers to send now
     int                                   in_flight_    = 0; // steps (or their relays) not answered yet
     int                                   ring_waiting_ = 0; // of those, still waiting for the ring's token
-    uint64_t                              next_seq_       = 0; // steps in the order they were submitted
-    uint64_t                              next_write_seq_ = 0; // the step whose answer goes next
     uint64_t                              next_window_    = 1; // a loop's window numbers, stream-wide
-    struct held_answer {
-        pb::ForwardStreamResponse   response;
-        std::shared_ptr<step_state> step;
-    };
-    std::map<uint64_t, held_answer>       held_;      // answers not written yet, by step
+    answer_order                          order_;     // the steps in the order their answers go
+    std::map<uint64_t, pb::ForwardStreamResponse> held_; // answers not written yet, by step
     bool                                  reads_done_ = false;
     bool                                  finishing_  = false;
     bool                                  finished_   = false;

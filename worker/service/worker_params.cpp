@@ -31,36 +31,48 @@ static bool set_string(worker_params & params, const std::string & value) {
     return true;
 }
 
-template <int32_t worker_params::*field, int64_t min, int64_t max = INT32_MAX>
-static bool set_int32(worker_params & params, const std::string & value) {
+template <int32_t worker_params::*field, int64_t min, int64_t max>
+static bool parse_int32(worker_params & params, const std::string & value) {
     int64_t n;
     if (!parse_int64(value, n) || n < min || n > max) return false;
     params.*field = static_cast<int32_t>(n);
     return true;
 }
 
+// The setters of numbers carry their bounds: the table's rows name them once.
+template <int32_t worker_params::*field, int64_t min, int64_t max = INT32_MAX>
+static constexpr flag_setter set_int32 = max == INT32_MAX ? flag_setter(parse_int32<field, min, max>, min)
+                                                          : flag_setter(parse_int32<field, min, max>, min, max);
+
 template <int64_t worker_params::*field, int64_t min>
-static bool set_int64(worker_params & params, const std::string & value) {
+static bool parse_int64_at_least(worker_params & params, const std::string & value) {
     int64_t n;
     if (!parse_int64(value, n) || n < min) return false;
     params.*field = n;
     return true;
 }
 
+template <int64_t worker_params::*field, int64_t min>
+static constexpr flag_setter set_int64{parse_int64_at_least<field, min>, min};
+
 // Any integer: out of range values are clamped here and refused with a message by validate.
-static bool set_drafter_k(worker_params & params, const std::string & value) {
+static bool clamp_drafter_k(worker_params & params, const std::string & value) {
     int64_t n;
     if (!parse_int64(value, n)) return false;
     params.drafter_k = static_cast<int32_t>(std::max<int64_t>(INT32_MIN, std::min<int64_t>(n, INT32_MAX)));
     return true;
 }
 
-static bool set_epoch(worker_params & params, const std::string & value) {
+static constexpr flag_setter set_drafter_k{clamp_drafter_k, 1, 7};
+
+static bool parse_epoch(worker_params & params, const std::string & value) {
     int64_t n;
     if (!parse_int64(value, n) || n < 0) return false;
     params.epoch = static_cast<uint64_t>(n);
     return true;
 }
+
+static constexpr flag_setter set_epoch{parse_epoch, 0};
 
 static bool set_boundary_dtype(worker_params & params, const std::string & value) {
     return wire_dtype_parse(value, params.boundary_dtype);
@@ -289,8 +301,8 @@ const std::vector<worker_flag> & worker_flags() {
          "not and exit 2; loads no model, opens no port, does not look at --exit-with-parent's process",
          nullptr},
         {"--print-flags", "", nullptr, nullptr,
-         "print this table of flags as JSON (name, metavar, takes_value, default, default_note, help) "
-         "and exit",
+         "print this table of flags as JSON (name, metavar, takes_value, default, default_note, help, "
+         "min, max) and exit",
          nullptr},
         {"--help", "", nullptr, nullptr,
          "print this usage and exit (also -h)",
@@ -438,6 +450,10 @@ std::string worker_params_usage() {
     return out.str();
 }
 
+static std::string json_bound(bool has, int64_t bound) {
+    return has ? std::to_string(bound) : "null";
+}
+
 static std::string json_string(const char * text) {
     if (text == nullptr) return "null";
     std::string out = "\"";
@@ -468,7 +484,10 @@ std::string worker_flags_json() {
                ", \"takes_value\": " + (flag.set != nullptr ? "true" : "false") +
                ", \"default\": " + json_string(flag.default_value) +
                ", \"default_note\": " + json_string(flag.default_note) +
-               ", \"help\": " + json_string(flag.help) + "}" + (i + 1 < flags.size() ? ",\n" : "\n");
+               ", \"help\": " + json_string(flag.help) +
+               ", \"min\": " + json_bound(flag.set.bounded, flag.set.min) +
+               ", \"max\": " + json_bound(flag.set.has_max, flag.set.max) + "}" +
+               (i + 1 < flags.size() ? ",\n" : "\n");
     }
     return out + "]\n";
 }

@@ -6,6 +6,7 @@
 #include "boundary_codec.h"
 #include "layer_range.h"
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -58,6 +59,28 @@ struct worker_params {
     int64_t     exit_with_parent = 0;           // stop when this process (our parent) exits
 };
 
+// How a flag takes its value, and for a number the bounds it accepts (listed by
+// --print-flags, so that the docs are written from them).
+struct flag_setter {
+    using parse_fn = bool (*)(worker_params & params, const std::string & value); // false: bad value
+
+    constexpr flag_setter(std::nullptr_t = nullptr) {}
+    constexpr flag_setter(parse_fn parse) : parse(parse) {}
+    constexpr flag_setter(parse_fn parse, int64_t min) : parse(parse), bounded(true), min(min) {}
+    constexpr flag_setter(parse_fn parse, int64_t min, int64_t max)
+        : parse(parse), bounded(true), min(min), has_max(true), max(max) {}
+
+    bool operator()(worker_params & params, const std::string & value) const { return parse(params, value); }
+    bool operator==(std::nullptr_t) const { return parse == nullptr; }
+    bool operator!=(std::nullptr_t) const { return parse != nullptr; }
+
+    parse_fn parse   = nullptr;
+    bool     bounded = false; // a number: at least min (and at most max, with has_max)
+    int64_t  min     = 0;
+    bool     has_max = false;
+    int64_t  max     = 0;
+};
+
 // One flag. A flag without a setter takes no value and selects what the process does
 // (worker_action); every other one takes `--name value` or `--name=value`.
 struct worker_flag {
@@ -66,7 +89,7 @@ struct worker_flag {
     const char * default_value; // the value that gives the default, or nullptr (none, or derived)
     const char * default_note;  // the default in words where there is no such value, or nullptr
     const char * help;          // plain text, one paragraph
-    bool (*set)(worker_params & params, const std::string & value); // false: bad value
+    flag_setter  set;
 };
 
 // Every flag, in the order the usage lists them.
@@ -90,7 +113,8 @@ bool worker_params_validate(const worker_params & params, std::string & error);
 
 std::string worker_params_usage();
 
-// The flag table as JSON: [{"name", "metavar", "takes_value", "default", "default_note", "help"}].
+// The flag table as JSON: [{"name", "metavar", "takes_value", "default", "default_note", "help",
+// "min", "max"}]; min and max are null where a flag has no such bound.
 std::string worker_flags_json();
 
 } // namespace meshnet

@@ -12,6 +12,7 @@ from meshnet import digests
 from meshnet.api.shardroute import LayerRange, Recipe
 from meshnet.cli.drift import report_drift
 from meshnet.cli.pin import lane_option, portable_option, say
+from meshnet.cli.worker_doc import RENDERED_SECTION, unexplained, worker_doc
 from meshnet.local.process import (
     LaunchSpec,
     cpu_binding_env,
@@ -21,7 +22,7 @@ from meshnet.local.process import (
 from meshnet.local.vulkan import VISIBLE
 from meshnet.native.build import build_worker
 from meshnet.native.bundle import bundle_worker
-from meshnet.native.flags import DOC, with_table, worker_flags
+from meshnet.native.flags import DOC, worker_flags
 from meshnet.paths import repo_root, workspace
 from meshnet.pin.build import build_dir_for
 from meshnet.pin.manifest import load_manifest
@@ -67,17 +68,23 @@ def bundle_cmd(lane: str, out: Path) -> None:
 @click.option("--check", is_flag=True, help="Write nothing; exit 1 when the table drifted.")
 @click.option("--dev", is_flag=True, help="Ask the `worker build --dev` binary.")
 def flags_cmd(check: bool, dev: bool) -> None:
-    """Write docs/worker-flags.md's flag table from the built worker's --print-flags."""
+    """Write docs/worker-flags.md's written blocks (the worker's flags and their bounds,
+    `worker run`'s options and what it passes through, the flags the operator and meshnet up
+    pass) from the built worker's --print-flags and the code that renders its callers'
+    command lines; check that the prose says where each rendered flag comes from."""
     path = repo_root() / DOC
     doc = path.read_text()
-    expected = with_table(doc, worker_flags(worker_binary(dev=dev)))
+    expected = worker_doc(doc, worker_flags(worker_binary(dev=dev)), run_cmd)
+    unsaid = [f"{DOC}: '{RENDERED_SECTION}' does not say where {flag} comes from"
+              for flag in unexplained(expected)]
     if check:
-        report_drift([f"{DOC}: its flag table differs from the worker's --print-flags"]
-                     if doc != expected else [], "meshnet worker flags",
-                     "the worker flag table is up to date")
+        report_drift([f"{DOC}: its written blocks differ from the worker's --print-flags and"
+                      " its callers' renderers"] * (doc != expected) + unsaid,
+                     "meshnet worker flags", "the worker flag docs are up to date")
         return
     path.write_text(expected)
     click.echo(f"wrote {path}")
+    report_drift(unsaid, "meshnet worker flags", "every rendered flag is explained")
 
 
 def _operator_recipe_digest(lane: str, boundary_dtype: str, ctx: int, slots: int) -> str:
