@@ -97,8 +97,8 @@ class Session:
         self.route = route
         self.walk: Walk = walk_for(route, self.settings.topology, loop=self.settings.loop)
         self.ctx = StepContext(self.clients, route, self.key(), self.answer,
-                               self.settings.chunk_tokens, self.counts,
-                               reuse=Reuse(salt=self.settings.cache_salt))
+                               Reuse(salt=self.settings.cache_salt),
+                               self.settings.chunk_tokens, self.counts)
 
     # -- a generation -----------------------------------------------------------------
 

@@ -35,11 +35,11 @@ class StepContext:
     route: RouteInfo
     key: pb.RouteKey
     answer: Answer
-    chunk_tokens: int | None = None  # the prefill's step size asked for (None: planned)
-    counts: StepCounts = field(default_factory=StepCounts)
     # What the session's steps ask of the prefix cache where a feed is not given its own
     # (a prefill's): the tenant's salt, on verification and decoding steps.
-    reuse: Reuse = field(default_factory=Reuse)
+    reuse: Reuse
+    chunk_tokens: int | None = None  # the prefill's step size asked for (None: planned)
+    counts: StepCounts = field(default_factory=StepCounts)
 
     def answered(self, response: pb.ForwardResponse) -> pb.ForwardResponse:
         """`response`, its stages' engine time counted."""
