@@ -16,21 +16,22 @@ from meshnet.local.process import LaunchSpec, WorkerProcess, route_key_of, start
 from meshnet.route import RouteDriver, Sampling, StageClient
 from meshnet.route.handshake import RouteInfo
 from meshnet.route.proto import pb
-from meshnet.route.requests import chunks, stage_request
+from meshnet.route.requests import Reuse, chunks, stage_request
 
 
 def start_cached_route(shard_worker: Path, model: Path, split: Sequence[tuple[int, int]],
                        route_id: str, block: int, entries: Callable[[int], int],
                        workdir: Path, ctx: int | None = None, chain: bool = False,
-                       ) -> list[WorkerProcess]:
+                       ring: bool = False) -> list[WorkerProcess]:
     """`model` split as `split`, one thread a stage, the cache's grid `block`; stage n keeps
     `entries(n)` entries (so that one stage can lose an entry the others still hold).
-    `chain`: each stage relays to the next (--next-stage), as well as answering the driver."""
+    `chain`: each stage relays to the next (--next-stage), as well as answering the driver;
+    `ring`: a chain whose first stage takes each token from the last (--ring-last)."""
     extra = {"ctx": ctx} if ctx else {}
     specs = [LaunchSpec(model=model, layers=LayerRange(*span), route_id=route_id, threads=1,
                         prefix_cache_entries=entries(n), prefix_block=block, **extra)
              for n, span in enumerate(split)]
-    return start_route(shard_worker, specs, workdir, chain=chain)
+    return start_route(shard_worker, specs, workdir, chain=chain, ring=ring)
 
 
 @contextmanager
@@ -63,6 +64,7 @@ def last_logits(clients: Sequence[StageClient], route: RouteInfo, session: str,
     `snapshot` (> 0) asks every stage to keep the positions before it as an entry (a
     whole-entries memory's way). The session is released after."""
     key = pb.RouteKey(route_id=route.route_id, epoch=route.epoch, session_id=session)
+    reuse = Reuse().prefilling(prompt[:prefix], snapshot)
     response = pb.ForwardResponse()
     try:
         for start, end in chunks(route, len(prompt) - prefix, n_past=prefix):
@@ -70,13 +72,8 @@ def last_logits(clients: Sequence[StageClient], route: RouteInfo, session: str,
             previous: pb.ForwardResponse | None = None
             for index, client in enumerate(clients):
                 output = pb.OutputRequest(kind=pb.OUTPUT_KIND_LOGITS, rows=[len(part) - 1])
-                request = stage_request(route, index, key, part, n_past, output,
-                                        previous.boundary if previous is not None else None)
-                if prefix and n_past == prefix:
-                    request.prefix_tokens.extend(prompt[:prefix])
-                    if previous is not None:  # what the previous stage computed the prefix from
-                        request.prefix_chain.extend(previous.prefix_chain)
-                request.prefix_snapshot = bool(snapshot) and n_past == snapshot
+                request = stage_request(route, index, key, part, n_past, output, reuse,
+                                        previous)
                 response = previous = client.forward(request)
     finally:
         for client in clients:

@@ -17,7 +17,7 @@ from meshnet.api.shardroute import LayerRange
 from meshnet.local.process import LaunchSpec, WorkerProcess, route_key_of, start_route
 from meshnet.route import RouteDriver, StageError
 from meshnet.route.proto import pb
-from meshnet.route.requests import stage_request
+from meshnet.route.requests import Reuse, stage_request
 
 ROUTE_ID = "test/deepseek4-prefix"
 PROMPT = "the map of the world and the map of the world and the map of the " * 4
@@ -50,8 +50,8 @@ def named_prefix_miss(driver: RouteDriver, session: str, ids: list[int], reuse: 
     route = driver.route
     key = pb.RouteKey(route_id=route.route_id, epoch=route.epoch, session_id=session)
     step = stage_request(route, 0, key, ids[reuse:], reuse,
-                         pb.OutputRequest(kind=pb.OUTPUT_KIND_SAMPLED))
-    step.prefix_tokens.extend(ids[:reuse])
+                         pb.OutputRequest(kind=pb.OUTPUT_KIND_SAMPLED),
+                         Reuse(prefix=tuple(ids[:reuse])))
     with pytest.raises(StageError) as miss:
         driver.clients[0].forward(step)
     assert miss.value.reason == "CACHE_MISS"
@@ -90,11 +90,11 @@ def test_a_live_session_is_not_a_source(two_stages: list[WorkerProcess]) -> None
         output = pb.OutputRequest(kind=pb.OUTPUT_KIND_SAMPLED)
         try:
             for n_past in range(0, 2 * BLOCK, BLOCK):  # two grid blocks, no snapshot asked
-                boundary = None
+                previous = None
                 for index, client in enumerate(driver.clients):
                     request = stage_request(route, index, live, ids[n_past:n_past + BLOCK],
-                                            n_past, output, boundary)
-                    boundary = client.forward(request).boundary
+                                            n_past, output, Reuse(), previous)
+                    previous = client.forward(request)
             # it holds more than its prefix once it goes on: never copied from
             assert named_prefix_miss(driver, "from-live", ids, 2 * BLOCK) == "0"
         finally:

@@ -15,7 +15,7 @@ from meshnet.local.process import WorkerProcess
 from meshnet.route import RouteDriver, Sampling, StageError
 from meshnet.route.prefix import first_try
 from meshnet.route.proto import pb
-from meshnet.route.requests import stage_request
+from meshnet.route.requests import Reuse, stage_request
 
 from ..prefix_routes import cold_runs, connected, last_logits, prefix_counts, start_cached_route
 
@@ -76,8 +76,8 @@ def test_a_stage_without_the_prefix_answers_a_typed_miss(driver: RouteDriver) ->
     unseen = scaffold(3, 200)
     key = pb.RouteKey(route_id=route.route_id, epoch=route.epoch, session_id="unseen")
     request = stage_request(route, 0, key, unseen[128:], 128,
-                            pb.OutputRequest(kind=pb.OUTPUT_KIND_SAMPLED, rows=[71]))
-    request.prefix_tokens.extend(unseen[:128])
+                            pb.OutputRequest(kind=pb.OUTPUT_KIND_SAMPLED, rows=[71]),
+                            Reuse(prefix=tuple(unseen[:128])))
     with pytest.raises(StageError) as miss:
         clients[0].forward(request)
     assert miss.value.reason == "CACHE_MISS"

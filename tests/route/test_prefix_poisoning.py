@@ -21,7 +21,7 @@ from meshnet.route import RouteDriver, StageClient, StageError
 from meshnet.route.handshake import RouteInfo
 from meshnet.route.prefix import first_try
 from meshnet.route.proto import pb
-from meshnet.route.requests import grid_chunks, stage_request
+from meshnet.route.requests import Reuse, grid_chunks, stage_request
 
 from ..prefix_routes import cold_runs, prefix_counts, start_cached_route
 
@@ -64,8 +64,10 @@ def fed_on_the_grid(clients: list[StageClient], route: RouteInfo, session: str,
     sent = []
     try:
         for step, (start, end) in enumerate(grid_chunks(BLOCK, len(ids), 0)):
-            request = stage_request(route, index, key, ids[start:end], start, output,
-                                    boundaries[step] if boundaries is not None else None)
+            previous = (pb.ForwardResponse(boundary=boundaries[step])
+                        if boundaries is not None else None)
+            request = stage_request(route, index, key, ids[start:end], start, output, Reuse(),
+                                    previous)
             sent.append(clients[index].forward(request).boundary)
     finally:
         clients[index].release(key)
@@ -120,14 +122,13 @@ def test_a_later_stage_reuses_only_the_blocks_computed_from_the_boundary_it_is_s
         key = pb.RouteKey(route_id=route.route_id, epoch=route.epoch, session_id="probe")
         n_past = first_try(len(ids), BLOCK)
         try:
-            first = stage_request(route, 0, key, ids[n_past:], n_past, pb.OutputRequest())
-            first.prefix_tokens.extend(ids[:n_past])
+            reuse = Reuse(prefix=tuple(ids[:n_past]))
+            first = stage_request(route, 0, key, ids[n_past:], n_past, pb.OutputRequest(), reuse)
             answer = clients[0].forward(first)  # the first stage's own entry: a hit
             assert len(answer.prefix_chain) == n_past // BLOCK
+            # the last stage's request carries the prefix chain the first stage answered
             second = stage_request(route, 1, key, ids[n_past:], n_past,
-                                   pb.OutputRequest(kind=pb.OUTPUT_KIND_SAMPLED), answer.boundary)
-            second.prefix_tokens.extend(ids[:n_past])
-            second.prefix_chain.extend(answer.prefix_chain)
+                                   pb.OutputRequest(kind=pb.OUTPUT_KIND_SAMPLED), reuse, answer)
             with pytest.raises(StageError) as miss:
                 clients[1].forward(second)
             assert miss.value.reason == "CACHE_MISS"

@@ -1,5 +1,6 @@
 """The ForwardRequests a session sends, and how a feed is cut into steps: pure functions
-of the handshake, the session's key and what the last stage answers (no I/O)."""
+of the handshake, the session's key, what it asks of the prefix cache and what the last
+stage answers (no I/O)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,28 @@ class Answer:
     @property
     def logits(self) -> bool:
         return self.sample_locally and not self.sampling.greedy
+
+
+@dataclass(frozen=True)
+class Reuse:
+    """What a session's steps ask of the stages' prefix cache (docs/architecture.md,
+    "Prefix cache"). Every request built here carries it, so that no walk can leave it
+    out and go cold: the tenant's `salt` on every step (what the steps compute is kept,
+    and reused, for it alone: ForwardRequest.cache_salt); on a new session's prefill, the
+    cached `prefix` it starts from, named by its first step (the one at n_past ==
+    len(prefix): ForwardRequest.prefix_tokens), and the prompt's last grid boundary
+    `snapshot` (> 0), where the step that starts there asks the stages to keep the
+    positions before it as an entry of their own (ForwardRequest.prefix_snapshot; a
+    memory that copies whole sequences only)."""
+
+    salt: bytes = b""
+    prefix: tuple[int, ...] = ()
+    snapshot: int = 0
+
+    def prefilling(self, prefix: Sequence[int], snapshot: int) -> Reuse:
+        """The same salt, for a new session's prefill from the cached `prefix` (empty:
+        cold), asking for a snapshot at `snapshot` (0: none)."""
+        return Reuse(self.salt, tuple(prefix), snapshot)
 
 
 def chunks(route: RouteInfo, n_tokens: int, chunk_tokens: int | None = None,
@@ -90,29 +113,32 @@ def verified_output(answer: Answer, n_tokens: int) -> pb.OutputRequest:
 
 def stage_request(
     route: RouteInfo, index: int, key: pb.RouteKey, tokens: Sequence[int], n_past: int,
-    output: pb.OutputRequest, boundary: pb.Boundary | None = None, discard: bool = False,
+    output: pb.OutputRequest, reuse: Reuse, previous: pb.ForwardResponse | None = None,
+    discard: bool = False,
 ) -> pb.ForwardRequest:
     """One step for the stage at `index`: `tokens` at positions from `n_past`, the first
-    stage's (and any stage needing the token sideband's) input ids, the previous stage's
-    `boundary`, and on the last stage `output`, what the step answers. `discard`: the
-    stage first drops what it holds past `n_past` (a previous step's rejected drafts)."""
+    stage's (and any stage needing the token sideband's) input ids, `reuse`, the boundary
+    of `previous` (the previous stage's answer to this step), and on the last stage
+    `output`, what the step answers. `discard`: the stage first drops what it holds past
+    `n_past` (a previous step's rejected drafts)."""
     last = index == len(route.stages) - 1
-    return _request(route, index, key, tokens, n_past, output if last else None, boundary,
-                    discard)
+    return _request(route, index, key, tokens, n_past, output if last else None, reuse,
+                    previous, discard)
 
 
 def relay_request(route: RouteInfo, key: pb.RouteKey, tokens: Sequence[int], n_past: int,
-                  output: pb.OutputRequest, discard: bool = False) -> pb.ForwardRequest:
-    """One step through the chain, sent to the first stage, which relays it on; the last
-    stage's `output` comes back along the chain."""
-    request = _request(route, 0, key, tokens, n_past, output, None, discard)
+                  output: pb.OutputRequest, reuse: Reuse,
+                  discard: bool = False) -> pb.ForwardRequest:
+    """One step through the chain, sent to the first stage, which relays it on (with
+    `reuse`); the last stage's `output` comes back along the chain."""
+    request = _request(route, 0, key, tokens, n_past, output, reuse, None, discard)
     request.relay = True
     return request
 
 
 def loop_request(
     route: RouteInfo, key: pb.RouteKey, token: int, n_past: int, count: int,
-    stop_ids: Iterable[int], answer: Answer, drafts: int = 0,
+    stop_ids: Iterable[int], answer: Answer, reuse: Reuse, drafts: int = 0,
     draft_context: Sequence[int] = (), windows: int = 1,
 ) -> pb.ForwardRequest:
     """The first stage decodes `count` tokens after `token` by itself (ForwardStream
@@ -120,7 +146,8 @@ def loop_request(
     a stop id. `drafts`: it speculates, drafting up to that many tokens per step from
     `draft_context` (the history) and what it decodes (ForwardRequest.loop_drafts), with
     up to `windows` verify windows in flight (ForwardRequest.loop_windows)."""
-    request = _request(route, 0, key, [token], n_past, sampled_output(answer, 1), None, False)
+    request = _request(route, 0, key, [token], n_past, sampled_output(answer, 1), reuse, None,
+                       False)
     request.relay = len(route.stages) > 1
     request.continue_tokens = count - 1
     request.stop_token_ids.extend(sorted(stop_ids))
@@ -133,8 +160,8 @@ def loop_request(
 
 
 def _request(route: RouteInfo, index: int, key: pb.RouteKey, tokens: Sequence[int],
-             n_past: int, output: pb.OutputRequest | None, boundary: pb.Boundary | None,
-             discard: bool) -> pb.ForwardRequest:
+             n_past: int, output: pb.OutputRequest | None, reuse: Reuse,
+             previous: pb.ForwardResponse | None, discard: bool) -> pb.ForwardRequest:
     stage = route.stages[index]
     request = pb.ForwardRequest(
         key=key,
@@ -146,13 +173,29 @@ def _request(route: RouteInfo, index: int, key: pb.RouteKey, tokens: Sequence[in
     # A verifier checks the drafts; with a prefix cache every stage records what it holds.
     if index == 0 or stage.needs_token_sideband or verifies or route.prefix_block:
         request.tokens.extend(tokens)
-    if boundary is not None:
-        request.boundary.CopyFrom(boundary)
+    if previous is not None:
+        request.boundary.CopyFrom(previous.boundary)
     if output is not None:
         request.output.CopyFrom(output)
     if discard:
         request.discard_from = n_past
+    _ask_cache(request, reuse, previous)
     return request
+
+
+def _ask_cache(request: pb.ForwardRequest, reuse: Reuse,
+               previous: pb.ForwardResponse | None) -> None:
+    """`request` salted, naming the cached prefix when it is the prefill's first step
+    and asking for a snapshot when it starts at the prompt's last grid boundary (Reuse)."""
+    request.cache_salt = reuse.salt
+    if reuse.prefix and request.n_past == len(reuse.prefix):
+        request.prefix_tokens.extend(reuse.prefix)
+        if previous is not None:
+            # a stage after the first matches the prefix only with the digest chain of
+            # the boundary that stage computed it from (a chain relays it by itself)
+            request.prefix_chain.extend(previous.prefix_chain)
+    if reuse.snapshot and request.n_past == reuse.snapshot:
+        request.prefix_snapshot = True
 
 
 def _copy_sampling(target: pb.SamplingParams, sampling: Sampling) -> None:

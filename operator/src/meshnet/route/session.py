@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from meshnet.route.drafts import DraftLength, PromptLookup
 from meshnet.route.errors import TRANSIENT_CODES, RecoveryFailed, RouteError, StageError
@@ -26,7 +26,7 @@ from meshnet.route.handshake import RouteInfo
 from meshnet.route.prefix import first_try, next_try
 from meshnet.route.proto import pb
 from meshnet.route.release_retry import RELEASES
-from meshnet.route.requests import Answer
+from meshnet.route.requests import Answer, Reuse
 from meshnet.route.sampling import Sampling
 from meshnet.route.stage import StageClient
 from meshnet.route.step_context import StepContext, StepCounts
@@ -97,8 +97,8 @@ class Session:
         self.route = route
         self.walk: Walk = walk_for(route, self.settings.topology, loop=self.settings.loop)
         self.ctx = StepContext(self.clients, route, self.key(), self.answer,
-                               self.settings.chunk_tokens, self.counts,
-                               cache_salt=self.settings.cache_salt)
+                               Reuse(salt=self.settings.cache_salt),
+                               self.settings.chunk_tokens, self.counts)
 
     # -- a generation -----------------------------------------------------------------
 
@@ -229,48 +229,44 @@ class Session:
         # deepseek4's stages keep the prompt up to its last grid boundary as an entry,
         # reusable only whole: the step that starts there asks for it (prefix_snapshot).
         snapshot = first_try(len(prompt_ids), block)
-        reuse = snapshot if self.settings.reuse_prefix else 0
-        while reuse:
-            prefix = prompt_ids[:reuse]
-            self.ctx = replace(self.ctx, prefix=tuple(prefix), snapshot=snapshot)
+        cached = snapshot if self.settings.reuse_prefix else 0
+        while cached:
+            prefix = prompt_ids[:cached]
             try:
-                token = self.walk.feed(self.ctx, prompt_ids[reuse:], reuse)
+                token = self.walk.feed(self.ctx, prompt_ids[cached:], cached,
+                                       self.ctx.reuse.prefilling(prefix, snapshot))
             except StageError as exc:
                 # Some stage lacks it (evicted, restarted) or failed: this session's
                 # state is unknown, so it goes on under a new id from what is left.
-                reuse = next_try(exc, reuse, block)
+                cached = next_try(exc, cached, block)
                 self.release()
                 self.session_id = uuid.uuid4().hex
                 self.result.session_id = self.session_id
                 self._on_snapshot(self.clients, self.route)
                 continue
-            self.ctx = replace(self.ctx, prefix=(), snapshot=0)
             self.remember(prefix)
-            self.remember(prompt_ids[reuse:])
-            self.result.cached_tokens = reuse
+            self.remember(prompt_ids[cached:])
+            self.result.cached_tokens = cached
             return token
-        self.ctx = replace(self.ctx, snapshot=snapshot)
-        try:
-            return self.step_with_recovery(prompt_ids)
-        finally:
-            self.ctx = replace(self.ctx, snapshot=0)
+        return self.steps_with_recovery([prompt_ids], self.ctx.reuse.prefilling((), snapshot))
 
-    def step_with_recovery(self, tokens: list[int]) -> int:
-        """Feeds `tokens` after the history; returns the token sampled after the last."""
-        return self.steps_with_recovery([tokens])
-
-    def steps_with_recovery(self, steps: list[list[int]]) -> int:
+    def steps_with_recovery(self, steps: list[list[int]], reuse: Reuse | None = None) -> int:
         """Feeds `steps` in turn after the history; returns the token sampled after the
-        last. A failure re-prefills the whole history under a new session first."""
+        last. A failure re-prefills the whole history under a new session first.
+        `reuse`: what the steps ask of the prefix cache (None: the session's own,
+        StepContext.reuse); once recovered, the session's own (so a cold prefill asks for
+        its snapshot on its first try only)."""
+        reuse = self.ctx.reuse if reuse is None else reuse
         token = -1
         while True:
             try:
                 while steps:
-                    token = self.walk.feed(self.ctx, steps[0], len(self.history))
+                    token = self.walk.feed(self.ctx, steps[0], len(self.history), reuse)
                     self.remember(steps.pop(0))
                 return token
             except StageError as exc:
                 self.recover(exc)
+                reuse = self.ctx.reuse
                 steps = self.forget_history() + steps
 
     def remember(self, step: list[int]) -> None:

@@ -1,7 +1,7 @@
 """What a walk needs to carry one session's steps through a route, and nothing more: the
-stages and their snapshot, the session's key, what the last stage answers, and counters
-of what the steps cost. A walk gets it instead of the session, and returns what it fed
-and sampled; the session keeps the history and recovers."""
+stages and their snapshot, the session's key, what the last stage answers, the tenant's
+cache salt, and counters of what the steps cost. A walk gets it instead of the session,
+and returns what it fed and sampled; the session keeps the history and recovers."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import numpy as np
 
 from meshnet.route.handshake import RouteInfo
 from meshnet.route.proto import pb
-from meshnet.route.requests import Answer
+from meshnet.route.requests import Answer, Reuse
 from meshnet.route.sampling import sample, verify_drafts
 from meshnet.route.stage import StageClient
 
@@ -35,34 +35,11 @@ class StepContext:
     route: RouteInfo
     key: pb.RouteKey
     answer: Answer
+    # What the session's steps ask of the prefix cache where a feed is not given its own
+    # (a prefill's): the tenant's salt, on verification and decoding steps.
+    reuse: Reuse
     chunk_tokens: int | None = None  # the prefill's step size asked for (None: planned)
     counts: StepCounts = field(default_factory=StepCounts)
-    # The session starts from a cached prefix: its tokens, which the session's first step
-    # (the one at n_past == len(prefix)) names on every stage (ForwardRequest.prefix_tokens).
-    prefix: tuple[int, ...] = ()
-    # The prompt's last grid boundary (> 0 while a prefill may leave an entry): the step
-    # that starts there asks the stages to keep positions before it as an entry of their
-    # own (ForwardRequest.prefix_snapshot), where the memory copies whole sequences only.
-    snapshot: int = 0
-    # The tenant's cache salt: what the session's steps compute is kept, and reused, for it
-    # alone (ForwardRequest.cache_salt).
-    cache_salt: bytes = b""
-
-    def reusing(self, request: pb.ForwardRequest,
-                previous: pb.ForwardResponse | None = None) -> pb.ForwardRequest:
-        """`request`, naming the cached prefix when it is the session's first step, and
-        asking for a snapshot when it starts at the prompt's last grid boundary; salted
-        with the tenant's cache salt. `previous`: the previous stage's answer to this step,
-        when the driver carries it on (a stage after the first matches the prefix only
-        with the digest chain of the boundary that stage computed it from)."""
-        request.cache_salt = self.cache_salt
-        if self.prefix and request.n_past == len(self.prefix):
-            request.prefix_tokens.extend(self.prefix)
-            if previous is not None:
-                request.prefix_chain.extend(previous.prefix_chain)
-        if self.snapshot and request.n_past == self.snapshot:
-            request.prefix_snapshot = True
-        return request
 
     def answered(self, response: pb.ForwardResponse) -> pb.ForwardResponse:
         """`response`, its stages' engine time counted."""

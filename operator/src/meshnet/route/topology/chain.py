@@ -11,7 +11,7 @@ from meshnet.api.common import Topology
 from meshnet.route.errors import StageError
 from meshnet.route.handshake import RouteInfo
 from meshnet.route.proto import pb
-from meshnet.route.requests import relay_request, sampled_output, verified_output
+from meshnet.route.requests import Reuse, relay_request, sampled_output, verified_output
 from meshnet.route.step_context import DecodedStep, StepContext
 from meshnet.route.topology.hub import in_chunks, step_by_step
 
@@ -22,14 +22,14 @@ class ChainWalk:
     def __init__(self, topology: Topology = "chain") -> None:
         self.topology = topology  # a ring's prefill and verification go as a chain's
 
-    def feed(self, ctx: StepContext, tokens: list[int], n_past: int) -> int:
-        return in_chunks(ctx, tokens, n_past,
-                         lambda part, at, last: chain_step(ctx, part, at, wants_token=last))
+    def feed(self, ctx: StepContext, tokens: list[int], n_past: int, reuse: Reuse) -> int:
+        return in_chunks(ctx, tokens, n_past, reuse,
+                         lambda part, at, last: chain_step(ctx, part, at, reuse, last))
 
     def verify(self, ctx: StepContext, tokens: list[int], n_past: int,
                discard: bool) -> list[int]:
         request = relay_request(ctx.route, ctx.key, tokens, n_past,
-                                verified_output(ctx.answer, len(tokens)), discard)
+                                verified_output(ctx.answer, len(tokens)), ctx.reuse, discard)
         return ctx.accepted(relayed(ctx, request), tokens, n_past)
 
     def decode(self, ctx: StepContext, token: int, history: Sequence[int], count: int,
@@ -37,12 +37,13 @@ class ChainWalk:
         return step_by_step(self.feed, ctx, token, len(history), count, stop_ids)
 
 
-def chain_step(ctx: StepContext, tokens: list[int], n_past: int,
+def chain_step(ctx: StepContext, tokens: list[int], n_past: int, reuse: Reuse,
                wants_token: bool = True) -> int:
-    """One step through the chain: only the first stage is called. Without `wants_token`
-    (a prefill chunk before the last) it asks for the cheapest answer."""
-    request = ctx.reusing(relay_request(ctx.route, ctx.key, tokens, n_past,
-                                        sampled_output(ctx.answer, len(tokens), wants_token)))
+    """One step through the chain, asking the prefix cache for `reuse`: only the first
+    stage is called. Without `wants_token` (a prefill chunk before the last) it asks for
+    the cheapest answer."""
+    request = relay_request(ctx.route, ctx.key, tokens, n_past,
+                            sampled_output(ctx.answer, len(tokens), wants_token), reuse)
     return ctx.token_of(relayed(ctx, request), request.positions[-1])
 
 

@@ -9,10 +9,10 @@ from collections.abc import Callable, Generator, Sequence
 
 from meshnet.api.common import Topology
 from meshnet.route.proto import pb
-from meshnet.route.requests import chunks, sampled_output, stage_request, verified_output
+from meshnet.route.requests import Reuse, chunks, sampled_output, stage_request, verified_output
 from meshnet.route.step_context import DecodedStep, StepContext
 
-Feed = Callable[[StepContext, list[int], int], int]
+Feed = Callable[[StepContext, list[int], int, Reuse], int]
 # One chunk of a feed: its tokens, their first position, whether it is the last.
 OneStep = Callable[[list[int], int, bool], int]
 
@@ -21,8 +21,9 @@ class HubWalk:
     topology: Topology = "hub"
     loops = False
 
-    def feed(self, ctx: StepContext, tokens: list[int], n_past: int) -> int:
-        return in_chunks(ctx, tokens, n_past, lambda part, at, _last: wavefront(ctx, part, at))
+    def feed(self, ctx: StepContext, tokens: list[int], n_past: int, reuse: Reuse) -> int:
+        return in_chunks(ctx, tokens, n_past, reuse,
+                         lambda part, at, _last: wavefront(ctx, part, at, reuse))
 
     def verify(self, ctx: StepContext, tokens: list[int], n_past: int,
                discard: bool) -> list[int]:
@@ -30,11 +31,10 @@ class HubWalk:
         previous: pb.ForwardResponse | None = None
         response = pb.ForwardResponse()
         for index, client in enumerate(ctx.clients):
-            boundary = previous.boundary if previous is not None else None
-            if boundary is not None:
-                ctx.counts.boundary_bytes += len(boundary.data)
-            request = ctx.reusing(stage_request(ctx.route, index, ctx.key, tokens, n_past,
-                                                output, boundary, discard), previous)
+            if previous is not None:
+                ctx.counts.boundary_bytes += len(previous.boundary.data)
+            request = stage_request(ctx.route, index, ctx.key, tokens, n_past, output,
+                                    ctx.reuse, previous, discard)
             response = ctx.answered(client.forward(request))
             previous = response
         return ctx.accepted(response, tokens, n_past)
@@ -44,24 +44,26 @@ class HubWalk:
         return step_by_step(self.feed, ctx, token, len(history), count, stop_ids)
 
 
-def in_chunks(ctx: StepContext, tokens: list[int], n_past: int, one_step: OneStep) -> int:
+def in_chunks(ctx: StepContext, tokens: list[int], n_past: int, reuse: Reuse,
+              one_step: OneStep) -> int:
     """A feed cut into chunks (requests.chunks): as a wavefront when there is more than
     one and the stages do not take turns on the same CPUs, else chunk after chunk through
     `one_step`. The token sampled after the last."""
     route = ctx.route
     steps = chunks(route, len(tokens), ctx.chunk_tokens, n_past)
     if len(steps) > 1 and not route.stages_take_turns:
-        return wavefront(ctx, tokens, n_past, steps)
+        return wavefront(ctx, tokens, n_past, reuse, steps)
     token = -1
     for start, end in steps:
         token = one_step(tokens[start:end], n_past + start, end == len(tokens))
     return token
 
 
-def wavefront(ctx: StepContext, tokens: list[int], n_past: int,
+def wavefront(ctx: StepContext, tokens: list[int], n_past: int, reuse: Reuse,
               steps: list[tuple[int, int]] | None = None) -> int:
     """`steps` of `tokens` (all of them in one by default) through every stage, step k at
-    stage s while step k-1 is at stage s+1; the token sampled last."""
+    stage s while step k-1 is at stage s+1, asking the prefix cache for `reuse`; the token
+    sampled last."""
     steps = steps or [(0, len(tokens))]
     if len(steps) > 1:
         ctx.counts.prefill_wavefront = True
@@ -76,14 +78,12 @@ def wavefront(ctx: StepContext, tokens: list[int], n_past: int,
                 continue
             start, end = steps[step_index]
             previous = outputs.pop((stage_index - 1, step_index), None)
-            boundary = previous.boundary if previous is not None else None
-            if boundary is not None:
-                ctx.counts.boundary_bytes += len(boundary.data)
+            if previous is not None:
+                ctx.counts.boundary_bytes += len(previous.boundary.data)
             output = sampled_output(ctx.answer, end - start,
                                     wants_token=step_index == len(steps) - 1)
-            request = ctx.reusing(stage_request(ctx.route, stage_index, ctx.key,
-                                                tokens[start:end], n_past + start, output,
-                                                boundary), previous)
+            request = stage_request(ctx.route, stage_index, ctx.key, tokens[start:end],
+                                    n_past + start, output, reuse, previous)
             call = ctx.clients[stage_index].forward_async(request)
             calls.append((stage_index, step_index, request, call))
         for stage_index, step_index, request, call in calls:
@@ -99,7 +99,7 @@ def step_by_step(feed: Feed, ctx: StepContext, token: int, n_past: int, count: i
                  stop_ids: set[int]) -> Generator[DecodedStep]:
     """Decoding by the driver: each token fed back as the next step, one round trip each."""
     for _ in range(count):
-        token = feed(ctx, [token], n_past)
+        token = feed(ctx, [token], n_past, ctx.reuse)
         n_past += 1
         yield DecodedStep([token])
         if token in stop_ids:

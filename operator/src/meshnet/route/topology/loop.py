@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Generator, Sequence
 
-from meshnet.route.requests import loop_request
+from meshnet.route.requests import Reuse, loop_request
 from meshnet.route.step_context import DecodedStep, StepContext
 from meshnet.route.topology.chain import check_chain
 from meshnet.route.topology.walk import Walk
@@ -22,8 +22,8 @@ class LoopWalk:
         self.under = under
         self.topology = under.topology
 
-    def feed(self, ctx: StepContext, tokens: list[int], n_past: int) -> int:
-        return self.under.feed(ctx, tokens, n_past)
+    def feed(self, ctx: StepContext, tokens: list[int], n_past: int, reuse: Reuse) -> int:
+        return self.under.feed(ctx, tokens, n_past, reuse)
 
     def verify(self, ctx: StepContext, tokens: list[int], n_past: int,
                discard: bool) -> list[int]:
@@ -37,7 +37,7 @@ class LoopWalk:
         token. Ends after `count` tokens or a stop id."""
         route = ctx.route
         request = loop_request(route, ctx.key, token, len(history), count, stop_ids,
-                               ctx.answer, drafts, history, windows)
+                               ctx.answer, ctx.reuse, drafts, history, windows)
         stream = ctx.clients[0].forward_stream(request)
         produced = 0
         try:

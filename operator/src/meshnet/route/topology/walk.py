@@ -9,6 +9,7 @@ from collections.abc import Generator, Sequence
 from typing import Protocol
 
 from meshnet.api.common import Topology
+from meshnet.route.requests import Reuse
 from meshnet.route.step_context import DecodedStep, StepContext
 
 
@@ -16,16 +17,17 @@ class Walk(Protocol):
     topology: Topology  # what the generation reports
     loops: bool  # the first stage decodes by itself
 
-    def feed(self, ctx: StepContext, tokens: list[int], n_past: int) -> int:
-        """Runs `tokens` (at positions from `n_past`) through every stage; the token
-        sampled after the last."""
+    def feed(self, ctx: StepContext, tokens: list[int], n_past: int, reuse: Reuse) -> int:
+        """Runs `tokens` (at positions from `n_past`) through every stage, its requests
+        asking the prefix cache for `reuse`; the token sampled after the last."""
         ...
 
     def verify(self, ctx: StepContext, tokens: list[int], n_past: int,
                discard: bool) -> list[int]:
         """One verification step of `tokens` (the last token and its drafts) at `n_past`;
         the accepted drafts and the token after them. `discard`: the stages first drop
-        what they hold from `n_past` on."""
+        what they hold from `n_past` on. Its requests ask for the session's reuse
+        (StepContext.reuse), as a decode's do."""
         ...
 
     def decode(self, ctx: StepContext, token: int, history: Sequence[int], count: int,
