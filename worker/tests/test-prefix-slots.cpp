@@ -67,6 +67,14 @@ struct stage {
         return admitted.slot;
     }
 
+    // The batch's snapshot of the session's `n_past` positions in `slot`: the entry's slot
+    // (which joins `busy`), -1 when none was taken.
+    int32_t snapshot(int32_t slot, const char * id, int64_t n_past, std::vector<int32_t> & busy) {
+        const size_t before = busy.size();
+        slots.snapshot(slot, key(id), n_past, "", busy, session_clock::now());
+        return busy.size() > before ? busy.back() : -1;
+    }
+
     bool run(int32_t slot, int64_t n_past, const std::vector<int32_t> & tokens) {
         step_request request;
         request.slot = slot;
@@ -156,12 +164,10 @@ TEST("whole only: a snapshot is an entry at once, its slot held by the batch unt
     stage s(3, copies_whole);
     const int32_t a = s.step("a", 0, tokens_from(1, block));
     std::vector<int32_t> busy;
-    s.slots.snapshot(a, key("a"), block, "", busy, session_clock::now());
-    CHECK_EQ(busy.size(), size_t{1});
-    const int32_t entry = busy.at(0);
-    CHECK(entry != a && s.slots.stats().entries == 1);
-    s.slots.snapshot(a, key("a"), block, "", busy, session_clock::now()); // held already
-    CHECK_EQ(busy.size(), size_t{1});
+    const int32_t entry = s.snapshot(a, "a", block, busy);
+    CHECK(entry >= 0 && entry != a && s.slots.stats().entries == 1);
+    CHECK_EQ(s.snapshot(a, "a", block, busy), -1); // held already
+    CHECK(busy == (std::vector<int32_t>{entry}));
     CHECK(s.run(a, block, {9})); // the batch's decode lands it
     s.slots.settle(true);
     CHECK(s.slots.unsettled().empty());
@@ -177,7 +183,7 @@ TEST("whole only: a snapshot of positions not all fed on the grid is skipped") {
     stage s(3, copies_whole);
     const int32_t a = s.step("a", 0, tokens_from(1, 3));
     std::vector<int32_t> busy;
-    s.slots.snapshot(a, key("a"), 3, "", busy, session_clock::now());
+    CHECK_EQ(s.snapshot(a, "a", 3, busy), -1);
     CHECK(busy.empty());
     CHECK(s.slots.stats().entries == 0 && s.slots.stats().snapshots_skipped == 1);
 }
@@ -186,8 +192,9 @@ TEST("whole only: a copy no decode landed holds its slot out, its entry dropped,
     stage s(2, copies_whole);
     const int32_t a = s.step("a", 0, tokens_from(1, block));
     std::vector<int32_t> busy;
-    s.slots.snapshot(a, key("a"), block, "", busy, session_clock::now());
-    const int32_t entry = busy.at(0);
+    const int32_t entry = s.snapshot(a, "a", block, busy);
+    CHECK(entry >= 0);
+    if (entry < 0) return;
     s.engine.fail_next_step_of(a);
     CHECK(!s.run(a, block, {9}));
     CHECK_EQ(s.engine.pending_copies(), size_t{1}); // it lands at whatever decode comes next
@@ -215,8 +222,9 @@ TEST("whole only: a hit's copy no decode landed releases its session and holds t
     stage s(3, copies_whole);
     const int32_t a = s.step("a", 0, tokens_from(1, block));
     std::vector<int32_t> busy;
-    s.slots.snapshot(a, key("a"), block, "", busy, session_clock::now());
-    const int32_t entry = busy.at(0);
+    const int32_t entry = s.snapshot(a, "a", block, busy);
+    CHECK(entry >= 0);
+    if (entry < 0) return;
     CHECK(s.run(a, block, {9}));
     s.slots.settle(true);
 
