@@ -104,13 +104,16 @@ int32_t fake_engine::slot_n_past(int32_t slot) const {
 
 bool fake_engine::slot_copy_prefix(int32_t source, int32_t slot, int32_t n) {
     std::lock_guard<std::mutex> lock(mutex_);
-    int32_t & held = slot_n_past_.at(static_cast<size_t>(slot));
-    if (!info_.copies_whole_only || n != slot_n_past_.at(static_cast<size_t>(source))) {
+    int32_t &     held   = slot_n_past_.at(static_cast<size_t>(slot));
+    const int32_t copies = slot_n_past_.at(static_cast<size_t>(source));
+    if (!info_.can_copy_prefix || (info_.copies_whole_only ? n != copies : n > copies)) {
         held = 0;
         return false;
     }
-    held = n; // its positions at once, its contents at the next step that computes
-    pending_.push_back({source, slot, n});
+    held = n; // its positions at once (a whole sequence's contents at the next step that computes)
+    if (info_.copies_whole_only) {
+        pending_.push_back({source, slot, n});
+    }
     return true;
 }
 

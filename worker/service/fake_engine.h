@@ -45,6 +45,8 @@ public:
         info_.discard_depth = depth;
     }
 
+    // Copies a slot's first positions at once, as llama.cpp's memory does; before serving.
+    void set_copies_prefix() { info_.can_copy_prefix = true; }
     // Copies whole sequences only, landing at the next step that computes (as deepseek4's
     // memory does); before serving. Copies that landed in a slot a step computes in: a
     // copy queued by an earlier step onto a slot since given to a session (must stay 0).

@@ -7,7 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <map>
+#include <optional>
 #include <string>
 
 namespace meshnet {
@@ -27,7 +27,8 @@ static error_reason reason_of(engine_status status) {
 scheduler::scheduler(engine_i & engine, session_store & sessions, int32_t max_step_tokens,
                      session_clock::duration batch_wait, int32_t pipeline_depth, size_t exact_rows)
     : engine_(engine), sessions_(sessions), max_step_tokens_(max_step_tokens), batch_wait_(batch_wait),
-      pipeline_depth_(std::max<int32_t>(1, pipeline_depth)), exact_rows_(exact_rows) {}
+      pipeline_depth_(std::max<int32_t>(1, pipeline_depth)), exact_rows_(exact_rows),
+      prefix_(engine, sessions) {}
 
 scheduler::~scheduler() {
     stop();
@@ -143,7 +144,7 @@ void scheduler::run() {
             releases.assign(std::make_move_iterator(releases_.begin()), std::make_move_iterator(releases_.end()));
             releases_.clear();
             for (const release_job & job : releases) {
-                rejected_.erase(job.key); // a session made anew under the key starts unmarked
+                voiding_.released(job.key);
             }
             stopping = stopping_;
             if (stopping) {
@@ -167,7 +168,10 @@ void scheduler::run() {
             }
         }
         for (auto & job : releases) {
-            release_or_keep(job.key, job.done);
+            const bool released = prefix_.release(job.key);
+            if (job.done) {
+                job.done(released);
+            }
         }
         if (stopping) {
             for (auto & job : batch) {
@@ -188,35 +192,22 @@ void scheduler::run() {
     }
 }
 
+std::vector<queued_window> scheduler::queued_windows() const {
+    std::vector<queued_window> queue;
+    queue.reserve(steps_.size());
+    for (const step_job & job : steps_) {
+        queue.push_back({job.key, job.n_past, job.discard_from});
+    }
+    return queue;
+}
+
 std::vector<std::pair<step_job, int64_t>> scheduler::take_superseded() {
-    std::vector<int64_t> void_from(steps_.size(), -1);
-    // In the order they came: what a rejection voids, up to the first step that starts below
-    // it or discards (the step after the rejection; a new session under the key clears the
-    // mark before any of its steps is seen, as it exists only once one ran).
-    for (size_t i = 0; i < steps_.size() && !rejected_.empty(); ++i) {
-        const step_job & job  = steps_[i];
-        const auto       mark = rejected_.find(job.key);
-        if (mark == rejected_.end()) {
-            continue;
-        }
-        if (job.discard_from >= 0 || job.n_past < mark->second || sessions_.find(job.key) < 0) {
-            rejected_.erase(mark);
-        } else {
-            void_from[i] = mark->second;
-        }
+    if (voiding_.marks() == 0 &&
+        std::none_of(steps_.begin(), steps_.end(), [](const step_job & job) { return job.discard_from >= 0; })) {
+        return {}; // no mark and no discard: nothing is void (the common case, without copies)
     }
-    // Latest first: what a later queued step discards.
-    std::map<session_key, int64_t> discards; // each session's lowest discard_from among later steps
-    for (size_t i = steps_.size(); i-- > 0;) {
-        const step_job & job = steps_[i];
-        const auto later = discards.find(job.key);
-        if (void_from[i] < 0 && later != discards.end() && job.n_past >= later->second) {
-            void_from[i] = later->second;
-        }
-        if (void_from[i] < 0 && job.discard_from >= 0) {
-            discards[job.key] = later == discards.end() ? job.discard_from : std::min(later->second, job.discard_from);
-        }
-    }
+    const std::vector<int64_t> void_from =
+        voiding_.void_from(queued_windows(), [this](const session_key & key) { return is_live(key); });
     std::vector<std::pair<step_job, int64_t>> taken; // answered in the order they came
     if (std::none_of(void_from.begin(), void_from.end(), [](int64_t from) { return from >= 0; })) {
         return taken;
@@ -235,27 +226,8 @@ std::vector<std::pair<step_job, int64_t>> scheduler::take_superseded() {
 
 void scheduler::rejected_from(const session_key & key, int64_t from) {
     std::lock_guard<std::mutex> lock(mutex_);
-    const auto [mark, added] = rejected_.emplace(key, from);
-    if (!added) {
-        mark->second = std::min(mark->second, from);
-    }
-    if (rejected_.size() > static_cast<size_t>(sessions_.n_slots())) {
-        // more marks than sessions: those of sessions evicted since go (a mark matters only
-        // to a live session)
-        for (auto it = rejected_.begin(); it != rejected_.end();) {
-            it = sessions_.find(it->first) < 0 ? rejected_.erase(it) : std::next(it);
-        }
-    }
-}
-
-int64_t scheduler::queued_discard(const session_key & key) const {
-    int64_t lowest = -1;
-    for (const step_job & job : steps_) {
-        if (job.discard_from >= 0 && job.key == key && (lowest < 0 || job.discard_from < lowest)) {
-            lowest = job.discard_from;
-        }
-    }
-    return lowest;
+    voiding_.rejected_from(key, from, static_cast<size_t>(sessions_.n_slots()),
+                           [this](const session_key & marked) { return is_live(marked); });
 }
 
 step_outcome scheduler::superseded(const step_job & job, int64_t discard_from) {
@@ -267,137 +239,6 @@ step_outcome scheduler::superseded(const step_job & job, int64_t discard_from) {
         std::to_string(job.n_past) + ") was not run or passed on",
         {{"discard_from", std::to_string(discard_from)}});
     return outcome;
-}
-
-void scheduler::set_prefix_cache(int32_t block, int32_t max_entries) {
-    if (block <= 0 || max_entries <= 0 || !engine_.info().can_copy_prefix) {
-        prefix_.reset();
-        return;
-    }
-    const engine_info & info = engine_.info();
-    prefix_ = std::make_unique<prefix_cache>(sessions_.n_slots(), block, info.copies_whole_only,
-                                             prefix_cache::roles{!info.is_first(), !info.is_last()});
-    prefix_max_entries_ = static_cast<size_t>(max_entries);
-}
-
-void scheduler::prefix_sent(int32_t slot, int64_t n_past, const std::string & digest) {
-    if (prefix_) {
-        prefix_->sent(slot, n_past, digest);
-    }
-}
-
-scheduler::prefix_counts scheduler::prefix_stats() const {
-    prefix_counts counts;
-    counts.lookups       = prefix_lookups_.load();
-    counts.hits          = prefix_hits_.load();
-    counts.reused_tokens = prefix_reused_.load();
-    counts.entries       = sessions_.entries();
-    counts.snapshots_skipped = prefix_snapshots_skipped_.load();
-    if (prefix_) {
-        for (int32_t slot : sessions_.entry_slots()) {
-            counts.entry_tokens += prefix_->held(slot);
-        }
-    }
-    return counts;
-}
-
-void scheduler::clear_slot(int32_t slot) {
-    engine_.slot_clear(slot);
-    if (prefix_) {
-        prefix_->forget(slot);
-    }
-}
-
-void scheduler::release_or_keep(const session_key & key, std::function<void(bool)> & done) {
-    const int32_t slot = sessions_.release(key);
-    if (slot >= 0) {
-        if (prefix_ && !prefix_->whole_only() && prefix_->held(slot) > 0) {
-            // Its exact prefix stays for later sessions; the positions after it are
-            // dropped when one copies it. (A whole-only memory cannot drop them: its
-            // entries are snapshots.)
-            sessions_.keep(slot, session_clock::now());
-            for (int32_t dropped : sessions_.drop_entries(prefix_max_entries_)) {
-                clear_slot(dropped);
-            }
-        } else {
-            clear_slot(slot);
-        }
-    }
-    if (done) {
-        done(slot >= 0);
-    }
-}
-
-int32_t scheduler::prefix_source(const step_job & job, std::optional<shard_error> & error) {
-    ++prefix_lookups_;
-    prefix_cache::match found;
-    if (prefix_ && static_cast<int64_t>(job.prefix_tokens.size()) == job.n_past) {
-        std::vector<int32_t> candidates;
-        if (prefix_->whole_only()) {
-            candidates = sessions_.entry_slots(); // a live session holds more than its prefix
-        } else {
-            for (int32_t slot = 0; slot < sessions_.n_slots(); ++slot) {
-                candidates.push_back(slot); // entries and live sessions alike: positions before
-            }                               // a slot's exact prefix end are never rewritten
-        }
-        found = prefix_->find(job.key.route_id, job.key.epoch, job.prefix_tokens, job.prefix_chain, candidates,
-                              job.cache_salt);
-    }
-    if (found.slot >= 0 && found.held >= job.n_past && job.n_past > 0) {
-        return found.slot;
-    }
-    error = make_error(error_reason::cache_miss,
-        "the stage holds no exact prefix of " + std::to_string(job.n_past) + " of these tokens",
-        {{"stage_n_past", "0"}, {"expected_n_past", std::to_string(job.n_past)},
-         {"prefix_held", std::to_string(std::min<int64_t>(found.held, job.n_past))}});
-    return -1;
-}
-
-int32_t scheduler::snapshot(int32_t slot, const step_job & job, std::vector<int32_t> & busy,
-                            session_clock::time_point now) {
-    const int64_t n = job.n_past;
-    if (n <= 0 || prefix_->held(slot) != n) {
-        ++prefix_snapshots_skipped_; // not all of it fed on the grid: no cold run's state
-        return -1;
-    }
-    const prefix_cache::match same = prefix_->find(job.key.route_id, job.key.epoch, prefix_->tokens(slot),
-                                                   prefix_->input_chain(slot), sessions_.entry_slots(), job.cache_salt);
-    if (same.held == n) {
-        sessions_.touch_entry(same.slot, now); // held already
-        return -1;
-    }
-    const int32_t spare = sessions_.take_for_entry(prefix_max_entries_, busy);
-    if (spare < 0) {
-        ++prefix_snapshots_skipped_; // never at a live session's cost
-        return -1;
-    }
-    clear_slot(spare);
-    if (!engine_.slot_copy_prefix(slot, spare, static_cast<int32_t>(n))) {
-        ++prefix_snapshots_skipped_;
-        return -1;
-    }
-    prefix_->copied(slot, spare, n);
-    sessions_.keep(spare, now);
-    // the copy lands at this batch's decode: until then no session may take or clear it
-    busy.push_back(spare);
-    return spare;
-}
-
-void scheduler::settle_copies(bool decoded, const std::vector<std::pair<int32_t, session_key>> & into) {
-    if (decoded) {
-        for (int32_t slot : unsettled_) {
-            clear_slot(slot); // what landed there is no one's
-        }
-        unsettled_.clear();
-        return;
-    }
-    for (const auto & [slot, key] : into) {
-        if (sessions_.release(key) != slot) { // (an entry's: no session holds it)
-            sessions_.drop_entry(slot);
-        }
-        prefix_->forget(slot);
-        unsettled_.push_back(slot);
-    }
 }
 
 void scheduler::wait_for_burst(std::unique_lock<std::mutex> & lock) {
@@ -437,16 +278,13 @@ void scheduler::run_batch(std::vector<step_job> & batch) {
     const auto now = session_clock::now();
     std::vector<step_request> requests;
     std::vector<size_t>       request_job; // requests[i] belongs to batch[request_job[i]]
-    std::vector<int32_t>      busy = unsettled_; // a copy queued earlier may still write them
+    std::vector<int32_t>      busy = prefix_.unsettled(); // a copy queued earlier may still write them
     std::vector<step_outcome> outcomes(batch.size());
-    // whole-sequence copies this batch queued, which land only at its decode: the slot
-    // each writes and the session holding it (an entry's: none)
-    std::vector<std::pair<int32_t, session_key>> copied_into;
 
     auto release_slot = [&](const session_key & key) {
         const int32_t slot = sessions_.release(key);
         if (slot >= 0) {
-            clear_slot(slot);
+            prefix_.clear(slot);
         }
     };
 
@@ -461,7 +299,7 @@ void scheduler::run_batch(std::vector<step_job> & batch) {
         int32_t source = -1;
         if (!job.prefix_tokens.empty() && sessions_.find(job.key) < 0) {
             std::optional<shard_error> miss;
-            source = prefix_source(job, miss);
+            source = prefix_.source({job.key, job.n_past, job.prefix_tokens, job.prefix_chain, job.cache_salt}, miss);
             if (miss) {
                 outcome.error = std::move(*miss);
                 continue;
@@ -482,28 +320,17 @@ void scheduler::run_batch(std::vector<step_job> & batch) {
         }
         const int32_t slot = admitted.slot;
         if (admitted.fresh && source >= 0) {
-            // A hit: the slot holds the source's first n_past positions (the source's own
-            // slot when that was the entry it took: it keeps them and drops the rest).
-            if (!engine_.slot_copy_prefix(source, slot, static_cast<int32_t>(job.n_past))) {
+            if (!prefix_.copy(source, slot, job.key, job.n_past, busy, now, outcome.prefix_chain)) {
                 release_slot(job.key);
                 outcome.error = make_error(error_reason::cache_miss, "the stage could not copy the prefix",
                                            {{"stage_n_past", "0"}, {"prefix_held", "0"}});
                 continue;
             }
-            prefix_->copied(source, slot, job.n_past);
-            outcome.prefix_chain = prefix_->output_chain(slot, job.n_past);
-            sessions_.touch_entry(source, now);
-            if (prefix_->whole_only()) {
-                busy.push_back(source); // its copy lands at the decode: keep it until then
-                copied_into.emplace_back(slot, job.key);
-            }
-            ++prefix_hits_;
-            prefix_reused_ += job.n_past;
         } else if (admitted.fresh) {
-            clear_slot(slot); // a reused slot starts empty
+            prefix_.clear(slot); // a reused slot starts empty
         }
-        if (job.discard_from >= 0 && prefix_) {
-            prefix_->truncated(slot, job.discard_from);
+        if (job.discard_from >= 0) {
+            prefix_.truncated(slot, job.discard_from);
         }
         if (auto error = discard_suffix(engine_, slot, job.discard_from)) {
             outcome.error = std::move(*error);
@@ -521,10 +348,8 @@ void scheduler::run_batch(std::vector<step_job> & batch) {
                  {"expected_n_past", std::to_string(job.n_past)}});
             continue;
         }
-        if (job.prefix_snapshot && prefix_ && prefix_->whole_only()) {
-            if (const int32_t entry = snapshot(slot, job, busy, now); entry >= 0) {
-                copied_into.emplace_back(entry, session_key{});
-            }
+        if (job.prefix_snapshot) {
+            prefix_.snapshot(slot, job.key, job.n_past, job.cache_salt, busy, now);
         }
         busy.push_back(slot);
         step_request request;
@@ -570,10 +395,7 @@ void scheduler::run_batch(std::vector<step_job> & batch) {
                 continue;
             }
             sessions_.touch(job.key, finished);
-            if (prefix_) {
-                prefix_->stepped(requests[r].slot, job.key.route_id, job.key.epoch, job.n_past, job.fed_tokens,
-                                 job.cache_salt, job.boundary_digest);
-            }
+            prefix_.stepped(requests[r].slot, job.key, job.n_past, job.fed_tokens, job.cache_salt, job.boundary_digest);
             outcome.ok       = true;
             outcome.n_past   = engine_.slot_n_past(requests[r].slot);
             outcome.slot     = requests[r].slot;
@@ -582,17 +404,16 @@ void scheduler::run_batch(std::vector<step_job> & batch) {
         }
         record_tokens(n_tokens);
     }
-    if (!copied_into.empty() || !unsettled_.empty()) {
-        settle_copies(decoded, copied_into);
-    }
+    prefix_.settle(decoded);
 
     if (!engine_.info().is_last()) {
         // A step whose positions a step queued meanwhile discards goes no further: the
         // stages after this one would compute a void window.
         std::lock_guard<std::mutex> lock(mutex_);
+        const std::vector<queued_window> queue = queued_windows();
         for (size_t i = 0; i < batch.size(); ++i) {
-            const int64_t discard_from = outcomes[i].ok ? queued_discard(batch[i].key) : -1;
-            if (discard_from >= 0 && batch[i].n_past >= discard_from) {
+            const int64_t discard_from = outcomes[i].ok ? void_after_run(batch[i].key, batch[i].n_past, queue) : -1;
+            if (discard_from >= 0) {
                 outcomes[i] = superseded(batch[i], discard_from);
             }
         }

@@ -1,20 +1,19 @@
 // scheduler.h - the one thread that drives the engine: it batches the queued steps of
-// different sessions into one engine step and serialises slot changes.
+// different sessions into one engine step and serialises slot changes. Which queued steps
+// are void is step_voiding's; the prefix cache's slots are prefix_slots'.
 #pragma once
 
 #include "engine.h"
 #include "error_info.h"
-#include "prefix_cache.h"
+#include "prefix_slots.h"
 #include "session_store.h"
+#include "step_voiding.h"
 
 #include <atomic>
 #include <condition_variable>
 #include <deque>
-#include <map>
 #include <functional>
-#include <memory>
 #include <mutex>
-#include <optional>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -107,20 +106,13 @@ public:
     // released sessions' slots kept. Off (0) unless set, before start(), on an engine that
     // can copy a prefix. On one that copies whole sequences only (deepseek4) the entries are
     // the snapshots steps ask for (step_job::prefix_snapshot), each reused only whole.
-    void set_prefix_cache(int32_t block, int32_t max_entries);
-    int32_t prefix_block() const { return prefix_ ? prefix_->block() : 0; }
+    void set_prefix_cache(int32_t block, int32_t max_entries) { prefix_.configure(block, max_entries); }
+    int32_t prefix_block() const { return prefix_.block(); }
     // On the engine thread, from a step's `done`: the grid block at `n_past` that `slot`
     // stepped was sent on as boundary bytes with SHA-256 `digest` (prefix_cache::sent).
-    void prefix_sent(int32_t slot, int64_t n_past, const std::string & digest);
-    struct prefix_counts {
-        int64_t lookups = 0;       // new sessions that asked to start from a prefix
-        int64_t hits = 0;          // ... and did
-        int64_t reused_tokens = 0; // positions copied instead of computed
-        int64_t entries = 0;       // kept slots
-        int64_t entry_tokens = 0;  // positions they hold
-        int64_t snapshots_skipped = 0; // snapshots asked for with no slot to spare
-    };
-    prefix_counts prefix_stats() const;
+    void prefix_sent(int32_t slot, int64_t n_past, const std::string & digest) { prefix_.sent(slot, n_past, digest); }
+    using prefix_counts = meshnet::prefix_counts;
+    prefix_counts prefix_stats() const { return prefix_.stats(); }
 
     int32_t queue_depth() const;
     double  recent_tokens_per_second() const;
@@ -146,34 +138,16 @@ private:
     static constexpr session_clock::duration generating_window = std::chrono::seconds(1);
 
     void run();
-    // Takes out of the queue the steps whose positions a later queued step of their session
-    // discards, or that build on drafts the last stage rejected (a decode loop's windows
-    // dropped at a rejection): each with the position its voiding starts at (the caller
-    // holds mutex_).
+    // Takes out of the queue the steps that are void (step_voiding.h), each with the
+    // position its voiding starts at (the caller holds mutex_).
     std::vector<std::pair<step_job, int64_t>> take_superseded();
-    // The lowest discard_from of the session's queued steps, -1 when none discards (the
-    // caller holds mutex_).
-    int64_t queued_discard(const session_key & key) const;
+    std::vector<queued_window> queued_windows() const; // the caller holds mutex_
     step_outcome superseded(const step_job & job, int64_t discard_from);
     void wait_for_burst(std::unique_lock<std::mutex> & lock);
     size_t group_size(session_clock::time_point now) const;
     void run_batch(std::vector<step_job> & batch);
     void record_tokens(int64_t n_tokens);
-    void release_or_keep(const session_key & key, std::function<void(bool)> & done);
-    void clear_slot(int32_t slot);
-    // A new session's step that starts from a cached prefix: the slot to copy it from, or
-    // -1 with the refusal in `error` (CACHE_MISS with `prefix_held`).
-    int32_t prefix_source(const step_job & job, std::optional<shard_error> & error);
-    // Keeps the whole sequence of `slot` (the session's, before its step) as an entry, in a
-    // slot no live session needs and none of `busy`; the copy lands at the step's decode.
-    // Returns the entry's slot, or -1 when none was kept.
-    int32_t snapshot(int32_t slot, const step_job & job, std::vector<int32_t> & busy,
-                     session_clock::time_point now);
-    // A batch queued whole-sequence copies (`into`: the slots they write) and no decode
-    // ran to land them: they land at the next decode, so those slots are held out of use
-    // until one has (`unsettled_`), their entries and sessions dropped. After a batch
-    // whose decode ran, the slots held out so far are free again.
-    void settle_copies(bool decoded, const std::vector<std::pair<int32_t, session_key>> & into);
+    bool is_live(const session_key & key) const { return sessions_.find(key) >= 0; }
 
     engine_i &      engine_;
     session_store & sessions_;
@@ -185,7 +159,7 @@ private:
     mutable std::mutex      mutex_;
     std::condition_variable wake_;
     std::deque<step_job>    steps_;
-    std::map<session_key, int64_t> rejected_; // rejected_from() marks not yet cleared
+    step_voiding            voiding_; // rejected_from() marks not yet cleared
     session_clock::time_point last_arrival_;
     std::deque<release_job> releases_;
     int                     holds_    = 0;
@@ -198,13 +172,7 @@ private:
     std::atomic<int64_t> engine_micros_{0};
     std::atomic<int64_t> superseded_steps_{0};
     std::atomic<int64_t> kv_used_{0};
-    std::unique_ptr<prefix_cache> prefix_;
-    size_t               prefix_max_entries_ = 0;
-    std::atomic<int64_t> prefix_lookups_{0};
-    std::atomic<int64_t> prefix_hits_{0};
-    std::atomic<int64_t> prefix_reused_{0};
-    std::atomic<int64_t> prefix_snapshots_skipped_{0};
-    std::vector<int32_t> unsettled_; // slots a queued whole-sequence copy may still write
+    prefix_slots         prefix_;
     mutable std::mutex   rate_mutex_;
     std::deque<std::pair<session_clock::time_point, int64_t>> rate_window_;
 };
