@@ -21,6 +21,7 @@ import tempfile
 import urllib.request
 from pathlib import Path
 
+from meshnet.api.drafter_kind import DrafterKind
 from meshnet.api.shardroute import LayerRange
 from meshnet.devtools.tiny_deepseek4 import SMALL, write_tiny_deepseek4
 from meshnet.devtools.tiny_dspark import DSPARK, write_tiny_dspark
@@ -54,7 +55,7 @@ def run(target: Path, drafter: Path | None, split: list[tuple[int, int]], tokens
         k: int, logs: Path) -> tuple[dict[str, float], object]:
     specs = [LaunchSpec(model=target, layers=LayerRange(*span), route_id="bench/dspark",
                         threads=1, ctx=1024, discard_depth=2 * k + 1,
-                        drafter="dspark" if drafter and span == split[-1] else None,
+                        drafter=DrafterKind.DSPARK if drafter and span == split[-1] else None,
                         drafter_k=k if drafter and span == split[-1] else None,
                         drafter_model=drafter if drafter and span == split[-1] else None)
              for span in split]

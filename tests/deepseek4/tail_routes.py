@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from meshnet.api.drafter_kind import DrafterKind
 from meshnet.api.shardroute import LayerRange
 from meshnet.local.process import LaunchSpec, WorkerProcess, route_key_of, start_route
 from meshnet.route import Generation, RouteDriver, Sampling
@@ -37,10 +38,10 @@ def drafting_passes(worker: WorkerProcess) -> int:
 
 @dataclass(frozen=True)
 class Drafting:
-    """The drafter a suite's last stages host: `kind` (mtp | dspark), `drafts` per window,
+    """The drafter a suite's last stages host: `kind`, `drafts` per window,
     `windows` in flight at most."""
 
-    kind: str
+    kind: DrafterKind
     drafts: int
     windows: int
 
@@ -77,7 +78,7 @@ class TailRoutes:
                      for span in split]
             self.started[model, kind] = start_route(
                 self.lane.binary, specs,
-                self.logs.mktemp(f"ds4-{self.drafting.kind}-{model}-{kind}-{self.lane.name}"),
+                self.logs.mktemp(f"ds4-{self.drafting.kind.value}-{model}-{kind}-{self.lane.name}"),
                 chain=True, ring=kind != "chain", timeout=600)
         return self.started[model, kind]
 
@@ -122,8 +123,9 @@ def runs_on_and_off(routes: TailRoutes, model: str, kinds: list[str],
                 serial.to_json())
             assert serial.draft_tokens > runs["off", "serial"].draft_tokens
     for key, run in runs.items():
-        print(f"{drafting.kind} {model} {sampling} {key}: drafts {run.draft_tokens}, accepted "
-              f"{run.accepted_draft_tokens} ({run.acceptance_rate:.3f}), depth {run.loop_depth}")
+        print(f"{drafting.kind.value} {model} {sampling} {key}: drafts {run.draft_tokens},"
+              f" accepted {run.accepted_draft_tokens} ({run.acceptance_rate:.3f}),"
+              f" depth {run.loop_depth}")
     return runs
 
 

@@ -17,8 +17,8 @@ import pytest
 import yaml
 from gguf import GGMLQuantizationType, GGUFReader
 
+from meshnet.api.drafter_kind import DrafterKind
 from meshnet.api.shardroute import LayerRange
-from meshnet.artifacts.drafter import DSPARK, MTP
 from meshnet.artifacts.facts import artifact_facts, stage_footprint
 from meshnet.artifacts.gguf_header import read_header
 from meshnet.devtools.pinned_draft import build_speculative_example, run_draft
@@ -142,7 +142,7 @@ def test_the_facts_report_the_models_own_mtp_block(ds4_small_mtp: Path) -> None:
     facts = artifact_facts([read_header(ds4_small_mtp)])
     assert (facts.block_count, facts.layers, facts.vocab_size) == (9, 8, N_VOCAB)
     drafter = facts.drafter
-    assert drafter is not None and drafter.kind == MTP
+    assert drafter is not None and drafter.kind is DrafterKind.MTP
     assert (drafter.blocks, drafter.target_layers, drafter.block_size) == (1, (7,), 1)
     assert drafter.total_bytes == facts.mtp_bytes > 0
     assert stage_footprint(facts, 0, 8) == facts.total_bytes - facts.mtp_bytes
@@ -153,7 +153,7 @@ def test_the_facts_report_a_dspark_drafter_beside_the_model(ds4_small: Path,
                                                            ds4_dspark: Path) -> None:
     facts = artifact_facts([read_header(ds4_dspark), read_header(ds4_small)])
     drafter = facts.drafter
-    assert drafter is not None and drafter.kind == DSPARK
+    assert drafter is not None and drafter.kind is DrafterKind.DSPARK
     assert (drafter.blocks, drafter.target_layers, drafter.block_size) == (3, (5, 6, 7), 5)
     assert drafter.vocab_size == drafter.draft_vocab == facts.vocab_size == N_VOCAB
     assert drafter.file == ds4_dspark.name

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from gguf import GGUFWriter
 
+from meshnet.api.drafter_kind import DrafterKind
 from meshnet.devtools import tiny_dspark
 from meshnet.devtools.tiny_deepseek4 import SMALL, vocabulary
 from meshnet.route import Sampling, StageClient
@@ -33,7 +34,7 @@ from .tail_routes import (
 
 pytestmark = pytest.mark.slow
 
-DRAFTING = Drafting("dspark", drafts=4, windows=3)  # 4 of the drafter's block of 5
+DRAFTING = Drafting(DrafterKind.DSPARK, drafts=4, windows=3)  # 4 of the drafter's block of 5
 # the drafters read layers 5-7 and 40-42: all on the last stage
 TAPPED = {"small": [5, 6, 7], "v4": [40, 41, 42]}
 

@@ -3,7 +3,11 @@ of recipeDigest (the tokens are those of plain decoding)."""
 
 from __future__ import annotations
 
-from meshnet.api.shardroute import MAX_DRAFTS, MAX_WINDOWS, Recipe, Speculation
+from typing import get_args
+
+from meshnet.api.drafter_kind import DrafterKind
+from meshnet.api.modelartifact import GgufDrafter
+from meshnet.api.shardroute import MAX_DRAFTS, MAX_WINDOWS, Recipe, Speculation, SpeculationMode
 from meshnet.digests import recipe_digest
 from meshnet.route import drafts
 
@@ -43,3 +47,18 @@ def test_speculation_is_not_part_of_the_recipe_digest() -> None:
         "p" * 64, speculating.identity())
     assert recipe_digest("p" * 64, plain.identity()) != recipe_digest(
         "p" * 64, Recipe(context_length=2048).identity())
+
+
+def test_each_drafter_kind_is_one_mode_and_one_artifact_drafter_as_the_crds_spell_it() -> None:
+    """The CRDs keep their values (MTP, DSpark); the worker's names (mtp, dspark) are the
+    kinds' own; the modes that draft without a stage drafter map to none."""
+    modes = get_args(SpeculationMode)
+    assert {mode: Speculation(mode=mode).stage_drafter() for mode in modes} == {
+        "Disabled": None, "Lookup": None, "MTP": DrafterKind.MTP, "DSpark": DrafterKind.DSPARK}
+    assert get_args(GgufDrafter.model_fields["kind"].annotation) == tuple(
+        kind.api_name for kind in DrafterKind) == ("MTP", "DSpark")
+    assert [kind.value for kind in DrafterKind] == ["mtp", "dspark"]
+    for kind in DrafterKind:
+        assert DrafterKind.from_api(kind.api_name) is DrafterKind.from_worker(kind.value) is kind
+    assert DrafterKind.from_worker("") is DrafterKind.from_worker("eagle") is None
+    assert DrafterKind.from_api("mtp") is DrafterKind.from_worker("MTP") is None  # not mixed up

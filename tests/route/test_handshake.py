@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from meshnet.api.drafter_kind import DrafterKind
 from meshnet.route import RouteRefused, check_route
 from meshnet.route.proto import pb
 
@@ -129,11 +130,12 @@ def test_a_route_of_one_stage_or_without_placements_never_takes_turns() -> None:
 
 def test_a_route_that_drafts_needs_its_drafter_on_the_last_stage() -> None:
     hosting = info(20, 30, drafter=pb.DrafterInfo(kind="mtp", max_drafts=3))
-    assert check_route(route(info(0, 20), hosting), drafter="mtp").drafter == "mtp"
-    assert check_route(route(info(0, 20), hosting)).drafter == "mtp"  # hosted, not asked
+    asked = check_route(route(info(0, 20), hosting), drafter=DrafterKind.MTP)
+    assert asked.drafter is DrafterKind.MTP
+    assert check_route(route(info(0, 20), hosting)).drafter is DrafterKind.MTP  # hosted, not asked
     for last in (info(20, 30), info(20, 30, drafter=pb.DrafterInfo(kind="dspark"))):
         with pytest.raises(RouteRefused) as caught:
-            check_route(route(info(0, 20), last), drafter="mtp")
+            check_route(route(info(0, 20), last), drafter=DrafterKind.MTP)
         assert caught.value.reason == "DrafterMissing"
         hosted = last.drafter.kind or "no drafter"
         assert (f"the route drafts with mtp, but its last stage 127.0.0.1:7001 hosts {hosted}"

@@ -2,6 +2,7 @@
 // one contiguous layer range [begin, end) of a GGUF model.
 #pragma once
 
+#include "drafter_kind.h"
 #include "layer_range.h"
 #include "special_split.h"
 #include <cstdint>
@@ -51,15 +52,14 @@ struct engine_params {
     int32_t     n_gpu_layers = 0;
     int32_t     discard_depth = 0;   // deepseek4: compressor-state snapshots per slot, the most
                                      // positions one discard may drop; 0: it cannot discard
-    std::string drafter;             // "": none; "mtp": the model's own MTP layers; "dspark": a
-                                     // DSpark GGUF (drafter_model); last stage only
+    drafter_kind drafter = drafter_kind::none; // last stage only; dspark: the GGUF of drafter_model
     std::string drafter_model;       // dspark: the drafter's GGUF
     int32_t     drafter_k    = 3;    // tokens the drafter proposes per window
 };
 
-// A drafter the stage hosts (GetInfo drafter): kind "" when none.
+// A drafter the stage hosts (GetInfo drafter), as it reports itself: kind none when none.
 struct drafter_facts {
-    std::string          kind;
+    drafter_kind         kind         = drafter_kind::none;
     int32_t              max_drafts   = 0;
     size_t               weight_bytes = 0; // its weights on this stage
     size_t               state_bytes  = 0; // its state, all slots
@@ -85,7 +85,7 @@ struct engine_info {
     int32_t         discard_depth = 0;    // with can_discard: the most positions one discard may
                                           // drop (fewer where recent steps hold fewer); 0: any
     size_t          discard_bytes = 0;    // memory the snapshots behind discard_depth cost per slot
-    drafter_facts   drafter;              // last stage: the drafter it hosts (kind "" when none)
+    drafter_facts   drafter;              // last stage: the drafter it hosts (kind none when none)
     bool            can_copy_prefix = false; // slot_copy_prefix works (prefix cache)
     bool            copies_whole_only = false; // with can_copy_prefix: only a source's whole
                                                // sequence (deepseek4: no suffix can be dropped)

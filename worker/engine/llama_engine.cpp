@@ -2,11 +2,10 @@
 // one context whose sequences are the session slots; a step is batched into one decode.
 #include "cpu_backend.h"
 #include "discard_bytes.h"
+#include "drafter_factory.h"
 #include "engine.h"
 #include "gguf_facts.h"
 #include "layer_range.h"
-#include "dspark_drafter.h"
-#include "mtp_drafter.h"
 #include "rollback_depth.h"
 #include "slot_memory.h"
 #include "special_split.h"
@@ -69,52 +68,6 @@ step_result failure(engine_status status, std::string message) {
     result.status  = status;
     result.message = std::move(message);
     return result;
-}
-
-// Why `params.drafter` cannot run on this stage ("" when it can).
-std::string drafter_problem(const engine_params & params, const gguf_facts & facts, const layer_range & range) {
-    if (params.drafter != "mtp" && params.drafter != "dspark") {
-        return "unknown drafter '" + params.drafter + "' (this worker runs: mtp, dspark)";
-    }
-    if (params.drafter_k < 1 || params.drafter_k > 7) {
-        return "the drafter proposes 1 to 7 tokens per window, got " + std::to_string(params.drafter_k);
-    }
-    if (params.drafter == "dspark") {
-        if (params.drafter_model.empty()) {
-            return "the dspark drafter needs its GGUF (drafter_model)";
-        }
-        if (facts.arch != "deepseek4" || range.end != facts.n_layer) {
-            return "the dspark drafter runs on the last stage of a deepseek4 model, not layers " + range.str() +
-                   " of " + facts.arch;
-        }
-        return ""; // which layers it reads, the drafter's own file says (dspark_drafter::init)
-    }
-    if (facts.arch != "deepseek4" || facts.n_nextn <= 0) {
-        return "the mtp drafter needs a deepseek4 model with MTP (nextn) layers; " + params.model_path + " is " +
-               facts.arch + " with " + std::to_string(facts.n_nextn) + " MTP layers";
-    }
-    if (range.end != facts.n_layer) {
-        return "the mtp drafter reads the output of layer " + std::to_string(facts.n_layer - 1) + ": only the stage " +
-               "owning it (the route's last) can host it, not layers " + range.str();
-    }
-    return "";
-}
-
-// What the drafter's tensors take in the stage's weight buffer (each padded to the CPU
-// buffer's alignment): its blocks and, on a stage that does not embed its own input, the
-// token embeddings (patch 0016 loads them there).
-size_t drafter_weight_bytes(const gguf_facts & facts, bool owns_embeddings) {
-    ggml_backend_dev_t cpu = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
-    const size_t align = cpu ? ggml_backend_buft_get_alignment(ggml_backend_dev_buffer_type(cpu)) : 1;
-    const auto padded = [align](size_t bytes) { return (bytes + align - 1) / align * align; };
-    size_t total = 0;
-    for (size_t bytes : facts.nextn_tensors) {
-        total += padded(bytes);
-    }
-    if (!owns_embeddings && !facts.nextn_embeds) {
-        total += padded(facts.token_embd_bytes);
-    }
-    return total;
 }
 
 int32_t default_threads() {
@@ -627,12 +580,10 @@ engine_ptr llama_engine_init(const engine_params & params, std::string & error) 
         error = range_problem;
         return nullptr;
     }
-    if (!params.drafter.empty()) {
-        const std::string problem = drafter_problem(params, facts, range);
-        if (!problem.empty()) {
-            error = problem;
-            return nullptr;
-        }
+    const std::string drafter_refusal = drafter_problem(params, facts, range);
+    if (!drafter_refusal.empty()) {
+        error = drafter_refusal;
+        return nullptr;
     }
     if (params.n_ctx <= 0 || params.n_slots <= 0 || params.n_batch <= 0 || params.n_threads < 0) {
         error = "n_ctx, n_slots and n_batch must be positive, n_threads non-negative";
@@ -653,9 +604,7 @@ engine_ptr llama_engine_init(const engine_params & params, std::string & error) 
     // machines (llama-bench too, unless --repack 0), and the plain layout keeps the stage
     // footprint equal to the tensors it owns
     mparams.use_extra_bufts = false;
-    // the MTP layers and what they need beside the stage's own (patch 0016)
-    // (with dspark: only the token embeddings, which the drafter borrows, patch 0017)
-    mparams.load_mtp        = params.drafter == "mtp" || params.drafter == "dspark";
+    mparams.load_mtp        = drafter_loads_mtp(params.drafter);
 
     llama_model_ptr model;
     {
@@ -744,55 +693,14 @@ engine_ptr llama_engine_init(const engine_params & params, std::string & error) 
     }
 
     const int32_t n_batch = static_cast<int32_t>(llama_n_batch(ctx.get()));
-    std::unique_ptr<tail_drafter> drafter;
-    if (params.drafter == "mtp") {
-        mtp_drafter_params dparams;
-        dparams.n_slots    = info.n_slots;
-        dparams.n_ctx      = info.n_ctx;
-        dparams.n_batch    = n_batch;
-        dparams.n_threads  = n_threads;
-        dparams.max_drafts = params.drafter_k;
-        // the row before a step's first position, as far back as a discard reaches
-        dparams.keep_rows  = info.discard_depth + 2 * (params.drafter_k + 1);
-        load_log_capture capture;
-        drafter = mtp_drafter::init(model.get(), ctx.get(), dparams, error);
-        if (!drafter) {
-            return nullptr;
-        }
-        // the drafter pairs every row with its token: the stage needs the ids beside the boundary
-        info.needs_token_sideband  = true;
-        info.drafter.kind          = "mtp";
-        info.drafter.max_drafts    = params.drafter_k;
-        info.drafter.weight_bytes  = drafter_weight_bytes(facts, info.is_first());
-        info.drafter.state_bytes   = drafter->state_bytes();
-        info.drafter.target_layers = { info.n_layer - 1 };
-        info.drafter.n_vocab       = info.n_vocab;
-    } else if (params.drafter == "dspark") {
-        dspark_drafter_params dparams;
-        dparams.path       = params.drafter_model;
-        dparams.n_slots    = info.n_slots;
-        dparams.n_ctx      = info.n_ctx;
-        dparams.n_batch    = n_batch;
-        dparams.n_threads  = n_threads;
-        dparams.max_drafts = params.drafter_k;
-        load_log_capture capture;
-        std::unique_ptr<dspark_drafter> dspark = dspark_drafter::init(model.get(), ctx.get(), dparams, error);
-        if (!dspark) {
-            return nullptr;
-        }
-        info.drafter.kind          = "dspark";
-        info.drafter.max_drafts    = params.drafter_k;
-        // its own file, and the token embeddings the stage loads for it
-        info.drafter.weight_bytes  = dspark->weight_bytes() + drafter_weight_bytes(facts, info.is_first());
-        info.weight_bytes         += dspark->weight_bytes(); // the stage's footprint holds it
-        info.drafter.state_bytes   = dspark->state_bytes();
-        for (int32_t t : dspark->shape().target_layers) {
-            info.drafter.target_layers.push_back(t - 1); // the main layer whose output it is
-        }
-        info.drafter.n_vocab       = dspark->shape().n_vocab;
-        drafter = std::move(dspark);
+    hosted_drafter hosted;
+    if (!drafter_build(params, facts, info, drafter_host{model.get(), ctx.get(), n_batch, n_threads}, hosted, error)) {
+        return nullptr;
     }
-    return std::make_unique<llama_engine>(std::move(info), std::move(model), std::move(ctx), n_batch, std::move(drafter));
+    info.drafter               = hosted.facts;
+    info.weight_bytes         += hosted.own_weight_bytes; // the stage's footprint holds it
+    info.needs_token_sideband  = info.needs_token_sideband || hosted.needs_token_ids;
+    return std::make_unique<llama_engine>(std::move(info), std::move(model), std::move(ctx), n_batch, std::move(hosted.drafter));
 }
 
 } // namespace meshnet

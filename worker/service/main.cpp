@@ -40,7 +40,7 @@ meshnet::exactness measure_or_recall(const meshnet::worker_params & params, mesh
         {"batch", std::to_string(params.n_batch)},
         {"exact_batch_rows", std::to_string(params.exact_batch_rows)},
         {"discard_depth", std::to_string(params.discard_depth)},
-        {"drafter", params.drafter + " " + std::to_string(params.drafter_k) + " " + params.drafter_model},
+        {"drafter", std::string(meshnet::drafter_kind_name(params.drafter)) + " " + std::to_string(params.drafter_k) + " " + params.drafter_model},
         {"cpu_backend", meshnet::cpu_backend_describe()},
         {"vulkan_devices", visible ? visible : ""},
         {"cpu_variant", variant ? variant : ""},
@@ -156,9 +156,9 @@ int main(int argc, char ** argv) {
         std::fprintf(stderr, "meshnet-shard-worker: discard depth %d: %zu bytes of state snapshots per slot "
                      "(%zu bytes of KV and state in all)\n", info.discard_depth, info.discard_bytes, info.kv_bytes);
     }
-    if (!info.drafter.kind.empty()) {
+    if (info.drafter.kind != meshnet::drafter_kind::none) {
         std::fprintf(stderr, "meshnet-shard-worker: drafter %s, %d tokens per window: %zu bytes of weights, "
-                     "%zu bytes of state\n", info.drafter.kind.c_str(), info.drafter.max_drafts,
+                     "%zu bytes of state\n", meshnet::drafter_kind_name(info.drafter.kind), info.drafter.max_drafts,
                      info.drafter.weight_bytes, info.drafter.state_bytes);
     }
     if (server.metrics_port() > 0) {

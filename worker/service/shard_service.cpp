@@ -101,9 +101,9 @@ grpc::ServerUnaryReactor * shard_service::GetInfo(grpc::CallbackServerContext * 
     response->set_exactness_probe_ms(static_cast<uint32_t>((identity.exact.probe_micros + 500) / 1000));
     response->set_ring_last(identity.ring_last);
     response->set_ring_last_incarnation(core_.ring_last_incarnation());
-    if (!info.drafter.kind.empty()) {
+    if (info.drafter.kind != drafter_kind::none) {
         pb::DrafterInfo * drafter = response->mutable_drafter();
-        drafter->set_kind(info.drafter.kind);
+        drafter->set_kind(drafter_kind_name(info.drafter.kind));
         drafter->set_max_drafts(static_cast<uint32_t>(info.drafter.max_drafts));
         drafter->set_weight_bytes(info.drafter.weight_bytes);
         drafter->set_state_bytes(info.drafter.state_bytes);

@@ -434,7 +434,7 @@ void stage_core::answer(const output_plan & plan, step_outcome & outcome, pb::Fo
 
 void stage_core::draft_next(const output_plan & plan, int32_t pos, int32_t token, const step_outcome & outcome,
                             pb::ForwardResponse & response) {
-    if (stage_.info.drafter.kind.empty() || outcome.slot < 0 || plan.want_drafts <= 0) {
+    if (stage_.info.drafter.kind == drafter_kind::none || outcome.slot < 0 || plan.want_drafts <= 0) {
         return;
     }
     const auto started = std::chrono::steady_clock::now();

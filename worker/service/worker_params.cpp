@@ -78,6 +78,10 @@ static bool set_boundary_dtype(worker_params & params, const std::string & value
     return wire_dtype_parse(value, params.boundary_dtype);
 }
 
+static bool set_drafter(worker_params & params, const std::string & value) {
+    return drafter_kind_parse(value, params.drafter);
+}
+
 static bool set_local_relay(worker_params & params, const std::string & value) {
     if (value != "on" && value != "off") return false;
     params.local_relay = value == "on";
@@ -187,7 +191,7 @@ const std::vector<worker_flag> & worker_flags() {
          "at start on a stage without the last layer (or, for dspark, without a layer the drafter "
          "reads), a model without MTP layers (mtp), a drafter of another vocabulary (dspark) or "
          "another architecture",
-         set_string<&P::drafter>},
+         set_drafter},
         {"--drafter-k", "N", "3", nullptr,
          "tokens the drafter proposes per window, 1 to 7",
          set_drafter_k},
@@ -365,12 +369,7 @@ bool worker_params_validate(const worker_params & params, std::string & error) {
         error = "--model is required";
         return false;
     }
-    if (!params.drafter.empty() && params.drafter != "mtp" && params.drafter != "dspark") {
-        error = "--drafter takes mtp (the model's own MTP layers) or dspark (a DSpark GGUF), got '" +
-                params.drafter + "'";
-        return false;
-    }
-    if ((params.drafter == "dspark") != !params.drafter_model.empty()) {
+    if ((params.drafter == drafter_kind::dspark) != !params.drafter_model.empty()) {
         error = "--drafter dspark and --drafter-model (the DSpark drafter's GGUF) go together";
         return false;
     }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "boundary_codec.h"
+#include "drafter_kind.h"
 #include "layer_range.h"
 
 #include <cstddef>
@@ -29,7 +30,7 @@ struct worker_params {
     int32_t     n_threads       = 0;
     int32_t     n_gpu_layers    = 0;
     int32_t     discard_depth   = 0;            // deepseek4: snapshots per slot (positions a discard may drop)
-    std::string drafter;                        // "": none; "mtp": the model's MTP layers (last stage)
+    drafter_kind drafter        = drafter_kind::none; // the last stage's drafter (--drafter)
     int32_t     drafter_k       = 3;            // tokens the drafter proposes per window (1..7)
     std::string drafter_model;                  // --drafter dspark's GGUF
     wire_dtype  boundary_dtype  = wire_dtype::f32;

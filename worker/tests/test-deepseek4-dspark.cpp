@@ -31,7 +31,7 @@ engine_ptr load(int32_t begin, int32_t end, bool drafting, int32_t k = K, std::s
     params.n_threads     = 1;
     params.discard_depth = 8;
     if (drafting) {
-        params.drafter       = "dspark";
+        params.drafter       = drafter_kind::dspark;
         params.drafter_model = ds4_test::model("MESHNET_TEST_DS4_DSPARK_MODEL");
         params.drafter_k     = k;
     }
@@ -68,7 +68,7 @@ TEST("only the last stage holds the drafter's weights, and GetInfo's facts say w
     CHECK(plain && drafting);
     if (!plain || !drafting) return;
     const drafter_facts & drafter = drafting->info().drafter;
-    CHECK(drafter.kind == "dspark" && drafter.max_drafts == 5 && drafter.n_vocab == drafting->info().n_vocab);
+    CHECK(drafter.kind == drafter_kind::dspark && drafter.max_drafts == 5 && drafter.n_vocab == drafting->info().n_vocab);
     CHECK((drafter.target_layers == std::vector<int32_t>{5, 6, 7}));
     CHECK(drafter.weight_bytes > 0 && drafter.state_bytes > 0);
     const size_t added = drafting->info().weight_bytes - plain->info().weight_bytes;
@@ -92,7 +92,7 @@ TEST("the logits are the same bits with the drafter on and off, and the split dr
     route on  = split(true);
     route off = split(false);
     engine_ptr whole = load(0, -1, true);
-    CHECK(whole && whole->info().drafter.kind == "dspark");
+    CHECK(whole && whole->info().drafter.kind == drafter_kind::dspark);
     if (!whole) return;
     const int32_t n_vocab = on.last().info().n_vocab;
     const std::vector<int32_t> prompt = ds4_test::tokens(N_PROMPT, 5);

@@ -19,7 +19,7 @@ namespace {
 constexpr int32_t N_PROMPT = 40;
 constexpr int32_t N_TOKENS = 24;
 
-engine_ptr load(int32_t begin, int32_t end, const std::string & drafter, int32_t k = 3,
+engine_ptr load(int32_t begin, int32_t end, drafter_kind drafter, int32_t k = 3,
                 std::string * error = nullptr, const char * variable = "MESHNET_TEST_DS4_MTP_MODEL",
                 int32_t discard_depth = 8) {
     engine_params params;
@@ -42,10 +42,10 @@ engine_ptr load(int32_t begin, int32_t end, const std::string & drafter, int32_t
 
 using ds4_test::route;
 
-route split(const std::string & drafter) {
+route split(drafter_kind drafter) {
     route r;
-    r.stages.push_back(load(0, 3, ""));
-    r.stages.push_back(load(3, 5, ""));
+    r.stages.push_back(load(0, 3, drafter_kind::none));
+    r.stages.push_back(load(3, 5, drafter_kind::none));
     r.stages.push_back(load(5, 8, drafter));
     return r;
 }
@@ -58,25 +58,23 @@ int32_t greedy(const std::vector<float> & logits, size_t row, int32_t n_vocab) {
 
 TEST("the mtp drafter loads only on the stage that owns the last layer, of a model that has one") {
     std::string error;
-    CHECK(!load(0, 3, "mtp", 3, &error));
+    CHECK(!load(0, 3, drafter_kind::mtp, 3, &error));
     CHECK(error.find("only the stage owning it") != std::string::npos && error.find("not layers 0:3") != std::string::npos);
     std::printf("  %s\n", error.c_str());
-    CHECK(!load(5, 8, "mtp", 3, &error, "MESHNET_TEST_DS4_MODEL"));
+    CHECK(!load(5, 8, drafter_kind::mtp, 3, &error, "MESHNET_TEST_DS4_MODEL"));
     CHECK(error.find("with 0 MTP layers") != std::string::npos);
-    CHECK(!load(5, 8, "mtp", 8, &error));
+    CHECK(!load(5, 8, drafter_kind::mtp, 8, &error));
     CHECK(error.find("1 to 7") != std::string::npos);
-    CHECK(!load(5, 8, "eagle", 3, &error));
-    CHECK(error.find("unknown drafter") != std::string::npos);
 }
 
 TEST("only the last stage holds the drafter's weights, and GetInfo's facts say what it added") {
-    const engine_ptr plain = load(5, 8, "");
-    const engine_ptr drafting = load(5, 8, "mtp", 5);
+    const engine_ptr plain = load(5, 8, drafter_kind::none);
+    const engine_ptr drafting = load(5, 8, drafter_kind::mtp, 5);
     CHECK(plain && drafting);
     if (!plain || !drafting) return;
     const drafter_facts & drafter = drafting->info().drafter;
-    CHECK(plain->info().drafter.kind.empty());
-    CHECK(drafter.kind == "mtp" && drafter.max_drafts == 5 && drafter.n_vocab == drafting->info().n_vocab);
+    CHECK(plain->info().drafter.kind == drafter_kind::none);
+    CHECK(drafter.kind == drafter_kind::mtp && drafter.max_drafts == 5 && drafter.n_vocab == drafting->info().n_vocab);
     CHECK(drafter.target_layers == std::vector<int32_t>{7});
     CHECK(drafter.weight_bytes > 0 && drafter.state_bytes > 0);
     const size_t added = drafting->info().weight_bytes - plain->info().weight_bytes;
@@ -85,14 +83,14 @@ TEST("only the last stage holds the drafter's weights, and GetInfo's facts say w
     CHECK(added == drafter.weight_bytes);
     // the drafter pairs rows with their tokens: the stage asks for the ids beside the boundary
     CHECK(drafting->info().needs_token_sideband && !plain->info().needs_token_sideband);
-    const engine_ptr first = load(0, 3, "");
-    CHECK(first && first->info().drafter.kind.empty());
+    const engine_ptr first = load(0, 3, drafter_kind::none);
+    CHECK(first && first->info().drafter.kind == drafter_kind::none);
 }
 
 TEST("the last stage's logits are the same bits with the drafter on and off, and as unsplit") {
-    route on  = split("mtp");
-    route off = split("");
-    engine_ptr whole = load(0, -1, "", 3, nullptr, "MESHNET_TEST_DS4_MODEL");
+    route on  = split(drafter_kind::mtp);
+    route off = split(drafter_kind::none);
+    engine_ptr whole = load(0, -1, drafter_kind::none, 3, nullptr, "MESHNET_TEST_DS4_MODEL");
     const std::vector<int32_t> prompt = ds4_test::tokens(N_PROMPT, 3);
     const std::vector<float> a = on.step(0, prompt, 0);
     const std::vector<float> b = off.step(0, prompt, 0);
@@ -101,10 +99,10 @@ TEST("the last stage's logits are the same bits with the drafter on and off, and
 }
 
 TEST("a split last stage drafts what the unsplit model drafts, through verify windows and discards") {
-    route on = split("mtp");
-    route off = split(""); // the same windows without the drafter: what its catch-up costs
-    engine_ptr whole = load(0, -1, "mtp");
-    CHECK(whole && whole->info().drafter.kind == "mtp");
+    route on = split(drafter_kind::mtp);
+    route off = split(drafter_kind::none); // the same windows without the drafter: what its catch-up costs
+    engine_ptr whole = load(0, -1, drafter_kind::mtp);
+    CHECK(whole && whole->info().drafter.kind == drafter_kind::mtp);
     const int32_t n_vocab = whole->info().n_vocab;
     const std::vector<int32_t> prompt = ds4_test::tokens(N_PROMPT, 5);
     std::vector<float> split_logits = on.step(1, prompt, 0);
@@ -162,9 +160,9 @@ TEST("a split last stage drafts what the unsplit model drafts, through verify wi
 }
 
 TEST("sessions that share an engine step draft what each drafts alone") {
-    engine_ptr together = load(5, 8, "mtp");
-    engine_ptr alone = load(5, 8, "mtp");
-    engine_ptr first = load(0, 5, "");
+    engine_ptr together = load(5, 8, drafter_kind::mtp);
+    engine_ptr alone = load(5, 8, drafter_kind::mtp);
+    engine_ptr first = load(0, 5, drafter_kind::none);
     const std::vector<int32_t> a = ds4_test::tokens(12, 7), b = ds4_test::tokens(9, 8);
     // the boundaries of both prompts, from a first stage of layers 0-4
     const step_result ra = ds4_test::run(*first, ds4_test::token_step(0, a, 0));
@@ -188,8 +186,8 @@ TEST("sessions that share an engine step draft what each drafts alone") {
 TEST("drafts do not depend on how the prompt was cut into steps, steps longer than the rows kept included") {
     // K = 1 and no discard: the drafter keeps 4 rows per slot, fewer than a step of 8 brings,
     // yet every row of a step pairs with the token after it
-    engine_ptr eights = load(0, -1, "mtp", 1, nullptr, "MESHNET_TEST_DS4_MTP_MODEL", 0);
-    engine_ptr ones = load(0, -1, "mtp", 1, nullptr, "MESHNET_TEST_DS4_MTP_MODEL", 0);
+    engine_ptr eights = load(0, -1, drafter_kind::mtp, 1, nullptr, "MESHNET_TEST_DS4_MTP_MODEL", 0);
+    engine_ptr ones = load(0, -1, drafter_kind::mtp, 1, nullptr, "MESHNET_TEST_DS4_MTP_MODEL", 0);
     CHECK(eights && ones);
     if (!eights || !ones) return;
     const int32_t n_vocab = ones->info().n_vocab;

@@ -92,16 +92,29 @@ TEST("flags keep their values and bounds") {
     CHECK(ok.params.model_path == "m.gguf" && ok.params.layers.begin == 3 && ok.params.layers.end == 7);
     CHECK(ok.params.epoch == 9 && ok.params.n_slots == 2 && ok.params.n_ctx == 64);
     CHECK(ok.params.max_loop_drafts == 0 && ok.params.max_loop_windows == 8 && ok.params.exit_with_parent == 2);
-    CHECK(!ok.params.local_relay && ok.params.boundary_dtype == wire_dtype::bf16 && ok.params.drafter == "mtp");
+    CHECK(!ok.params.local_relay && ok.params.boundary_dtype == wire_dtype::bf16 && ok.params.drafter == drafter_kind::mtp);
     CHECK(ok.params.drafter_k == 7 && ok.params.max_message_bytes == 1024);
     for (const std::vector<std::string> & bad : std::vector<std::vector<std::string>>{
              {"--slots", "0"}, {"--ctx", "1x"}, {"--epoch", "-1"}, {"--threads", "-1"},
              {"--max-loop-drafts", "8"}, {"--max-loop-windows", "0"}, {"--max-loop-windows", "9"},
              {"--exit-with-parent", "1"}, {"--local-relay", "yes"}, {"--boundary-dtype", "f8"},
              {"--layers", "5:5"}, {"--max-message-bytes", "1023"}, {"--local-relay-idle-ms", "0"},
-             {"--batch", "2147483648"}, {"--ring-subscribers", "0"}}) {
+             {"--batch", "2147483648"}, {"--ring-subscribers", "0"}, {"--drafter", "eagle"}}) {
         CHECK(refused(bad, "bad value for " + bad[0]));
     }
+}
+
+TEST("--drafter names a kind: each kind's name (GetInfo's too) parses back to it, '' to none") {
+    for (drafter_kind kind : {drafter_kind::none, drafter_kind::mtp, drafter_kind::dspark}) {
+        drafter_kind back = kind == drafter_kind::mtp ? drafter_kind::dspark : drafter_kind::mtp;
+        CHECK(drafter_kind_parse(drafter_kind_name(kind), back) && back == kind);
+    }
+    const parsed dspark = parse({"--model", "m.gguf", "--drafter", "dspark", "--drafter-model", "d.gguf"});
+    CHECK(dspark.ok && dspark.params.drafter == drafter_kind::dspark && dspark.params.drafter_model == "d.gguf");
+    const parsed none = parse({"--model", "m.gguf", "--drafter", "mtp", "--drafter="});
+    CHECK(none.ok && none.params.drafter == drafter_kind::none);
+    drafter_kind kept = drafter_kind::mtp;
+    CHECK(!drafter_kind_parse("MTP", kept) && kept == drafter_kind::mtp); // the CRD's spelling is not the flag's
 }
 
 TEST("combinations are refused with a message that names the fix") {
@@ -109,7 +122,6 @@ TEST("combinations are refused with a message that names the fix") {
     CHECK(refused({"--drafter-k", "8"}, "--drafter-k takes 1 to 7"));
     CHECK(refused({"--drafter", "dspark"}, "--drafter dspark and --drafter-model"));
     CHECK(refused({"--drafter-model", "d.gguf"}, "--drafter dspark and --drafter-model"));
-    CHECK(refused({"--drafter", "eagle"}, "--drafter takes mtp"));
     CHECK(refused({"--tls-cert", "c"}, "--tls-cert and --tls-key go together"));
     CHECK(refused({"--tls-client-ca", "ca"}, "--tls-client-ca needs"));
     CHECK(refused({"--tls-cert", "c", "--tls-key", "k", "--next-stage", "h:1"}, "--next-stage-ca F"));

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from meshnet.api.drafter_kind import DrafterKind
 from meshnet.api.modelartifact import GgufDrafter
 from meshnet.api.shardroute import (
     DEFAULT_GPU_RESOURCES,
@@ -89,13 +90,13 @@ def route_problems(spec: ShardRouteSpec, block_count: int | None) -> list[Proble
 def removed_field_problems(spec: ShardRouteSpec) -> list[Problem]:
     """A removed field that keeps a value other than the one meaning kept: recipe.mtp's
     only accepted value was Disabled, and no MTP is not speculation.mode MTP."""
-    mtp, mode = spec.recipe.mtp, spec.recipe.speculation.mode
+    mtp = spec.recipe.mtp
     if mtp is None:
         return []
     if mtp != "Disabled":
         return [Problem("spec.recipe.mtp", f"{REMOVED_MTP}; mtp: {mtp} was never accepted"
                         " and is refused: set recipe.speculation.mode instead", "RemovedField")]
-    if mode == "MTP":
+    if spec.recipe.speculation.stage_drafter() is DrafterKind.MTP:
         return [Problem("spec.recipe.mtp", f"{REMOVED_MTP}; mtp: Disabled contradicts"
                         " speculation.mode MTP: remove mtp", "RemovedField")]
     return []
@@ -112,15 +113,16 @@ def drafter_problems(spec: ShardRouteSpec, facts_known: bool,
     from its headers once `facts_known`): none of that kind, or a last stage that does not
     own every layer the drafter reads (only the stage computing those layers has their
     hidden states)."""
-    mode = spec.recipe.speculation.mode
-    if spec.recipe.speculation.stage_drafter() is None or not facts_known:
+    kind = spec.recipe.speculation.stage_drafter()
+    if kind is None or not facts_known:
         return []
-    if drafter is None or drafter.kind != mode:
+    if drafter is None or DrafterKind.from_api(drafter.kind) is not kind:
         carries = f"a {drafter.kind} drafter" if drafter else "no drafter"
-        wanted = ("MTP blocks in its GGUF" if mode == "MTP"
+        wanted = ("MTP blocks in its GGUF" if kind is DrafterKind.MTP
                   else "a DSpark drafter GGUF (a file of role Drafter)")
         return [Problem("spec.recipe.speculation.mode",
-                        f"mode {mode} drafts with {wanted}; the artifact carries {carries}",
+                        f"mode {kind.api_name} drafts with {wanted}; the artifact carries"
+                        f" {carries}",
                         "DrafterMissing")]
     last = spec.stages[-1]
     begin, end = last.layers.begin, last.layers.end
@@ -130,7 +132,7 @@ def drafter_problems(spec: ShardRouteSpec, facts_known: bool,
     reads = ", ".join(str(layer) for layer in drafter.target_layers)
     need = min(drafter.target_layers)
     return [Problem(f"spec.stages[{len(spec.stages) - 1}].layers",
-                    f"the {mode} drafter reads the outputs of layers {reads}, which only the"
-                    f" stage computing them has; the last stage {last.name!r} owns"
+                    f"the {kind.api_name} drafter reads the outputs of layers {reads}, which"
+                    f" only the stage computing them has; the last stage {last.name!r} owns"
                     f" {begin}:{end}: it must begin at layer {need} or earlier",
                     "DrafterLayersSplit")]

@@ -19,6 +19,7 @@ from meshnet.api.common import (
     rule,
     validations,
 )
+from meshnet.api.drafter_kind import DrafterApiName
 from meshnet.digests import manifest_digest
 
 KIND = "ModelArtifact"
@@ -203,7 +204,7 @@ class ArtifactProgress(StatusModel):
 class GgufDrafter(StatusModel):
     """The drafter the artifact carries, from its headers."""
 
-    kind: Literal["MTP", "DSpark"] = Field(
+    kind: DrafterApiName = Field(
         description="MTP: the model's own multi-token-prediction blocks; DSpark: the file of"
                     " role Drafter.")
     target_layers: list[int] = Field(

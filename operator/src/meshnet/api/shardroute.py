@@ -22,6 +22,7 @@ from meshnet.api.common import (
     rule,
     validations,
 )
+from meshnet.api.drafter_kind import DrafterKind
 from meshnet.api.tracker import TrackerStatus
 
 KIND = "ShardRoute"
@@ -56,8 +57,8 @@ CONTIGUOUS_RULE = (
 MAX_DRAFTS = 7
 MAX_WINDOWS = 8
 SpeculationMode = Literal["Disabled", "Lookup", "MTP", "DSpark"]
-# The worker's --drafter for the modes whose drafts come from a drafter on the last stage.
-STAGE_DRAFTERS = {"MTP": "mtp", "DSpark": "dspark"}
+
+
 class Speculation(ApiModel):
     """Speculative decoding on the route: drafts verified in one step through every stage.
     Exact by construction (the tokens are those of plain decoding, greedy or sampled), so
@@ -95,9 +96,10 @@ class Speculation(ApiModel):
     def enabled(self) -> bool:
         return self.mode != "Disabled"
 
-    def stage_drafter(self) -> str | None:
-        """The last stage's --drafter (mtp, dspark), None when drafts are looked up."""
-        return STAGE_DRAFTERS.get(self.mode)
+    def stage_drafter(self) -> DrafterKind | None:
+        """The drafter the last stage hosts (modes MTP, DSpark), None when drafts are
+        looked up (or there are none)."""
+        return DrafterKind.from_api(self.mode)
 
     def loop_drafts(self) -> int:
         """The drafts a first stage's decode loop may take per window (0: none)."""

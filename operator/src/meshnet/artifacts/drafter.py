@@ -10,11 +10,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from meshnet.api.drafter_kind import DrafterKind
 from meshnet.artifacts.gguf_header import GGUFHeader
 from meshnet.errors import DrafterMismatch, IncompleteSplitSet
 
-MTP = "MTP"
-DSPARK = "DSpark"
 DRAFTER_ARCH = "dflash"
 TOKENS_KEY = "tokenizer.ggml.tokens"
 _D2T_BYTES_PER_ROW = 8  # llama.cpp asserts an I64 d2t
@@ -22,7 +21,7 @@ _D2T_BYTES_PER_ROW = 8  # llama.cpp asserts an I64 d2t
 
 @dataclass(frozen=True)
 class DrafterFacts:
-    kind: str  # MTP | DSpark
+    kind: DrafterKind
     blocks: int  # MTP blocks, or the DSpark drafter's stages
     target_layers: tuple[int, ...]  # main layers whose outputs it reads
     vocab_size: int
@@ -33,7 +32,7 @@ class DrafterFacts:
 
     def to_json(self) -> dict[str, Any]:
         document: dict[str, Any] = {
-            "kind": self.kind,
+            "kind": self.kind.api_name,
             "blocks": self.blocks,
             "targetLayers": list(self.target_layers),
             "vocabSize": self.vocab_size,
@@ -65,7 +64,7 @@ def vocab_size(header: GGUFHeader) -> int:
 
 def mtp_drafter(blocks: int, layers: int, vocab: int, mtp_bytes: int) -> DrafterFacts:
     """MTP blocks read the last main layer's output and propose one token per pass."""
-    return DrafterFacts(MTP, blocks, (layers - 1,), vocab, vocab, 1, mtp_bytes)
+    return DrafterFacts(DrafterKind.MTP, blocks, (layers - 1,), vocab, vocab, 1, mtp_bytes)
 
 
 def dspark_drafter(header: GGUFHeader) -> DrafterFacts:
@@ -78,7 +77,7 @@ def dspark_drafter(header: GGUFHeader) -> DrafterFacts:
     vocab = vocab_size(header)
     d2t = header.tensor_bytes.get("d2t")
     return DrafterFacts(
-        kind=DSPARK,
+        kind=DrafterKind.DSPARK,
         blocks=blocks if isinstance(blocks, int) else 0,
         # llama.cpp numbers a layer's input: entry i is the output of main layer i - 1
         target_layers=tuple(layer - 1 for layer in stored),
@@ -96,12 +95,12 @@ def check_drafter(drafter: DrafterFacts, layers: int, vocab: int) -> None:
     outside = [layer for layer in drafter.target_layers if not 0 <= layer < layers]
     if outside:
         raise DrafterMismatch(
-            f"the {drafter.kind} drafter reads layers {outside}, the model has main layers "
-            f"0..{layers - 1}"
+            f"the {drafter.kind.api_name} drafter reads layers {outside}, the model has main"
+            f" layers 0..{layers - 1}"
         )
     if drafter.vocab_size != vocab:
         raise DrafterMismatch(
-            f"the {drafter.kind} drafter's vocabulary has {drafter.vocab_size} tokens, "
+            f"the {drafter.kind.api_name} drafter's vocabulary has {drafter.vocab_size} tokens, "
             f"the model's {vocab}"
         )
 
@@ -109,12 +108,13 @@ def check_drafter(drafter: DrafterFacts, layers: int, vocab: int) -> None:
 def describe_drafter(drafter: DrafterFacts) -> str:
     """One line for people: what it is, what it reads, its vocabulary and bytes."""
     where = f" in {drafter.file}" if drafter.file else ""
-    unit = "stage" if drafter.kind == DSPARK else "block"
+    unit = "stage" if drafter.kind is DrafterKind.DSPARK else "block"
     layers = ", ".join(str(layer) for layer in drafter.target_layers)
     reduced = (f" (drafts over {drafter.draft_vocab})"
                if drafter.draft_vocab != drafter.vocab_size else "")
     return (
-        f"{drafter.kind}{where}, {drafter.blocks} {unit}{'s' if drafter.blocks != 1 else ''} "
+        f"{drafter.kind.api_name}{where}, "
+        f"{drafter.blocks} {unit}{'s' if drafter.blocks != 1 else ''} "
         f"reading main layer{'s' if len(drafter.target_layers) != 1 else ''} {layers}, "
         f"{drafter.block_size} token{'s' if drafter.block_size != 1 else ''} per pass, "
         f"vocabulary {drafter.vocab_size}{reduced}, {drafter.total_bytes:,} bytes"

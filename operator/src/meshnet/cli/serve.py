@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 from aiohttp import web
 
+from meshnet.api.drafter_kind import DrafterKind
 from meshnet.cli.route_key import route_key_option
 from meshnet.cli.tls import tls_client_options
 from meshnet.gateway.api_keys import ApiKeys, ApiKeysError
@@ -65,7 +66,7 @@ def split_listen(listen: str, option: str = "--listen") -> tuple[str, int]:
               help="With --speculate: verify windows a chain's or ring's first stage keeps in "
                    "flight (pipelined speculation, each drafted as if the ones before it were "
                    "accepted whole; a hub keeps one). Tokens are unchanged.")
-@click.option("--drafter", type=click.Choice(["mtp", "dspark"]), default=None,
+@click.option("--drafter", type=click.Choice([kind.value for kind in DrafterKind]), default=None,
               help="The drafter the route's last stage hosts (the recipe's speculation mode "
                    "MTP or DSpark): the route is refused (DrafterMissing) while it does not.")
 @click.option("--api-keys", type=click.Path(dir_okay=False, path_type=Path), default=None,
@@ -110,7 +111,8 @@ def command(route_name: str | None, stages: tuple[str, ...], replicas: tuple[str
     config = GatewayConfig(model=name, max_waiting=max_waiting, speculate=speculate,
                            windows=windows, share_cache_across_keys=key_cache == "shared",
                            report_cached_tokens=cached_tokens == "report")
-    gateway = Gateway(config, Fleet(resolve, tls, recovery_wait, drafter or "", route_key), keys)
+    hosted = DrafterKind(drafter) if drafter else None
+    gateway = Gateway(config, Fleet(resolve, tls, recovery_wait, hosted, route_key), keys)
     app = build_app(gateway)
     if exit_with_parent is not None:
         app.cleanup_ctx.append(_exit_with_parent(exit_with_parent))

@@ -11,6 +11,7 @@ from pathlib import Path, PurePosixPath
 
 import click
 
+from meshnet.api.drafter_kind import DrafterKind
 from meshnet.api.shardroute import LayerRange
 from meshnet.local.stages import launch_spec
 from meshnet.native.flags import WorkerFlag, flags_table, with_block, with_worker_blocks
@@ -102,7 +103,7 @@ def _every_feature() -> WorkerSpec:
         boundary_dtype="f16", pipeline_depth=2, offload=True,
         tls=LinkTls(secret_name="tls", require_client_cert=True), route_key_secret="key",
         links=StageLinks(next_stage="second", ring_last="last"),
-        drafter=StageDrafter(kind="dspark", max_drafts=3, model_file="d.gguf"),
+        drafter=StageDrafter(kind=DrafterKind.DSPARK, max_drafts=3, model_file="d.gguf"),
         loop=LoopSpeculation(drafts=3, windows=2), discard_depth=7, prefix_cache_entries=4,
         prefix_block=16, throughput_batching=True)
 

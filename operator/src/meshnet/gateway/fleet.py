@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from meshnet.api.drafter_kind import DrafterKind
 from meshnet.errors import MeshnetError
 from meshnet.gateway.routes import Endpoints, RouteHandle
 from meshnet.gateway.spread import Candidate, RecentPrompts, pick
@@ -55,7 +56,7 @@ class Fleet:
     resolve: Callable[[], Replicas]
     tls: TlsFiles | None = None
     recovery_wait: float = 15.0
-    drafter: str = ""
+    drafter: DrafterKind | None = None  # the one each replica's last stage must host
     route_key: RouteSecret | None = None  # proved on every call to the stages
     changed: Callable[[], None] = lambda: None  # a replica was taken out or came back
     replicas: dict[str, Replica] = field(default_factory=dict)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 
+from meshnet.api.drafter_kind import DrafterKind
 from meshnet.local.registry import lookup
 from meshnet.route import RouteDriver, RouteInfo, TlsFiles
 from meshnet.route.route_key import RouteSecret
@@ -38,7 +39,7 @@ class RouteHandle:
     """The driver of the route's current stages; a new one when the stages move."""
 
     def __init__(self, resolve: Callable[[], Endpoints], tls: TlsFiles | None = None,
-                 recovery_wait: float = 15.0, drafter: str = "",
+                 recovery_wait: float = 15.0, drafter: DrafterKind | None = None,
                  route_key: RouteSecret | None = None) -> None:
         self._resolve = resolve
         self._tls = tls

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from meshnet.api.common import Topology
+from meshnet.api.drafter_kind import DrafterKind
 from meshnet.route.drafts import MAX_DRAFT, MAX_WINDOWS
 from meshnet.route.errors import PromptTooLong, RouteError, RouteRefused, StageError
 from meshnet.route.generation import Generation
@@ -49,7 +50,7 @@ class RouteDriver:
         decode_loop: bool = True,
         speculate: int = 0,
         windows: int = 1,
-        drafter: str = "",
+        drafter: DrafterKind | None = None,
         reuse_prefix: bool = True,
     ) -> None:
         if topology not in REQUESTABLE:
@@ -68,7 +69,7 @@ class RouteDriver:
         self.decode_loop = decode_loop
         self.speculate = _draft_cap(speculate)
         self.windows = _window_cap(windows)
-        self.drafter = drafter  # the drafter the last stage must host ("": none asked)
+        self.drafter = drafter  # the drafter the last stage must host (None: none asked)
         # Start sessions from the stages' cached prefixes where the route has a prefix
         # cache (off: every prefill is cold, on the cache's grid all the same).
         self.reuse_prefix = reuse_prefix

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from meshnet.api.drafter_kind import DrafterKind
 from meshnet.route.errors import RouteRefused
 from meshnet.route.proto import pb
 
@@ -63,7 +64,7 @@ class RouteInfo:
     can_discard: bool = False  # every stage can drop rejected drafts (speculation)
     # Positions one discard may drop on every stage (0: any; deepseek4's rollback snapshots).
     discard_depth: int = 0
-    drafter: str = ""  # the last stage's drafter (mtp, dspark), "" when it hosts none
+    drafter: DrafterKind | None = None  # the last stage's drafter, None when it hosts none
     # Prefix cache block (GetInfo prefix_block) when every stage has the same and a step may
     # be that wide (max_step_tokens), else 0 (off):
     # prefills are cut on this grid and a session may start from a cached prefix.
@@ -128,9 +129,9 @@ class RouteInfo:
 
 
 def check_route(answers: Sequence[tuple[str, pb.GetInfoResponse]],
-                drafter: str = "") -> RouteInfo:
+                drafter: DrafterKind | None = None) -> RouteInfo:
     """The route the stages describe, in order; RouteRefused lists every problem.
-    `drafter`: the drafter (mtp, dspark) the route's last stage must host, "" for none."""
+    `drafter`: the drafter the route's last stage must host, None for none."""
     if not answers:
         raise RouteRefused(["a route needs at least one stage"])
     problems: list[str] = []
@@ -184,11 +185,12 @@ def check_route(answers: Sequence[tuple[str, pb.GetInfoResponse]],
     if problems:
         raise RouteRefused(problems)
     last_endpoint, last = answers[-1]
-    hosted = last.drafter.kind if last.HasField("drafter") else ""
-    if drafter and hosted != drafter:
-        raise RouteRefused([f"the route drafts with {drafter}, but its last stage "
-                            f"{last_endpoint} hosts {hosted or 'no drafter'} (started without"
-                            f" --drafter {drafter})"], reason="DrafterMissing")
+    named = last.drafter.kind if last.HasField("drafter") else ""
+    hosted = DrafterKind.from_worker(named)
+    if drafter is not None and hosted is not drafter:
+        raise RouteRefused([f"the route drafts with {drafter.value}, but its last stage "
+                            f"{last_endpoint} hosts {named or 'no drafter'} (started without"
+                            f" --drafter {drafter.value})"], reason="DrafterMissing")
 
     return RouteInfo(
         route_id=first.route_id,

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from meshnet.api.common import Condition
+from meshnet.api.drafter_kind import DrafterKind
 from meshnet.api.modelartifact import (
     ArtifactProgress,
     GgufDrafter,
@@ -124,9 +125,12 @@ def gguf_facts(summary: Mapping[str, Any]) -> GgufFacts | None:
 
 
 def _drafter(facts: object) -> GgufDrafter | None:
-    if not isinstance(facts, Mapping) or facts.get("kind") not in ("MTP", "DSpark"):
+    if not isinstance(facts, Mapping):
         return None
-    return GgufDrafter(kind=facts["kind"], target_layers=list(facts.get("targetLayers", [])),
+    kind = DrafterKind.from_api(facts.get("kind"))
+    if kind is None:
+        return None
+    return GgufDrafter(kind=kind.api_name, target_layers=list(facts.get("targetLayers", [])),
                        vocab_size=facts.get("vocabSize", 0),
                        tensor_bytes=facts.get("tensorBytes", 0), file=facts.get("file"))
 

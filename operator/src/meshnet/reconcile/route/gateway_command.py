@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import PurePath
 
+from meshnet.api.drafter_kind import DrafterKind
 from meshnet.api.shardroute import Gateway, Speculation
 from meshnet.reconcile.route.identity import LinkTls
 
@@ -29,7 +30,7 @@ class GatewayCommand:
     max_waiting: int = 16
     speculate: int = 0
     windows: int = 1
-    drafter: str | None = None
+    drafter: DrafterKind | None = None  # the drafter the route's last stage must host
     drain_seconds: int = 0
     api_keys: PurePath | None = None  # the keys file, where the backend put it
     key_cache: str | None = None  # "shared": one key's cached prefixes are every key's
@@ -64,7 +65,7 @@ class GatewayCommand:
             ("--max-waiting", self.max_waiting),
             ("--speculate", self.speculate),
             ("--windows", self.windows),
-            ("--drafter", self.drafter),
+            ("--drafter", self.drafter.value if self.drafter else None),
             ("--drain-seconds", self.drain_seconds),
             ("--api-keys", self.api_keys),
             ("--key-cache", self.key_cache),
@@ -118,5 +119,5 @@ def gateway_command(name: str, gateway: Gateway, speculation: Speculation, drain
         # every request speculates as the recipe allows (0 drafts while it is disabled)
         speculate=speculation.loop_drafts(),
         windows=speculation.loop_windows(),
-        drafter=speculation.stage_drafter() or None,  # the last stage must host it
+        drafter=speculation.stage_drafter(),  # the last stage must host it
     )

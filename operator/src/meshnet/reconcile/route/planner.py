@@ -9,6 +9,7 @@ from typing import Any
 
 from meshnet.api import labels
 from meshnet.api.checks import Problem, drafter_problems, route_problems
+from meshnet.api.drafter_kind import DrafterKind
 from meshnet.api.shardroute import Recipe, ShardRouteSpec, Stage
 from meshnet.digests import recipe_digest, route_digest
 from meshnet.reconcile.naming import gateway_name, service_name
@@ -196,8 +197,8 @@ def stage_worker(stages: Sequence[Stage], index: int, recipe: Recipe, tls: LinkT
     entries = recipe.prefix_cache.stage_entries(recipe.lane)
     kind = speculation.stage_drafter()
     drafter = (StageDrafter(kind, speculation.max_drafts,
-                            drafter_file if kind == "dspark" else None)
-               if kind and index == len(stages) - 1 else None)
+                            drafter_file if kind is DrafterKind.DSPARK else None)
+               if kind is not None and index == len(stages) - 1 else None)
     return WorkerSpec(
         stage=stage.name,
         layers=stage.layers,

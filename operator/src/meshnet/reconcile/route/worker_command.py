@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import PurePath
 
+from meshnet.api.drafter_kind import DrafterKind
 from meshnet.api.shardroute import LayerRange
 from meshnet.reconcile.route.workerspec import WorkerSpec
 
@@ -55,8 +56,8 @@ class WorkerCommand:
     max_loop_drafts: int | None = None
     max_loop_windows: int | None = None
     discard_depth: int | None = None  # positions one rejection may drop; None: the default
-    # A last stage's drafter (mtp, dspark), its most drafts per token, and the DSpark GGUF.
-    drafter: str | None = None
+    # A last stage's drafter, its most drafts per token, and the DSpark GGUF.
+    drafter: DrafterKind | None = None
     drafter_k: int | None = None
     drafter_model: PurePath | None = None
     # Prefix cache: released sessions' slots kept (0: off) and the block it reuses in;
@@ -88,7 +89,7 @@ class WorkerCommand:
             ("--max-loop-drafts", self.max_loop_drafts),
             ("--max-loop-windows", self.max_loop_windows),
             ("--discard-depth", self.discard_depth),
-            ("--drafter", self.drafter),
+            ("--drafter", self.drafter.value if self.drafter else None),
             ("--drafter-k", self.drafter_k),
             ("--drafter-model", self.drafter_model),
             ("--prefix-cache-entries", self.prefix_cache_entries),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from meshnet.api.drafter_kind import DrafterKind
 from meshnet.api.shardroute import LayerRange
 from meshnet.reconcile.route.identity import LinkTls
 from meshnet.reconcile.route.topology import UNLINKED, StageLinks
@@ -31,11 +32,11 @@ class LoopSpeculation:
 
 @dataclass(frozen=True)
 class StageDrafter:
-    """The drafter a last stage hosts: `kind` (the worker's --drafter: mtp, dspark) drafting
+    """The drafter a last stage hosts: `kind` (the worker's --drafter) drafting
     up to `max_drafts` tokens after each token it samples; `model_file` the DSpark GGUF
     within the artifact (None for the model's own MTP blocks)."""
 
-    kind: str
+    kind: DrafterKind
     max_drafts: int
     model_file: str | None = None
 
