@@ -1,5 +1,6 @@
-"""The benchmarks' drafter's file (worker/service/bench_oracle.h): meshnet-shard-worker-bench,
-started with MESHNET_BENCH_ORACLE naming it, has its decode loops draft the file's sequence
+"""The benchmarks' drafter's file (worker/service/speculation/bench_oracle.h):
+meshnet-shard-worker-bench, started with MESHNET_BENCH_ORACLE naming it, has its decode
+loops draft the file's sequence
 (a prompt's tokens, then a plain run's continuation), each draft the true token with
 probability p. Each loop reads the file as it starts: rewrite it between runs."""
 

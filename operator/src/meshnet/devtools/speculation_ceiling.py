@@ -1,6 +1,6 @@
-"""The closed-form ceiling of a ring's pipelined speculation (the first stage's decode loop,
-worker/service/loop_pipeline.cpp) when each drafted token holds with probability p, alone:
-what bench/wan_bench.py --acceptance compares its measured rows with.
+"""The closed-form ceiling of a ring's pipelined speculation (the first stage's decode
+loop, worker/service/speculation/loop_pipeline.cpp) when each drafted token holds with
+probability p, alone: what bench/wan_bench.py --acceptance compares its measured rows with.
 
 The peer's law: tokens/s = E[tokens committed per window] / L, L the ring's latency, with
 E = (1 - p^(k+1)) / (1 - p) for k drafts a window, capped at (k + 1) / L. Our loop differs

@@ -1,4 +1,4 @@
-"""Token sampling, bit-for-bit the last stage's (worker/service/sampling.cpp).
+"""Token sampling, bit-for-bit the last stage's (worker/service/speculation/sampling.cpp).
 
 Temperature 0 is greedy (argmax, lowest id on ties). Otherwise: rank by logit (ties:
 lower id first), keep top_k, weigh by exp((l - max) / T), keep the smallest prefix
@@ -80,7 +80,7 @@ def sample(logits: npt.NDArray[np.float32], sampling: Sampling, position: int) -
 def verify_drafts(rows: npt.NDArray[np.float32], tokens: list[int], sampling: Sampling,
                   positions: list[int]) -> list[int]:
     """Speculative verification, the last stage's OUTPUT_KIND_VERIFIED
-    (worker/service/draft_verify.cpp): `rows[i]` are the logits after `tokens[i]` (at
+    (worker/service/speculation/draft_verify.cpp): `rows[i]` are the logits after `tokens[i]` (at
     `positions[i]`); each row is sampled as `sample` would, and the samples are kept up
     to and including the first that is not the next draft `tokens[i + 1]`.
 
