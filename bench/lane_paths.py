@@ -34,6 +34,8 @@ def lane_gpu_layers(lane: str) -> int:
 
 def device_note(lane: str) -> str:
     """What the lane's figures may be compared with."""
+    if lane == "cpu":
+        return "cpu lane (upstream paths: the same as ours there, 0022 touches ggml-vulkan only)"
     types = host_device_types()
     if types and all(kind == "CPU" for kind in types):
         return (f"{lane} lane, every layer on Mesa's software Vulkan device (no GPU here): the "
