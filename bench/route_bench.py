@@ -445,7 +445,9 @@ def run_lane(binary: Path, lane: str, threads: int, repeats: int, split: int,
                                "load_average": os.getloadavg(), "exactness": {}}
     try:
         for kernels, batching in LANE_CHAINS:
-            extra = ANY_MIX if batching == "throughput" else ()
+            # A chain that batches as upstream skips the start-up probe (minutes per stage
+            # on the software device): without speculation nothing here reads its result.
+            extra = (*ANY_MIX, "--exact-batch-rows", "0") if batching == "throughput" else ()
             specs = [LaunchSpec(model=model, layers=LayerRange(*span), threads=half, slots=8,
                                 ctx=512, gpu_layers=lane_gpu_layers(lane), extra=extra)
                      for span in ((0, split), (split, 30))]
