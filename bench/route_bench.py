@@ -242,13 +242,13 @@ class StageSampler:
 
 def concurrent_decode(driver: RouteDriver, prompt: list[int], sessions: int,
                       workers: list[WorkerProcess] | None = None, tokens: int = DECODE_TOKENS,
-                      ) -> tuple[float, list[dict[str, float]]]:
+                      prefix: int = 32) -> tuple[float, list[dict[str, float]]]:
     """Aggregate decode tokens/s of `sessions` generations running at once, over the
     window in which every one of them is decoding (after the last prefill, before the
     first finish), so that neither prefills nor stragglers count as decode time; and,
     given the route's `workers`, each stage's busy share and cost per token in it."""
     def one(index: int) -> list[float]:
-        own_prompt = [*prompt[:32], index + 10]  # distinct sessions, equal work
+        own_prompt = [*prompt[:prefix], index + 10]  # distinct sessions, equal work
         times: list[float] = []
         driver.generate(own_prompt, max_tokens=tokens, stop_at_eos=False,
                         on_token=lambda _token: times.append(time.perf_counter()))
@@ -419,6 +419,7 @@ def median_stages(rounds: list[list[dict[str, float]]]) -> list[dict[str, float]
 # upstream does: under the exact rule their probe decides, and it says what it found), and
 # the setups measured in each round, each (label, chain, sessions at once).
 UPSTREAM = ("upstream paths", "throughput")
+LANE_PREFIX = 6  # prompt tokens of each session, before its own last one
 LANE_CHAINS = [("exact paths", "exact"), ("exact paths", "throughput"), UPSTREAM]
 LANE_SETUPS = [
     ("1 session, exact paths", ("exact paths", "exact"), 1),
@@ -460,13 +461,18 @@ def run_lane(binary: Path, lane: str, threads: int, repeats: int, split: int,
             drivers[(kernels, batching)] = driver
             results["exactness"][f"{kernels}, {batching} batching"] = exactness(route.stages)
         prompt = prompt_ids(drivers[LANE_CHAINS[0]])
+        # Short prompts: the software device compiles each shader at its first use, the
+        # wide-step matrix products for minutes under load, past a first step's deadline.
+        # A 3-token step first, so the stage's step deadline is measured before wider ones.
+        measured = partial(concurrent_decode, prompt=prompt, tokens=tokens, prefix=LANE_PREFIX)
         for driver in drivers.values():
-            concurrent_decode(driver, prompt, 2, tokens=2)  # warm up
+            driver.generate(prompt[:3], max_tokens=2, stop_at_eos=False)
+            measured(driver, sessions=8, tokens=2)  # warm up
         rates: dict[str, list[float]] = {label: [] for label, _, _ in LANE_SETUPS}
         for round_index in range(repeats):
             start = round_index % len(LANE_SETUPS)
             for label, chain_name, sessions in LANE_SETUPS[start:] + LANE_SETUPS[:start]:
-                rate, _ = concurrent_decode(drivers[chain_name], prompt, sessions, tokens=tokens)
+                rate, _ = measured(drivers[chain_name], sessions=sessions)
                 rates[label].append(rate)
                 print(f"  round {round_index + 1}: {label}: {rate:.2f} tok/s", flush=True)
         results["setups"] = {label: {**summary(values), "rounds": values}
@@ -489,9 +495,10 @@ def lane_report(results: dict[str, Any]) -> str:
     lines = [
         results["note"],
         (f"SmolLM2-135M Q4_1, 2-stage chain 0:{results['split']},{results['split']}:30, "
-         f"{results['threads_total']} threads in total, {results['tokens']} decoded tokens a "
-         f"session, aggregate decode tok/s, best of {results['rounds']} interleaved rounds "
-         "(median in brackets); paired: median over rounds of the ratio within a round; load "
+         f"{results['threads_total']} threads in total, {LANE_PREFIX + 1}-token prompts, "
+         f"{results['tokens']} decoded tokens a session, aggregate decode tok/s, best of "
+         f"{results['rounds']} interleaved rounds (median in brackets); paired: median over "
+         "rounds of the ratio within a round; load "
          f"average at start {', '.join(f'{x:.2f}' for x in results['load_average'])}"),
         *(f"  start-up probe, {name}: {found}" for name, found in results["exactness"].items()),
     ]
