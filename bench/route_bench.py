@@ -35,6 +35,15 @@ Run it without GOMP_SPINCOUNT: the workers then get the launcher's default
 the rpc servers) libgomp's, as a user runs them; set, it applies to every process
 measured. --omp-passive sleeps finished OpenMP threads at once (slower: ggml
 synchronises once per graph node).
+
+    .venv/bin/python bench/route_bench.py --lane vulkan [--repeats 2] [--tokens 8]
+
+--lane vulkan measures instead what exactness costs on the lane's device, every layer
+offloaded (`make vulkan` builds the worker): the 2-stage chain on our kernel paths with
+exact batching and with --batching throughput, and on upstream's (MESHNET_VK_UPSTREAM_PATHS=1,
+patch 0022, same build) batching as upstream does; one session and 8 at once, --tokens
+decoded tokens each, in interleaved rounds, with what each route's start-up probe measured.
+On Mesa's software device (no GPU) the figures compare setups inside one run only.
 """
 
 from __future__ import annotations
@@ -56,6 +65,14 @@ from pathlib import Path
 from typing import Any
 
 from hop_floor import grpc_hop_floor_ms, hop_floor_ms
+from lane_paths import (
+    KERNELS,
+    LANES,
+    device_note,
+    exactness,
+    lane_binary,
+    lane_gpu_layers,
+)
 
 from meshnet.api.shardroute import LayerRange
 from meshnet.bundled import smollm2_gguf
@@ -224,16 +241,16 @@ class StageSampler:
 
 
 def concurrent_decode(driver: RouteDriver, prompt: list[int], sessions: int,
-                      workers: list[WorkerProcess] | None = None,
-                      ) -> tuple[float, list[dict[str, float]]]:
+                      workers: list[WorkerProcess] | None = None, tokens: int = DECODE_TOKENS,
+                      prefix: int = 32) -> tuple[float, list[dict[str, float]]]:
     """Aggregate decode tokens/s of `sessions` generations running at once, over the
     window in which every one of them is decoding (after the last prefill, before the
     first finish), so that neither prefills nor stragglers count as decode time; and,
     given the route's `workers`, each stage's busy share and cost per token in it."""
     def one(index: int) -> list[float]:
-        own_prompt = [*prompt[:32], index + 10]  # distinct sessions, equal work
+        own_prompt = [*prompt[:prefix], index + 10]  # distinct sessions, equal work
         times: list[float] = []
-        driver.generate(own_prompt, max_tokens=DECODE_TOKENS, stop_at_eos=False,
+        driver.generate(own_prompt, max_tokens=tokens, stop_at_eos=False,
                         on_token=lambda _token: times.append(time.perf_counter()))
         return times
 
@@ -398,6 +415,110 @@ def median_stages(rounds: list[list[dict[str, float]]]) -> list[dict[str, float]
              for key in measured[0][i]} for i in range(len(measured[0]))]
 
 
+# On a GPU lane: (kernel paths, batching) of each 2-stage chain (upstream's paths batch as
+# upstream does: under the exact rule their probe decides, and it says what it found), and
+# the setups measured in each round, each (label, chain, sessions at once).
+UPSTREAM = ("upstream paths", "throughput")
+LANE_PREFIX = 6  # prompt tokens of each session, before its own last one
+LANE_CHAINS = [("exact paths", "exact"), ("exact paths", "throughput"), UPSTREAM]
+LANE_SETUPS = [
+    ("1 session, exact paths", ("exact paths", "exact"), 1),
+    ("1 session, upstream paths", UPSTREAM, 1),
+    ("8 sessions, exact paths, exact batching", ("exact paths", "exact"), 8),
+    ("8 sessions, exact paths, --batching throughput", ("exact paths", "throughput"), 8),
+    ("8 sessions, upstream paths, --batching throughput", UPSTREAM, 8),
+]
+
+
+def run_lane(binary: Path, lane: str, threads: int, repeats: int, split: int,
+             tokens: int) -> dict[str, Any]:
+    """On a GPU lane, every layer on the device: a 2-stage chain (threads / 2 each) on our
+    kernel paths with exact batching and with --batching throughput, and on upstream's
+    paths (patch 0022) batching as upstream does; in each round one session and 8 at once,
+    in an order that turns by one setup each round."""
+    model = smollm2()
+    half = max(1, threads // 2)
+    logs = Path(tempfile.mkdtemp(prefix="meshnet-bench-"))
+    workers: list[WorkerProcess] = []
+    drivers: dict[tuple[str, str], RouteDriver] = {}
+    results: dict[str, Any] = {"lane": lane, "note": device_note(lane), "threads_total": threads,
+                               "rounds": repeats, "split": split, "tokens": tokens,
+                               "load_average": os.getloadavg(), "exactness": {}}
+    try:
+        for kernels, batching in LANE_CHAINS:
+            # A chain that batches as upstream skips the start-up probe (minutes per stage
+            # on the software device): without speculation nothing here reads its result.
+            extra = (*ANY_MIX, "--exact-batch-rows", "0") if batching == "throughput" else ()
+            specs = [LaunchSpec(model=model, layers=LayerRange(*span), threads=half, slots=8,
+                                ctx=512, gpu_layers=lane_gpu_layers(lane), extra=extra)
+                     for span in ((0, split), (split, 30))]
+            chain = start_route(binary, specs, logs, timeout=900, chain=True,
+                                env=KERNELS[kernels])
+            workers += chain
+            driver = RouteDriver([w.endpoint for w in chain], route_key=route_key_of(chain),
+                                 topology="chain")
+            route = driver.connect(wait=60)
+            drivers[(kernels, batching)] = driver
+            results["exactness"][f"{kernels}, {batching} batching"] = exactness(route.stages)
+        prompt = prompt_ids(drivers[LANE_CHAINS[0]])
+        # Short prompts: the software device compiles each shader at its first use, the
+        # wide-step matrix products for minutes under load, past a first step's deadline.
+        # A 3-token step first, so the stage's step deadline is measured before wider ones.
+        measured = partial(concurrent_decode, prompt=prompt, tokens=tokens, prefix=LANE_PREFIX)
+        for driver in drivers.values():
+            driver.generate(prompt[:3], max_tokens=2, stop_at_eos=False)
+            measured(driver, sessions=8, tokens=2)  # warm up
+        rates: dict[str, list[float]] = {label: [] for label, _, _ in LANE_SETUPS}
+        for round_index in range(repeats):
+            start = round_index % len(LANE_SETUPS)
+            for label, chain_name, sessions in LANE_SETUPS[start:] + LANE_SETUPS[:start]:
+                rate, _ = measured(drivers[chain_name], sessions=sessions)
+                rates[label].append(rate)
+                print(f"  round {round_index + 1}: {label}: {rate:.2f} tok/s", flush=True)
+        results["setups"] = {label: {**summary(values), "rounds": values}
+                             for label, values in rates.items()}
+    finally:
+        for driver in drivers.values():
+            driver.close()
+        for worker in workers:
+            worker.stop()
+    return results
+
+
+def lane_report(results: dict[str, Any]) -> str:
+    setups = results["setups"]
+
+    def ratio(label: str, reference: str) -> float:
+        return paired(list(zip(setups[label]["rounds"], setups[reference]["rounds"],
+                               strict=True)))
+
+    lines = [
+        results["note"],
+        (f"SmolLM2-135M Q4_1, 2-stage chain 0:{results['split']},{results['split']}:30, "
+         f"{results['threads_total']} threads in total, {LANE_PREFIX + 1}-token prompts, "
+         f"{results['tokens']} decoded tokens a session, aggregate decode tok/s, best of "
+         f"{results['rounds']} interleaved rounds (median in brackets); paired: median over "
+         "rounds of the ratio within a round; load "
+         f"average at start {', '.join(f'{x:.2f}' for x in results['load_average'])}"),
+        *(f"  start-up probe, {name}: {found}" for name, found in results["exactness"].items()),
+    ]
+    for label, _, _ in LANE_SETUPS:
+        row = setups[label]
+        lines.append(f"{label:<52}{row['best']:>8.2f} ({row['median']:.2f})")
+    upstream = "8 sessions, upstream paths, --batching throughput"
+    exact = "8 sessions, exact paths, exact batching"
+    lines += [
+        ("exact paths, one session: x"
+         f"{ratio('1 session, exact paths', '1 session, upstream paths'):.3f} of upstream's "
+         "paths (paired)"),
+        (f"8 sessions, exact paths and exact batching: x{ratio(exact, upstream):.3f} of "
+         "upstream as is (its paths, --batching throughput); x"
+         f"{ratio(exact, '8 sessions, exact paths, --batching throughput'):.3f} of our paths "
+         "with --batching throughput (paired)"),
+    ]
+    return "\n".join(lines)
+
+
 def report(results: dict[str, Any]) -> str:
     base = results["unsplit_llama_cpp"]
     lines = [
@@ -505,14 +626,26 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None, help="Also write the raw results.")
     parser.add_argument("--omp-passive", action="store_true",
                         help="OMP_WAIT_POLICY=passive for every process measured.")
+    parser.add_argument("--lane", choices=LANES, default="cpu",
+                        help="vulkan: instead, every layer on the device, our kernel paths "
+                             "against upstream's (patch 0022) and exact batching against "
+                             "--batching throughput (see lane_paths.py).")
+    parser.add_argument("--tokens", type=int, default=8,
+                        help="Decoded tokens a session with --lane vulkan (default 8: about "
+                             "1 token/s on the software device).")
     options = parser.parse_args()
     if options.omp_passive:
         os.environ["OMP_WAIT_POLICY"] = "passive"
     if not 0 < options.split < 30:
         parser.error("--split must be a layer boundary inside 1..29")
-    results = run(options.bin_dir, options.threads, options.repeats, options.model,
-                  options.gpu_layers, options.split, options.pin)
-    print(report(results))
+    if options.lane != "cpu":
+        results = run_lane(lane_binary(options.lane, options.bin_dir), options.lane,
+                           options.threads, options.repeats, options.split, options.tokens)
+        print(lane_report(results))
+    else:
+        results = run(options.bin_dir, options.threads, options.repeats, options.model,
+                      options.gpu_layers, options.split, options.pin)
+        print(report(results))
     if options.json:
         options.json.write_text(json.dumps(results, indent=2))
     sys.stdout.flush()

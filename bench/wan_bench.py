@@ -36,6 +36,13 @@ pipelined, beside the closed-form ceiling (meshnet.devtools.speculation_ceiling)
 acceptance the drafter reached, over the same legs. L, the ring's latency of one verify
 window on those legs, is measured at p = 1: every window commits all its rows and none is
 rejected, so L holds no rejection's cost (a discard, wasted rows) and the ceiling is one.
+
+--lane vulkan (e.g. `--lane vulkan --stages 2 --delays 0,10 --tokens 8 --spec-tokens 24
+--rounds 2`) runs instead the ring plain and with serial and pipelined speculation on
+code, every layer on the lane's device (`make vulkan`), on two routes: our kernel paths and
+upstream's (MESHNET_VK_UPSTREAM_PATHS=1, patch 0022, same build), which speculates only as
+far as its stages' probes found steps exact. On Mesa's software device (about 1 token/s
+here) the figures compare setups inside one run only.
 """
 
 from __future__ import annotations
@@ -49,10 +56,12 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from statistics import median
+
+from lane_paths import KERNELS, LANES, device_note, exactness, lane_binary, lane_gpu_layers
 
 from meshnet.api.shardroute import LayerRange
 from meshnet.bundled import smollm2_gguf
@@ -133,7 +142,8 @@ class DelayedRoute:
 @contextmanager
 def delayed_route(binary: Path, model: Path, stages: int, ring: bool, log_dir: Path,
                   layers: int = 30, discard_depth: int | None = None,
-                  ctx: int = 1024, env: dict[str, str] | None = None) -> Iterator[DelayedRoute]:
+                  ctx: int = 1024, env: dict[str, str] | None = None,
+                  gpu_layers: int = 0) -> Iterator[DelayedRoute]:
     """S chained stages, each leg through its own proxy. The proxies listen first and the
     workers bind ports the kernel picks, last stage first, each proxy aimed at its worker
     once that listens (no port is reserved ahead, so none can be taken meanwhile)."""
@@ -147,6 +157,7 @@ def delayed_route(binary: Path, model: Path, stages: int, ring: bool, log_dir: P
         for index, span in reversed(list(enumerate(spans(stages, layers)))):
             spec = LaunchSpec(model=model, layers=LayerRange(*span), threads=1, local_relay=False,
                               pipeline_depth=stages, discard_depth=discard_depth, ctx=ctx,
+                              gpu_layers=gpu_layers,
                               next_stage=links[index].endpoint if index < stages - 1 else "",
                               ring_last=back[0].endpoint if back and index == 0 else "",
                               route_key_file=key_file)
@@ -178,6 +189,8 @@ class Decoded:
     rest: tuple[int, float] = (0, 0.0)
     prompt_tokens: list[int] = field(default_factory=list)
     token_acceptance: float | None = None  # Generation.token_acceptance
+    drafts: int = 0  # the most drafts a window carried (Generation.speculate)
+    limit: str = ""  # why fewer than asked (Generation.speculation_limit)
 
 
 def copied_from_prompt(prompt: list[int], output: list[int]) -> int:
@@ -215,7 +228,8 @@ def decode(endpoints: list[str], prompt: str | list[int], tokens: int, topology:
                    generation.loop_depth if windows > 1 else None, generation.tokens,
                    (copied, stretch_rate(arrivals, 0, split - 1) if split > 1 else 0.0),
                    (n - split, stretch_rate(arrivals, split - 1, n - 1) if n > split else 0.0),
-                   generation.prompt_tokens, generation.token_acceptance if speculate else None)
+                   generation.prompt_tokens, generation.token_acceptance if speculate else None,
+                   generation.speculate, generation.speculation_limit)
 
 
 def llama_tool(name: str) -> Path:
@@ -334,6 +348,82 @@ def ring_rows(endpoints: list[str], stages: int, leg: Leg, tokens: int, spec_tok
                         copied=(middle.copied[0], median([r.copied[1] for r in results])),
                         rest=(middle.rest[0], median([r.rest[1] for r in results]))))
     return rows
+
+
+@dataclass(frozen=True)
+class LaneRow:
+    """One setup of the ring over one leg on a GPU lane, per kernel paths: each run."""
+
+    stages: int
+    leg: Leg
+    label: str
+    runs: dict[str, list[Decoded]]  # kernel paths (lane_paths.KERNELS) -> one per round
+
+
+def lane_rows(binary: Path, lane: str, stages: int, legs: list[Leg], tokens: int,
+              spec_tokens: int, rounds: int, windows: int, log_dir: Path) -> list[LaneRow]:
+    """On a GPU lane, every layer on the device: the ring plain (free text) and speculating
+    on code (serial and pipelined), on our kernel paths and on upstream's (patch 0022), two
+    routes over the same legs, in interleaved rounds that alternate which route runs first.
+    Every speculating run must give its own route's plain tokens; a route speculates only
+    as far as its stages' start-up probes measured steps exact (the drafts used and the
+    reason are printed)."""
+    model = smollm2_gguf()
+    setups: dict[str, tuple[str, int, int, int]] = {
+        "ring": (FREE_TEXT, tokens, 0, 1),
+        "ring + speculation, code": (REPETITIVE, spec_tokens, SPECULATE, 1),
+        "ring + pipelined, code": (REPETITIVE, spec_tokens, SPECULATE, windows),
+    }
+    rows: list[LaneRow] = []
+    with ExitStack() as stack:
+        routes = {kernels: stack.enter_context(delayed_route(
+                      binary, model, stages, True, log_dir / f"{lane}-{kernels}-ring{stages}",
+                      discard_depth=windows * (SPECULATE + 1) - 1, env=env,
+                      gpu_layers=lane_gpu_layers(lane)))
+                  for kernels, env in KERNELS.items()}
+        for kernels, route in routes.items():
+            with RouteDriver(route.endpoints, topology="ring", route_key=ROUTE_KEY) as driver:
+                print(f"  S={stages} {kernels}: {exactness(driver.connect(wait=60).stages)}",
+                      flush=True)
+        for leg in legs:
+            for route in routes.values():
+                route.set_link(leg.link)
+            plain = {kernels: decode(route.endpoints, REPETITIVE, spec_tokens, "ring").tokens
+                     for kernels, route in routes.items()}
+            runs: dict[str, dict[str, list[Decoded]]] = {name: {} for name in setups}
+            for round_index in range(rounds):
+                order = list(routes) if round_index % 2 == 0 else list(reversed(routes))
+                for name, (prompt, count, drafts, depth) in setups.items():
+                    for kernels in order:
+                        result = decode(routes[kernels].endpoints, prompt, count, "ring",
+                                        speculate=drafts, windows=depth)
+                        if drafts and result.tokens != plain[kernels]:
+                            raise SystemExit(f"{kernels}, {name}: the tokens differ from "
+                                             "plain decoding")
+                        runs[name].setdefault(kernels, []).append(result)
+                        limit = f", {result.drafts} drafts ({result.limit or 'as asked'})" \
+                            if drafts else ""
+                        print(f"  S={stages} {leg.name:>14}  {kernels:<15} {name:<26} "
+                              f"{result.rate:7.2f} tok/s{limit}", flush=True)
+            rows += [LaneRow(stages, leg, name, by_kernels) for name, by_kernels in runs.items()]
+    return rows
+
+
+def lane_report(rows: list[LaneRow], note: str) -> None:
+    """Each setup's median on our paths and on upstream's, and ours over theirs paired
+    round by round (the median of the rounds' ratios)."""
+    exact, upstream = KERNELS
+    print(f"\n{note}")
+    print(f"{'S':>2} {'leg':>14} {'row':<26} {'exact tok/s':>11} {'upstream':>9} "
+          f"{'paired':>7}  upstream's speculation")
+    for row in rows:
+        ours, theirs = row.runs[exact], row.runs[upstream]
+        paired = median(a.rate / b.rate for a, b in zip(ours, theirs, strict=True) if b.rate)
+        asked = "ring +" in row.label
+        drafts = f"{theirs[0].drafts} drafts ({theirs[0].limit or 'as asked'})" if asked else ""
+        print(f"{row.stages:>2} {row.leg.name:>14} {row.label:<26} "
+              f"{median(r.rate for r in ours):11.2f} {median(r.rate for r in theirs):9.2f} "
+              f"x{paired:6.3f}  {drafts}")
 
 
 V4_SHAPES = {"depth": V4_DEPTH, "width": V4_WIDTH}
@@ -631,6 +721,10 @@ def main() -> None:
     parser.add_argument("--drafts", type=int, default=SPECULATE,
                         help="Drafts per verify window of the --acceptance rows.")
     parser.add_argument("--bin-dir", type=Path, default=None)
+    parser.add_argument("--lane", choices=LANES, default="cpu",
+                        help="vulkan: instead, the ring plain and speculating on code, every "
+                             "layer on the device, on our kernel paths and on upstream's "
+                             "(patch 0022); no llama.cpp RPC. Keep runs short there.")
     options = parser.parse_args()
     name = BENCH_WORKER if options.acceptance else "meshnet-shard-worker"
     binary = options.bin_dir / name if options.bin_dir else worker_binary(name=name)
@@ -654,6 +748,21 @@ def main() -> None:
     if any(not 0 <= p <= 1 for p in acceptances) or options.drafts < 1:
         parser.error("--acceptance takes numbers from 0 to 1, --drafts at least 1")
     log_dir = Path(tempfile.mkdtemp(prefix="meshnet-wan-"))
+    if options.lane != "cpu":
+        if acceptances or lengths or options.deepseek4:
+            parser.error("--lane vulkan measures the ring's rows only (no --acceptance, --ttft "
+                         "or --deepseek4)")
+        note = device_note(options.lane)
+        print(f"{note}\nSmolLM2-135M Q4_1, {options.tokens} tokens a plain row, "
+              f"{options.spec_tokens} a speculating one, load average "
+              f"{os.getloadavg()[0]:.2f}, logs in {log_dir}", flush=True)
+        lane: list[LaneRow] = []
+        for stages in (int(s) for s in options.stages.split(",")):
+            lane += lane_rows(lane_binary(options.lane, options.bin_dir), options.lane, stages,
+                              legs, options.tokens, options.spec_tokens, options.rounds,
+                              options.windows, log_dir)
+        lane_report(lane, note)
+        return
     if acceptances:
         print(f"SmolLM2-135M Q4_1, {options.spec_tokens} tokens a run, {options.drafts} drafts "
               f"a window, load average {os.getloadavg()[0]:.2f}, logs in {log_dir}")

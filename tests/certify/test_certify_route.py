@@ -3,6 +3,7 @@ exact route passes, and each gate fails a route that does not meet it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,15 @@ from meshnet.certify.run import Reference, certify
 from meshnet.local.process import LaunchSpec, start_route
 from meshnet.route.stage import TlsFiles
 
+from ..lanes import Lane, on_vulkan
 from .conftest import LANE, SPEED_MEASURED_NOT_GATED, Route
+
+# Patch 0022: a worker with it in its environment takes upstream's ggml-vulkan paths where
+# 0018-0020 make steps of 1..8 rows take one; its exactness cache is off, since the cache's
+# key does not hold the variable, and so are the fusions, whose add+rms crashes Mesa's
+# software device (bench/lane_paths.py): the flash attention paths of 0018-0019 remain.
+UPSTREAM_PATHS = {"MESHNET_VK_UPSTREAM_PATHS": "1", "MESHNET_EXACTNESS_CACHE": "",
+                  "GGML_VK_DISABLE_FUSION": "1"}
 
 
 def test_an_f32_route_that_speculates_and_batches_is_certified_with_every_figure_zero(
@@ -80,6 +89,36 @@ def test_a_throughput_route_is_certified_without_a_promise_of_sessions_at_once(
     # its tokens may depend on the load: nothing of sessions at once is checked or claimed
     assert certificate.passed and certificate.batch_invariance is None
     assert certificate.lane.load_dependent and certificate.lane == throughput
+
+
+@pytest.mark.parametrize("lane", [on_vulkan("vulkan")])
+def test_a_vulkan_route_on_upstreams_kernel_paths_is_refused(
+        lanes: Callable[[str], Lane], smollm2: Path, tmp_path: Path, lane: str) -> None:
+    """Every layer on the vulkan lane's device, its stages taking upstream's paths by row
+    count (flash attention tiles and split_k, the add+rms fusion): a verify window's rows
+    are not one-row steps, and a route that promises speculation is not certified for it."""
+    on = lanes(lane)
+    specs = [on.spec(LaunchSpec(model=smollm2, layers=LayerRange(*span),
+                                route_id="test/certify", threads=1, slots=2, ctx=512,
+                                metrics_listen=""))
+             for span in ((0, 15), (15, 30))]
+    workers = start_route(on.binary, specs, tmp_path, timeout=600, env=UPSTREAM_PATHS)
+    try:
+        certificate = certify([w.endpoint for w in workers],
+                              LANE.model_copy(update={"backend": lane, "verify_rows": 8}),
+                              Reference(on.binary, smollm2, threads=1),
+                              Gates(speed_fraction=0.0, parity_steps=1, speed_tokens=2,
+                                    repeats=1))
+    finally:
+        for worker in workers:
+            worker.stop()
+
+    assert not certificate.passed and "StepInvariance" in certificate.reasons
+    steps = certificate.step_invariance
+    assert steps is not None and steps.rows_compared == 4 * 8
+    assert steps.rows_differing > 0
+    assert steps.max_abs_delta_logit is not None and steps.max_abs_delta_logit > 0
+    assert any(failure.startswith("step invariance: ") for failure in certificate.failures)
 
 
 def test_an_impossible_speed_fraction_fails_the_lane_naming_the_figures(
