@@ -1,6 +1,7 @@
 """The pure ModelArtifact planner: observed state + spec -> the children to create or
 delete, the node labels to set or remove, the events and the new status. No I/O;
-`meshnet.operator.artifact_executor` carries the plan out.
+`meshnet.operator.artifact_handlers` carries the plan out
+(`meshnet.operator.executor`).
 
 Children have deterministic names derived from the spec (`jobspec.spec_hash`), so a spec
 change means new children: the new Job provisions the new spec into staging beside the
