@@ -23,12 +23,12 @@ def modules(folder: Path) -> set[str]:
 
 
 # Every folder of the worker's sources: service/'s rooms by concern, and engine/.
-FOLDERS = sorted(str(path.parent.relative_to(WORKER))
-                 for path in WORKER.glob("*/**/*.*") if path.suffix in (".h", ".cpp")
-                 and "tests" not in path.parts and "tools" not in path.parts)
+FOLDERS = sorted({str(path.parent.relative_to(WORKER))
+                  for path in WORKER.glob("*/**/*.*") if path.suffix in (".h", ".cpp")
+                  and "tests" not in path.parts and "tools" not in path.parts})
 
 
-@pytest.mark.parametrize("folder", sorted(set(FOLDERS)))
+@pytest.mark.parametrize("folder", FOLDERS)
 def test_every_source_file_of_a_worker_folder_has_its_row_in_the_map(folder: str) -> None:
     where = WORKER / folder
     assert modules(where), where
