@@ -1,0 +1,374 @@
+"""Placement from measured links for a ShardRoute (pure): when to measure the links between
+the nodes its stages run on, the probe agents and the measuring Job that do it, what
+status.placement shows of the result, and which node each stage is pinned to.
+
+Measuring: one probe-agent pod per node (`meshnet links serve`, pinned to that node), then
+a Job running `meshnet links place` against them, whose measured links come back as its
+container's termination message (the certification Job's pattern: the Job needs no API
+access). The links are kept in status; the placement arithmetic is `meshnet.placement.order`
+on them, redone on every reconcile. Agents and Job are deleted once the links are read.
+
+Placing (spec.placement Measured, one replica): the stages are reassigned to the nodes in
+the best order only when it saves at least MARGIN of the current order's network time per
+token and at least MIN_GAIN_SECONDS, so measurement noise never flaps the route. Stages the
+user pinned (nodeSelector or nodeAffinity) keep their node. The planner pins each other
+stage to its node and a changed assignment starts a new epoch (planner.py)."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from meshnet.api import labels
+from meshnet.api.common import GROUP
+from meshnet.api.shardroute import ShardRouteSpec, Stage
+from meshnet.placement.order import MeasuredLink, PlacementError, cycle, place
+from meshnet.placement.report import ReportError, read_links
+from meshnet.reconcile.children import CONTAINER_SECURITY, POD_SECURITY
+from meshnet.reconcile.naming import child_name
+from meshnet.reconcile.plan import Action, Create, Delete, Event
+from meshnet.reconcile.route.podspec import RouteRef, owner_reference
+from meshnet.timestamps import parse_rfc3339, rfc3339
+
+PLACEMENT_ROUTE = f"{GROUP}/placement-route"  # on agents, Job and token (not stage pods)
+NODES_KEY = f"{GROUP}/placement-nodes"  # on the Job: the node set it measures
+NODE = f"{GROUP}/placement-node"  # annotation on an agent: its node
+TOKEN_KEY = "token"
+TOKEN_DIR = "/etc/meshnet/probe"
+TERMINATION_LOG = "/dev/termination-log"
+MARGIN = 0.10  # the best order must save 10% of the current order's network time ...
+MIN_GAIN_SECONDS = 0.001  # ... and at least 1 ms per token
+ROW_BYTES = 4 * 4096 * 4  # a DeepSeek V4 boundary row in f32; the artifact does not say
+NODE_FIELD = "metadata.name"
+
+
+@dataclass(frozen=True)
+class PlacementConfig:
+    """Operator-wide inputs of measuring (from settings)."""
+
+    image: str | None = None  # the operator's image (it has `meshnet`); None: no measuring
+    port: int = 7070
+    interval_seconds: float = 3600.0  # a node set's links are measured again after this
+    retry_seconds: float = 300.0  # after a failed measurement
+    rounds: int = 5
+    probe_bytes: str = "8M"
+    deadline_seconds: int = 600
+    pull_policy: str = "IfNotPresent"
+
+
+@dataclass(frozen=True)
+class ObservedAgent:
+    name: str
+    node: str
+    ip: str = ""
+    ready: bool = False
+
+
+@dataclass(frozen=True)
+class ObservedMeasurement:
+    """The measuring Job: finished with the links document, or with why not."""
+
+    name: str
+    nodes_key: str
+    finished: bool = False
+    result: str = ""  # its container's termination message
+
+
+@dataclass(frozen=True)
+class ObservedProbes:
+    agents: tuple[ObservedAgent, ...] = ()
+    jobs: tuple[ObservedMeasurement, ...] = ()
+    token_secret: str | None = None  # the token Secret's name, once it exists
+    fresh_token: str = ""  # a new random token, used only to create that Secret
+
+
+@dataclass(frozen=True)
+class PlacementPlan:
+    actions: tuple[Action, ...] = ()
+    events: tuple[Event, ...] = ()
+    status: dict[str, Any] | None = None  # status.placement; None: none
+    assignment: Mapping[str, str] = field(default_factory=dict)  # stage -> node to pin
+    requeue_after: float | None = None
+
+
+def pinned(stage: Stage) -> bool:
+    """The user chose the stage's nodes: the operator leaves it where it is."""
+    return bool(stage.node_selector) or bool((stage.affinity or {}).get("nodeAffinity"))
+
+
+def nodes_key(nodes: Sequence[str]) -> str:
+    return hashlib.sha256("\n".join(sorted(nodes)).encode()).hexdigest()[:16]
+
+
+def plan_placement(route: RouteRef, spec: ShardRouteSpec, old: Mapping[str, Any] | None,
+                   nodes: Mapping[str, str] | None, probes: ObservedProbes, now: datetime,
+                   config: PlacementConfig) -> PlacementPlan:
+    """One reconcile's placement. `old`: status.placement; `nodes`: stage -> node of the
+    serving pipeline, None while it is not all scheduled or the route is rolling out."""
+    old = dict(old or {})
+    applied = dict(old.get("assignment") or {})
+    if spec.placement == "Static":
+        return PlacementPlan(actions=cleanup(probes))
+    if spec.replicas != 1:
+        return _keep(old, applied, probes, "ReplicasUnsupported",
+                     f"Measured placement orders one pipeline; the route has {spec.replicas}"
+                     " replicas (nothing is measured or reassigned)")
+    if nodes is None or any(s.name not in nodes for s in spec.stages):
+        return _keep(old, applied, probes, "WaitingForNodes",
+                     "waiting for every stage pod of the epoch to run on a node")
+    order = [nodes[s.name] for s in spec.stages]
+    machines = sorted(set(order))
+    if len(machines) != len(order):
+        return _keep(old, applied, probes, "WaitingForNodes",
+                     "stages share a node: there is no order of distinct nodes to choose")
+    if config.image is None:
+        return _keep(old, applied, probes, "MeasurementFailed",
+                     "the operator has no image for probe agents (MESHNET_GATEWAY_IMAGE)")
+    key = nodes_key(machines)
+    same_nodes = sorted(old.get("nodes") or []) == machines
+    measured_at = parse_rfc3339(old.get("measuredAt") or "") if same_nodes else None
+    if measured_at and now - measured_at < timedelta(seconds=config.interval_seconds):
+        left = config.interval_seconds - (now - measured_at).total_seconds()
+        return _placed(spec, order, old, applied, probes, left)
+    attempted = parse_rfc3339(old.get("attemptedAt") or "") if same_nodes else None
+    if old.get("reason") == "MeasurementFailed" and attempted \
+            and now - attempted < timedelta(seconds=config.retry_seconds):
+        left = config.retry_seconds - (now - attempted).total_seconds()
+        return _keep(old, applied, probes, "MeasurementFailed", str(old.get("message", "")),
+                     left)
+    return _measuring(route, spec, order, machines, old, applied, probes, now, config, key)
+
+
+def _measuring(route: RouteRef, spec: ShardRouteSpec, order: list[str], machines: list[str],
+               old: dict[str, Any], applied: dict[str, str], probes: ObservedProbes,
+               now: datetime, config: PlacementConfig, key: str) -> PlacementPlan:
+    """Agents on every node, then the Job; its result read once it finished."""
+    job = next((j for j in probes.jobs if j.nodes_key == key), None)
+    stale: list[Action] = [Delete("Job", j.name) for j in probes.jobs if j.nodes_key != key]
+    if job is not None and job.finished:
+        done = [*stale, *cleanup(probes)]
+        try:
+            found, links = read_links(job.result)
+        except ReportError:
+            why = (job.result.strip().splitlines() or ["the Job ended without a result"])[-1]
+            failed = {**old, "reason": "MeasurementFailed", "nodes": machines,
+                      "message": f"measuring Job {job.name} failed: {why[:512]}",
+                      "attemptedAt": rfc3339(now)}
+            return PlacementPlan(tuple(done), (Event("Warning", "MeasurementFailed",
+                                                     failed["message"]),),
+                                 failed, applied, config.retry_seconds)
+        measured = {"nodes": sorted(found), "measuredAt": rfc3339(now),
+                    "attemptedAt": old.get("attemptedAt"),
+                    "links": [{"fromNode": a, "toNode": b, "rttSeconds": link.rtt_s,
+                               "bytesPerSecond": link.bytes_per_s}
+                              for (a, b), link in sorted(links.items())]}
+        placed = _placed(spec, order, measured, applied, ObservedProbes(),
+                         config.interval_seconds)
+        return PlacementPlan(tuple(done), placed.events, placed.status, placed.assignment,
+                             placed.requeue_after)
+    actions: list[Action] = stale
+    if probes.token_secret is None:
+        actions.append(Create(token_secret(route, probes.fresh_token)))
+    by_node = {a.node: a for a in probes.agents}
+    actions += [Create(agent_pod(route, node, config, probes.token_secret or
+                                 token_name(route.name)))
+                for node in machines if node not in by_node]
+    actions += [Delete("Pod", a.name) for a in probes.agents if a.node not in machines]
+    ready = [by_node[n] for n in machines if n in by_node and by_node[n].ready and by_node[n].ip]
+    status = {**old, "reason": "Measuring", "nodes": old.get("nodes") or [],
+              "message": f"measuring the links between {len(machines)} nodes"}
+    if job is None and len(ready) == len(machines) and probes.token_secret:
+        actions.append(Create(measuring_job(route, spec, {a.node: a.ip for a in ready},
+                                            config, key, probes.token_secret)))
+        status["attemptedAt"] = rfc3339(now)
+    return PlacementPlan(tuple(actions), (), status, applied)
+
+
+def _placed(spec: ShardRouteSpec, order: list[str], measured: Mapping[str, Any],
+            applied: dict[str, str], probes: ObservedProbes,
+            requeue: float | None) -> PlacementPlan:
+    """The best order of the measured nodes against the current one, and the assignment."""
+    links = {(x["fromNode"], x["toNode"]): _link(x) for x in measured.get("links") or []}
+    topology = "chain" if spec.recipe.topology == "chain" else "ring"
+    fixed = {i: order[i] for i, s in enumerate(spec.stages) if pinned(s)}
+    figures = {k: measured.get(k) for k in ("measuredAt", "attemptedAt", "nodes", "links")}
+    try:
+        best = place(order, links, ROW_BYTES, topology, gateways=order, fixed=fixed)
+        current = sum(s for _, _, s in cycle(order, links, ROW_BYTES, topology))
+    except PlacementError as error:
+        status = {**figures, "reason": "MeasurementFailed", "message": str(error),
+                  "assignment": applied}
+        return PlacementPlan(cleanup(probes), (), _clean(status), applied, requeue)
+    status = {**figures, "currentOrder": order, "currentSeconds": round(current, 6),
+              "bestOrder": list(best.order), "bestSeconds": round(best.cycle_s, 6),
+              "gateway": best.gateway}
+    gain = current - best.cycle_s
+    ms = f"{current * 1000:.2f} ms per token in the current order, {best.cycle_s * 1000:.2f}" \
+         " ms in the best"
+    if len(fixed) == len(order):
+        return PlacementPlan(cleanup(probes), (), _clean(
+            {**status, "reason": "AllStagesPinned", "assignment": applied,
+             "message": f"{ms}; every stage is pinned by its nodeSelector or nodeAffinity"}),
+            applied, requeue)
+    if spec.recipe.topology == "hub":
+        reason, message = "Measured", f"{ms}; a hub route's stages are each called by the" \
+                                      " gateway: their order costs nothing to change"
+        best_is_worth = False
+    else:
+        best_is_worth = gain >= max(MIN_GAIN_SECONDS, MARGIN * current)
+        reason = "Reassigned" if best_is_worth else "Measured"
+        message = ms + ("; the stages are reassigned as a new epoch" if best_is_worth else
+                        f" (reassigned only when it saves at least {MARGIN:.0%} and"
+                        f" {MIN_GAIN_SECONDS * 1000:.0f} ms)")
+    assignment = applied
+    events: tuple[Event, ...] = ()
+    if best_is_worth:
+        assignment = {s.name: best.order[i] for i, s in enumerate(spec.stages) if i not in fixed}
+        events = (Event("Normal", "StagesReassigned", f"{ms}: stages to nodes " + ", ".join(
+            f"{s.name}={best.order[i]}" for i, s in enumerate(spec.stages))),)
+    return PlacementPlan(cleanup(probes), events, _clean(
+        {**status, "reason": reason, "message": message, "assignment": assignment}),
+        assignment, requeue)
+
+
+def _keep(old: dict[str, Any], applied: dict[str, str], probes: ObservedProbes, reason: str,
+          message: str, requeue: float | None = None) -> PlacementPlan:
+    """No measuring now: the figures measured before stay, with why."""
+    return PlacementPlan(cleanup(probes), (), _clean(
+        {**old, "reason": reason, "message": message, "assignment": applied}),
+        applied, requeue)
+
+
+def _clean(status: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in status.items() if v not in (None, [], {})}
+
+
+def _link(row: Mapping[str, Any]) -> MeasuredLink:
+    return MeasuredLink(float(row["rttSeconds"]), float(row["bytesPerSecond"]))
+
+
+def cleanup(probes: ObservedProbes) -> tuple[Action, ...]:
+    """Agents and Jobs go once nothing is measured (the token Secret stays for the next)."""
+    return (*(Delete("Pod", a.name) for a in probes.agents),
+            *(Delete("Job", j.name) for j in probes.jobs))
+
+
+def assigned_stage(stage: Stage, node: str | None) -> Stage:
+    """The stage pinned to `node` by name (required node affinity); itself without one."""
+    if node is None:
+        return stage
+    term = {"matchFields": [{"key": NODE_FIELD, "operator": "In", "values": [node]}]}
+    affinity = {**(stage.affinity or {}), "nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
+    return stage.model_copy(update={"affinity": affinity})
+
+
+def token_name(route: str) -> str:
+    return child_name(route, "probe-token")
+
+
+def _tags(route: RouteRef) -> dict[str, str]:
+    return {labels.MANAGED_BY: labels.OPERATOR_NAME, PLACEMENT_ROUTE: route.name}
+
+
+def token_secret(route: RouteRef, token: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": {"name": token_name(route.name), "namespace": route.namespace,
+                         "labels": _tags(route), "ownerReferences": [owner_reference(route)]},
+            "stringData": {TOKEN_KEY: token}}
+
+
+def _token_volume(secret: str) -> dict[str, Any]:
+    return {"name": "probe-token", "secret": {"secretName": secret, "defaultMode": 0o440}}
+
+
+def _container(config: PlacementConfig, name: str, args: list[str]) -> dict[str, Any]:
+    return {"name": name, "image": config.image, "command": ["meshnet"], "args": args,
+            "imagePullPolicy": config.pull_policy, "securityContext": CONTAINER_SECURITY,
+            "resources": {"requests": {"cpu": "50m", "memory": "64Mi"},
+                          "limits": {"memory": "256Mi"}},
+            "volumeMounts": [{"name": "probe-token", "mountPath": TOKEN_DIR,
+                              "readOnly": True}]}
+
+
+def agent_name(route: str, node: str) -> str:
+    return child_name(route, "probe", hashlib.sha256(node.encode()).hexdigest()[:10])
+
+
+def agent_pod(route: RouteRef, node: str, config: PlacementConfig,
+              secret: str) -> dict[str, Any]:
+    """`meshnet links serve` on `node` (pinned by name, tolerating its taints: a stage runs
+    there), answering only holders of the route's probe token."""
+    container = _container(config, "probe", [
+        "links", "serve", "--listen", f"0.0.0.0:{config.port}",
+        "--token-file", f"{TOKEN_DIR}/{TOKEN_KEY}"])
+    container["ports"] = [{"name": "probe", "containerPort": config.port}]
+    container["readinessProbe"] = {"tcpSocket": {"port": config.port}, "periodSeconds": 2}
+    term = {"matchFields": [{"key": NODE_FIELD, "operator": "In", "values": [node]}]}
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": agent_name(route.name, node), "namespace": route.namespace,
+                     "labels": _tags(route), "annotations": {NODE: node},
+                     "ownerReferences": [owner_reference(route)]},
+        "spec": {"restartPolicy": "Always", "automountServiceAccountToken": False,
+                 "enableServiceLinks": False, "securityContext": POD_SECURITY,
+                 "affinity": {"nodeAffinity": {
+                     "requiredDuringSchedulingIgnoredDuringExecution": {
+                         "nodeSelectorTerms": [term]}}},
+                 "tolerations": [{"operator": "Exists"}],
+                 "containers": [container], "volumes": [_token_volume(secret)]},
+    }
+
+
+def measuring_job(route: RouteRef, spec: ShardRouteSpec, agents: Mapping[str, str],
+                  config: PlacementConfig, key: str, secret: str) -> dict[str, Any]:
+    """`meshnet links place` against the agents (node -> pod IP); the links come back as
+    the container's termination message."""
+    topology = "chain" if spec.recipe.topology == "chain" else "ring"
+    args = ["links", "place", *(f"{node}={ip}:{config.port}" for node, ip in sorted(
+        agents.items())), "--topology", topology, "--row-bytes", str(ROW_BYTES),
+        "--rounds", str(config.rounds), "--probe-bytes", config.probe_bytes,
+        "--token-file", f"{TOKEN_DIR}/{TOKEN_KEY}", "--termination-log", TERMINATION_LOG,
+        "--json"]
+    container = _container(config, "measure", args)
+    container["terminationMessagePath"] = TERMINATION_LOG
+    container["terminationMessagePolicy"] = "FallbackToLogsOnError"
+    tags = {**_tags(route), NODES_KEY: key}
+    return {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": child_name(route.name, "placement", key[:10]),
+                     "namespace": route.namespace, "labels": tags,
+                     "ownerReferences": [owner_reference(route)]},
+        "spec": {"backoffLimit": 0, "activeDeadlineSeconds": config.deadline_seconds,
+                 "ttlSecondsAfterFinished": 3600,
+                 "template": {"metadata": {"labels": tags}, "spec": {
+                     "restartPolicy": "Never", "automountServiceAccountToken": False,
+                     "enableServiceLinks": False, "securityContext": POD_SECURITY,
+                     "containers": [container], "volumes": [_token_volume(secret)]}}},
+    }
+
+
+def observe_agent(body: Mapping[str, Any]) -> ObservedAgent:
+    meta, status = body.get("metadata") or {}, body.get("status") or {}
+    conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
+    return ObservedAgent(meta.get("name", ""), (meta.get("annotations") or {}).get(NODE, ""),
+                         str(status.get("podIP") or ""), conditions.get("Ready") == "True")
+
+
+def observe_measurement(job: Mapping[str, Any],
+                        pods: Sequence[Mapping[str, Any]]) -> ObservedMeasurement:
+    """The Job, finished once it completed or failed, with its pod's termination message."""
+    meta, status = job.get("metadata") or {}, job.get("status") or {}
+    done = {c.get("type") for c in status.get("conditions") or []
+            if c.get("status") == "True"} & {"Complete", "Failed"}
+    finished = bool(done or status.get("succeeded") or status.get("failed"))
+    messages = [term.get("message", "") for pod in pods
+                for cs in (pod.get("status") or {}).get("containerStatuses") or []
+                if (term := (cs.get("state") or {}).get("terminated"))]
+    conditions = [c.get("message", "") for c in status.get("conditions") or []
+                  if c.get("type") == "Failed"]
+    return ObservedMeasurement(meta.get("name", ""), (meta.get("labels") or {}).get(
+        NODES_KEY, ""), finished, (messages or conditions or [""])[-1])
