@@ -117,6 +117,8 @@ def plan_placement(route: RouteRef, spec: ShardRouteSpec, old: Mapping[str, Any]
                      f"Measured placement orders one pipeline; the route has {spec.replicas}"
                      " replicas (nothing is measured or reassigned)")
     if nodes is None or any(s.name not in nodes for s in spec.stages):
+        if old.get("reason") == "Reassigned":  # its new epoch rolls out: say so until done
+            return _keep(old, applied, probes, "Reassigned", str(old.get("message", "")))
         return _keep(old, applied, probes, "WaitingForNodes",
                      "waiting for every stage pod of the epoch to run on a node")
     order = [nodes[s.name] for s in spec.stages]
@@ -360,15 +362,18 @@ def observe_agent(body: Mapping[str, Any]) -> ObservedAgent:
 
 def observe_measurement(job: Mapping[str, Any],
                         pods: Sequence[Mapping[str, Any]]) -> ObservedMeasurement:
-    """The Job, finished once it completed or failed, with its pod's termination message."""
+    """The Job with its pod's termination message: finished once it failed, or once it
+    completed and the message is seen (the pod's watch may lag the Job's)."""
     meta, status = job.get("metadata") or {}, job.get("status") or {}
     done = {c.get("type") for c in status.get("conditions") or []
-            if c.get("status") == "True"} & {"Complete", "Failed"}
-    finished = bool(done or status.get("succeeded") or status.get("failed"))
+            if c.get("status") == "True"}
     messages = [term.get("message", "") for pod in pods
                 for cs in (pod.get("status") or {}).get("containerStatuses") or []
                 if (term := (cs.get("state") or {}).get("terminated"))]
+    failed = "Failed" in done or bool(status.get("failed"))
+    completed = "Complete" in done or bool(status.get("succeeded"))
     conditions = [c.get("message", "") for c in status.get("conditions") or []
                   if c.get("type") == "Failed"]
     return ObservedMeasurement(meta.get("name", ""), (meta.get("labels") or {}).get(
-        NODES_KEY, ""), finished, (messages or conditions or [""])[-1])
+        NODES_KEY, ""), failed or (completed and bool(messages)),
+        (messages or conditions or [""])[-1])
