@@ -646,7 +646,9 @@ class ShardRouteStatus(StatusModel):
 
     observed_generation: int | None = Field(default=None, description="Last generation handled.")
     epoch: int = Field(
-        default=0, ge=0, description="Increments exactly when routeDigest changes."
+        default=0, ge=0, description="Increments exactly when routeDigest changes, or when"
+                                    " the operator reassigns a Measured route's stages to"
+                                    " other nodes."
     )
     route_digest: str | None = Field(
         default=None, description="sha256 over manifestDigest, recipeDigest and stage ranges."
