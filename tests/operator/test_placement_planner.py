@@ -234,3 +234,46 @@ def test_a_static_route_is_never_measured_or_moved(make_route: MakeRoute,
     assert {a.name for a in result.actions if isinstance(a, Delete)} == {
         "probe-node-a", "probe-node-b", "probe-node-c", "r1-placement"}
     assert cluster.route["status"]["epoch"] == 1
+
+
+def test_a_stage_that_cannot_be_scheduled_on_its_assigned_node_is_released(
+        make_route: MakeRoute, make_artifact: MakeArtifact) -> None:
+    cluster = measured_route(make_route, make_artifact)
+    cluster.measured(mesh(b_c=SLOW))
+    cluster.step()
+    cluster.probes = ObservedProbes(token_secret="r1-probe-token")
+    cluster.settle()
+    assert cluster.route["status"]["epoch"] == 2
+    s0 = next(p for p in cluster.pods.values()
+              if p["metadata"]["labels"]["meshnet.dev/stage"] == "s0")
+    s0["status"] = {"phase": "Pending", "conditions": [  # its node is gone
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+         "message": "0/2 nodes are available"}]}
+    result = cluster.step()
+    placement = cluster.route["status"]["placement"]
+    assert placement["reason"] == "WaitingForNodes" and "s0" in placement["message"]
+    assert "assignment" not in placement
+    assert result.epoch_advanced and cluster.route["status"]["epoch"] == 3
+    new = [p for p in creates(result, "Pod") if p["metadata"]["labels"].get(
+        "meshnet.dev/epoch") == "3"]
+    assert len(new) == 3 and not any(
+        "nodeAffinity" in (p["spec"].get("affinity") or {}) for p in new)
+
+
+def test_agents_that_never_become_ready_fail_the_measurement_in_time(
+        make_route: MakeRoute, make_artifact: MakeArtifact) -> None:
+    cluster = measured_route(make_route, make_artifact)
+    cluster.step()  # agents created
+    cluster.probes = ObservedProbes(
+        agents=tuple(ObservedAgent(f"probe-{n}", n, "10.1.0.1" if n != "node-c" else "",
+                                   n != "node-c") for n in NODES),
+        token_secret="r1-probe-token")
+    assert cluster.step(NOW + timedelta(seconds=60)).requeue_after is not None
+    assert cluster.route["status"]["placement"]["reason"] == "Measuring"
+    late = NOW + timedelta(seconds=2 * PLACEMENT.deadline_seconds + 1)
+    result = cluster.step(late)
+    placement = cluster.route["status"]["placement"]
+    assert placement["reason"] == "MeasurementFailed"
+    assert "no ready probe agent on node-c" in placement["message"]
+    assert {a.name for a in result.actions if isinstance(a, Delete)} == {
+        f"probe-{n}" for n in NODES}

@@ -105,13 +105,20 @@ def nodes_key(nodes: Sequence[str]) -> str:
 
 def plan_placement(route: RouteRef, spec: ShardRouteSpec, old: Mapping[str, Any] | None,
                    nodes: Mapping[str, str] | None, probes: ObservedProbes, now: datetime,
-                   config: PlacementConfig) -> PlacementPlan:
+                   config: PlacementConfig,
+                   unschedulable: frozenset[str] = frozenset()) -> PlacementPlan:
     """One reconcile's placement. `old`: status.placement; `nodes`: stage -> node of the
-    serving pipeline, None while it is not all scheduled or the route is rolling out."""
+    serving pipeline, None while it is not all scheduled or the route is rolling out;
+    `unschedulable`: stages whose pod of the current epoch the scheduler cannot place."""
     old = dict(old or {})
     applied = dict(old.get("assignment") or {})
     if spec.placement == "Static":
         return PlacementPlan(actions=cleanup(probes))
+    if stuck := sorted(unschedulable & set(applied)):
+        # its node is gone or full: a pin must not keep a stage down (a new epoch unpins all)
+        return _keep(old, {}, probes, "WaitingForNodes",
+                     f"stage {', '.join(stuck)} cannot be scheduled on its assigned node:"
+                     " the stages are left to the scheduler until measured again")
     if spec.replicas != 1:
         return _keep(old, applied, probes, "ReplicasUnsupported",
                      f"Measured placement orders one pipeline; the route has {spec.replicas}"
@@ -180,13 +187,25 @@ def _measuring(route: RouteRef, spec: ShardRouteSpec, order: list[str], machines
                 for node in machines if node not in by_node]
     actions += [Delete("Pod", a.name) for a in probes.agents if a.node not in machines]
     ready = [by_node[n] for n in machines if n in by_node and by_node[n].ready and by_node[n].ip]
-    status = {**old, "reason": "Measuring", "nodes": old.get("nodes") or [],
+    started = parse_rfc3339(old.get("attemptedAt") or "") \
+        if old.get("reason") == "Measuring" else None
+    if started and now - started > timedelta(seconds=2 * config.deadline_seconds):
+        waiting = [n for n in machines if n not in {a.node for a in ready}]
+        why = f"no ready probe agent on {', '.join(waiting)}" if waiting and job is None \
+            else "the measuring Job did not finish"
+        failed = {**old, "reason": "MeasurementFailed", "nodes": machines,
+                  "message": f"{why} in {2 * config.deadline_seconds} s",
+                  "attemptedAt": rfc3339(now)}
+        return PlacementPlan((*stale, *cleanup(probes)), (Event(
+            "Warning", "MeasurementFailed", failed["message"]),), failed, applied,
+            config.retry_seconds)
+    status = {**old, "reason": "Measuring", "attemptedAt": rfc3339(started or now),
               "message": f"measuring the links between {len(machines)} nodes"}
     if job is None and len(ready) == len(machines) and probes.token_secret:
         actions.append(Create(measuring_job(route, spec, {a.node: a.ip for a in ready},
                                             config, key, probes.token_secret)))
-        status["attemptedAt"] = rfc3339(now)
-    return PlacementPlan(tuple(actions), (), status, applied)
+    return PlacementPlan(tuple(actions), (), _clean(status), applied,
+                         2 * config.deadline_seconds)
 
 
 def _placed(spec: ShardRouteSpec, order: list[str], measured: Mapping[str, Any],

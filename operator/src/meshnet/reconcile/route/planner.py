@@ -146,9 +146,13 @@ def _rollout(observed: Observed, spec: ShardRouteSpec, manifest: str, config: Wo
     digest = route_digest(manifest, recipe, [(s.layers.begin, s.layers.end) for s in spec.stages])
     epoch, advanced = next_epoch(route.status, observed.pods, digest)
     ref = RouteRef(route.name, route.namespace, route.uid)
+    # (not mid-rollout: a new epoch's pinned pod may wait for the old one's resources)
+    unschedulable = frozenset(p.stage for p in observed.pods if p.unschedulable
+                              and not p.terminating) \
+        if all(p.epoch == epoch for p in observed.pods) else frozenset()
     placed = plan_placement(ref, spec, route.status.get("placement"),
                             _serving_nodes(observed.pods, spec, epoch), observed.probes, now,
-                            placement_config)
+                            placement_config, unschedulable)
     reassigned = dict(placed.assignment) != ((route.status.get("placement") or {})
                                              .get("assignment") or {})
     if reassigned and not advanced:  # which node serves which range changed: a new epoch
