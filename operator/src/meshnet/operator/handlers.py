@@ -27,12 +27,11 @@ from meshnet.reconcile.route import (
     replica_of,
 )
 from meshnet.reconcile.route.placement import (
-    NODES_KEY,
-    PLACEMENT_ROUTE,
     ObservedProbes,
     observe_agent,
     observe_measurement,
 )
+from meshnet.reconcile.route.probespec import NODES_KEY, PLACEMENT_ROUTE
 from meshnet.timestamps import utc_now
 
 ROUTES = (GROUP, VERSION, shardroute.PLURAL)

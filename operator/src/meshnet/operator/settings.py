@@ -12,8 +12,8 @@ from meshnet.paths import repo_root
 from meshnet.pin.manifest import load_manifest
 from meshnet.reconcile.artifact.jobspec import ProvisionerConfig
 from meshnet.reconcile.route.networkpolicy import PolicyConfig
-from meshnet.reconcile.route.placement import PlacementConfig
 from meshnet.reconcile.route.podspec import WorkerConfig
+from meshnet.reconcile.route.probespec import PlacementConfig
 from meshnet.tracker.settings import TrackerSettings
 
 LANES = ("cpu", "cuda", "rocm", "vulkan")

@@ -1,12 +1,12 @@
 """Placement from measured links for a ShardRoute (pure): when to measure the links between
-the nodes its stages run on, the probe agents and the measuring Job that do it, what
-status.placement shows of the result, and which node each stage is pinned to.
+the nodes its stages run on, what status.placement shows of the result, and which node each
+stage is pinned to.
 
-Measuring: one probe-agent pod per node (`meshnet links serve`, pinned to that node), then
-a Job running `meshnet links place` against them, whose measured links come back as its
-container's termination message (the certification Job's pattern: the Job needs no API
-access). The links are kept in status; the placement arithmetic is `meshnet.placement.order`
-on them, redone on every reconcile. Agents and Job are deleted once the links are read.
+Measuring: one probe-agent pod per node, then a Job measuring them (probespec.py builds
+both; the Job hands the links back as its termination message, as the certification Job
+hands back its certificate). The links are kept in status; the placement arithmetic,
+`meshnet.placement.order` on them, is redone on every reconcile. Agents and Job are deleted
+once the links are read.
 
 Placing (spec.placement Measured, one replica): the stages are reassigned to the nodes in
 the best order only when it saves at least MARGIN of the current order's network time per
@@ -22,41 +22,26 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from meshnet.api import labels
-from meshnet.api.common import GROUP
 from meshnet.api.shardroute import ShardRouteSpec, Stage
 from meshnet.placement.order import MeasuredLink, PlacementError, cycle, place
 from meshnet.placement.report import ReportError, read_links
-from meshnet.reconcile.children import CONTAINER_SECURITY, POD_SECURITY
-from meshnet.reconcile.naming import child_name
 from meshnet.reconcile.plan import Action, Create, Delete, Event
-from meshnet.reconcile.route.podspec import RouteRef, owner_reference
+from meshnet.reconcile.route.podspec import RouteRef
+from meshnet.reconcile.route.probespec import (
+    NODE,
+    NODES_KEY,
+    ROW_BYTES,
+    PlacementConfig,
+    agent_pod,
+    measuring_job,
+    on_node,
+    token_name,
+    token_secret,
+)
 from meshnet.timestamps import parse_rfc3339, rfc3339
 
-PLACEMENT_ROUTE = f"{GROUP}/placement-route"  # on agents, Job and token (not stage pods)
-NODES_KEY = f"{GROUP}/placement-nodes"  # on the Job: the node set it measures
-NODE = f"{GROUP}/placement-node"  # annotation on an agent: its node
-TOKEN_KEY = "token"
-TOKEN_DIR = "/etc/meshnet/probe"
-TERMINATION_LOG = "/dev/termination-log"
 MARGIN = 0.10  # the best order must save 10% of the current order's network time ...
 MIN_GAIN_SECONDS = 0.001  # ... and at least 1 ms per token
-ROW_BYTES = 4 * 4096 * 4  # a DeepSeek V4 boundary row in f32; the artifact does not say
-NODE_FIELD = "metadata.name"
-
-
-@dataclass(frozen=True)
-class PlacementConfig:
-    """Operator-wide inputs of measuring (from settings)."""
-
-    image: str | None = None  # the operator's image (it has `meshnet`); None: no measuring
-    port: int = 7070
-    interval_seconds: float = 3600.0  # a node set's links are measured again after this
-    retry_seconds: float = 300.0  # after a failed measurement
-    rounds: int = 5
-    probe_bytes: str = "8M"
-    deadline_seconds: int = 600
-    pull_policy: str = "IfNotPresent"
 
 
 @dataclass(frozen=True)
@@ -281,95 +266,8 @@ def assigned_stage(stage: Stage, node: str | None) -> Stage:
     """The stage pinned to `node` by name (required node affinity); itself without one."""
     if node is None:
         return stage
-    term = {"matchFields": [{"key": NODE_FIELD, "operator": "In", "values": [node]}]}
-    affinity = {**(stage.affinity or {}), "nodeAffinity": {
-        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
-    return stage.model_copy(update={"affinity": affinity})
-
-
-def token_name(route: str) -> str:
-    return child_name(route, "probe-token")
-
-
-def _tags(route: RouteRef) -> dict[str, str]:
-    return {labels.MANAGED_BY: labels.OPERATOR_NAME, PLACEMENT_ROUTE: route.name}
-
-
-def token_secret(route: RouteRef, token: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-            "metadata": {"name": token_name(route.name), "namespace": route.namespace,
-                         "labels": _tags(route), "ownerReferences": [owner_reference(route)]},
-            "stringData": {TOKEN_KEY: token}}
-
-
-def _token_volume(secret: str) -> dict[str, Any]:
-    return {"name": "probe-token", "secret": {"secretName": secret, "defaultMode": 0o440}}
-
-
-def _container(config: PlacementConfig, name: str, args: list[str]) -> dict[str, Any]:
-    return {"name": name, "image": config.image, "command": ["meshnet"], "args": args,
-            "imagePullPolicy": config.pull_policy, "securityContext": CONTAINER_SECURITY,
-            "resources": {"requests": {"cpu": "50m", "memory": "64Mi"},
-                          "limits": {"memory": "256Mi"}},
-            "volumeMounts": [{"name": "probe-token", "mountPath": TOKEN_DIR,
-                              "readOnly": True}]}
-
-
-def agent_name(route: str, node: str) -> str:
-    return child_name(route, "probe", hashlib.sha256(node.encode()).hexdigest()[:10])
-
-
-def agent_pod(route: RouteRef, node: str, config: PlacementConfig,
-              secret: str) -> dict[str, Any]:
-    """`meshnet links serve` on `node` (pinned by name, tolerating its taints: a stage runs
-    there), answering only holders of the route's probe token."""
-    container = _container(config, "probe", [
-        "links", "serve", "--listen", f"0.0.0.0:{config.port}",
-        "--token-file", f"{TOKEN_DIR}/{TOKEN_KEY}"])
-    container["ports"] = [{"name": "probe", "containerPort": config.port}]
-    container["readinessProbe"] = {"tcpSocket": {"port": config.port}, "periodSeconds": 2}
-    term = {"matchFields": [{"key": NODE_FIELD, "operator": "In", "values": [node]}]}
-    return {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": agent_name(route.name, node), "namespace": route.namespace,
-                     "labels": _tags(route), "annotations": {NODE: node},
-                     "ownerReferences": [owner_reference(route)]},
-        "spec": {"restartPolicy": "Always", "automountServiceAccountToken": False,
-                 "enableServiceLinks": False, "securityContext": POD_SECURITY,
-                 "affinity": {"nodeAffinity": {
-                     "requiredDuringSchedulingIgnoredDuringExecution": {
-                         "nodeSelectorTerms": [term]}}},
-                 "tolerations": [{"operator": "Exists"}],
-                 "containers": [container], "volumes": [_token_volume(secret)]},
-    }
-
-
-def measuring_job(route: RouteRef, spec: ShardRouteSpec, agents: Mapping[str, str],
-                  config: PlacementConfig, key: str, secret: str) -> dict[str, Any]:
-    """`meshnet links place` against the agents (node -> pod IP); the links come back as
-    the container's termination message."""
-    topology = "chain" if spec.recipe.topology == "chain" else "ring"
-    args = ["links", "place", *(f"{node}={ip}:{config.port}" for node, ip in sorted(
-        agents.items())), "--topology", topology, "--row-bytes", str(ROW_BYTES),
-        "--rounds", str(config.rounds), "--probe-bytes", config.probe_bytes,
-        "--token-file", f"{TOKEN_DIR}/{TOKEN_KEY}", "--termination-log", TERMINATION_LOG,
-        "--json"]
-    container = _container(config, "measure", args)
-    container["terminationMessagePath"] = TERMINATION_LOG
-    container["terminationMessagePolicy"] = "FallbackToLogsOnError"
-    tags = {**_tags(route), NODES_KEY: key}
-    return {
-        "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": child_name(route.name, "placement", key[:10]),
-                     "namespace": route.namespace, "labels": tags,
-                     "ownerReferences": [owner_reference(route)]},
-        "spec": {"backoffLimit": 0, "activeDeadlineSeconds": config.deadline_seconds,
-                 "ttlSecondsAfterFinished": 3600,
-                 "template": {"metadata": {"labels": tags}, "spec": {
-                     "restartPolicy": "Never", "automountServiceAccountToken": False,
-                     "enableServiceLinks": False, "securityContext": POD_SECURITY,
-                     "containers": [container], "volumes": [_token_volume(secret)]}}},
-    }
+    return stage.model_copy(update={"affinity": {**(stage.affinity or {}),
+                                                 **on_node(node)}})
 
 
 def observe_agent(body: Mapping[str, Any]) -> ObservedAgent:

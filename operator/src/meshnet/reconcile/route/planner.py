@@ -25,7 +25,6 @@ from meshnet.reconcile.route.observed import (
     ReferencedArtifact,
 )
 from meshnet.reconcile.route.placement import (
-    PlacementConfig,
     PlacementPlan,
     assigned_stage,
     cleanup,
@@ -40,6 +39,7 @@ from meshnet.reconcile.route.podspec import (
     owner_reference,
     stage_pod,
 )
+from meshnet.reconcile.route.probespec import PlacementConfig
 from meshnet.reconcile.route.rollout import RolloutPlan, in_place, roll
 from meshnet.reconcile.route.topology import stage_links
 from meshnet.reconcile.route.workerspec import (
