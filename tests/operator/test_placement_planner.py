@@ -277,3 +277,23 @@ def test_agents_that_never_become_ready_fail_the_measurement_in_time(
     assert "no ready probe agent on node-c" in placement["message"]
     assert {a.name for a in result.actions if isinstance(a, Delete)} == {
         f"probe-{n}" for n in NODES}
+
+
+def test_scaling_a_reassigned_route_keeps_the_epoch_and_pins_only_replica_0(
+        make_route: MakeRoute, make_artifact: MakeArtifact) -> None:
+    cluster = measured_route(make_route, make_artifact)
+    cluster.measured(mesh(b_c=SLOW))
+    cluster.step()
+    cluster.probes = ObservedProbes(token_secret="r1-probe-token")
+    cluster.settle()
+    assignment = cluster.route["status"]["placement"]["assignment"]
+    cluster.route["spec"]["replicas"] = 2
+    result = cluster.step()
+    assert not result.epoch_advanced and cluster.route["status"]["epoch"] == 2
+    placement = cluster.route["status"]["placement"]
+    assert placement["reason"] == "ReplicasUnsupported"
+    assert placement["assignment"] == assignment
+    added = creates(result, "Pod")
+    assert len(added) == 3 and all(p["metadata"]["labels"]["meshnet.dev/replica"] == "1"
+                                   and "nodeAffinity" not in p["spec"]["affinity"]
+                                   for p in added)

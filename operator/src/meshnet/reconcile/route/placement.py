@@ -107,7 +107,8 @@ def plan_placement(route: RouteRef, spec: ShardRouteSpec, old: Mapping[str, Any]
     if spec.replicas != 1:
         return _keep(old, applied, probes, "ReplicasUnsupported",
                      f"Measured placement orders one pipeline; the route has {spec.replicas}"
-                     " replicas (nothing is measured or reassigned)")
+                     " replicas (nothing is measured or reassigned; replica 0 keeps the"
+                     " nodes it was assigned, the others are the scheduler's)")
     if nodes is None or any(s.name not in nodes for s in spec.stages):
         if old.get("reason") == "Reassigned":  # its new epoch rolls out: say so until done
             return _keep(old, applied, probes, "Reassigned", str(old.get("message", "")))

@@ -169,8 +169,10 @@ def _rollout(observed: Observed, spec: ShardRouteSpec, manifest: str, config: Wo
                                   observed.artifact.model_file, route_id, replica,
                                   observed.artifact.drafter_file,
                                   observed.artifact.architecture, key_secret)
-            body = stage_pod(StageInputs(ref, assigned_stage(stage, placed.assignment.get(
-                stage.name)), spec.recipe, storage, worker), config)
+            # (measured placement orders replica 0: the others stay the scheduler's)
+            node = placed.assignment.get(stage.name) if replica == 0 else None
+            body = stage_pod(StageInputs(ref, assigned_stage(stage, node), spec.recipe,
+                                         storage, worker), config)
             desired[replica, stage.name] = (body, worker)
     if config.side_by_side:
         names = [s.name for s in spec.stages]
