@@ -77,7 +77,7 @@ app.kubernetes.io/part-of: meshnet
   resources: [modelartifacts/status]
   verbs: [patch]
 # One worker pod per stage, a headless Service per route, and its gateway (a Deployment
-# and a ClusterIP Service).
+# and a ClusterIP Service); a Measured route's probe agents (one pod per stage node).
 - apiGroups: [""]
   resources: [pods]
   verbs: [list, watch, create, delete]
@@ -90,7 +90,8 @@ app.kubernetes.io/part-of: meshnet
 - apiGroups: [""]
   resources: [events]
   verbs: [create]
-# Jobs: a route lane's certification Job, and each ModelArtifact's provisioning Jobs
+# Jobs: a route lane's certification Job, a Measured route's measuring Job, and each
+# ModelArtifact's provisioning Jobs
 # (their pods, read through `pods: list, watch`, report what the pull verified).
 - apiGroups: [batch]
   resources: [jobs]
@@ -101,7 +102,7 @@ app.kubernetes.io/part-of: meshnet
   verbs: [list, watch, create, delete]
 # Each route's identity Secret (its own CA, the stage, gateway, certification and operator
 # certificates, the route key): issued, renewed (patch), read back; deleted with the route
-# by its owner reference.
+# by its owner reference; a Measured route's probe token.
 - apiGroups: [""]
   resources: [secrets]
   verbs: [get, list, watch, create, patch]

@@ -512,6 +512,14 @@ class ShardRouteSpec(
     gateway: Gateway = Field(
         default_factory=Gateway, description="The route's OpenAI-compatible gateway."
     )
+    placement: Literal["Static", "Measured"] = Field(
+        default="Static",
+        description="Which node serves which stage. Static: as the scheduler placed the pods;"
+                    " nothing is measured. Measured: the operator measures the links between"
+                    " the stages' nodes and, when another order of them is clearly cheaper per"
+                    " token, reassigns the stages to the nodes in that order as a new epoch"
+                    " (docs/placement.md).",
+    )
 
 
 class StageStatus(StatusModel):
@@ -592,12 +600,55 @@ class ReplicaStatus(StatusModel):
     stages: list[StageStatus] = Field(default_factory=list, description="Per-stage state.")
 
 
+class PlacementLink(StatusModel):
+    """One measured link between two of the route's nodes."""
+
+    from_node: str = Field(description="The node that measured.")
+    to_node: str = Field(description="The node it measured its link to.")
+    rtt_seconds: float = Field(ge=0, description="Median round trip.")
+    bytes_per_second: float = Field(gt=0, description="Bandwidth of one transfer.")
+
+
+PlacementReason = Literal["Measuring", "Measured", "Reassigned", "WaitingForNodes",
+                          "MeasurementFailed", "AllStagesPinned", "ReplicasUnsupported"]
+
+
+class RoutePlacement(StatusModel):
+    """What the operator measured of the links between the stages' nodes, and the order of
+    the nodes it found best (docs/placement.md)."""
+
+    reason: PlacementReason = Field(description="Where measuring and placing stand.")
+    message: str = Field(default="", description="The same in words.")
+    measured_at: str | None = Field(default=None, description="When the links were measured.")
+    nodes: list[str] = Field(default_factory=list, description="The nodes measured.")
+    links: list[PlacementLink] = Field(default_factory=list, description="Every link measured.")
+    current_order: list[str] = Field(
+        default_factory=list, description="The node of each stage now, in stage order.")
+    current_seconds: float | None = Field(
+        default=None, description="Network seconds per decoded token in the current order.")
+    best_order: list[str] = Field(
+        default_factory=list, description="The cheapest order of the nodes (stages the user"
+                                          " pinned keep their node).")
+    best_seconds: float | None = Field(
+        default=None, description="Network seconds per decoded token in the best order.")
+    gateway: str | None = Field(
+        default=None, description="The measured node nearest the best order's first stage:"
+                                  " where the gateway should run (reported, not applied).")
+    assignment: dict[str, str] = Field(
+        default_factory=dict, description="Stage -> node the operator pinned the stages to"
+                                          " (Measured only; empty: the scheduler's choice).")
+    attempted_at: str | None = Field(
+        default=None, description="When the last measurement was started or failed.")
+
+
 class ShardRouteStatus(StatusModel):
     """Observed state, rebuilt by the operator from the stage pods on every reconcile."""
 
     observed_generation: int | None = Field(default=None, description="Last generation handled.")
     epoch: int = Field(
-        default=0, ge=0, description="Increments exactly when routeDigest changes."
+        default=0, ge=0, description="Increments exactly when routeDigest changes, or when"
+                                    " the operator reassigns a Measured route's stages to"
+                                    " other nodes."
     )
     route_digest: str | None = Field(
         default=None, description="sha256 over manifestDigest, recipeDigest and stage ranges."
@@ -651,6 +702,9 @@ class ShardRouteStatus(StatusModel):
                                   " last stage's counters (absent while the route does not"
                                   " speculate and no draft was verified, or that stage does"
                                   " not answer).")
+    placement: RoutePlacement | None = Field(
+        default=None, description="The measured links between the stages' nodes and the best"
+                                  " order of them (spec.placement Measured).")
 
 
 class ShardRoute(ApiModel):

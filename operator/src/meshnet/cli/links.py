@@ -10,6 +10,7 @@ import click
 
 from meshnet.placement.order import Links, MeasuredLink, Placement, PlacementError, place
 from meshnet.placement.probe import Agent, Probe, ProbeError, measure, split_address
+from meshnet.placement.report import ReportError, links_document
 
 V4_ROW_BYTES = 4 * 4096 * 4  # DeepSeek V4's boundary row: 4 mHC streams of 4096 f32
 _SIZE = re.compile(r"([0-9]+)\s*([kmg]?)i?b?")
@@ -100,9 +101,12 @@ def _via(values: tuple[str, ...]) -> dict[tuple[str, str], str]:
                    "proxies); repeatable.")
 @token_option
 @click.option("--json", "as_json", is_flag=True, help="The links and the placement as JSON.")
+@click.option("--termination-log", type=click.Path(dir_okay=False, path_type=Path),
+              default=None, help="Also write the measured links there, compact (the operator's"
+                                 " measuring Job: its container's termination message).")
 def place_cmd(machines: tuple[str, ...], gateways: tuple[str, ...], topology: str,
               row_bytes: int, rounds: int, probe_bytes: str, via: tuple[str, ...],
-              token_file: Path | None, as_json: bool) -> None:
+              token_file: Path | None, as_json: bool, termination_log: Path | None) -> None:
     """Measure every link between MACHINES (each running `meshnet links serve`), then
     print which machine should serve which stage, in order, and where the gateway runs."""
     stages, candidates = _named(machines, "MACHINES"), _named(gateways, "--gateway")
@@ -120,7 +124,11 @@ def place_cmd(machines: tuple[str, ...], gateways: tuple[str, ...], topology: st
     try:
         links = measure(agents, probe, _via(via), said)
         best = place(list(stages), links, row_bytes, topology, list(candidates))
-    except (ProbeError, PlacementError) as error:
+        if termination_log:
+            termination_log.write_text(links_document(list(agents), links))
+    except (ProbeError, PlacementError, ReportError) as error:
+        if termination_log:  # the Job's reader shows why
+            termination_log.write_text(str(error)[:1024])
         raise click.ClickException(str(error)) from None
     if as_json:
         click.echo(json.dumps(_as_json(best, links)))

@@ -4,6 +4,7 @@ delete, a child pod's event, its artifact's event) runs the same level-based rec
 from __future__ import annotations
 
 import dataclasses
+import secrets
 from typing import Any
 
 import kopf
@@ -25,6 +26,12 @@ from meshnet.reconcile.route import (
     plan,
     replica_of,
 )
+from meshnet.reconcile.route.placement import (
+    ObservedProbes,
+    observe_agent,
+    observe_measurement,
+)
+from meshnet.reconcile.route.probespec import NODES_KEY, PLACEMENT_ROUTE
 from meshnet.timestamps import utc_now
 
 ROUTES = (GROUP, VERSION, shardroute.PLURAL)
@@ -32,6 +39,8 @@ ARTIFACTS = (GROUP, VERSION, modelartifact.PLURAL)
 OURS: dict[str, Any] = {
     labels.ROUTE: kopf.PRESENT, labels.MANAGED_BY: labels.OPERATOR_NAME}
 IDENTITIES: dict[str, Any] = {IDENTITY_LABEL: "route", **OURS}
+PROBES: dict[str, Any] = {
+    PLACEMENT_ROUTE: kopf.PRESENT, labels.MANAGED_BY: labels.OPERATOR_NAME}
 GATEWAYS: dict[str, Any] = {
     labels.GATEWAY: kopf.PRESENT, labels.MANAGED_BY: labels.OPERATOR_NAME}
 # Handlers take a `labels` kwarg, which would shadow the module inside them.
@@ -72,7 +81,8 @@ async def _reconcile_once(ctx: Context, namespace: str, name: str,
         # sessions: no need to ask)
         idle = await idle_pipelines(observed.pods, ctx.settings.worker_grpc_port, tls=tls)
         observed = dataclasses.replace(observed, idle_pipelines=idle)
-    result = plan(observed, ctx.settings.worker_config(), utc_now())
+    result = plan(observed, ctx.settings.worker_config(), utc_now(),
+                  ctx.settings.placement_config())
     await execute(ctx.client, body, shardroute.PLURAL, result, STATUS_KEYS, ctx.expectations)
     if result.requeue_after is not None:
         ctx.wake_later(key, result.requeue_after,
@@ -96,10 +106,22 @@ def _observe(body: dict[str, Any], indices: dict[str, Any],
         artifact = next(iter(found), None)
     deployment = next(iter(indices["gateway_deployments"].get(key, ())), None)
     return Observed(route, pods, services=services, artifact=artifact,
+                    probes=_probes(indices, key),
                     gateway_deployment_hash=deployment[0] if deployment else None,
                     gateway_rolled_out=deployment[1] if deployment else False,
                     gateway_service_hash=next(iter(indices["gateway_services"].get(key, ())), None),
                     network_policy_hash=next(iter(indices["route_policies"].get(key, ())), None))
+
+
+def _probes(indices: dict[str, Any], key: tuple[str, str]) -> ObservedProbes:
+    """The route's probe agents, measuring Jobs (with their pods) and token Secret."""
+    pods = list(indices["placement_pods"].get(key, ()))
+    agents = tuple(observe_agent(p) for p in pods if NODES_KEY not in p["metadata"]["labels"])
+    jobs = tuple(observe_measurement(job, [p for p in pods if p["metadata"]["labels"].get(
+        "job-name") == job["metadata"]["name"]]) for job in indices["placement_jobs"].get(
+        key, ()))
+    token = next(iter(indices["placement_tokens"].get(key, ())), None)
+    return ObservedProbes(agents, jobs, token, secrets.token_urlsafe(32))
 
 
 def register(registry: kopf.OperatorRegistry, ctx: Context) -> None:
@@ -133,6 +155,33 @@ def register(registry: kopf.OperatorRegistry, ctx: Context) -> None:
     @kopf.index("services", labels=GATEWAYS, id="gateway_services", registry=registry)
     async def gateway_services(namespace: str | None, labels: kopf.Labels, **_: Any) -> Any:
         return {(namespace, labels[GATEWAY_LABEL]): labels.get(TEMPLATE_LABEL, "")}
+
+    @kopf.index("pods", labels=PROBES, id="placement_pods", registry=registry)
+    async def placement_pods(namespace: str | None, labels: kopf.Labels, body: kopf.Body,
+                             **_: Any) -> Any:
+        return {(namespace, labels[PLACEMENT_ROUTE]): {
+            "metadata": {k: dict(body["metadata"].get(k) or {}) for k in ("labels",
+                                                                           "annotations")}
+            | {"name": body["metadata"]["name"]}, "status": dict(body.get("status") or {})}}
+
+    @kopf.index("batch", "v1", "jobs", labels=PROBES, id="placement_jobs", registry=registry)
+    async def placement_jobs(namespace: str | None, labels: kopf.Labels, body: kopf.Body,
+                             **_: Any) -> Any:
+        return {(namespace, labels[PLACEMENT_ROUTE]): {
+            "metadata": {"name": body["metadata"]["name"], "labels": dict(labels)},
+            "status": dict(body.get("status") or {})}}
+
+    @kopf.index("secrets", labels=PROBES, id="placement_tokens", registry=registry)
+    async def placement_tokens(namespace: str | None, name: str, labels: kopf.Labels,
+                               **_: Any) -> Any:
+        return {(namespace, labels[PLACEMENT_ROUTE]): name}
+
+    @kopf.on.event("pods", labels=PROBES, registry=registry)
+    @kopf.on.event("batch", "v1", "jobs", labels=PROBES, registry=registry)
+    async def probe_changed(namespace: str | None, labels: kopf.Labels, **kwargs: Any) -> None:
+        ctx.metrics.triggers.labels("placement").inc()
+        await reconcile(ctx, namespace or "", labels[PLACEMENT_ROUTE], kwargs,
+                        delay=POD_EVENT_DELAY_SECONDS)
 
     @kopf.index(*ARTIFACTS, id="artifacts", registry=registry)
     async def artifacts(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> Any:

@@ -13,6 +13,7 @@ from meshnet.pin.manifest import load_manifest
 from meshnet.reconcile.artifact.jobspec import ProvisionerConfig
 from meshnet.reconcile.route.networkpolicy import PolicyConfig
 from meshnet.reconcile.route.podspec import WorkerConfig
+from meshnet.reconcile.route.probespec import PlacementConfig
 from meshnet.tracker.settings import TrackerSettings
 
 LANES = ("cpu", "cuda", "rocm", "vulkan")
@@ -46,6 +47,10 @@ class OperatorSettings:
     # Each route's NetworkPolicy: on, the operator's namespace and pod labels (let in to
     # the stages' gRPC port), the namespaces let in to their metrics port.
     network_policy: PolicyConfig = field(default_factory=PolicyConfig)
+    # spec.placement Measured: the probe agents' port, and how often a route's nodes' links
+    # are measured again while its nodes stay the same.
+    placement_port: int = 7070
+    placement_interval_seconds: float = 3600.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> OperatorSettings:
@@ -74,12 +79,21 @@ class OperatorSettings:
             artifact_rehash_seconds=max(0.0, env_number(env, "MESHNET_ARTIFACT_REHASH_SECONDS",
                                                         7 * 86400.0, float)),
             network_policy=_policy_config(env),
+            placement_port=env_number(env, "MESHNET_PLACEMENT_PORT", 7070, int),
+            placement_interval_seconds=env_number(env, "MESHNET_PLACEMENT_INTERVAL_SECONDS",
+                                                  3600.0, float),
         )
 
     def provisioner_config(self, image: str) -> ProvisionerConfig:
         every = self.artifact_rehash_seconds
         return ProvisionerConfig(image=image,
                                  rehash_every=timedelta(seconds=every) if every else None)
+
+    def placement_config(self) -> PlacementConfig:
+        """Probe agents and measuring Jobs run the operator's image (the gateway's)."""
+        return PlacementConfig(image=self.gateway_image, port=self.placement_port,
+                               interval_seconds=self.placement_interval_seconds,
+                               pull_policy=self.worker_pull_policy)
 
     def worker_config(self) -> WorkerConfig:
         return WorkerConfig(

@@ -49,9 +49,10 @@ class PlacementError(ValueError):
 
 
 def place(machines: Sequence[str], links: Links, row_bytes: int, topology: str = "ring",
-          gateways: Sequence[str] = ()) -> Placement:
+          gateways: Sequence[str] = (), fixed: Mapping[int, str] | None = None) -> Placement:
     """The order of `machines` (one per stage) with the cheapest per-token cycle, and the
-    gateway candidate nearest its first stage. `row_bytes`: one boundary row on the wire."""
+    gateway candidate nearest its first stage. `row_bytes`: one boundary row on the wire;
+    `fixed`: positions whose machine is given (a stage the user pinned to its node)."""
     if not machines or len(set(machines)) != len(machines):
         raise PlacementError("placement needs distinct machines, one per stage")
     if len(machines) > MAX_MACHINES:
@@ -59,8 +60,14 @@ def place(machines: Sequence[str], links: Links, row_bytes: int, topology: str =
     if topology not in ("ring", "chain"):
         raise PlacementError(f"topology {topology!r}: ring or chain")
     _check_measured(machines, links, gateways)
+    fixed = fixed or {}
+    if not set(fixed.values()) <= set(machines) or not all(
+            0 <= i < len(machines) for i in fixed):
+        raise PlacementError("a fixed position names no machine or no stage")
     best: Placement | None = None
     for order in itertools.permutations(machines):
+        if any(order[i] != machine for i, machine in fixed.items()):
+            continue
         candidate = _scored(order, links, row_bytes, topology, gateways)
         if best is None or _key(candidate) < _key(best):
             best = candidate

@@ -15,6 +15,7 @@ from meshnet.api.shardroute import ShardRouteSpec
 from meshnet.api.validate import artifact_drafter, block_count
 from meshnet.reconcile.resource import ObservedResource, observe_resource
 from meshnet.reconcile.route.identity import IssuedIdentity
+from meshnet.reconcile.route.placement import ObservedProbes
 
 # Container waiting reasons that mean the stage will not come up without help.
 FAILING_REASONS = frozenset({
@@ -43,6 +44,7 @@ class ObservedPod:
     unschedulable: str | None = None  # the scheduler's message
     draining_since: str | None = None  # its pipeline takes no new sessions since (RFC 3339)
     ip: str = ""  # where its worker answers (status.podIP; "" until it has one)
+    node: str = ""  # the node it was scheduled on (spec.nodeName; "" until it is)
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,8 @@ class Observed:
     identity: IssuedIdentity | None = None
     # template hash of the stages' NetworkPolicy (None: absent)
     network_policy_hash: str | None = None
+    # The probe agents, measuring Jobs and token Secret of spec.placement Measured.
+    probes: ObservedProbes = field(default_factory=ObservedProbes)
 
 
 def observe_route(body: Mapping[str, Any]) -> ObservedRoute:
@@ -121,6 +125,7 @@ def observe_pod(body: Mapping[str, Any]) -> ObservedPod | None:
         if scheduled.get("reason") == "Unschedulable" else None,
         draining_since=(meta.get("annotations") or {}).get(labels.DRAINING_ANNOTATION),
         ip=str(status.get("podIP") or ""),
+        node=str((body.get("spec") or {}).get("nodeName") or ""),
     )
 
 

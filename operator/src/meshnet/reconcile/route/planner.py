@@ -24,6 +24,12 @@ from meshnet.reconcile.route.observed import (
     ObservedRoute,
     ReferencedArtifact,
 )
+from meshnet.reconcile.route.placement import (
+    PlacementPlan,
+    assigned_stage,
+    cleanup,
+    plan_placement,
+)
 from meshnet.reconcile.route.podspec import (
     RouteRef,
     StageInputs,
@@ -33,6 +39,7 @@ from meshnet.reconcile.route.podspec import (
     owner_reference,
     stage_pod,
 )
+from meshnet.reconcile.route.probespec import PlacementConfig
 from meshnet.reconcile.route.rollout import RolloutPlan, in_place, roll
 from meshnet.reconcile.route.topology import stage_links
 from meshnet.reconcile.route.workerspec import (
@@ -44,14 +51,16 @@ from meshnet.reconcile.route.workerspec import (
 
 STATUS_KEYS = ("observedGeneration", "epoch", "routeDigest", "recipeDigest", "manifestDigest",
                "replicas", "readyReplicas", "updatedReplicas", "draining", "selector", "stages",
-               "replicaStatuses", "stagesReady", "coverage", "capacity", "endpoint", "conditions")
+               "replicaStatuses", "stagesReady", "coverage", "capacity", "endpoint", "conditions",
+               "placement")
 
 
 Desired = tuple[dict[str, Any], WorkerSpec]  # a stage's pod and its worker
 PodKey = derive.PodKey  # (replica, stage)
 
 
-def plan(observed: Observed, config: WorkerConfig, now: datetime) -> Plan:
+def plan(observed: Observed, config: WorkerConfig, now: datetime,
+         placement: PlacementConfig | None = None) -> Plan:
     """One level-based step towards the spec; safe to repeat with the same inputs."""
     route = observed.route
     if route.deleting:
@@ -62,7 +71,8 @@ def plan(observed: Observed, config: WorkerConfig, now: datetime) -> Plan:
     artifact = observed.artifact
     if artifact is None or not artifact.ready or artifact.manifest_digest is None:
         return _waiting(observed, route.spec, config, now)
-    return _rollout(observed, route.spec, artifact.manifest_digest, config, now)
+    return _rollout(observed, route.spec, artifact.manifest_digest, config, now,
+                    placement or PlacementConfig())
 
 
 def spec_problems(route: ObservedRoute, artifact: ReferencedArtifact | None,
@@ -130,12 +140,23 @@ def _invalid(observed: Observed, problems: Sequence[Problem], config: WorkerConf
 
 
 def _rollout(observed: Observed, spec: ShardRouteSpec, manifest: str, config: WorkerConfig,
-             now: datetime) -> Plan:
+             now: datetime, placement_config: PlacementConfig) -> Plan:
     route = observed.route
     recipe = recipe_digest(config.pin_digest, spec.recipe.identity())
     digest = route_digest(manifest, recipe, [(s.layers.begin, s.layers.end) for s in spec.stages])
     epoch, advanced = next_epoch(route.status, observed.pods, digest)
     ref = RouteRef(route.name, route.namespace, route.uid)
+    # (not mid-rollout: a new epoch's pinned pod may wait for the old one's resources)
+    unschedulable = frozenset(p.stage for p in observed.pods if p.unschedulable
+                              and not p.terminating) \
+        if all(p.epoch == epoch for p in observed.pods) else frozenset()
+    placed = plan_placement(ref, spec, route.status.get("placement"),
+                            _serving_nodes(observed.pods, spec, epoch), observed.probes, now,
+                            placement_config, unschedulable)
+    reassigned = dict(placed.assignment) != ((route.status.get("placement") or {})
+                                             .get("assignment") or {})
+    if reassigned and not advanced:  # which node serves which range changed: a new epoch
+        epoch, advanced = max([epoch, *(p.epoch for p in observed.pods)]) + 1, True
     assert observed.artifact is not None and observed.artifact.storage is not None
     identities = Identities(manifest, recipe, digest)
     route_id, storage = f"{route.namespace}/{route.name}", observed.artifact.storage
@@ -148,7 +169,10 @@ def _rollout(observed: Observed, spec: ShardRouteSpec, manifest: str, config: Wo
                                   observed.artifact.model_file, route_id, replica,
                                   observed.artifact.drafter_file,
                                   observed.artifact.architecture, key_secret)
-            body = stage_pod(StageInputs(ref, stage, spec.recipe, storage, worker), config)
+            # (measured placement orders replica 0: the others stay the scheduler's)
+            node = placed.assignment.get(stage.name) if replica == 0 else None
+            body = stage_pod(StageInputs(ref, assigned_stage(stage, node), spec.recipe,
+                                         storage, worker), config)
             desired[replica, stage.name] = (body, worker)
     if config.side_by_side:
         names = [s.name for s in spec.stages]
@@ -164,10 +188,13 @@ def _rollout(observed: Observed, spec: ShardRouteSpec, manifest: str, config: Wo
     actions += _service_actions(observed, ref, config, spec.replicas)
     actions += _policy_actions(observed, ref, config)
     actions += _gateway_actions(observed, ref, spec, config, serving)
+    actions += placed.actions
+    events += placed.events
     if advanced:
         previous = route.status.get("epoch") or 0
-        events.insert(0, Event("Normal", "EpochAdvanced",
-                               f"epoch {previous} -> {epoch}: route digest {digest[:12]}"))
+        why = "stages reassigned to measured nodes" if reassigned and \
+            route.status.get("routeDigest") == digest else f"route digest {digest[:12]}"
+        events.insert(0, Event("Normal", "EpochAdvanced", f"epoch {previous} -> {epoch}: {why}"))
     if route.generation != route.status.get("observedGeneration"):  # once per spec change
         events += [Event("Warning", "RemovedField", w) for w in spec.recipe.removed_fields()]
     current = {(p.replica, p.stage): p for p in observed.pods
@@ -175,11 +202,27 @@ def _rollout(observed: Observed, spec: ShardRouteSpec, manifest: str, config: Wo
     rolling = any(p.epoch != epoch for p in observed.pods)
     verdict = derive.from_stages(spec, current, rolling, epoch)
     identity = {"epoch": epoch, "routeDigest": digest, "recipeDigest": recipe,
-                "manifestDigest": manifest}
+                "manifestDigest": manifest, "placement": placed.status}
     result = _finish(observed, verdict, config, now, identity,
                      _served(observed, spec, current, config, tuple(draining)))
     return Plan(steps(actions), tuple(events), result.status, advanced, result.conditions,
-                result.own_conditions, requeue)
+                result.own_conditions, _sooner(requeue, placed))
+
+
+def _serving_nodes(pods: Sequence[ObservedPod], spec: ShardRouteSpec,
+                   epoch: int) -> dict[str, str] | None:
+    """Stage -> node of replica 0 at `epoch`; None while the route rolls out or a stage
+    pod is missing, not running or not yet on a node."""
+    if any(p.epoch != epoch for p in pods):
+        return None
+    nodes = {p.stage: p.node for p in pods
+             if p.replica == 0 and not p.terminating and p.node and p.phase == "Running"}
+    return nodes if all(s.name in nodes for s in spec.stages) else None
+
+
+def _sooner(requeue: float | None, placed: PlacementPlan) -> float | None:
+    times = [t for t in (requeue, placed.requeue_after) if t is not None]
+    return min(times, default=None)
 
 
 def stage_worker(stages: Sequence[Stage], index: int, recipe: Recipe, tls: LinkTls | None,
@@ -423,7 +466,7 @@ def _delete_children(observed: Observed) -> tuple[Action, ...]:
                 for replica in sorted(observed.services)]
     if observed.network_policy_hash is not None:
         actions.append(Delete("NetworkPolicy", policy_name(observed.route.name)))
-    return (*actions, *_delete_gateway(observed))
+    return (*actions, *_delete_gateway(observed), *cleanup(observed.probes))
 
 
 def _served(observed: Observed, spec: ShardRouteSpec, current: Mapping[PodKey, ObservedPod],
@@ -440,7 +483,8 @@ def _finish(observed: Observed, verdict: derive.Verdicts, config: WorkerConfig, 
     """The new status (kept epoch/digests unless given) and whether it changed."""
     route, old = observed.route, observed.route.status
     status: dict[str, Any] = {k: old[k] for k in ("epoch", "routeDigest", "recipeDigest",
-                                                 "manifestDigest") if old.get(k) is not None}
+                                                 "manifestDigest", "placement")
+                              if old.get(k) is not None}
     status.update(identity)
     status.setdefault("epoch", 0)
     if route.generation is not None:
