@@ -10,6 +10,7 @@ which only a worker listening on loopback (and the driver, only for loopback leg
 from __future__ import annotations
 
 import re
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -90,18 +91,26 @@ def plain_chain(shard_worker: Path, model: tuple[str, Path],
 @pytest.fixture(scope="module")
 def packed_chain(shard_worker: Path, model: tuple[str, Path],
                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[WorkerProcess]]:
+    """Stages relaying packed boundaries, once the first has asked the second (GetInfo, from
+    its link's watchdog, just after it starts) that it takes them."""
     workers = chain(shard_worker, model, tmp_path_factory.mktemp("packed"), COMPRESS)
+    deadline = time.monotonic() + 15
+    while boundary_bytes(workers[1])["in", "shuffle_lz4", "raw"] == 0:
+        assert time.monotonic() < deadline, "the first stage never packed a boundary"
+        generate(workers, "chain", Sampling(), max_tokens=2)
+        time.sleep(0.2)
     yield workers
     for worker in workers:
         worker.stop()
 
 
 def generate(workers: list[WorkerProcess], topology: str, sampling: Sampling,
-             compression: BoundaryCompression = BoundaryCompression.OFF) -> list[int]:
+             compression: BoundaryCompression = BoundaryCompression.OFF,
+             max_tokens: int = 12) -> list[int]:
     with RouteDriver([w.endpoint for w in workers], route_key=route_key_of(workers),
                      topology=topology, boundary_compression=compression) as driver:
         driver.connect(wait=10.0)
-        generation = driver.generate(PROMPT, max_tokens=12, sampling=sampling,
+        generation = driver.generate(PROMPT, max_tokens=max_tokens, sampling=sampling,
                                      stop_at_eos=False)
     assert generation.topology == topology
     return generation.tokens
