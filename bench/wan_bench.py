@@ -89,7 +89,7 @@ from meshnet.devtools.tiny_deepseek4 import (
 )
 from meshnet.local.process import LaunchSpec, WorkerProcess, free_port, start_route, worker_binary
 from meshnet.paths import workspace
-from meshnet.route import RouteDriver
+from meshnet.route import RouteDriver, StageClient
 from meshnet.route.compression import TEST_LOOPBACK_SWITCH
 from meshnet.route.route_key import RouteSecret
 
@@ -597,7 +597,9 @@ def compression_rows(binary: Path, model: Path, name: str, stages: int, legs: li
                       layers=layers, ctx=prompt_tokens + tokens + 64, env=COMPRESSION_ENV,
                       extra=extra))
                   for setting, extra in settings.items()}
-        prompt = long_prompt(routes["off"].endpoints[0], prompt_tokens)
+        base = StageClient(routes["off"].workers[0].endpoint).tokenize(
+            "the map of the world and the story of the sea coast line chart. ")
+        prompt = (base * (prompt_tokens // len(base) + 1))[:prompt_tokens]
         for number in range(rounds):
             for leg in legs:
                 order = list(routes.items())
