@@ -20,7 +20,14 @@ import pytest
 from meshnet.api.shardroute import LayerRange
 from meshnet.devtools.tiny_deepseek4 import SMALL, write_tiny_deepseek4
 from meshnet.local.process import LaunchSpec, WorkerProcess, route_key_of, start_route
-from meshnet.route import BoundaryCompression, RouteDriver, Sampling, StageClient, StageError
+from meshnet.route import (
+    BoundaryCompression,
+    Generation,
+    RouteDriver,
+    Sampling,
+    StageClient,
+    StageError,
+)
 from meshnet.route.compression import TEST_LOOPBACK_SWITCH, packed
 from meshnet.route.proto import pb
 
@@ -106,14 +113,14 @@ def packed_chain(shard_worker: Path, model: tuple[str, Path],
 
 def generate(workers: list[WorkerProcess], topology: str, sampling: Sampling,
              compression: BoundaryCompression = BoundaryCompression.OFF,
-             max_tokens: int = 12) -> list[int]:
+             max_tokens: int = 12) -> Generation:
     with RouteDriver([w.endpoint for w in workers], route_key=route_key_of(workers),
                      topology=topology, boundary_compression=compression) as driver:
         driver.connect(wait=10.0)
         generation = driver.generate(PROMPT, max_tokens=max_tokens, sampling=sampling,
                                      stop_at_eos=False)
     assert generation.topology == topology
-    return generation.tokens
+    return generation
 
 
 @pytest.mark.parametrize("sampling", [Sampling(), SEEDED], ids=["greedy", "seeded"])
@@ -123,7 +130,8 @@ def test_a_packed_chain_gives_the_plain_chains_tokens_and_sends_fewer_bytes(
 ) -> None:
     monkeypatch.setenv(TEST_LOOPBACK_SWITCH, "1")
     before = boundary_bytes(packed_chain[1])
-    assert generate(packed_chain, "chain", sampling) == generate(plain_chain, "chain", sampling)
+    assert (generate(packed_chain, "chain", sampling).tokens
+            == generate(plain_chain, "chain", sampling).tokens)
     after = boundary_bytes(packed_chain[1])
     raw = after["in", "shuffle_lz4", "raw"] - before["in", "shuffle_lz4", "raw"]
     wire = after["in", "shuffle_lz4", "wire"] - before["in", "shuffle_lz4", "wire"]
@@ -139,9 +147,11 @@ def test_the_hub_drivers_packed_legs_give_the_plain_legs_tokens_and_send_fewer_b
     monkeypatch.setenv(TEST_LOOPBACK_SWITCH, "1")
     first, second = plain_chain
     before = boundary_bytes(first), boundary_bytes(second)
-    tokens = generate(plain_chain, "hub", sampling, BoundaryCompression.SHUFFLE_LZ4)
+    packed_legs = generate(plain_chain, "hub", sampling, BoundaryCompression.SHUFFLE_LZ4)
     after = boundary_bytes(first), boundary_bytes(second)
-    assert tokens == generate(plain_chain, "hub", sampling)
+    plain_legs = generate(plain_chain, "hub", sampling)
+    assert packed_legs.tokens == plain_legs.tokens
+    assert packed_legs.boundary_bytes == plain_legs.boundary_bytes > 0  # the values', raw
     for stage, way in ((0, "out"), (1, "in")):  # the first stage's answers, passed on as they came
         raw = after[stage][way, "shuffle_lz4", "raw"] - before[stage][way, "shuffle_lz4", "raw"]
         wire = after[stage][way, "shuffle_lz4", "wire"] - before[stage][way, "shuffle_lz4", "wire"]

@@ -64,6 +64,14 @@ def _value_size(boundary: pb.Boundary) -> int:
     return 4 if boundary.dtype == pb.BOUNDARY_DTYPE_F32 else 2
 
 
+def raw_size(boundary: pb.Boundary) -> int:
+    """Bytes of `boundary`'s values, however it travels (what Generation.boundary_bytes
+    counts; the stages' metrics count what the links carried)."""
+    if boundary.encoding == pb.BOUNDARY_ENCODING_UNSPECIFIED:
+        return len(boundary.data)
+    return boundary.raw_size
+
+
 def raw_data(boundary: pb.Boundary) -> bytes:
     """`boundary`'s raw value bytes, unpacked and checked when it is packed."""
     if boundary.encoding == pb.BOUNDARY_ENCODING_UNSPECIFIED:
