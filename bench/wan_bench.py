@@ -6,6 +6,7 @@ same proxies, against the physical limit.
     .venv/bin/python bench/wan_bench.py [--stages 2,3,4] [--delays 0,5,10,25]
         [--profiles 'P;P'] [--tokens 32] [--rounds 3] [--windows 4] [--acceptance P,P]
         [--deepseek4 depth,width] [--ttft 1024,4096 [--ttft-only]]
+        [--compression [--deepseek4 width] [--ttft 128]]
 
 Legs: `--delays` gives each leg a one-way delay and nothing else; `--profiles` gives each
 leg a modelled network instead (meshnet.devtools.link_model: delay, bandwidth, jitter,
@@ -37,6 +38,15 @@ acceptance the drafter reached, over the same legs. L, the ring's latency of one
 window on those legs, is measured at p = 1: every window commits all its rows and none is
 rejected, so L holds no rejection's cost (a discard, wasted rows) and the ceiling is one.
 
+--compression runs instead plain and packed links side by side (docs/protocol.md, "Boundary
+compression"): two rings over the same legs, one of workers with --boundary-compression
+shuffle-lz4 (MESHNET_TEST_COMPRESS_LOOPBACK=1: the proxies listen on 127.0.0.1), in
+interleaved rounds, SmolLM2 or with --deepseek4 each tiny V4; per leg the decode tokens/s,
+the first token's time after a prompt of --ttft tokens (the first length; 128 by default),
+the packed route's ratio (raw / wire bytes its stages received) and whether it was on. Both
+routes must give the same tokens. E.g. `--compression --deepseek4 width --stages 2
+--profiles 'consumer;one-continent' --tokens 8 --rounds 2`.
+
 --lane vulkan (e.g. `--lane vulkan --stages 2 --delays 0,10 --tokens 8 --spec-tokens 24
 --rounds 2`) runs instead the ring plain and with serial and pipelined speculation on
 code, every layer on the lane's device (`make vulkan`), on two routes: our kernel paths and
@@ -52,9 +62,11 @@ import itertools
 import json
 import math
 import os
+import re
 import subprocess
 import tempfile
 import time
+import urllib.request
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
@@ -77,7 +89,8 @@ from meshnet.devtools.tiny_deepseek4 import (
 )
 from meshnet.local.process import LaunchSpec, WorkerProcess, free_port, start_route, worker_binary
 from meshnet.paths import workspace
-from meshnet.route import RouteDriver
+from meshnet.route import RouteDriver, StageClient
+from meshnet.route.compression import TEST_LOOPBACK_SWITCH
 from meshnet.route.route_key import RouteSecret
 
 CODE = ("def parse_line(line):\n    fields = line.strip().split(',')\n    name = fields[0]\n"
@@ -143,7 +156,7 @@ class DelayedRoute:
 def delayed_route(binary: Path, model: Path, stages: int, ring: bool, log_dir: Path,
                   layers: int = 30, discard_depth: int | None = None,
                   ctx: int = 1024, env: dict[str, str] | None = None,
-                  gpu_layers: int = 0) -> Iterator[DelayedRoute]:
+                  gpu_layers: int = 0, extra: tuple[str, ...] = ()) -> Iterator[DelayedRoute]:
     """S chained stages, each leg through its own proxy. The proxies listen first and the
     workers bind ports the kernel picks, last stage first, each proxy aimed at its worker
     once that listens (no port is reserved ahead, so none can be taken meanwhile)."""
@@ -160,7 +173,7 @@ def delayed_route(binary: Path, model: Path, stages: int, ring: bool, log_dir: P
                               gpu_layers=gpu_layers,
                               next_stage=links[index].endpoint if index < stages - 1 else "",
                               ring_last=back[0].endpoint if back and index == 0 else "",
-                              route_key_file=key_file)
+                              route_key_file=key_file, extra=extra)
             worker = WorkerProcess(binary, spec, log_dir / f"worker-{index}.log", env).start()
             workers[index] = worker
             front[index].target_port = worker.port
@@ -539,6 +552,89 @@ def ttft_report(rows: list[Ttft]) -> None:
               f"{100 * row.bound_s / row.seconds:7.0f}% {'yes' if row.wavefront else 'no'}")
 
 
+COMPRESSION_ENV = {TEST_LOOPBACK_SWITCH: "1"}  # the proxies are on loopback
+ENCODED = re.compile(r'^meshnet_shard_boundary_encoded_bytes_total\{direction="in",'
+                     r'encoding="shuffle_lz4",kind="(raw|wire)"\} (\d+)$', re.M)
+
+
+def packed_bytes(workers: list[WorkerProcess]) -> tuple[int, int]:
+    """(raw, wire) boundary bytes the stages took in packed (their metrics)."""
+    raw = wire = 0
+    for worker in workers[1:]:
+        url = f"http://127.0.0.1:{worker.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as response:
+            counts = dict(ENCODED.findall(response.read().decode()))
+        raw, wire = raw + int(counts.get("raw", 0)), wire + int(counts.get("wire", 0))
+    return raw, wire
+
+
+@dataclass(frozen=True)
+class CompressionRow:
+    stages: int
+    leg: Leg
+    model: str
+    compression: str  # the workers' --boundary-compression
+    rate: float  # decode tokens/s (the ring, median of the rounds)
+    ttft_s: float  # the first token after the prompt (median)
+    prompt_tokens: int
+    raw_bytes: int  # boundary bytes the stages took in packed, raw and on the wire
+    wire_bytes: int
+
+
+def compression_rows(binary: Path, model: Path, name: str, stages: int, legs: list[Leg],
+                     tokens: int, prompt_tokens: int, rounds: int, log_dir: Path,
+                     layers: int) -> list[CompressionRow]:
+    """A plain and a packed ring over the same legs in interleaved rounds (alternating
+    which runs first): decode tokens/s and the first token's time after `prompt_tokens`.
+    Both must give the same tokens."""
+    settings = {"off": (), "shuffle-lz4": ("--boundary-compression", "shuffle-lz4")}
+    seen: dict[tuple[Leg, str], list[tuple[float, float]]] = {}
+    counts: dict[tuple[Leg, str], tuple[int, int]] = {}
+    outputs: dict[Leg, set[tuple[int, ...]]] = {}  # every run's tokens: one set per leg
+    with ExitStack() as stack:
+        routes = {setting: stack.enter_context(delayed_route(
+                      binary, model, stages, True, log_dir / f"{name}-{setting}-ring{stages}",
+                      layers=layers, ctx=prompt_tokens + tokens + 64, env=COMPRESSION_ENV,
+                      extra=extra))
+                  for setting, extra in settings.items()}
+        base = StageClient(routes["off"].workers[0].endpoint).tokenize(
+            "the map of the world and the story of the sea coast line chart. ")
+        prompt = (base * (prompt_tokens // len(base) + 1))[:prompt_tokens]
+        for number in range(rounds):
+            for leg in legs:
+                order = list(routes.items())
+                for setting, route in order if number % 2 == 0 else order[::-1]:
+                    route.set_link(leg.link)
+                    before = packed_bytes(route.workers)
+                    result = decode(route.endpoints, prompt, tokens, "ring")
+                    ttft, _ = first_token(route.endpoints, prompt)
+                    after = packed_bytes(route.workers)
+                    done = counts.get((leg, setting), (0, 0))
+                    counts[leg, setting] = (done[0] + after[0] - before[0],
+                                            done[1] + after[1] - before[1])
+                    seen.setdefault((leg, setting), []).append((result.rate, ttft))
+                    outputs.setdefault(leg, set()).add(tuple(result.tokens))
+                    if len(outputs[leg]) > 1:
+                        raise SystemExit(f"{name} {leg.name}: packed links changed the tokens")
+                    print(f"  S={stages} {leg.name:>14}  {name} {setting:<12} "
+                          f"{result.rate:7.1f} tok/s  TTFT {ttft:.2f} s", flush=True)
+    return [CompressionRow(stages, leg, name, setting, median(r for r, _ in runs),
+                           median(t for _, t in runs), prompt_tokens, *counts[leg, setting])
+            for (leg, setting), runs in seen.items()]
+
+
+def compression_report(rows: list[CompressionRow]) -> None:
+    print("\nPlain and packed links (--boundary-compression); ratio = raw / wire bytes the "
+          "packed route's stages took in")
+    print(f"{'S':>2} {'leg':>14} {'model':<10} {'links':<12} {'tok/s':>7} {'TTFT s':>7} "
+          f"{'prompt':>6} {'ratio':>6} on")
+    for row in rows:
+        ratio = f"{row.raw_bytes / row.wire_bytes:6.3f}" if row.wire_bytes else "     -"
+        print(f"{row.stages:>2} {row.leg.name:>14} {row.model:<10} {row.compression:<12} "
+              f"{row.rate:7.1f} {row.ttft_s:7.2f} {row.prompt_tokens:>6} {ratio} "
+              f"{'yes' if row.wire_bytes else 'no'}")
+
+
 def prompt_key(prompt: str | list[int]) -> str:
     return prompt if isinstance(prompt, str) else ",".join(map(str, prompt))
 
@@ -712,6 +808,9 @@ def main() -> None:
                         help="Also the first token's time after prompts of these lengths "
                              "(e.g. 1024,4096), per stage count and leg, on SmolLM2 and on "
                              "each --deepseek4 model; only these rows with --ttft-only.")
+    parser.add_argument("--compression", action="store_true",
+                        help="Plain and packed links side by side (--boundary-compression "
+                             "shuffle-lz4): the ring's decode and first token, per leg.")
     parser.add_argument("--ttft-only", action="store_true",
                         help="Measure only the --ttft rows.")
     parser.add_argument("--acceptance", default="", metavar="P,P",
@@ -748,6 +847,24 @@ def main() -> None:
     if any(not 0 <= p <= 1 for p in acceptances) or options.drafts < 1:
         parser.error("--acceptance takes numbers from 0 to 1, --drafts at least 1")
     log_dir = Path(tempfile.mkdtemp(prefix="meshnet-wan-"))
+    if options.compression:
+        print(f"{options.tokens} tokens a decode, load average {os.getloadavg()[0]:.2f}, "
+              f"logs in {log_dir}", flush=True)
+        prompt_tokens = lengths[0] if lengths else 128
+        packing: list[CompressionRow] = []
+        for stages in (int(s) for s in options.stages.split(",")):
+            if not options.deepseek4:
+                packing += compression_rows(binary, model, "SmolLM2", stages, legs,
+                                            options.tokens, prompt_tokens, options.rounds,
+                                            log_dir, 30)
+            for kind in filter(None, options.deepseek4.split(",")):
+                shape = V4_SHAPES[kind]
+                v4 = write_tiny_deepseek4(log_dir / f"tiny-v4-{kind}.gguf", shape, seed=3)
+                packing += compression_rows(binary, v4, f"V4 {kind}", stages, legs,
+                                            options.tokens, prompt_tokens, options.rounds,
+                                            log_dir, shape.n_layer)
+        compression_report(packing)
+        return
     if options.lane != "cpu":
         if acceptances or lengths or options.deepseek4:
             parser.error("--lane vulkan measures the ring's rows only (no --acceptance, --ttft "

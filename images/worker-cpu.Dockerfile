@@ -13,7 +13,7 @@ ARG BASE_IMAGE=debian:bookworm-slim
 FROM ${BASE_IMAGE}
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-        libgrpc++1.51 libprotobuf32 libgomp1 \
+        libgrpc++1.51 libprotobuf32 liblz4-1 libgomp1 \
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin \
  && useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin meshnet
 COPY bin/ /usr/local/bin/

@@ -14,7 +14,7 @@ FROM nvidia/cuda:${CUDA_VERSION}-devel-ubuntu24.04 AS build
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
         ca-certificates g++ make cmake ninja-build ccache git pkg-config binutils \
-        libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc \
+        libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc liblz4-dev \
         python3 python3-venv python3-pip \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
@@ -31,7 +31,7 @@ RUN meshnet pin fetch && meshnet pin patch \
 FROM nvidia/cuda:${CUDA_VERSION}-runtime-ubuntu24.04
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-        libgrpc++1.51t64 libprotobuf32t64 libgomp1 \
+        libgrpc++1.51t64 libprotobuf32t64 liblz4-1 libgomp1 \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin meshnet
 COPY --from=build /bundle/bin/ /usr/local/bin/

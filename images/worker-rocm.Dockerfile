@@ -11,7 +11,7 @@ FROM rocm/dev-ubuntu-24.04:${ROCM_VERSION}-complete AS build
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
         ca-certificates g++ make cmake ninja-build ccache git pkg-config binutils \
-        libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc \
+        libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc liblz4-dev \
         python3 python3-venv python3-pip hipblas-dev rocblas-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
@@ -26,7 +26,7 @@ RUN meshnet pin fetch && meshnet pin patch \
 FROM rocm/dev-ubuntu-24.04:${ROCM_VERSION}
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-        libgrpc++1.51t64 libprotobuf32t64 libgomp1 hipblas rocblas \
+        libgrpc++1.51t64 libprotobuf32t64 liblz4-1 libgomp1 hipblas rocblas \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin meshnet
 COPY --from=build /bundle/bin/ /usr/local/bin/

@@ -11,7 +11,7 @@ FROM ${BASE_IMAGE} AS build
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
         ca-certificates g++ make cmake ninja-build ccache git pkg-config binutils \
-        libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc \
+        libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc liblz4-dev \
         python3 python3-venv python3-pip \
         glslc libvulkan-dev spirv-headers mesa-vulkan-drivers vulkan-tools \
  && rm -rf /var/lib/apt/lists/*
@@ -27,7 +27,7 @@ RUN meshnet pin fetch && meshnet pin patch \
 FROM ${BASE_IMAGE}
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-        libgrpc++1.51 libprotobuf32 libgomp1 libvulkan1 mesa-vulkan-drivers \
+        libgrpc++1.51 libprotobuf32 liblz4-1 libgomp1 libvulkan1 mesa-vulkan-drivers \
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin \
  && useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin meshnet
 COPY --from=build /bundle/bin/ /usr/local/bin/

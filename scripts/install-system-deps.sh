@@ -7,6 +7,7 @@ lane="${1:-cpu}"
 packages=(
   g++ make cmake ninja-build ccache git pkg-config openssl
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
+  liblz4-dev  # the worker packs boundaries for slow links (its runtime liblz4-1 is in every Debian base)
   prometheus  # promtool and a real Prometheus for the monitoring tests
   buildah debootstrap  # `make images` and tests/images: images without a container engine
 )

@@ -54,7 +54,7 @@ static auto fields(const worker_params & p) {
     return std::tie(p.model_path, p.layers.begin, p.layers.end, p.route_id, p.epoch, p.manifest_digest,
                     p.recipe_digest, p.route_digest, p.listen, p.metrics_listen, p.n_slots, p.n_ctx, p.n_batch,
                     p.n_threads, p.n_gpu_layers, p.discard_depth, p.drafter, p.drafter_k, p.drafter_model,
-                    p.boundary_dtype, p.max_message_bytes, p.max_inflight_bytes, p.evict_idle_ms,
+                    p.boundary_dtype, p.boundary_compression, p.max_message_bytes, p.max_inflight_bytes, p.evict_idle_ms,
                     p.batch_wait_us, p.pipeline_depth, p.exact_batch_rows, p.throughput_batching, p.stream_flush_ms,
                     p.max_loop_drafts, p.max_loop_windows, p.tls_cert, p.tls_key, p.tls_client_ca,
                     p.next_stage_ca, p.next_stage, p.ring_last, p.ring_ready_ms, p.local_relay,

@@ -2,11 +2,13 @@
 // call, or a local relay connection once the next stage offers one: relay_transport.h),
 // replacing a broken one, and the watchdog that ends a stream past its deadline.
 #include "relay_link.h"
+#include "boundary_packing.h"
 #include "relay_frames.h"
 #include "relay_transport.h"
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -30,9 +32,9 @@ constexpr std::chrono::milliseconds probe_deadline{500};
 } // namespace
 
 relay_link::relay_link(std::shared_ptr<grpc::Channel> channel, std::chrono::milliseconds deadline, route_key key,
-                       bool try_local)
+                       bool try_local, boundary_encoding compress)
     : stub_(pb::ShardService::NewStub(std::move(channel))), deadline_(deadline), key_(std::move(key)),
-      try_local_(try_local && key_.present()), watchdog_([this] { watch_streams(); }) {}
+      try_local_(try_local && key_.present()), compress_(compress), watchdog_([this] { watch_streams(); }) {}
 
 void relay_link::authenticate(grpc::ClientContext & context) const {
     if (key_.present()) {
@@ -72,9 +74,7 @@ void relay_link::send(std::vector<pb::ForwardRequest> steps, relay_batch_done do
         // A stream found broken is replaced; a new one that breaks at once, only once.
         for (int attempt = 0; attempt < 2 && !stopping && !sent; ++attempt) {
             if (current_ != nullptr && current_->broken()) {
-                if (current_->local()) {
-                    forget_local_relay();
-                }
+                forget_next_stage(current_->local());
                 broken.push_back(std::exchange(current_, nullptr));
             }
             if (current_ == nullptr) {
@@ -126,6 +126,15 @@ void relay_link::forget_local_relay() {
     probe_due_  = true; // gRPC until it says again
 }
 
+void relay_link::forget_next_stage(bool local) {
+    if (local) {
+        forget_local_relay();
+    }
+    if (compress_ != boundary_encoding::raw) {
+        probe_due_ = true; // a restarted next stage may take other encodings: ask again
+    }
+}
+
 void relay_link::stream_done() {
     std::lock_guard<std::mutex> lock(mutex_);
     --live_streams_;
@@ -155,7 +164,8 @@ void relay_link::reap_finished(std::unique_lock<std::mutex> & lock) {
 
 void relay_link::probe_local(std::unique_lock<std::mutex> & lock) {
     const auto now = link_clock::now();
-    if (try_local_ && local_port_ == 0 && probe_due_ && now - last_probe_ >= probe_every) {
+    const bool wanted = (try_local_ && local_port_ == 0) || compress_ != boundary_encoding::raw;
+    if (wanted && probe_due_ && now - last_probe_ >= probe_every) {
         last_probe_ = now;
         lock.unlock();
         grpc::ClientContext context;
@@ -167,9 +177,14 @@ void relay_link::probe_local(std::unique_lock<std::mutex> & lock) {
         if (!status.ok()) {
             return; // not up (yet): ask again later
         }
-        probe_due_  = false;
-        local_port_  = static_cast<int>(info.local_relay_port());
-        local_token_ = key_.local_relay_token(info.incarnation()); // what that incarnation expects
+        probe_due_ = false;
+        if (try_local_) {
+            local_port_  = static_cast<int>(info.local_relay_port());
+            local_token_ = key_.local_relay_token(info.incarnation()); // what that incarnation expects
+        }
+        const auto & taken = info.boundary_encodings();
+        taken_ = compress_ != boundary_encoding::raw &&
+                 std::find(taken.begin(), taken.end(), encoding_to_pb(compress_)) != taken.end();
     }
     if (local_port_ != 0 && current_ != nullptr && !current_->local() && current_->retire_if_idle()) {
         stream * retired = std::exchange(current_, nullptr); // the next batch connects locally
@@ -201,9 +216,7 @@ void relay_link::watch_streams() {
                 "the next stage did not answer a relayed step within " +
                 std::to_string(deadline_.count() / 1000) + " s");
         }
-        if (current_->local()) {
-            forget_local_relay();
-        }
+        forget_next_stage(current_->local());
         stream * ended = std::exchange(current_, nullptr);
         lock.unlock();
         ended->release(why);

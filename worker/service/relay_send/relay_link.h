@@ -3,9 +3,11 @@
 // batch's answers back. A broken stream fails what it carried; the next batch opens a
 // new stream, which waits out a next stage that is (re)starting. A next stage on this
 // host that offers the local relay (GetInfo local_relay_port) gets the stream over a
-// plain loopback socket instead of gRPC, once the link has asked it.
+// plain loopback socket instead of gRPC, once the link has asked it. A link told to
+// compress learns the same way whether the next stage takes the encoding.
 #pragma once
 
+#include "boundary_compression.h"
 #include "relay_inflight.h"
 #include "route_key.h"
 
@@ -14,6 +16,7 @@
 #include <grpcpp/channel.h>
 #include <grpcpp/client_context.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -35,14 +38,21 @@ public:
     // local relay and uses it when offered.
     // `key`: the route key, proved on every call to the next stage and the source of its
     // local relay's token (absent: calls carry no proof, and try_local is ignored).
+    // `compress`: the encoding this link packs boundaries in once the next stage says it takes
+    // it (the caller has already ruled out loopback).
     relay_link(std::shared_ptr<grpc::Channel> channel, std::chrono::milliseconds deadline,
-               route_key key = {}, bool try_local = false);
+               route_key key = {}, bool try_local = false,
+               boundary_encoding compress = boundary_encoding::raw);
     ~relay_link(); // cancels the stream: what it carried fails with CANCELLED
 
     relay_link(const relay_link &) = delete;
     relay_link & operator=(const relay_link &) = delete;
 
     void send(std::vector<pb::ForwardRequest> steps, relay_batch_done done);
+
+    // The encoding boundaries sent now should be packed in: `compress` once the next stage
+    // (as last asked) takes it, raw before and otherwise.
+    boundary_encoding encoding() const { return taken_ ? compress_ : boundary_encoding::raw; }
 
     // Frees the session at the next stage (ReleaseSession, not waited for; it goes on
     // down the chain from there).
@@ -58,11 +68,14 @@ private:
     // destructor) joins it and deletes the stream.
     void reader_finished(local_stream * ended);
     void reap_finished(std::unique_lock<std::mutex> & lock);
-    // Asks the next stage (GetInfo) for its local relay port; moves new batches to it
-    // once the gRPC stream has none in flight.
+    // Asks the next stage (GetInfo) for its local relay port and the encodings it takes;
+    // moves new batches to the local relay once the gRPC stream has none in flight.
     void probe_local(std::unique_lock<std::mutex> & lock);
     // A local relay connection broke or was refused (the caller holds the lock).
     void forget_local_relay();
+    // A stream to the next stage broke (`local`: the local relay's): what the link learnt of
+    // the next stage is asked again (the caller holds the lock).
+    void forget_next_stage(bool local);
     // Detaches and releases a broken stream (or one whose oldest batch is past the
     // deadline): no stream callback takes the link's lock while it could be held.
     void watch_streams();
@@ -74,6 +87,8 @@ private:
     const std::chrono::milliseconds         deadline_;
     const route_key                         key_;
     const bool                              try_local_;
+    const boundary_encoding                 compress_;
+    std::atomic<bool>                       taken_{false}; // the next stage takes compress_
 
     std::mutex              mutex_;
     std::condition_variable changed_;

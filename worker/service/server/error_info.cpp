@@ -42,6 +42,7 @@ const char * error_reason_name(error_reason reason) {
         case error_reason::invalid_text_ranges:      return "INVALID_TEXT_RANGES";
         case error_reason::route_key_missing:        return "ROUTE_KEY_MISSING";
         case error_reason::route_key_mismatch:       return "ROUTE_KEY_MISMATCH";
+        case error_reason::invalid_boundary_encoding: return "INVALID_BOUNDARY_ENCODING";
     }
     return "UNSPECIFIED";
 }
@@ -60,6 +61,7 @@ grpc::StatusCode error_reason_code(error_reason reason) {
             return grpc::StatusCode::FAILED_PRECONDITION;
         case error_reason::boundary_schema_mismatch:
         case error_reason::invalid_boundary:
+        case error_reason::invalid_boundary_encoding:
         case error_reason::invalid_positions:
         case error_reason::invalid_tokens:
         case error_reason::invalid_output_request:

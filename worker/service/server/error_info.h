@@ -41,6 +41,7 @@ enum class error_reason {
     invalid_text_ranges,
     route_key_missing,
     route_key_mismatch,
+    invalid_boundary_encoding,
 };
 
 extern const char * const error_domain; // "shard.meshnet.dev"

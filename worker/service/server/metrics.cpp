@@ -72,6 +72,12 @@ void metrics_registry::count_answer(const std::string & rpc, const grpc::Status 
     }
 }
 
+void metrics_registry::add_boundary(bool out, boundary_encoding encoding, int64_t raw_bytes, int64_t wire_bytes) {
+    const int way = out ? 1 : 0, packed = encoding == boundary_encoding::raw ? 0 : 1;
+    boundary_raw_[way][packed] += raw_bytes;
+    boundary_wire_[way][packed] += wire_bytes;
+}
+
 void metrics_registry::observe_forward_seconds(double seconds) {
     std::lock_guard<std::mutex> lock(mutex_);
     forward_.observe(seconds);
@@ -146,10 +152,31 @@ std::string metrics_registry::render(const gauges & now) const {
     out << "# HELP meshnet_shard_start_time_seconds Unix time this worker (incarnation) started.\n"
         << "# TYPE meshnet_shard_start_time_seconds gauge\n"
         << "meshnet_shard_start_time_seconds " << started << '\n';
-    out << "# HELP meshnet_shard_boundary_bytes_total Boundary payload bytes, by direction.\n"
-        << "# TYPE meshnet_shard_boundary_bytes_total counter\n"
-        << "meshnet_shard_boundary_bytes_total{direction=\"in\"} " << boundary_bytes_in_.load() << '\n'
-        << "meshnet_shard_boundary_bytes_total{direction=\"out\"} " << boundary_bytes_out_.load() << '\n';
+    const char * directions[2] = {"in", "out"};
+    const char * encodings[2]  = {"raw", "shuffle_lz4"};
+    out << "# HELP meshnet_shard_boundary_bytes_total Boundary payload bytes (raw, before any encoding), by direction.\n"
+        << "# TYPE meshnet_shard_boundary_bytes_total counter\n";
+    for (int way = 0; way < 2; ++way) {
+        out << "meshnet_shard_boundary_bytes_total{direction=\"" << directions[way] << "\"} "
+            << boundary_raw_[way][0].load() + boundary_raw_[way][1].load() << '\n';
+    }
+    out << "# HELP meshnet_shard_boundary_encoded_bytes_total Boundary bytes by direction and encoding: raw "
+           "payload (kind=raw) and what went over the link (kind=wire); raw / wire is the compression ratio.\n"
+        << "# TYPE meshnet_shard_boundary_encoded_bytes_total counter\n";
+    for (int way = 0; way < 2; ++way) {
+        for (int encoding = 0; encoding < 2; ++encoding) {
+            const std::string labels = std::string("direction=\"") + directions[way] + "\",encoding=\"" +
+                                       encodings[encoding] + "\"";
+            out << "meshnet_shard_boundary_encoded_bytes_total{" << labels << ",kind=\"raw\"} "
+                << boundary_raw_[way][encoding].load() << '\n'
+                << "meshnet_shard_boundary_encoded_bytes_total{" << labels << ",kind=\"wire\"} "
+                << boundary_wire_[way][encoding].load() << '\n';
+        }
+    }
+    out << "# HELP meshnet_shard_boundary_decode_failures_total Boundaries refused because they did not unpack "
+           "to the raw size and CRC-32 their sender stated (INVALID_BOUNDARY_ENCODING).\n"
+        << "# TYPE meshnet_shard_boundary_decode_failures_total counter\n"
+        << "meshnet_shard_boundary_decode_failures_total " << boundary_decode_failures_.load() << '\n';
     out << "# HELP meshnet_shard_relay_batches_total Batches of relayed steps taken from the previous stage, by transport.\n"
         << "# TYPE meshnet_shard_relay_batches_total counter\n"
         << "meshnet_shard_relay_batches_total{transport=\"grpc\"} " << relay_batches_grpc_.load() << '\n'

@@ -2,6 +2,8 @@
 // them as text on their own port (GET /metrics).
 #pragma once
 
+#include "boundary_compression.h"
+
 #include <grpcpp/support/status.h>
 
 #include <atomic>
@@ -44,8 +46,11 @@ public:
     void observe_next_hop_seconds(double seconds);
     // The drafter's pass after one sampled step (last stage with a drafter).
     void observe_draft_seconds(double seconds);
-    void add_boundary_bytes_in(int64_t bytes)  { boundary_bytes_in_ += bytes; }
-    void add_boundary_bytes_out(int64_t bytes) { boundary_bytes_out_ += bytes; }
+    // A boundary that arrived (in) or left (out): its raw payload bytes and the bytes its
+    // encoding made of them on the link (the same for raw).
+    void add_boundary(bool out, boundary_encoding encoding, int64_t raw_bytes, int64_t wire_bytes);
+    // A boundary refused because it did not unpack (INVALID_BOUNDARY_ENCODING).
+    void count_boundary_decode_failure() { boundary_decode_failures_++; }
     // A batch of relayed steps came from the previous stage (over the local relay, or gRPC).
     void count_relay_batch(bool local) { (local ? relay_batches_local_ : relay_batches_grpc_)++; }
     // A speculative step verified at this (last) stage: its drafts, and how many held.
@@ -86,8 +91,10 @@ private:
     seconds_histogram                                   next_hop_;
     seconds_histogram                                   draft_;
     const double                                        start_time_; // Unix seconds
-    std::atomic<int64_t>                                boundary_bytes_in_{0};
-    std::atomic<int64_t>                                boundary_bytes_out_{0};
+    // [out][encoding]: raw payload bytes, and the bytes on the link
+    std::atomic<int64_t>                                boundary_raw_[2][2]{};
+    std::atomic<int64_t>                                boundary_wire_[2][2]{};
+    std::atomic<int64_t>                                boundary_decode_failures_{0};
     std::atomic<int64_t>                                relay_batches_grpc_{0};
     std::atomic<int64_t>                                relay_batches_local_{0};
     std::atomic<int64_t>                                drafts_verified_{0};

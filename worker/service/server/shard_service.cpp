@@ -91,6 +91,8 @@ grpc::ServerUnaryReactor * shard_service::GetInfo(grpc::CallbackServerContext * 
     response->set_next_stage(identity.next_stage);
     response->set_local_relay_port(static_cast<uint32_t>(identity.local_relay_port));
     response->set_requires_route_key(identity.key.present());
+    response->add_boundary_encodings(pb::BOUNDARY_ENCODING_UNSPECIFIED);
+    response->add_boundary_encodings(pb::BOUNDARY_ENCODING_SHUFFLE_LZ4);
     response->set_can_discard(info.can_discard);
     response->set_discard_depth(info.discard_depth);
     response->set_prefix_block(static_cast<uint32_t>(core_.prefix_block()));

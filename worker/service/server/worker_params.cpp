@@ -78,6 +78,10 @@ static bool set_boundary_dtype(worker_params & params, const std::string & value
     return wire_dtype_parse(value, params.boundary_dtype);
 }
 
+static bool set_boundary_compression(worker_params & params, const std::string & value) {
+    return boundary_encoding_parse(value, params.boundary_compression);
+}
+
 static bool set_drafter(worker_params & params, const std::string & value) {
     return drafter_kind_parse(value, params.drafter);
 }
@@ -202,6 +206,13 @@ const std::vector<worker_flag> & worker_flags() {
         {"--boundary-dtype", "T", "f32", nullptr,
          "f32, f16 or bf16 on the wire",
          set_boundary_dtype},
+        {"--boundary-compression", "off|shuffle-lz4", "off", nullptr,
+         "what this stage does to the boundaries it relays to --next-stage: shuffle-lz4 packs them "
+         "losslessly (byte planes, then LZ4; the next stage checks size and CRC-32) when the next stage "
+         "takes it (GetInfo boundary_encodings) and is not on this host (never on loopback). It pays "
+         "only on links slower than the break-even, about 400 Mbit/s at DeepSeek V4's width "
+         "(docs/protocol.md, \"Boundary compression\")",
+         set_boundary_compression},
         {"--max-message-bytes", "N", "67108864", nullptr,
          "largest accepted request (at least 1024); answers are held to it too (RESPONSE_TOO_LARGE)",
          set_int64<&P::max_message_bytes, 1024>},

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "boundary_codec.h"
+#include "boundary_compression.h"
 #include "drafter_kind.h"
 #include "layer_range.h"
 
@@ -34,6 +35,7 @@ struct worker_params {
     int32_t     drafter_k       = 3;            // tokens the drafter proposes per window (1..7)
     std::string drafter_model;                  // --drafter dspark's GGUF
     wire_dtype  boundary_dtype  = wire_dtype::f32;
+    boundary_encoding boundary_compression = boundary_encoding::raw; // what relayed boundaries are packed as
     int64_t     max_message_bytes = 64ll << 20;
     int64_t     max_inflight_bytes = 0;         // requests gRPC holds undecoded, all calls (0: derived)
     int64_t     evict_idle_ms   = 1000;

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -47,6 +48,28 @@ static bool read_file(const std::string & path, std::string & out, std::string &
 static bool is_loopback(const std::string & address) {
     return address.rfind("127.", 0) == 0 || address.rfind("localhost:", 0) == 0 || address.rfind("[::1]:", 0) == 0 ||
            address.rfind("unix:", 0) == 0;
+}
+
+// What this stage packs the boundaries it relays in (--boundary-compression): never for a next
+// stage on loopback, where packing costs CPU and saves nothing. The one way around that is for
+// tests (MESHNET_TEST_COMPRESS_LOOPBACK=1), honoured only by a worker that itself listens on
+// loopback, so a served stage (listening on its pod's or host's address) never takes it.
+static boundary_encoding next_stage_encoding(const worker_params & params) {
+    if (params.boundary_compression == boundary_encoding::raw || params.next_stage.empty()) {
+        return boundary_encoding::raw;
+    }
+    if (!is_loopback(params.next_stage)) {
+        return params.boundary_compression;
+    }
+    const char * test_switch = std::getenv("MESHNET_TEST_COMPRESS_LOOPBACK");
+    if (test_switch != nullptr && std::string(test_switch) == "1" && is_loopback(params.listen)) {
+        std::fprintf(stderr, "meshnet-shard-worker: MESHNET_TEST_COMPRESS_LOOPBACK=1: packing relayed boundaries "
+                             "as %s on loopback (a test switch)\n", boundary_encoding_name(params.boundary_compression));
+        return params.boundary_compression;
+    }
+    std::fprintf(stderr, "meshnet-shard-worker: --boundary-compression %s is off: the next stage %s is on loopback\n",
+                 boundary_encoding_name(params.boundary_compression), params.next_stage.c_str());
+    return boundary_encoding::raw;
 }
 
 // Stages in the route as given, or as many as stages of this one's size would make.
@@ -145,6 +168,7 @@ bool worker_server::start(const worker_params & params, engine_i & engine, std::
     identity_.exact             = std::move(measured);
     identity_.throughput_batching = params.throughput_batching;
     identity_.ring_subscribers  = params.ring_subscribers;
+    identity_.next_stage_encoding = next_stage_encoding(params);
     if (!params.route_key_file.empty() && !route_key::load(params.route_key_file, identity_.key, error)) {
         return false;
     }

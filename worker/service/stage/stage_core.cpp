@@ -1,5 +1,6 @@
 // stage_core.cpp - see stage_core.h.
 #include "stage_core.h"
+#include "boundary_packing.h"
 #include "draft_verify.h"
 #include "prefix_digest.h"
 #include "proto_convert.h"
@@ -39,7 +40,7 @@ stage_core::stage_core(service_identity identity, engine_i & engine, session_sto
       stage_(facts_of(identity_, engine.info(), next_stage != nullptr)), sessions_(sessions), steps_(steps),
       metrics_(metrics), ring_hub_(identity_.incarnation, static_cast<size_t>(identity_.ring_subscribers)),
       next_(next_stage ? std::make_unique<relay_link>(std::move(next_stage), relay_deadline, identity_.key,
-                                                      next_stage_local)
+                                                      next_stage_local, identity_.next_stage_encoding)
                        : nullptr) {
     if (next_) {
         steps_.set_after_batch([this] { flush_relays(); });
@@ -106,6 +107,9 @@ output_plan plan_output(const pb::ForwardRequest & request, const engine_info & 
     plan.ring            = request.ring();
     plan.window          = request.window();
     plan.want_drafts     = static_cast<int32_t>(std::min<uint32_t>(request.want_drafts(), 7));
+    if (request.answer_encoding() == pb::BOUNDARY_ENCODING_SHUFFLE_LZ4) { // others: answered raw
+        plan.answer_encoding = boundary_encoding::shuffle_lz4;
+    }
     if (!plan.last) {
         plan.kind = pb::OUTPUT_KIND_BOUNDARY;
         return plan;
@@ -178,17 +182,28 @@ step_job job_of(const pb::ForwardRequest & request, const output_plan & plan, co
 } // namespace
 
 std::optional<shard_error> stage_core::decode_boundary(const pb::ForwardRequest & request,
-                                                       std::vector<float> & rows) {
+                                                       std::vector<float> & rows, std::string * digest) {
     if (stage_.info.is_first()) {
         return std::nullopt;
     }
-    const std::string & data = request.boundary().data();
-    std::string error;
+    const pb::Boundary & boundary = request.boundary();
     const size_t n = static_cast<size_t>(request.positions_size() * stage_.info.boundary_row);
-    if (!boundary_decode(data, n, stage_.boundary_dtype, rows, error)) {
+    const size_t value_size = wire_dtype_size(stage_.boundary_dtype);
+    std::string unpacked, error;
+    const std::string * data = nullptr;
+    if (!boundary_unpack(boundary, value_size, n * value_size, unpacked, data, error)) {
+        metrics_.count_boundary_decode_failure();
+        return make_error(error_reason::invalid_boundary_encoding, error);
+    }
+    if (!boundary_decode(*data, n, stage_.boundary_dtype, rows, error)) {
         return make_error(error_reason::invalid_boundary, error);
     }
-    metrics_.add_boundary_bytes_in(static_cast<int64_t>(data.size()));
+    const bool packed = boundary.encoding() != pb::BOUNDARY_ENCODING_UNSPECIFIED;
+    metrics_.add_boundary(false, packed ? boundary_encoding::shuffle_lz4 : boundary_encoding::raw,
+                          static_cast<int64_t>(data->size()), static_cast<int64_t>(boundary.data().size()));
+    if (digest != nullptr) {
+        *digest = sha256_digest(*data); // of the values, whatever the link packed them as
+    }
     return std::nullopt;
 }
 
@@ -198,7 +213,11 @@ std::optional<shard_error> stage_core::prepare(const pb::ForwardRequest & reques
         return error;
     }
     std::vector<float> boundary;
-    if (auto error = decode_boundary(request, boundary)) {
+    // what a block this step may add to the prefix cache was computed from
+    const bool digested = !stage_.info.is_first() &&
+                          grid_block(steps_.prefix_block(), request.n_past(), request.positions_size());
+    std::string digest;
+    if (auto error = decode_boundary(request, boundary, digested ? &digest : nullptr)) {
         return error;
     }
     plan = plan_output(request, stage_.info);
@@ -209,9 +228,8 @@ std::optional<shard_error> stage_core::prepare(const pb::ForwardRequest & reques
     }
     job          = job_of(request, plan, stage_.info);
     job.boundary = std::move(boundary);
-    if (!stage_.info.is_first() && grid_block(steps_.prefix_block(), request.n_past(), request.positions_size())) {
-        // what a block this step may add to the prefix cache was computed from
-        job.boundary_digest = sha256_digest(request.boundary().data());
+    if (digested) {
+        job.boundary_digest = std::move(digest);
     }
     return std::nullopt;
 }
@@ -299,6 +317,7 @@ void stage_core::complete(output_plan & plan, step_outcome & outcome, pb::Forwar
     entry.key      = plan.key;
     write_boundary(plan.n_tokens, outcome.boundary, *entry.request.mutable_boundary());
     chain_sent(plan, outcome, entry.request.boundary(), *entry.request.mutable_prefix_chain());
+    pack_boundary(*entry.request.mutable_boundary(), next_->encoding());
     write_trace(outcome.engine_micros, entry.own);
     entry.response = &response;
     entry.then     = std::move(then);
@@ -357,7 +376,12 @@ void stage_core::flush_relays() {
 
 void stage_core::write_boundary(int64_t n_tokens, const std::vector<float> & rows, pb::Boundary & out) {
     boundary_to_pb(stage_.info, identity_.boundary_dtype, n_tokens, rows, out);
-    metrics_.add_boundary_bytes_out(static_cast<int64_t>(out.data().size()));
+}
+
+void stage_core::pack_boundary(pb::Boundary & boundary, boundary_encoding encoding) {
+    const auto raw_bytes = static_cast<int64_t>(boundary.data().size());
+    boundary_pack(boundary, encoding);
+    metrics_.add_boundary(true, encoding, raw_bytes, static_cast<int64_t>(boundary.data().size()));
 }
 
 void stage_core::chain_sent(const output_plan & plan, const step_outcome & outcome, const pb::Boundary & sent,
@@ -386,6 +410,7 @@ void stage_core::answer(const output_plan & plan, step_outcome & outcome, pb::Fo
     if (!plan.last) {
         write_boundary(plan.n_tokens, outcome.boundary, *response.mutable_boundary());
         chain_sent(plan, outcome, response.boundary(), *response.mutable_prefix_chain());
+        pack_boundary(*response.mutable_boundary(), plan.answer_encoding);
         return;
     }
     const int32_t n_vocab = stage_.info.n_vocab;

@@ -62,6 +62,9 @@ struct service_identity {
     bool                      throughput_batching = false; // --batching throughput
     route_key                 key;                  // --route-key-file (absent: none)
     int32_t                   ring_subscribers = 4; // last stage: Ring streams at most
+    // What relayed boundaries are packed as where the next stage takes it: --boundary-compression,
+    // already off for a next stage on loopback (worker_server's rule).
+    boundary_encoding         next_stage_encoding = boundary_encoding::raw;
 };
 
 // How the answer to one accepted step is built once the engine ran it.
@@ -82,6 +85,7 @@ struct output_plan {
     int32_t              want_drafts = 0; // last stage with a drafter: drafts after the step
     pb::RouteKey         key;            // the step's session
     std::vector<int32_t> step_tokens;   // VERIFIED: the step's tokens (the drafts after the first)
+    boundary_encoding    answer_encoding = boundary_encoding::raw; // a non-last stage's answered boundary
 };
 
 // One step a transport hands to the core, and how it hears back.
@@ -165,6 +169,9 @@ private:
                   std::function<void(const grpc::Status &)> then);
     // This stage's output boundary (n_tokens rows), encoded in its wire dtype.
     void write_boundary(int64_t n_tokens, const std::vector<float> & rows, pb::Boundary & out);
+    // Packs a written boundary for its link in `encoding` (after its digest was taken), counted
+    // as bytes out.
+    void pack_boundary(pb::Boundary & boundary, boundary_encoding encoding);
     // The boundary `sent` of a step that ran: a grid block's digest extends the output chain
     // of its slot's cached prefix; a hit names the copied prefix's chain to the next stage.
     void chain_sent(const output_plan & plan, const step_outcome & outcome, const pb::Boundary & sent,
@@ -187,8 +194,10 @@ private:
     // for position `pos`, go in the answer (ForwardResponse.next_drafts).
     void draft_next(const output_plan & plan, int32_t pos, int32_t token, const step_outcome & outcome,
                     pb::ForwardResponse & response);
-    // A non-first stage's boundary rows, as f32 (NaN/Inf refused), counted as bytes in.
-    std::optional<shard_error> decode_boundary(const pb::ForwardRequest & request, std::vector<float> & rows);
+    // A non-first stage's boundary rows, as f32 (unpacked and checked when encoded; NaN/Inf
+    // refused), counted as bytes in; `digest`: the SHA-256 of its raw bytes, when asked.
+    std::optional<shard_error> decode_boundary(const pb::ForwardRequest & request, std::vector<float> & rows,
+                                               std::string * digest);
     // Sends the outbox as one batch (after every engine step, on the engine thread).
     void flush_relays();
 

@@ -11,7 +11,7 @@ from meshnet.cli.route_key import route_key_option
 from meshnet.cli.tls import tls_client_options
 from meshnet.gateway.chat import chat_prompt, chat_tokens
 from meshnet.local.registry import entry_route_key, lookup
-from meshnet.route import PromptTooLong, RouteDriver, Sampling, TlsFiles
+from meshnet.route import BoundaryCompression, PromptTooLong, RouteDriver, Sampling, TlsFiles
 from meshnet.route.drafts import MAX_DRAFT, MAX_WINDOWS
 from meshnet.route.route_key import RouteSecret
 
@@ -57,6 +57,13 @@ EXIT_PROMPT_TOO_LONG = 3
               help="With --speculate: verify windows a chain's or ring's first stage keeps in "
                    "flight (pipelined speculation, each drafted as if the ones before it were "
                    "accepted whole; a hub keeps one). Tokens are unchanged.")
+@click.option("--boundary-compression", type=click.Choice([c.value for c in BoundaryCompression]),
+              default=BoundaryCompression.OFF.value, show_default=True,
+              help="The hub's legs (each stage's answer to this driver, this driver's request to "
+                   "the next stage): shuffle-lz4 packs boundaries losslessly where the stage takes "
+                   "it and is not on loopback. Pays only below the break-even bandwidth (about "
+                   "400 Mbit/s at DeepSeek V4's width); a chain's legs are the workers' own "
+                   "(--boundary-compression of meshnet-shard-worker). Tokens are unchanged.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print one JSON object: text, token ids, timings, recoveries.")
 @tls_client_options
@@ -65,7 +72,7 @@ def command(stages: tuple[str, ...], route_name: str | None, prompt: str, chat: 
             max_tokens: int,
             temperature: float, top_k: int, top_p: float, seed: int, ignore_eos: bool,
             chunk: int | None, sample_locally: bool, topology: str, speculate: int,
-            windows: int, as_json: bool, tls: TlsFiles | None,
+            windows: int, boundary_compression: str, as_json: bool, tls: TlsFiles | None,
             route_key: RouteSecret | None) -> None:
     """Generate text through a route's stages (streams the text as it comes).
 
@@ -78,7 +85,8 @@ def command(stages: tuple[str, ...], route_name: str | None, prompt: str, chat: 
     sampling = Sampling(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
     with RouteDriver(list(stages), tls=tls, route_key=route_key, chunk_tokens=chunk,
                      sample_locally=sample_locally, topology=topology, speculate=speculate,
-                     windows=windows) as driver:
+                     windows=windows,
+                     boundary_compression=BoundaryCompression(boundary_compression)) as driver:
         route = driver.connect(wait=10.0)
         printer = _TextStream(driver) if not as_json else None
         try:

@@ -15,6 +15,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from meshnet.route.compression import BoundaryCompression
     from meshnet.route.driver import RouteDriver
     from meshnet.route.errors import (
         PromptTooLong,
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from meshnet.route.stage import StageClient, TlsFiles
 
 _EXPORTS = {
+    "BoundaryCompression": "meshnet.route.compression",
     "Generation": "meshnet.route.generation",
     "RouteDriver": "meshnet.route.driver",
     "PromptTooLong": "meshnet.route.errors",
@@ -45,6 +47,7 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "BoundaryCompression",
     "Generation",
     "PromptTooLong",
     "RecoveryFailed",

@@ -13,9 +13,11 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from meshnet.api.common import Topology
 from meshnet.api.drafter_kind import DrafterKind
+from meshnet.route.compression import BoundaryCompression
 from meshnet.route.drafts import MAX_DRAFT, MAX_WINDOWS
 from meshnet.route.errors import PromptTooLong, RouteError, RouteRefused, StageError
 from meshnet.route.generation import Generation
@@ -52,6 +54,7 @@ class RouteDriver:
         windows: int = 1,
         drafter: DrafterKind | None = None,
         reuse_prefix: bool = True,
+        boundary_compression: BoundaryCompression = BoundaryCompression.OFF,
     ) -> None:
         if topology not in REQUESTABLE:
             raise RouteError(f"topology must be one of {', '.join(REQUESTABLE)}, "
@@ -73,6 +76,9 @@ class RouteDriver:
         # Start sessions from the stages' cached prefixes where the route has a prefix
         # cache (off: every prefill is cold, on the cache's grid all the same).
         self.reuse_prefix = reuse_prefix
+        # What the hub's legs (stage -> driver -> next stage) do to boundaries: packed only
+        # where a stage takes the encoding and is not on loopback (meshnet.route.compression).
+        self.boundary_compression = boundary_compression
         self._lock = threading.Lock()
         self._route: RouteInfo | None = None
 
@@ -112,7 +118,8 @@ class RouteDriver:
                 if keyed and self.route_key is None:
                     raise RouteRefused([f"stage {', '.join(keyed)} serves only holders of the "
                                         "route key: pass its file (--route-key-file)"])
-                route = check_route(answers, self.drafter)
+                route = replace(check_route(answers, self.drafter),
+                                boundary_compression=self.boundary_compression)
                 if self.topology in ("chain", "ring") and not route.chained:
                     raise RouteRefused([f"topology {self.topology} needs every stage but the "
                                         "last started with --next-stage"])

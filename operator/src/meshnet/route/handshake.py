@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from meshnet.api.drafter_kind import DrafterKind
+from meshnet.route.compression import BoundaryCompression
 from meshnet.route.errors import RouteRefused
 from meshnet.route.proto import pb
 
@@ -40,6 +41,8 @@ class StageInfo:
     exact_batching: bool = False
     exactness_detail: str = ""
     throughput_batching: bool = False
+    # The boundary encodings it takes (GetInfo boundary_encodings; empty: raw only).
+    boundary_encodings: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,10 @@ class RouteInfo:
     # be that wide (max_step_tokens), else 0 (off):
     # prefills are cut on this grid and a session may start from a cached prefix.
     prefix_block: int = 0
+    # What the driver's own legs (the hub's: a stage's answer to the driver, the driver's
+    # request to the next stage) do to boundaries where the stage takes it and is not on
+    # loopback (meshnet.route.compression); the driver's setting, not the stages'.
+    boundary_compression: BoundaryCompression = BoundaryCompression.OFF
 
     @property
     def chained(self) -> bool:
@@ -233,6 +240,7 @@ def check_route(answers: Sequence[tuple[str, pb.GetInfoResponse]],
                 exact_batching=info.exact_batching,
                 exactness_detail=info.exactness_detail,
                 throughput_batching=info.throughput_batching,
+                boundary_encodings=tuple(info.boundary_encodings),
             )
             for endpoint, info in answers
         ),

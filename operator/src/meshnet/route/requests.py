@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from meshnet.route.compression import leg_encoding, packed
 from meshnet.route.handshake import RouteInfo
 from meshnet.route.proto import pb
 from meshnet.route.sampling import Sampling
@@ -122,8 +123,11 @@ def stage_request(
     `output`, what the step answers. `discard`: the stage first drops what it holds past
     `n_past` (a previous step's rejected drafts)."""
     last = index == len(route.stages) - 1
-    return _request(route, index, key, tokens, n_past, output if last else None, reuse,
-                    previous, discard)
+    request = _request(route, index, key, tokens, n_past, output if last else None, reuse,
+                       previous, discard)
+    if not last:  # its answer's boundary comes to the driver over this leg
+        request.answer_encoding = _leg_encoding(route, index)
+    return request
 
 
 def relay_request(route: RouteInfo, key: pb.RouteKey, tokens: Sequence[int], n_past: int,
@@ -173,14 +177,19 @@ def _request(route: RouteInfo, index: int, key: pb.RouteKey, tokens: Sequence[in
     # A verifier checks the drafts; with a prefix cache every stage records what it holds.
     if index == 0 or stage.needs_token_sideband or verifies or route.prefix_block:
         request.tokens.extend(tokens)
-    if previous is not None:
-        request.boundary.CopyFrom(previous.boundary)
+    if previous is not None:  # as the leg to this stage carries it
+        request.boundary.CopyFrom(packed(previous.boundary, _leg_encoding(route, index)))
     if output is not None:
         request.output.CopyFrom(output)
     if discard:
         request.discard_from = n_past
     _ask_cache(request, reuse, previous)
     return request
+
+
+def _leg_encoding(route: RouteInfo, index: int) -> pb.BoundaryEncoding:
+    stage = route.stages[index]
+    return leg_encoding(route.boundary_compression, stage.endpoint, stage.boundary_encodings)
 
 
 def _ask_cache(request: pb.ForwardRequest, reuse: Reuse,

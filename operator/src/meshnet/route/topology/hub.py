@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Generator, Sequence
 
 from meshnet.api.common import Topology
+from meshnet.route.compression import raw_size
 from meshnet.route.proto import pb
 from meshnet.route.requests import Reuse, chunks, sampled_output, stage_request, verified_output
 from meshnet.route.step_context import DecodedStep, StepContext
@@ -32,7 +33,7 @@ class HubWalk:
         response = pb.ForwardResponse()
         for index, client in enumerate(ctx.clients):
             if previous is not None:
-                ctx.counts.boundary_bytes += len(previous.boundary.data)
+                ctx.counts.boundary_bytes += raw_size(previous.boundary)
             request = stage_request(ctx.route, index, ctx.key, tokens, n_past, output,
                                     ctx.reuse, previous, discard)
             response = ctx.answered(client.forward(request))
@@ -79,7 +80,7 @@ def wavefront(ctx: StepContext, tokens: list[int], n_past: int, reuse: Reuse,
             start, end = steps[step_index]
             previous = outputs.pop((stage_index - 1, step_index), None)
             if previous is not None:
-                ctx.counts.boundary_bytes += len(previous.boundary.data)
+                ctx.counts.boundary_bytes += raw_size(previous.boundary)
             output = sampled_output(ctx.answer, end - start,
                                     wants_token=step_index == len(steps) - 1)
             request = stage_request(ctx.route, stage_index, ctx.key, tokens[start:end],
