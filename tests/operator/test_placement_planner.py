@@ -122,6 +122,16 @@ def measured_route(make_route: MakeRoute, make_artifact: MakeArtifact,
     return cluster
 
 
+def reassigned_route(make_route: MakeRoute, make_artifact: MakeArtifact) -> Cluster:
+    """A measured route whose slow b -> c leg moved its stages (epoch 2), settled there."""
+    cluster = measured_route(make_route, make_artifact)
+    cluster.measured(mesh(b_c=SLOW))
+    cluster.step()
+    cluster.probes = ObservedProbes(token_secret="r1-probe-token")
+    cluster.settle()
+    return cluster
+
+
 def test_a_measured_route_gets_an_agent_on_each_node_then_a_job_naming_them(
         make_route: MakeRoute, make_artifact: MakeArtifact) -> None:
     cluster = measured_route(make_route, make_artifact)
@@ -238,11 +248,7 @@ def test_a_static_route_is_never_measured_or_moved(make_route: MakeRoute,
 
 def test_a_stage_that_cannot_be_scheduled_on_its_assigned_node_is_released(
         make_route: MakeRoute, make_artifact: MakeArtifact) -> None:
-    cluster = measured_route(make_route, make_artifact)
-    cluster.measured(mesh(b_c=SLOW))
-    cluster.step()
-    cluster.probes = ObservedProbes(token_secret="r1-probe-token")
-    cluster.settle()
+    cluster = reassigned_route(make_route, make_artifact)
     assert cluster.route["status"]["epoch"] == 2
     s0 = next(p for p in cluster.pods.values()
               if p["metadata"]["labels"]["meshnet.dev/stage"] == "s0")
@@ -281,11 +287,7 @@ def test_agents_that_never_become_ready_fail_the_measurement_in_time(
 
 def test_scaling_a_reassigned_route_keeps_the_epoch_and_pins_only_replica_0(
         make_route: MakeRoute, make_artifact: MakeArtifact) -> None:
-    cluster = measured_route(make_route, make_artifact)
-    cluster.measured(mesh(b_c=SLOW))
-    cluster.step()
-    cluster.probes = ObservedProbes(token_secret="r1-probe-token")
-    cluster.settle()
+    cluster = reassigned_route(make_route, make_artifact)
     assignment = cluster.route["status"]["placement"]["assignment"]
     cluster.route["spec"]["replicas"] = 2
     result = cluster.step()
