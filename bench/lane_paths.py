@@ -14,13 +14,11 @@ from meshnet.reconcile.route.worker_command import OFFLOAD_ALL_LAYERS
 from meshnet.route.handshake import StageInfo
 
 LANES = ("cpu", "vulkan")
-# A worker on upstream's paths. Its exactness cache (the test suites' MESHNET_EXACTNESS_CACHE)
-# is off: the cache's key does not hold this variable, and an entry of our paths would say
-# that its steps are exact without measuring them. ggml-vulkan's fusions are off: the add+rms
-# fusion that 0022 restores crashes Mesa's software device (SIGSEGV in the start-up probe of
-# SmolLM2 0:15), so upstream runs there without any fusion, slower than upstream itself.
-UPSTREAM_PATHS = {"MESHNET_VK_UPSTREAM_PATHS": "1", "MESHNET_EXACTNESS_CACHE": "",
-                  "GGML_VK_DISABLE_FUSION": "1"}
+# A worker on upstream's paths (its exactness cache keys on both variables, so it measures
+# its own steps). ggml-vulkan's fusions are off: the add+rms fusion that 0022 restores
+# crashes Mesa's software device (SIGSEGV in the start-up probe of SmolLM2 0:15), so
+# upstream runs there without any fusion, slower than upstream itself.
+UPSTREAM_PATHS = {"MESHNET_VK_UPSTREAM_PATHS": "1", "GGML_VK_DISABLE_FUSION": "1"}
 # name -> the workers' environment
 KERNELS: dict[str, dict[str, str]] = {"exact paths": {}, "upstream paths": UPSTREAM_PATHS}
 

@@ -18,11 +18,10 @@ from ..lanes import Lane, on_vulkan
 from .conftest import LANE, SPEED_MEASURED_NOT_GATED, Route
 
 # Patch 0022: a worker with it in its environment takes upstream's ggml-vulkan paths where
-# 0018-0020 make steps of 1..8 rows take one; its exactness cache is off, since the cache's
-# key does not hold the variable, and so are the fusions, whose add+rms crashes Mesa's
-# software device (bench/lane_paths.py): the flash attention paths of 0018-0019 remain.
-UPSTREAM_PATHS = {"MESHNET_VK_UPSTREAM_PATHS": "1", "MESHNET_EXACTNESS_CACHE": "",
-                  "GGML_VK_DISABLE_FUSION": "1"}
+# 0018-0020 and 0023 make steps of 1..8 rows take one (its exactness cache keys on the
+# variables, so it measures its own steps); the fusions are off, whose add+rms crashes
+# Mesa's software device (bench/lane_paths.py): the flash attention paths of 0018-0019 remain.
+UPSTREAM_PATHS = {"MESHNET_VK_UPSTREAM_PATHS": "1", "GGML_VK_DISABLE_FUSION": "1"}
 
 
 def test_an_f32_route_that_speculates_and_batches_is_certified_with_every_figure_zero(

@@ -489,9 +489,12 @@ def test_a_restart_on_the_same_inputs_recalls_its_exactness_and_a_changed_flag_m
         shard_worker: Path, smollm2: Path, tmp_path: Path, exactness_cache: Path) -> None:
     spec = LaunchSpec(model=smollm2, layers=LayerRange(0, 4), threads=1, slots=2, ctx=72)
     infos, logs = [], []
-    for i, flagged in enumerate((spec, spec, replace(spec, slots=3))):
+    # the third start changes a flag, the fourth a variable that chooses kernel paths
+    starts = [(spec, None), (spec, None), (replace(spec, slots=3), None),
+              (spec, {"MESHNET_VK_UPSTREAM_PATHS": "1"})]
+    for i, (flagged, env) in enumerate(starts):
         log = tmp_path / f"worker-{i}.log"
-        worker = WorkerProcess(shard_worker, flagged, log).start()
+        worker = WorkerProcess(shard_worker, flagged, log, env).start()
         try:
             infos.append(StageClient(worker.endpoint, timeout=10).info())
         finally:
@@ -499,8 +502,9 @@ def test_a_restart_on_the_same_inputs_recalls_its_exactness_and_a_changed_flag_m
         logs.append(log.read_text())
 
     assert any(exactness_cache.iterdir())
-    first, again, other = infos
+    first, again, other, paths = infos
     assert (again.exact_step_rows, again.exact_batching) == \
         (first.exact_step_rows, first.exact_batching) == (8, True)
     assert "recalled" not in logs[0] and f"recalled from {exactness_cache}" in logs[1]
     assert "recalled" not in logs[2] and (other.exact_step_rows, other.exact_batching) == (8, True)
+    assert "recalled" not in logs[3] and (paths.exact_step_rows, paths.exact_batching) == (8, True)

@@ -10,14 +10,36 @@
 #include "worker_params.h"
 #include "worker_server.h"
 
+#include <algorithm>
 #include <csignal>
 #include <cstdlib>
 #include <cstdio>
+#include <string>
 #include <sys/prctl.h>
 #include <unistd.h>
 #include <utility>
+#include <vector>
 
 namespace {
+
+// Every variable that can choose ggml's kernels or devices (GGML_VK_VISIBLE_DEVICES,
+// GGML_VK_DISABLE_FUSION, ..., MESHNET_VK_UPSTREAM_PATHS, MESHNET_CPU_VARIANT), as sorted
+// name=value lines: a start under any other choice measures again.
+std::string path_environment() {
+    std::vector<std::string> chosen;
+    for (char ** entry = environ; *entry != nullptr; ++entry) {
+        const std::string line = *entry;
+        if (line.rfind("GGML_", 0) == 0 || line.rfind("MESHNET_VK_", 0) == 0 || line.rfind("MESHNET_CPU_VARIANT=", 0) == 0) {
+            chosen.push_back(line);
+        }
+    }
+    std::sort(chosen.begin(), chosen.end());
+    std::string joined;
+    for (const std::string & line : chosen) {
+        joined += line + "\n";
+    }
+    return joined;
+}
 
 // The start-up probe, or its result for exactly these inputs where MESHNET_EXACTNESS_CACHE
 // keeps one (the binary, the weights, the device and every setting the probe reads).
@@ -27,8 +49,6 @@ meshnet::exactness measure_or_recall(const meshnet::worker_params & params, mesh
         return meshnet::measure_exactness(engine, params.exact_batch_rows, params.n_batch);
     }
     const meshnet::engine_info & info = engine.info();
-    const char * visible = std::getenv("GGML_VK_VISIBLE_DEVICES");
-    const char * variant = std::getenv("MESHNET_CPU_VARIANT");
     const std::string key = meshnet::exactness_key({
         {"binary", meshnet::file_identity("/proc/self/exe")},
         {"model", meshnet::file_identity(params.model_path)},
@@ -42,8 +62,7 @@ meshnet::exactness measure_or_recall(const meshnet::worker_params & params, mesh
         {"discard_depth", std::to_string(params.discard_depth)},
         {"drafter", std::string(meshnet::drafter_kind_name(params.drafter)) + " " + std::to_string(params.drafter_k) + " " + params.drafter_model},
         {"cpu_backend", meshnet::cpu_backend_describe()},
-        {"vulkan_devices", visible ? visible : ""},
-        {"cpu_variant", variant ? variant : ""},
+        {"environment", path_environment()},
     });
     if (auto recalled = meshnet::load_exactness(dir, key)) {
         recalled->detail += " (recalled from " + dir + ")";
