@@ -5,6 +5,7 @@ spec.boundaryCompression against each leg's bandwidth as spec.placement Measured
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from itertools import pairwise
 from typing import Any
 
 from meshnet.api.shardroute import ShardRouteSpec, Stage
@@ -57,7 +58,7 @@ def compressing_stages(spec: ShardRouteSpec, placement: Mapping[str, Any] | None
     bandwidth = {(x["fromNode"], x["toNode"]): 8 * float(x["bytesPerSecond"])
                  for x in (placement or {}).get("links") or []}
     return frozenset(
-        sender.name for sender, receiver in zip(spec.stages, spec.stages[1:], strict=False)
+        sender.name for sender, receiver in pairwise(spec.stages)
         if leg_compresses(spec.boundary_compression,
                           bandwidth.get((nodes.get(sender.name, ""), nodes.get(receiver.name, ""))),
                           running.get(sender.name), break_even))
@@ -75,5 +76,5 @@ def replica_compresses(spec: ShardRouteSpec, replica: int, stage: str,
 
 def compressed_legs(spec: ShardRouteSpec, replica0: frozenset[str]) -> list[str]:
     """status.compressedLegs: sender->receiver of each leg replica 0 packs."""
-    return [f"{a.name}->{b.name}" for a, b in zip(spec.stages, spec.stages[1:], strict=False)
+    return [f"{a.name}->{b.name}" for a, b in pairwise(spec.stages)
             if a.name in replica0]

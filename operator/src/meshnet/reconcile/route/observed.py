@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
 
 from pydantic import ValidationError
@@ -136,7 +137,7 @@ def _compressing(spec: Mapping[str, Any]) -> bool:
     """The pod's worker was started with --boundary-compression shuffle-lz4."""
     args = [str(a) for c in spec.get("containers") or [] for a in c.get("args") or []]
     return any(flag == "--boundary-compression" and value == COMPRESSED
-               for flag, value in zip(args, args[1:], strict=False))
+               for flag, value in pairwise(args))
 
 
 def gateway_rolled_out(body: Mapping[str, Any]) -> bool:
