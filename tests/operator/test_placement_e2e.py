@@ -144,29 +144,19 @@ def run_job(job: dict[str, Any], agents: dict[str, str], pod_ips: dict[str, str]
     return (tmp_path / "termination-log").read_text()
 
 
-async def test_a_measured_route_is_reassigned_around_a_slow_leg_as_a_new_epoch(
-        cluster: Emulator, operator: None, make_route: MakeRoute, make_artifact: MakeArtifact,
-        agents: Callable[[str], dict[str, str]], tmp_path: Path) -> None:
-    artifact = make_artifact()
-    await create(cluster, ARTIFACTS, artifact)
-    await cluster.patch(f"{ARTIFACTS}/smollm2/status", json={"status": artifact["status"]})
-    ring = {"lane": "cpu", "topology": "ring"}
-    await create(cluster, ROUTES, make_route("measured", recipe=ring, placement="Measured",
-                                             rollout={"drainSeconds": 0}))
-    await create(cluster, ROUTES, make_route("static", recipe=ring))
-    for name in ("measured", "static"):
-        await eventually(lambda n=name: len(stage_pods(cluster, n)) == 3, what="stage pods")
-        await schedule(cluster, name)
-
+async def measure(cluster: Emulator, name: str, agents: Callable[[str], dict[str, str]],
+                  tmp_path: Path, b_to_c: Link) -> None:
+    """The route's probe agents run for real on loopback, and its measuring Job's command
+    with the b -> c leg through a link proxy shaped as `b_to_c`; the Job ends with that."""
     # an agent on every node of the measured route, holding its token
-    await eventually(lambda: len(probes(cluster, "v1/pods", "measured")) == 3,
+    await eventually(lambda: len(probes(cluster, "v1/pods", name)) == 3,
                      what="three probe agents")
-    agent_pods = probes(cluster, "v1/pods", "measured")
+    agent_pods = probes(cluster, "v1/pods", name)
     assert sorted(p["spec"]["affinity"]["nodeAffinity"][
         "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0][
         "matchFields"][0]["values"][0] for p in agent_pods.values()) == sorted(NODES.values())
     (secret,) = [s for s in live(cluster, "v1/secrets").values()
-                 if s["metadata"]["labels"].get(PLACEMENT_ROUTE) == "measured"]
+                 if s["metadata"]["labels"].get(PLACEMENT_ROUTE) == name]
     addresses = agents(secret["stringData"]["token"])
     pod_ips = {}
     for i, (pod_name, pod) in enumerate(sorted(agent_pods.items())):
@@ -176,11 +166,10 @@ async def test_a_measured_route_is_reassigned_around_a_slow_leg_as_a_new_epoch(
             "phase": "Running", "podIP": pod_ips[node],
             "conditions": [{"type": "Ready", "status": "True"}]}})
 
-    # the measuring Job, run for real with the b -> c leg 50 ms round trip
-    await eventually(lambda: len(probes(cluster, "batch/v1/jobs", "measured")) == 1,
+    await eventually(lambda: len(probes(cluster, "batch/v1/jobs", name)) == 1,
                      what="the measuring Job")
-    ((job_name, job),) = probes(cluster, "batch/v1/jobs", "measured").items()
-    slow = LinkProxy(int(addresses["node-c"].rpartition(":")[2]), Link(delay_s=0.025))
+    ((job_name, job),) = probes(cluster, "batch/v1/jobs", name).items()
+    slow = LinkProxy(int(addresses["node-c"].rpartition(":")[2]), b_to_c)
     try:
         message = await asyncio.to_thread(run_job, job, addresses, pod_ips, tmp_path, slow)
     finally:
@@ -196,6 +185,24 @@ async def test_a_measured_route_is_reassigned_around_a_slow_leg_as_a_new_epoch(
             "terminated": {"exitCode": 0, "message": message}}}]}})
     await cluster.patch(f"{JOBS}/{job_name}/status", json={"status": {
         "succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}})
+
+
+async def test_a_measured_route_is_reassigned_around_a_slow_leg_as_a_new_epoch(
+        cluster: Emulator, operator: None, make_route: MakeRoute, make_artifact: MakeArtifact,
+        agents: Callable[[str], dict[str, str]], tmp_path: Path) -> None:
+    artifact = make_artifact()
+    await create(cluster, ARTIFACTS, artifact)
+    await cluster.patch(f"{ARTIFACTS}/smollm2/status", json={"status": artifact["status"]})
+    ring = {"lane": "cpu", "topology": "ring"}
+    await create(cluster, ROUTES, make_route("measured", recipe=ring, placement="Measured",
+                                             rollout={"drainSeconds": 0}))
+    await create(cluster, ROUTES, make_route("static", recipe=ring))
+    for name in ("measured", "static"):
+        await eventually(lambda n=name: len(stage_pods(cluster, n)) == 3, what="stage pods")
+        await schedule(cluster, name)
+
+    # the measuring Job, run for real with the b -> c leg 50 ms round trip
+    await measure(cluster, "measured", agents, tmp_path, Link(delay_s=0.025))
 
     await eventually(lambda: (route(cluster, "measured")["status"].get("placement") or {})
                      .get("reason") == "Reassigned", what="the stages reassigned")
@@ -240,3 +247,49 @@ async def test_a_measured_route_is_reassigned_around_a_slow_leg_as_a_new_epoch(
     assert not probes(cluster, "v1/pods", "static")
     assert sorted(stage_pods(cluster, "static")) == ["static-s0-e1", "static-s1-e1",
                                                      "static-s2-e1"]
+
+
+def packing(cluster: Emulator, name: str) -> dict[str, bool]:
+    """Stage -> whether its live pod's worker packs what it relays."""
+    return {p["metadata"]["labels"]["meshnet.dev/stage"]: "shuffle-lz4" in p["spec"][
+        "containers"][0]["args"] for p in stage_pods(cluster, name).values()
+        if not p["metadata"].get("deletionTimestamp")}
+
+
+async def test_a_leg_measured_below_the_break_even_has_its_sending_stage_pack(
+        cluster: Emulator, operator: None, make_route: MakeRoute, make_artifact: MakeArtifact,
+        agents: Callable[[str], dict[str, str]], tmp_path: Path) -> None:
+    artifact = make_artifact()
+    await create(cluster, ARTIFACTS, artifact)
+    await cluster.patch(f"{ARTIFACTS}/smollm2/status", json={"status": artifact["status"]})
+    body = make_route("pinned", recipe={"lane": "cpu", "topology": "ring"},
+                      placement="Measured", rollout={"drainSeconds": 0})
+    for stage in body["spec"]["stages"]:  # the user keeps every stage where it is
+        stage["nodeSelector"] = {"pool": "pinned"}
+    await create(cluster, ROUTES, body)
+    await eventually(lambda: len(stage_pods(cluster, "pinned")) == 3, what="stage pods")
+    await schedule(cluster, "pinned")
+    assert packing(cluster, "pinned") == {"s0": False, "s1": False, "s2": False}
+    uids = {n: p["metadata"]["uid"] for n, p in stage_pods(cluster, "pinned").items()}
+
+    # b -> c (s1 -> s2) through a 100 Mbit/s proxy; the loopback legs are far faster
+    await measure(cluster, "pinned", agents, tmp_path, Link(bandwidth_bps=100e6))
+    await eventually(lambda: route(cluster, "pinned")["status"].get("compressedLegs")
+                     == ["s1->s2"], what="the slow leg packed")
+    placement = route(cluster, "pinned")["status"]["placement"]
+    links = {(x["fromNode"], x["toNode"]): x["bytesPerSecond"] * 8 for x in placement["links"]}
+    slow = links.pop(("node-b", "node-c"))
+    assert slow < 416e6 < min(links.values()), (slow, links)
+
+    # s1's pod is replaced in place (same name and epoch) with the flag; s0 and s2 keep theirs
+    await eventually(lambda: packing(cluster, "pinned").get("s1") is True,
+                     what="s1 restarted packing")
+    await schedule(cluster, "pinned")
+    assert packing(cluster, "pinned") == {"s0": False, "s1": True, "s2": False}
+    now = {n: p["metadata"]["uid"] for n, p in stage_pods(cluster, "pinned").items()}
+    assert sorted(now) == ["pinned-s0-e1", "pinned-s1-e1", "pinned-s2-e1"]
+    assert {n for n in now if now[n] == uids[n]} == {"pinned-s0-e1", "pinned-s2-e1"}
+    assert route(cluster, "pinned")["status"]["epoch"] == 1
+    await eventually(lambda: route(cluster, "pinned")["status"]["placement"]["reason"]
+                     == "AllStagesPinned", what="the same nodes, nothing reassigned")
+    assert route(cluster, "pinned")["status"]["compressedLegs"] == ["s1->s2"]

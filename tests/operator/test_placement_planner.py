@@ -299,3 +299,56 @@ def test_scaling_a_reassigned_route_keeps_the_epoch_and_pins_only_replica_0(
     assert len(added) == 3 and all(p["metadata"]["labels"]["meshnet.dev/replica"] == "1"
                                    and "nodeAffinity" not in p["spec"]["affinity"]
                                    for p in added)
+
+
+def packs(pod: dict[str, Any]) -> bool:
+    args = pod["spec"]["containers"][0]["args"]
+    return "--boundary-compression" in args \
+        and args[args.index("--boundary-compression") + 1] == "shuffle-lz4"
+
+
+def test_a_measured_slow_leg_turns_packing_on_for_its_sending_stage_only(
+        make_route: MakeRoute, make_artifact: MakeArtifact) -> None:
+    body = make_route(placement="Measured", recipe={"lane": "cpu", "topology": "ring"})
+    for stage in body["spec"]["stages"]:  # every stage stays where it is
+        stage["nodeSelector"] = {"pool": "pinned"}
+    cluster = Cluster(body, make_artifact())
+    cluster.settle()
+    assert not any(map(packs, cluster.pods.values()))
+    before = dict(cluster.pods)
+    # b -> c (s1 -> s2) measured at 100 Mbit/s, below the break-even; every other leg 1 Gbit/s
+    cluster.measured(mesh(b_c=MeasuredLink(rtt_s=FAST.rtt_s, bytes_per_s=12.5e6)))
+    cluster.step()
+    cluster.probes = ObservedProbes(token_secret="r1-probe-token")
+    cluster.settle()
+
+    status = cluster.route["status"]
+    assert status["placement"]["reason"] == "AllStagesPinned"
+    assert status["compressedLegs"] == ["s1->s2"]
+    by_stage = {p["metadata"]["labels"]["meshnet.dev/stage"]: p for p in cluster.pods.values()}
+    assert {s: packs(p) for s, p in by_stage.items()} == {"s0": False, "s1": True, "s2": False}
+    # the same epoch: only s1's pod was restarted (in place) to take the flag
+    assert status["epoch"] == 1
+    assert {n for n, pod in before.items() if cluster.pods.get(n) is pod} \
+        == {"r1-s0-e1", "r1-s2-e1"}
+    # measured again a little faster, still within the hysteresis: nothing restarts
+    cluster.measured(mesh(b_c=MeasuredLink(rtt_s=FAST.rtt_s, bytes_per_s=53e6)))
+    pods = dict(cluster.pods)
+    cluster.step(NOW + timedelta(hours=2))
+    assert cluster.pods.keys() == pods.keys()
+    assert cluster.route["status"]["compressedLegs"] == ["s1->s2"]
+
+
+def test_boundary_compression_off_never_packs_a_slow_leg(
+        make_route: MakeRoute, make_artifact: MakeArtifact) -> None:
+    body = make_route(placement="Measured", boundaryCompression="Off",
+                      recipe={"lane": "cpu", "topology": "ring"})
+    for stage in body["spec"]["stages"]:
+        stage["nodeSelector"] = {"pool": "pinned"}
+    cluster = Cluster(body, make_artifact())
+    cluster.settle()
+    cluster.measured(mesh(b_c=MeasuredLink(rtt_s=FAST.rtt_s, bytes_per_s=12.5e6)))
+    cluster.step()
+    cluster.settle()
+    assert not any(map(packs, cluster.pods.values()))
+    assert cluster.route["status"].get("compressedLegs") is None

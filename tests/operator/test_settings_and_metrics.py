@@ -19,7 +19,8 @@ def test_settings_are_read_from_meshnet_environment_variables() -> None:
         "MESHNET_NAMESPACES": "ml, serving", "MESHNET_WORKER_IMAGE_CUDA": "w-cuda:2",
         "MESHNET_PIN_DIGEST": "a" * 64, "MESHNET_TRACKER_URL": "https://tracker.example",
         "MESHNET_TRACKER_SECRET": "tracker-token", "MESHNET_METRICS_PORT": "9300",
-        "MESHNET_RESYNC_SECONDS": "15", "MESHNET_MAX_CONCURRENT_RECONCILES": "4"})
+        "MESHNET_RESYNC_SECONDS": "15", "MESHNET_MAX_CONCURRENT_RECONCILES": "4",
+        "MESHNET_COMPRESSION_BREAK_EVEN_MBPS": "57"})
     assert settings.namespaces == ("ml", "serving")
     assert settings.worker_images == {"cuda": "w-cuda:2"}
     assert (settings.tracker_url, settings.tracker_secret) == ("https://tracker.example",
@@ -27,6 +28,8 @@ def test_settings_are_read_from_meshnet_environment_variables() -> None:
     assert settings.metrics_port == 9300 and settings.resync_seconds == 15.0
     assert settings.max_concurrent_reconciles == 4
     assert settings.worker_config().pin_digest == "a" * 64
+    # (SmolLM2's break-even: routes of a narrow model pack only below it)
+    assert settings.placement_config().compression_break_even_bits_per_second == 57e6
 
 
 def test_artifact_copies_are_re_hashed_weekly_unless_the_interval_is_zero() -> None:

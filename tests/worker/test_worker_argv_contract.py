@@ -52,7 +52,8 @@ def planned_workers() -> Iterator[WorkerSpec]:
         for index in range(count):
             yield stage_worker(stages, index, recipe, tls, 3, IDENTITIES, "m-00001-of-00002.gguf",
                                "ml/r1", replica=replica,
-                               drafter_file="drafter.gguf" if mode == "DSpark" else None)
+                               drafter_file="drafter.gguf" if mode == "DSpark" else None,
+                               compress_boundaries=replica == 1)  # (replica 1's pack)
 
 
 def local_args(worker: WorkerSpec) -> list[str]:
@@ -149,3 +150,19 @@ def test_recipe_batching_throughput_renders_the_workers_flag_on_every_stage() ->
         assert flag_values(argv)["--batching"] == "throughput"
     for argv in argvs({}) + argvs({"batching": "Exact"}):
         assert "--batching" not in argv  # the worker's default: exact
+
+
+def test_a_stage_told_to_pack_renders_the_flag_only_when_it_relays_boundaries() -> None:
+    stages = [Stage.model_validate({"name": f"s{i}", "layers": {"begin": b, "end": e}})
+              for i, (b, e) in enumerate(SPANS[3])]
+    for topology, packing in [("chain", [True, True, False]), ("ring", [True, True, False]),
+                              ("hub", [False, False, False])]:
+        recipe = Recipe.model_validate({"topology": topology})
+        workers = [stage_worker(stages, i, recipe, None, 3, IDENTITIES, "m.gguf", "ml/r1",
+                                compress_boundaries=True) for i in range(len(stages))]
+        for render in (lambda w: worker_args(w, ROUTE, CONFIG), local_args):
+            rendered = [flag_values(render(w)).get("--boundary-compression") for w in workers]
+            # the last stage and a hub's stages relay nothing: nothing to pack
+            assert rendered == ["shuffle-lz4" if p else None for p in packing], topology
+    plain = stage_worker(stages, 0, Recipe(), None, 3, IDENTITIES, "m.gguf", "ml/r1")
+    assert "--boundary-compression" not in worker_args(plain, ROUTE, CONFIG)

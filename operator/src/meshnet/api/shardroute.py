@@ -520,6 +520,18 @@ class ShardRouteSpec(
                     " token, reassigns the stages to the nodes in that order as a new epoch"
                     " (docs/placement.md).",
     )
+    boundary_compression: Literal["Auto", "Off", "On"] = Field(
+        default="Auto",
+        description="Whether a stage packs the boundaries it relays to the next stage"
+                    " (shuffle-lz4, lossless: tokens never change, and it is not part of"
+                    " recipeDigest, so changing it starts no epoch; the sending stage's pod is"
+                    " restarted in place). Auto: only on a leg whose bandwidth, measured by"
+                    " spec.placement Measured, is below the break-even (about 416 Mbit/s, the"
+                    " operator's MESHNET_COMPRESSION_BREAK_EVEN_MBPS); off on unmeasured and"
+                    " faster legs. On: every leg. Off: none. The worker never packs towards"
+                    " loopback or a stage that does not take it; status.compressedLegs shows"
+                    " the legs told to (docs/placement.md).",
+    )
 
 
 class StageStatus(StatusModel):
@@ -705,6 +717,10 @@ class ShardRouteStatus(StatusModel):
     placement: RoutePlacement | None = Field(
         default=None, description="The measured links between the stages' nodes and the best"
                                   " order of them (spec.placement Measured).")
+    compressed_legs: list[str] = Field(
+        default_factory=list, description="The legs whose sending stage packs its boundaries"
+                                          " (spec.boundaryCompression), as sender->receiver"
+                                          " stage names, of replica 0.")
 
 
 class ShardRoute(ApiModel):

@@ -105,7 +105,7 @@ def _every_feature() -> WorkerSpec:
         links=StageLinks(next_stage="second", ring_last="last"),
         drafter=StageDrafter(kind=DrafterKind.DSPARK, max_drafts=3, model_file="d.gguf"),
         loop=LoopSpeculation(drafts=3, windows=2), discard_depth=7, prefix_cache_entries=4,
-        prefix_block=16, throughput_batching=True)
+        prefix_block=16, throughput_batching=True, compress_boundaries=True)
 
 
 def rendered_flags() -> set[str]:

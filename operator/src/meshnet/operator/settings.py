@@ -11,6 +11,7 @@ from meshnet.errors import MeshnetError, OperatorError
 from meshnet.paths import repo_root
 from meshnet.pin.manifest import load_manifest
 from meshnet.reconcile.artifact.jobspec import ProvisionerConfig
+from meshnet.reconcile.route.linkcompression import BREAK_EVEN_BITS_PER_SECOND
 from meshnet.reconcile.route.networkpolicy import PolicyConfig
 from meshnet.reconcile.route.podspec import WorkerConfig
 from meshnet.reconcile.route.probespec import PlacementConfig
@@ -51,6 +52,8 @@ class OperatorSettings:
     # are measured again while its nodes stay the same.
     placement_port: int = 7070
     placement_interval_seconds: float = 3600.0
+    # spec.boundaryCompression Auto: legs measured slower than this pack their boundaries
+    compression_break_even_mbps: float = BREAK_EVEN_BITS_PER_SECOND / 1e6
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> OperatorSettings:
@@ -82,6 +85,9 @@ class OperatorSettings:
             placement_port=env_number(env, "MESHNET_PLACEMENT_PORT", 7070, int),
             placement_interval_seconds=env_number(env, "MESHNET_PLACEMENT_INTERVAL_SECONDS",
                                                   3600.0, float),
+            compression_break_even_mbps=env_number(
+                env, "MESHNET_COMPRESSION_BREAK_EVEN_MBPS", BREAK_EVEN_BITS_PER_SECOND / 1e6,
+                float),
         )
 
     def provisioner_config(self, image: str) -> ProvisionerConfig:
@@ -93,7 +99,9 @@ class OperatorSettings:
         """Probe agents and measuring Jobs run the operator's image (the gateway's)."""
         return PlacementConfig(image=self.gateway_image, port=self.placement_port,
                                interval_seconds=self.placement_interval_seconds,
-                               pull_policy=self.worker_pull_policy)
+                               pull_policy=self.worker_pull_policy,
+                               compression_break_even_bits_per_second=(
+                                   self.compression_break_even_mbps * 1e6))
 
     def worker_config(self) -> WorkerConfig:
         return WorkerConfig(

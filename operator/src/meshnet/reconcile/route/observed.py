@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
 
 from pydantic import ValidationError
@@ -16,6 +17,7 @@ from meshnet.api.validate import artifact_drafter, block_count
 from meshnet.reconcile.resource import ObservedResource, observe_resource
 from meshnet.reconcile.route.identity import IssuedIdentity
 from meshnet.reconcile.route.placement import ObservedProbes
+from meshnet.reconcile.route.worker_command import COMPRESSED
 
 # Container waiting reasons that mean the stage will not come up without help.
 FAILING_REASONS = frozenset({
@@ -45,6 +47,7 @@ class ObservedPod:
     draining_since: str | None = None  # its pipeline takes no new sessions since (RFC 3339)
     ip: str = ""  # where its worker answers (status.podIP; "" until it has one)
     node: str = ""  # the node it was scheduled on (spec.nodeName; "" until it is)
+    compressing: bool = False  # its worker packs what it relays (--boundary-compression)
 
 
 @dataclass(frozen=True)
@@ -126,7 +129,15 @@ def observe_pod(body: Mapping[str, Any]) -> ObservedPod | None:
         draining_since=(meta.get("annotations") or {}).get(labels.DRAINING_ANNOTATION),
         ip=str(status.get("podIP") or ""),
         node=str((body.get("spec") or {}).get("nodeName") or ""),
+        compressing=_compressing(body.get("spec") or {}),
     )
+
+
+def _compressing(spec: Mapping[str, Any]) -> bool:
+    """The pod's worker was started with --boundary-compression shuffle-lz4."""
+    args = [str(a) for c in spec.get("containers") or [] for a in c.get("args") or []]
+    return any(flag == "--boundary-compression" and value == COMPRESSED
+               for flag, value in pairwise(args))
 
 
 def gateway_rolled_out(body: Mapping[str, Any]) -> bool:

@@ -17,6 +17,11 @@ from meshnet.reconcile.plan import Action, Create, Delete, Event, Patch, Plan, s
 from meshnet.reconcile.route import status as derive
 from meshnet.reconcile.route.gatewayspec import gateway_deployment, gateway_service, gateway_url
 from meshnet.reconcile.route.identity import IssuedIdentity, LinkTls, link_tls
+from meshnet.reconcile.route.linkcompression import (
+    compressed_legs,
+    compressing_stages,
+    replica_compresses,
+)
 from meshnet.reconcile.route.networkpolicy import policy_name, stage_policy
 from meshnet.reconcile.route.observed import (
     Observed,
@@ -52,7 +57,7 @@ from meshnet.reconcile.route.workerspec import (
 STATUS_KEYS = ("observedGeneration", "epoch", "routeDigest", "recipeDigest", "manifestDigest",
                "replicas", "readyReplicas", "updatedReplicas", "draining", "selector", "stages",
                "replicaStatuses", "stagesReady", "coverage", "capacity", "endpoint", "conditions",
-               "placement")
+               "placement", "compressedLegs")
 
 
 Desired = tuple[dict[str, Any], WorkerSpec]  # a stage's pod and its worker
@@ -163,12 +168,17 @@ def _rollout(observed: Observed, spec: ShardRouteSpec, manifest: str, config: Wo
     desired: dict[PodKey, Desired] = {}
     tls = link_tls(spec.tls, observed.identity)
     key_secret = observed.identity.secret_name if observed.identity else None
+    packing = compressing_stages(spec, placed.status, {
+        p.stage: p.compressing for p in observed.pods
+        if p.replica == 0 and p.epoch == epoch and not p.terminating},
+        placement_config.compression_break_even_bits_per_second)
     for replica in range(spec.replicas):
         for i, stage in enumerate(spec.stages):
             worker = stage_worker(spec.stages, i, spec.recipe, tls, epoch, identities,
                                   observed.artifact.model_file, route_id, replica,
                                   observed.artifact.drafter_file,
-                                  observed.artifact.architecture, key_secret)
+                                  observed.artifact.architecture, key_secret,
+                                  replica_compresses(spec, replica, stage.name, packing))
             # (measured placement orders replica 0: the others stay the scheduler's)
             node = placed.assignment.get(stage.name) if replica == 0 else None
             body = stage_pod(StageInputs(ref, assigned_stage(stage, node), spec.recipe,
@@ -202,7 +212,8 @@ def _rollout(observed: Observed, spec: ShardRouteSpec, manifest: str, config: Wo
     rolling = any(p.epoch != epoch for p in observed.pods)
     verdict = derive.from_stages(spec, current, rolling, epoch)
     identity = {"epoch": epoch, "routeDigest": digest, "recipeDigest": recipe,
-                "manifestDigest": manifest, "placement": placed.status}
+                "manifestDigest": manifest, "placement": placed.status,
+                "compressedLegs": compressed_legs(spec, packing) or None}
     result = _finish(observed, verdict, config, now, identity,
                      _served(observed, spec, current, config, tuple(draining)))
     return Plan(steps(actions), tuple(events), result.status, advanced, result.conditions,
@@ -230,11 +241,13 @@ def stage_worker(stages: Sequence[Stage], index: int, recipe: Recipe, tls: LinkT
                  route_id: str, replica: int = 0,
                  drafter_file: str | None = None,
                  architecture: str | None = None,
-                 route_key_secret: str | None = None) -> WorkerSpec:
+                 route_key_secret: str | None = None,
+                 compress_boundaries: bool = False) -> WorkerSpec:
     """The worker of `stages[index]` in `replica` at `epoch`: every replica's is the same
     but for the addresses of its links. The last stage hosts the recipe's drafter (the
     artifact's `drafter_file` for DSpark); the prefix cache's defaults are the lane's and
-    the model `architecture`'s."""
+    the model `architecture`'s; `compress_boundaries`: it packs what it relays
+    (linkcompression.py decides)."""
     stage = stages[index]
     speculation = recipe.speculation
     entries = recipe.prefix_cache.stage_entries(recipe.lane)
@@ -265,6 +278,7 @@ def stage_worker(stages: Sequence[Stage], index: int, recipe: Recipe, tls: LinkT
         throughput_batching=recipe.batching == "Throughput",
         replica=replica,
         drafter=drafter,
+        compress_boundaries=compress_boundaries,
     )
 
 
@@ -483,7 +497,8 @@ def _finish(observed: Observed, verdict: derive.Verdicts, config: WorkerConfig, 
     """The new status (kept epoch/digests unless given) and whether it changed."""
     route, old = observed.route, observed.route.status
     status: dict[str, Any] = {k: old[k] for k in ("epoch", "routeDigest", "recipeDigest",
-                                                 "manifestDigest", "placement")
+                                                 "manifestDigest", "placement",
+                                                 "compressedLegs")
                               if old.get(k) is not None}
     status.update(identity)
     status.setdefault("epoch", 0)

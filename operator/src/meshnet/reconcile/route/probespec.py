@@ -14,6 +14,7 @@ from meshnet.api.common import GROUP
 from meshnet.api.shardroute import ShardRouteSpec
 from meshnet.reconcile.children import CONTAINER_SECURITY, POD_SECURITY
 from meshnet.reconcile.naming import child_name
+from meshnet.reconcile.route.linkcompression import BREAK_EVEN_BITS_PER_SECOND
 from meshnet.reconcile.route.podspec import RouteRef, owner_reference
 
 PLACEMENT_ROUTE = f"{GROUP}/placement-route"  # on agents, Job and token (not stage pods)
@@ -38,6 +39,8 @@ class PlacementConfig:
     probe_bytes: str = "8M"
     deadline_seconds: int = 600
     pull_policy: str = "IfNotPresent"
+    # spec.boundaryCompression Auto packs a leg measured slower than this
+    compression_break_even_bits_per_second: float = BREAK_EVEN_BITS_PER_SECOND
 
 
 def on_node(node: str) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from meshnet.reconcile.route.workerspec import WorkerSpec
 # --gpu-layers: llama.cpp offloads the last N layers of the whole model, so more than any
 # model has puts every layer a stage owns, and the last stage's output head, on its GPUs.
 OFFLOAD_ALL_LAYERS = 9999
+COMPRESSED = "shuffle-lz4"  # the worker's --boundary-compression word for packed boundaries
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,7 @@ class WorkerCommand:
     prefix_block: int | None = None
     # --batching throughput: sessions share steps as upstream batches (recipe.batching)
     throughput_batching: bool = False
+    boundary_compression: str | None = None  # --boundary-compression; None: the default (off)
     extra: tuple[str, ...] = ()
 
     def args(self, parent_pid: int | None = None) -> list[str]:
@@ -101,6 +103,7 @@ class WorkerCommand:
             ("--tls-client-ca", self.tls_client_ca),
             ("--next-stage", self.next_stage or None),
             ("--next-stage-ca", self.next_stage_ca),
+            ("--boundary-compression", self.boundary_compression),
             ("--ring-last", self.ring_last or None),
             ("--evict-idle-ms", self.evict_idle_ms),
             ("--max-message-bytes", self.max_message_bytes),
@@ -163,6 +166,9 @@ def worker_command(worker: WorkerSpec, model: PurePath, listen: str, metrics_lis
         next_stage=links[worker.links.next_stage] if worker.links.next_stage else "",
         # the next stage's certificate is the route's too
         next_stage_ca=tls_files / "ca.crt" if tls_files and worker.links.next_stage else None,
+        # (what it relays: a stage that relays nothing has nothing to pack)
+        boundary_compression=COMPRESSED if worker.compress_boundaries and worker.links.next_stage
+        else None,
         ring_last=links[worker.links.ring_last] if worker.links.ring_last else "",
         route_key_file=route_key_file,
     )

@@ -73,3 +73,6 @@ class WorkerSpec:
     # Sessions share engine steps as upstream batches (recipe.batching Throughput), not only
     # where the stage measured them exact.
     throughput_batching: bool = False
+    # Packs the boundaries it relays to its next stage (spec.boundaryCompression: the
+    # decision of linkcompression.py for the leg it sends on).
+    compress_boundaries: bool = False
