@@ -187,12 +187,17 @@ async def measure(cluster: Emulator, name: str, agents: Callable[[str], dict[str
         "succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}})
 
 
-async def test_a_measured_route_is_reassigned_around_a_slow_leg_as_a_new_epoch(
-        cluster: Emulator, operator: None, make_route: MakeRoute, make_artifact: MakeArtifact,
-        agents: Callable[[str], dict[str, str]], tmp_path: Path) -> None:
+async def ready_artifact(cluster: Emulator, make_artifact: MakeArtifact) -> None:
+    """The routes' artifact, created and verified."""
     artifact = make_artifact()
     await create(cluster, ARTIFACTS, artifact)
     await cluster.patch(f"{ARTIFACTS}/smollm2/status", json={"status": artifact["status"]})
+
+
+async def test_a_measured_route_is_reassigned_around_a_slow_leg_as_a_new_epoch(
+        cluster: Emulator, operator: None, make_route: MakeRoute, make_artifact: MakeArtifact,
+        agents: Callable[[str], dict[str, str]], tmp_path: Path) -> None:
+    await ready_artifact(cluster, make_artifact)
     ring = {"lane": "cpu", "topology": "ring"}
     await create(cluster, ROUTES, make_route("measured", recipe=ring, placement="Measured",
                                              rollout={"drainSeconds": 0}))
@@ -259,9 +264,7 @@ def packing(cluster: Emulator, name: str) -> dict[str, bool]:
 async def test_a_leg_measured_below_the_break_even_has_its_sending_stage_pack(
         cluster: Emulator, operator: None, make_route: MakeRoute, make_artifact: MakeArtifact,
         agents: Callable[[str], dict[str, str]], tmp_path: Path) -> None:
-    artifact = make_artifact()
-    await create(cluster, ARTIFACTS, artifact)
-    await cluster.patch(f"{ARTIFACTS}/smollm2/status", json={"status": artifact["status"]})
+    await ready_artifact(cluster, make_artifact)
     body = make_route("pinned", recipe={"lane": "cpu", "topology": "ring"},
                       placement="Measured", rollout={"drainSeconds": 0})
     for stage in body["spec"]["stages"]:  # the user keeps every stage where it is
