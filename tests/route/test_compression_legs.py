@@ -71,12 +71,13 @@ def test_a_packed_boundary_unpacks_to_its_bytes_and_is_smaller(dtype: int) -> No
 
 def test_a_packed_boundary_that_does_not_come_back_whole_is_refused() -> None:
     sent = packed(boundary(), SHUFFLE)
-    wrong_crc, truncated, oversized = pb.Boundary(), pb.Boundary(), pb.Boundary()
-    for copy in (wrong_crc, truncated, oversized):
+    wrong_crc, truncated, oversized, huge = (pb.Boundary() for _ in range(4))
+    for copy in (wrong_crc, truncated, oversized, huge):
         copy.CopyFrom(sent)
     wrong_crc.raw_crc32 ^= 1
     truncated.data = sent.data[:-5]
     oversized.raw_size += 4
-    for bad in (wrong_crc, truncated, oversized):
+    huge.raw_size = 0xFFFFFFFF  # refused by its shape, never allocated
+    for bad in (wrong_crc, truncated, oversized, huge):
         with pytest.raises(BoundaryUnpackError):
             raw_data(bad)

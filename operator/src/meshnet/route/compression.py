@@ -79,6 +79,9 @@ def raw_data(boundary: pb.Boundary) -> bytes:
     if boundary.encoding != pb.BOUNDARY_ENCODING_SHUFFLE_LZ4:
         raise BoundaryUnpackError(f"boundary encoding {boundary.encoding} is unknown here")
     size = _value_size(boundary)
+    # the size the shape implies, checked before anything is allocated for the stated one
+    if boundary.raw_size != size * int(np.prod(boundary.shape, dtype=np.int64)):
+        raise BoundaryUnpackError("packed boundary's stated raw size is not what its shape holds")
     try:
         planes = lz4.block.decompress(boundary.data, uncompressed_size=boundary.raw_size)
     except lz4.block.LZ4BlockError as exc:
