@@ -144,7 +144,7 @@ test-cpp: worker $(DS4_TEST_MODEL) $(DS4_SELECTING_MODEL) $(DS4_TOPK512_MODEL) $
 # Step invariance on the vulkan lane's device: the deepseek4 windows of 1-8 rows against one
 # row at a time, with the indexer selecting (top-k 4, and V4-Flash's 512 past 2048 positions).
 test-cpp-vulkan: vulkan $(DS4_SELECTING_MODEL) $(DS4_TOPK512_MODEL)
-	GGML_VK_VISIBLE_DEVICES="$${GGML_VK_VISIBLE_DEVICES:-0}" MESHNET_TEST_GPU_LAYERS=99 \
+	env $$($(MESHNET) worker device-env) MESHNET_TEST_GPU_LAYERS=99 \
 	MESHNET_TEST_DS4_SELECTING_MODEL="$(abspath $(DS4_SELECTING_MODEL))" \
 	MESHNET_TEST_DS4_TOPK512_MODEL="$(abspath $(DS4_TOPK512_MODEL))" \
 	    ctest --test-dir .work/worker-build-vulkan/build --output-on-failure --no-tests=error \

@@ -36,16 +36,28 @@ def test_device_types_are_read_from_vulkaninfos_summary() -> None:
     assert vulkan.device_types("") == []
 
 
-@pytest.mark.parametrize(("types", "environ", "expected"), [
-    (("CPU",), {}, {"GGML_VK_VISIBLE_DEVICES": "0"}),
-    (("DISCRETE_GPU", "CPU"), {}, {}),  # ggml-vulkan picks the GPU itself
-    (("CPU",), {"GGML_VK_VISIBLE_DEVICES": "1"}, {}),  # the caller chose
-    ((), {}, {}),  # no Vulkan here (or no vulkaninfo)
+ICD = "/cache/vulkan/software_device_icd.json"
+
+
+@pytest.mark.parametrize(("types", "environ", "pinned", "expected"), [
+    (("CPU",), {}, False, {"GGML_VK_VISIBLE_DEVICES": "0"}),
+    (("CPU",), {}, True, {"GGML_VK_VISIBLE_DEVICES": "0", "VK_DRIVER_FILES": ICD}),
+    (("DISCRETE_GPU", "CPU"), {}, True, {}),  # ggml-vulkan picks the GPU itself
+    (("CPU",), {"GGML_VK_VISIBLE_DEVICES": "1"}, True, {"VK_DRIVER_FILES": ICD}),  # chose one
+    (("CPU",), {"VK_ICD_FILENAMES": "/mine.json"}, True, {"GGML_VK_VISIBLE_DEVICES": "0"}),
+    ((), {}, True, {}),  # no Vulkan here (or no vulkaninfo)
 ])
 def test_the_software_device_is_named_only_where_it_is_the_only_one(
-        monkeypatch: pytest.MonkeyPatch, types: tuple[str, ...], environ: dict[str, str],
-        expected: dict[str, str]) -> None:
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, types: tuple[str, ...],
+        environ: dict[str, str], pinned: bool, expected: dict[str, str]) -> None:
+    """...and the lane's pinned lavapipe is given once `meshnet pin build --lane vulkan` has
+    unpacked it, unless the caller chose a driver."""
+    icd = tmp_path / "software_device_icd.json"
+    if pinned:
+        icd.write_text("{}")
     monkeypatch.setattr(vulkan, "host_device_types", lambda: types)
+    monkeypatch.setattr(vulkan, "software_device_icd", lambda: icd)
+    expected = {k: str(icd) if v == ICD else v for k, v in expected.items()}
     assert vulkan.software_device_env(environ) == expected
 
 

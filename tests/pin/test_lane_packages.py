@@ -5,13 +5,14 @@ installs them; the Debian archive is the one this system already uses."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from meshnet.errors import PinError
 from meshnet.pin import build as pin_build
-from meshnet.pin import debian, lanes
+from meshnet.pin import debian, lanes, software_device
 from meshnet.pin.manifest import load_manifest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -75,3 +76,39 @@ def test_packages_come_from_the_debian_archive_this_system_uses(
         debian.debian_mirror()
     monkeypatch.setenv("MESHNET_DEBIAN_MIRROR", "http://set.example/debian")
     assert debian.debian_mirror()[0] == "http://set.example/debian"
+
+
+def test_the_pinned_software_device_enters_no_build_key() -> None:
+    manifest = load_manifest(REPO / "llama-pin.yaml")
+    assert manifest.device_packages["vulkan"][0].package == "mesa-vulkan-drivers"
+    without = manifest.model_copy(update={"device_packages": {}})
+    for lane in ("cpu", "vulkan"):
+        assert pin_build.build_key(manifest, lane) == pin_build.build_key(without, lane)
+    assert manifest.digest() == without.digest()
+
+
+def test_the_software_devices_driver_manifest_names_the_unpacked_driver(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The package's own manifest names its driver by bare name (the system's library path);
+    ours names the unpacked one by absolute path, or the build says what is missing."""
+    root = tmp_path / "root"
+    monkeypatch.setattr(software_device, "unpacked", lambda package, say: root)
+    monkeypatch.setenv("MESHNET_CACHE", str(tmp_path / "cache"))
+    manifest = load_manifest(REPO / "llama-pin.yaml")
+    with pytest.raises(PinError, match=r"holds no libvulkan_lvp\.so"):
+        software_device.install(manifest, print)
+
+    (root / "usr/lib/x86_64-linux-gnu").mkdir(parents=True)
+    (root / "usr/lib/x86_64-linux-gnu/libvulkan_lvp.so").write_bytes(b"")
+    (root / "usr/share/vulkan/icd.d").mkdir(parents=True)
+    (root / "usr/share/vulkan/icd.d/lvp_icd.json").write_text(json.dumps(
+        {"file_format_version": "1.0.0",
+         "ICD": {"library_path": "libvulkan_lvp.so", "api_version": "1.4.305"}}))
+    icd = software_device.install(manifest, print)
+
+    assert icd == tmp_path / "cache" / "vulkan" / "software_device_icd.json"
+    assert json.loads(icd.read_text())["ICD"] == {
+        "library_path": str(root / "usr/lib/x86_64-linux-gnu/libvulkan_lvp.so"),
+        "api_version": "1.4.305"}
+    assert software_device.install(manifest.model_copy(update={"device_packages": {}}),
+                                   print) is None

@@ -37,6 +37,12 @@ def cache_dir() -> Path:
     return Path(base) / "meshnet"
 
 
+def software_device_icd() -> Path:
+    """The Vulkan driver manifest (ICD) of the vulkan lane's pinned software device, written
+    by `meshnet pin build --lane vulkan` (pin/software_device.py; local/vulkan.py reads it)."""
+    return cache_dir() / "vulkan" / "software_device_icd.json"
+
+
 @contextmanager
 def cache_entry_lock(entry: Path) -> Iterator[None]:
     """Holds `entry`'s lock (a file beside it): two builds of one cache key (two checkouts,

@@ -23,13 +23,14 @@
 namespace {
 
 // Every variable that can choose ggml's kernels or devices (GGML_VK_VISIBLE_DEVICES,
-// GGML_VK_DISABLE_FUSION, ..., MESHNET_VK_UPSTREAM_PATHS, MESHNET_CPU_VARIANT), as sorted
-// name=value lines: a start under any other choice measures again.
+// GGML_VK_DISABLE_FUSION, ..., the Vulkan loader's VK_DRIVER_FILES, MESHNET_VK_UPSTREAM_PATHS,
+// MESHNET_CPU_VARIANT), as sorted name=value lines: a start under any other choice measures
+// again.
 std::string path_environment() {
     std::vector<std::string> chosen;
     for (char ** entry = environ; *entry != nullptr; ++entry) {
         const std::string line = *entry;
-        if (line.rfind("GGML_", 0) == 0 || line.rfind("MESHNET_VK_", 0) == 0 || line.rfind("MESHNET_CPU_VARIANT=", 0) == 0) {
+        if (line.rfind("GGML_", 0) == 0 || line.rfind("VK_", 0) == 0 || line.rfind("MESHNET_VK_", 0) == 0 || line.rfind("MESHNET_CPU_VARIANT=", 0) == 0) {
             chosen.push_back(line);
         }
     }

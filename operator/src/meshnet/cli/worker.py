@@ -19,7 +19,7 @@ from meshnet.local.process import (
     local_manifest_digest,
     worker_binary,
 )
-from meshnet.local.vulkan import VISIBLE
+from meshnet.local.vulkan import DRIVER_CHOICE, VISIBLE, software_device_env
 from meshnet.native.build import build_worker
 from meshnet.native.bundle import bundle_worker
 from meshnet.native.flags import DOC, worker_flags
@@ -157,7 +157,9 @@ def _operator_recipe_digest(lane: str, boundary_dtype: str, ctx: int, slots: int
 @click.option("--gpu-layers", type=click.IntRange(0), default=0, show_default=True,
               help="Offload this many of the model's last layers to the lane's device "
                    "(99: all). On the vulkan lane a host whose only Vulkan device is Mesa's "
-                   "software one (lavapipe) runs on it (GGML_VK_VISIBLE_DEVICES, unless set).")
+                   "software one (lavapipe) runs on it: the lane's pinned lavapipe once "
+                   "`meshnet pin build --lane vulkan` unpacked it (GGML_VK_VISIBLE_DEVICES, "
+                   "VK_DRIVER_FILES, unless set).")
 @click.option("--dev", is_flag=True, help="Run the `worker build --dev` binary.")
 @lane_option
 @click.argument("worker_args", nargs=-1, type=click.UNPROCESSED, metavar="[WORKER FLAGS]...")
@@ -207,9 +209,19 @@ def run_cmd(model: Path, layers: str, route_id: str, epoch: int, listen: str, me
     binary = worker_binary(dev=dev, lane=lane)
     argv = [*spec.args(), *_passed_through(binary, spec.args(), list(worker_args))]
     environment = spec.environment()
-    device = f"{VISIBLE}={environment[VISIBLE]} " if VISIBLE in environment else ""
+    device = "".join(f"{name}={environment[name]} " for name in (VISIBLE, DRIVER_CHOICE[0])
+                     if name in environment)
     click.echo(f"[worker] {device}{binary} {' '.join(argv)}", err=True)
     os.execve(binary, [str(binary), *argv], environment)
+
+
+@command.command("device-env")
+def device_env_cmd() -> None:
+    """Print, as NAME=value lines for `env`, what a vulkan-lane worker started here is given
+    to run on this host's device: on a host whose only Vulkan device is a software one, that
+    device and the lane's pinned lavapipe (nothing on a host with a GPU)."""
+    for name, value in software_device_env(os.environ).items():
+        click.echo(f"{name}={value}")
 
 
 def _passed_through(binary: Path, rendered: list[str], extra: list[str]) -> list[str]:

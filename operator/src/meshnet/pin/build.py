@@ -23,7 +23,7 @@ from meshnet.buildsteps.cache import prune
 from meshnet.buildsteps.cmake import generator_args, run_logged
 from meshnet.errors import PinError
 from meshnet.paths import cache_dir, cache_entry_lock
-from meshnet.pin import cuda
+from meshnet.pin import cuda, software_device
 from meshnet.pin.lanes import KEYED_TOOLS, check_system, lane_cmake_options, tool_versions
 from meshnet.pin.manifest import PinManifest
 from meshnet.pin.patch import applied_state
@@ -207,6 +207,8 @@ def build(
     if ws.read_marker(ws.patched_marker) != applied_state(manifest):
         raise PinError("the workspace is not patched to the current stack: run `meshnet pin patch`")
     check_system(lane)
+    if lane == "vulkan":  # the device its workers run on here: cheap, so on every build
+        software_device.install(manifest, say)
     directory = build_dir_for(manifest, lane, portable)
     with cache_entry_lock(directory):
         return _build_locked(manifest, ws, lane, say, jobs, portable, directory)

@@ -63,6 +63,9 @@ class PinManifest(_Strict):
     # By lane: build inputs beyond the tree. Not in digest(): they enter that lane's build
     # key only (pin/build.py), so other lanes' builds stay cached.
     lane_packages: dict[str, list[DebianPackage]] = {}
+    # By lane: the software device its workers run on where the host has no GPU
+    # (pin/software_device.py). Runtime only: in no build key.
+    device_packages: dict[str, list[DebianPackage]] = {}
     patches: list[PatchEntry] = []
 
     def digest(self) -> str:
