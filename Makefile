@@ -18,7 +18,8 @@ help:
 	@echo "make demo   set everything up, build, and run the main job on the embedded default"
 	@echo "make test   set everything up, build, and run every test (Python and C++)"
 	@echo "make images the operator, cpu worker and cpu certify images (buildah; see README)"
-	@echo "steps: deps venv tools pin proto worker build images lint test-python test-cpp clean"
+	@echo "steps: deps venv tools pin proto worker build vulkan images lint test-python test-cpp"
+	@echo "       test-vulkan test-cpp-vulkan clean"
 
 deps:
 	bash scripts/install-system-deps.sh $(LANE)
@@ -65,9 +66,10 @@ cuda: setup proto
 	$(MESHNET) pin build --lane cuda
 	$(MESHNET) worker build --lane cuda
 
-# The vulkan lane's builds, for `make test-vulkan`: its Debian packages (installed when
-# missing), then its llama.cpp and worker builds, cached by input digest like the CPU lane's.
-# A failed build fails the target: its tests never skip.
+# The vulkan lane's builds, for `make test-vulkan` (part of `make test`): its Debian packages
+# (installed when missing), then its llama.cpp and worker builds, cached by input digest like
+# the CPU lane's, and its pinned software device. A failed build fails the target: its tests
+# never skip.
 vulkan: pin
 	bash scripts/install-system-deps.sh vulkan
 	$(MESHNET) pin build --lane vulkan
@@ -93,8 +95,8 @@ lint: venv proto worker
 test-python: build
 	$(BIN)/pytest -m "not vulkan"
 
-# The vulkan lane, every layer on a Vulkan device (Mesa's software one on a host without a
-# GPU): not yet in `make test` (docs/architecture.md, "The vulkan lane").
+# The vulkan lane, every layer on a Vulkan device (on a host without a GPU, the lane's pinned
+# software device: docs/architecture.md, "Lanes and their builds"). Part of `make test`.
 test-vulkan: build vulkan test-cpp-vulkan
 	$(BIN)/pytest -m vulkan
 
@@ -150,7 +152,7 @@ test-cpp-vulkan: vulkan $(DS4_SELECTING_MODEL) $(DS4_TOPK512_MODEL)
 	    ctest --test-dir .work/worker-build-vulkan/build --output-on-failure --no-tests=error \
 	    -R '^test-deepseek4-steps$$'
 
-test: lint test-cpp test-python
+test: lint test-cpp test-python test-vulkan
 
 demo: build
 	bash scripts/demo.sh
