@@ -12,14 +12,14 @@ LANE ?= cpu
 export CCACHE_DIR ?= $(HOME)/.cache/meshnet/ccache
 
 .PHONY: help demo test setup deps venv tools pin worker proto build vulkan images lint test-python test-cpp \
-	test-cpp-vulkan test-vulkan clean
+	test-cpp-vulkan test-vulkan test-vulkan-all clean
 
 help:
 	@echo "make demo   set everything up, build, and run the main job on the embedded default"
 	@echo "make test   set everything up, build, and run every test (Python and C++)"
 	@echo "make images the operator, cpu worker and cpu certify images (buildah; see README)"
 	@echo "steps: deps venv tools pin proto worker build vulkan images lint test-python test-cpp"
-	@echo "       test-vulkan test-cpp-vulkan clean"
+	@echo "       test-vulkan test-vulkan-all test-cpp-vulkan clean"
 
 deps:
 	bash scripts/install-system-deps.sh $(LANE)
@@ -96,8 +96,12 @@ test-python: build
 	$(BIN)/pytest -m "not vulkan"
 
 # The vulkan lane, every layer on a Vulkan device (on a host without a GPU, the lane's pinned
-# software device: docs/architecture.md, "Lanes and their builds"). Part of `make test`.
+# software device: docs/architecture.md, "Lanes and their builds"). Part of `make test`; the
+# cases of many minutes there (marked vulkan_long) run in `make test-vulkan-all`.
 test-vulkan: build vulkan test-cpp-vulkan
+	$(BIN)/pytest -m "vulkan and not vulkan_long"
+
+test-vulkan-all: build vulkan test-cpp-vulkan
 	$(BIN)/pytest -m vulkan
 
 # Tiny deepseek4 GGUFs for the engine tests of patches 0009-0012, written by our generator:
@@ -145,12 +149,13 @@ test-cpp: worker $(DS4_TEST_MODEL) $(DS4_SELECTING_MODEL) $(DS4_TOPK512_MODEL) $
 
 # Step invariance on the vulkan lane's device: the deepseek4 windows of 1-8 rows against one
 # row at a time, with the indexer selecting (top-k 4, and V4-Flash's 512 past 2048 positions).
+# Run directly, not under ctest's 300 s: it took 212 s on the software device (exit 77, a
+# model not given, fails here as any other status does).
 test-cpp-vulkan: vulkan $(DS4_SELECTING_MODEL) $(DS4_TOPK512_MODEL)
 	env $$($(MESHNET) worker device-env) MESHNET_TEST_GPU_LAYERS=99 \
 	MESHNET_TEST_DS4_SELECTING_MODEL="$(abspath $(DS4_SELECTING_MODEL))" \
 	MESHNET_TEST_DS4_TOPK512_MODEL="$(abspath $(DS4_TOPK512_MODEL))" \
-	    ctest --test-dir .work/worker-build-vulkan/build --output-on-failure --no-tests=error \
-	    -R '^test-deepseek4-steps$$'
+	    .work/worker-build-vulkan/build/bin/test-deepseek4-steps
 
 test: lint test-cpp test-python test-vulkan
 

@@ -30,7 +30,10 @@ class Lane:
         return replace(spec, gpu_layers=self.gpu_layers, extra=spec.extra + self.worker_flags)
 
 
-def on_vulkan(*values: object) -> ParameterSet:
+def on_vulkan(*values: object, long: bool = False) -> ParameterSet:
     """A test's parameters that put its workers on the vulkan lane: marked `vulkan`, so
-    `make test-vulkan` runs them and `make test` the rest (docs/architecture.md says why)."""
-    return pytest.param(*values, marks=pytest.mark.vulkan)
+    `make test-vulkan` (part of `make test`) runs them once the lane is built; `long` ones
+    (many minutes on the software device) only `make test-vulkan-all` (docs/architecture.md
+    says which and why)."""
+    marks = [pytest.mark.vulkan, pytest.mark.vulkan_long] if long else [pytest.mark.vulkan]
+    return pytest.param(*values, marks=marks)
