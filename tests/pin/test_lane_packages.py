@@ -93,6 +93,7 @@ def test_the_software_devices_driver_manifest_names_the_unpacked_driver(
     ours names the unpacked one by absolute path, or the build says what is missing."""
     root = tmp_path / "root"
     monkeypatch.setattr(software_device, "unpacked", lambda package, say: root)
+    monkeypatch.setattr(software_device.platform, "machine", lambda: "x86_64")
     monkeypatch.setenv("MESHNET_CACHE", str(tmp_path / "cache"))
     manifest = load_manifest(REPO / "llama-pin.yaml")
     with pytest.raises(PinError, match=r"holds no libvulkan_lvp\.so"):
@@ -112,3 +113,13 @@ def test_the_software_devices_driver_manifest_names_the_unpacked_driver(
         "api_version": "1.4.305"}
     assert software_device.install(manifest.model_copy(update={"device_packages": {}}),
                                    print) is None
+
+
+def test_another_architecture_keeps_the_systems_software_device(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pinned package's sha256 is amd64's: elsewhere nothing is fetched."""
+    monkeypatch.setattr(software_device.platform, "machine", lambda: "aarch64")
+    monkeypatch.setattr(software_device, "unpacked", lambda package, say: pytest.fail("fetched"))
+    said: list[str] = []
+    assert software_device.install(load_manifest(REPO / "llama-pin.yaml"), said.append) is None
+    assert said == ["no pinned software Vulkan device for aarch64: the system's is used"]

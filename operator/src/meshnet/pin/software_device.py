@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,13 +19,18 @@ from meshnet.pin.manifest import PinManifest
 
 Say = Callable[[str], None]
 DRIVER = "libvulkan_lvp.so"
+PINNED_MACHINES = ("x86_64",)  # the architecture whose package llama-pin.yaml pins
 
 
 def install(manifest: PinManifest, say: Say) -> Path | None:
     """Unpack the lane's pinned software device (fetched the first time) and point the
-    driver manifest at it; None where the pin names none for vulkan."""
+    driver manifest at it; None where the pin names none for vulkan, or none for this
+    machine's architecture (its sha256 is amd64's): workers there keep the system's."""
     packages = manifest.device_packages.get("vulkan", [])
     if not packages:
+        return None
+    if platform.machine() not in PINNED_MACHINES:
+        say(f"no pinned software Vulkan device for {platform.machine()}: the system's is used")
         return None
     root = unpacked(packages[0], say)
     drivers = sorted(root.glob(f"usr/lib/*/{DRIVER}"))
