@@ -12,14 +12,14 @@ LANE ?= cpu
 export CCACHE_DIR ?= $(HOME)/.cache/meshnet/ccache
 
 .PHONY: help demo test setup deps venv tools pin worker proto build vulkan images lint test-python test-cpp \
-	test-cpp-vulkan test-vulkan test-vulkan-all clean
+	test-cpp-vulkan test-vulkan clean
 
 help:
 	@echo "make demo   set everything up, build, and run the main job on the embedded default"
 	@echo "make test   set everything up, build, and run every test (Python and C++)"
 	@echo "make images the operator, cpu worker and cpu certify images (buildah; see README)"
 	@echo "steps: deps venv tools pin proto worker build vulkan images lint test-python test-cpp"
-	@echo "       test-vulkan test-vulkan-all test-cpp-vulkan clean"
+	@echo "       test-vulkan test-cpp-vulkan clean"
 
 deps:
 	bash scripts/install-system-deps.sh $(LANE)
@@ -96,12 +96,8 @@ test-python: build
 	$(BIN)/pytest -m "not vulkan"
 
 # The vulkan lane, every layer on a Vulkan device (on a host without a GPU, the lane's pinned
-# software device: docs/architecture.md, "Lanes and their builds"). Part of `make test`; the
-# cases of many minutes there (marked vulkan_long) run in `make test-vulkan-all`.
+# software device: docs/architecture.md, "Lanes and their builds"). Part of `make test`.
 test-vulkan: build vulkan test-cpp-vulkan
-	$(BIN)/pytest -m "vulkan and not vulkan_long"
-
-test-vulkan-all: build vulkan test-cpp-vulkan
 	$(BIN)/pytest -m vulkan
 
 # Tiny deepseek4 GGUFs for the engine tests of patches 0009-0012, written by our generator:

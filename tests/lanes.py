@@ -30,10 +30,7 @@ class Lane:
         return replace(spec, gpu_layers=self.gpu_layers, extra=spec.extra + self.worker_flags)
 
 
-def on_vulkan(*values: object, long: bool = False) -> ParameterSet:
+def on_vulkan(*values: object) -> ParameterSet:
     """A test's parameters that put its workers on the vulkan lane: marked `vulkan`, so
-    `make test-vulkan` (part of `make test`) runs them once the lane is built; `long` ones
-    (many minutes on the software device) only `make test-vulkan-all` (docs/architecture.md
-    says which and why)."""
-    marks = [pytest.mark.vulkan, pytest.mark.vulkan_long] if long else [pytest.mark.vulkan]
-    return pytest.param(*values, marks=marks)
+    `make test-vulkan` (part of `make test`) runs them once the lane is built."""
+    return pytest.param(*values, marks=pytest.mark.vulkan)

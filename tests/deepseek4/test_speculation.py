@@ -60,10 +60,9 @@ def rings(lanes: Callable[[str], Lane], ds4_small: Path, ds4_v4: Path,
             worker.stop()
 
 
-# V4's depth only on the CPU lane: the software Vulkan device is slow. There the last stage's
-# start-up probe took 360 s with these rollback snapshots (9 s without: docs/architecture.md).
+# V4's depth only on the CPU lane: the software Vulkan device is slow.
 @pytest.mark.parametrize(("model", "lane"), [("small", "cpu"), ("v4", "cpu"),
-                                            on_vulkan("small", "vulkan", long=True)])
+                                            on_vulkan("small", "vulkan")])
 @pytest.mark.parametrize("sampling", [Sampling(), Sampling(temperature=0.8, top_k=20, seed=7)],
                          ids=["greedy", "sampled"])
 def test_serial_and_pipelined_speculation_give_the_plain_tokens(
