@@ -93,12 +93,12 @@ lint: venv proto worker
 
 # pytest exits 5 when it collects nothing; make treats that as the failure it is.
 test-python: build
-	$(BIN)/pytest -m "not vulkan"
+	$(BIN)/pytest -m "not (gpu_lane or vulkan)"
 
 # The vulkan lane, every layer on a Vulkan device (on a host without a GPU, the lane's pinned
 # software device: docs/architecture.md, "Lanes and their builds"). Part of `make test`.
 test-vulkan: build vulkan test-cpp-vulkan
-	$(BIN)/pytest -m vulkan
+	$(BIN)/pytest -m "gpu_lane or vulkan"
 
 # Tiny deepseek4 GGUFs for the engine tests of patches 0009-0012, written by our generator:
 # the 8-layer model, one whose indexer selects at test lengths (top-k 4, Q8_0 experts) and

@@ -16,21 +16,23 @@ from meshnet.local.process import worker_binary
 from meshnet.reconcile.route.worker_command import OFFLOAD_ALL_LAYERS
 from meshnet.unsplit import unsplit_tokens
 
-from .lanes import VULKAN_EXACT_BATCH_ROWS, Lane
+from .lanes import GPU_EXACT_BATCH_ROWS, GPU_LANE, GPU_LANES, Lane
 
 
 @pytest.fixture(scope="session")
 def lanes(shard_worker: Path) -> Callable[[str], Lane]:
-    """lane name -> Lane. The vulkan lane's worker (`make test` builds it) is looked up
-    when a test first asks for it: a missing build fails that test, never skips it."""
+    """lane name -> Lane: "cpu", a GPU lane by name, or "gpu", the GPU lane under test
+    (tests/lanes.py). A GPU lane's worker (`make test` builds vulkan's) is looked up when a
+    test first asks for it: a missing build fails that test, never skips it."""
 
     @cache
     def lane(name: str) -> Lane:
         if name == "cpu":
             return Lane("cpu", shard_worker)
-        if name == "vulkan":
-            return Lane("vulkan", worker_binary(lane="vulkan"), OFFLOAD_ALL_LAYERS,
-                        ("--exact-batch-rows", str(VULKAN_EXACT_BATCH_ROWS)))
+        gpu = GPU_LANE if name == "gpu" else name
+        if gpu in GPU_LANES:
+            return Lane(gpu, worker_binary(lane=gpu), OFFLOAD_ALL_LAYERS,
+                        ("--exact-batch-rows", str(GPU_EXACT_BATCH_ROWS)))
         raise ValueError(f"no test lane {name}")
 
     return lane

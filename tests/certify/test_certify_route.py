@@ -14,7 +14,7 @@ from meshnet.certify.run import Reference, certify
 from meshnet.local.process import LaunchSpec, start_route
 from meshnet.route.stage import TlsFiles
 
-from ..lanes import Lane, on_vulkan
+from ..lanes import Lane
 from .conftest import LANE, SPEED_MEASURED_NOT_GATED, Route
 
 # Patch 0022: a worker with it in its environment takes upstream's ggml-vulkan paths where
@@ -90,13 +90,13 @@ def test_a_throughput_route_is_certified_without_a_promise_of_sessions_at_once(
     assert certificate.lane.load_dependent and certificate.lane == throughput
 
 
-@pytest.mark.parametrize("lane", [on_vulkan("vulkan")])
+@pytest.mark.vulkan
 def test_a_vulkan_route_on_upstreams_kernel_paths_is_refused(
-        lanes: Callable[[str], Lane], smollm2: Path, tmp_path: Path, lane: str) -> None:
+        lanes: Callable[[str], Lane], smollm2: Path, tmp_path: Path) -> None:
     """Every layer on the vulkan lane's device, its stages taking upstream's paths by row
     count (flash attention tiles and split_k, the add+rms fusion): a verify window's rows
     are not one-row steps, and a route that promises speculation is not certified for it."""
-    on = lanes(lane)
+    on = lanes("vulkan")
     specs = [on.spec(LaunchSpec(model=smollm2, layers=LayerRange(*span),
                                 route_id="test/certify", threads=1, slots=2, ctx=512,
                                 metrics_listen=""))
@@ -104,7 +104,7 @@ def test_a_vulkan_route_on_upstreams_kernel_paths_is_refused(
     workers = start_route(on.binary, specs, tmp_path, timeout=600, env=UPSTREAM_PATHS)
     try:
         certificate = certify([w.endpoint for w in workers],
-                              LANE.model_copy(update={"backend": lane, "verify_rows": 8}),
+                              LANE.model_copy(update={"backend": "vulkan", "verify_rows": 8}),
                               Reference(on.binary, smollm2, threads=1),
                               Gates(speed_fraction=0.0, parity_steps=1, speed_tokens=2,
                                     repeats=1))

@@ -2,7 +2,7 @@
 with rollback snapshots (--discard-depth) every stage can drop rejected drafts exactly, so
 serial and pipelined speculation give plain decoding's tokens, greedy and sampled, on the
 small model and on V4's depth split inside the hash-routed layers, and on the small model
-with every layer on the vulkan lane's device."""
+with every layer on the GPU lane's device."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from meshnet.api.shardroute import LayerRange
 from meshnet.local.process import LaunchSpec, WorkerProcess, route_key_of, start_route
 from meshnet.route import RouteDriver, Sampling
 
-from ..lanes import Lane, on_vulkan
+from ..lanes import Lane, on_gpu
 
 pytestmark = pytest.mark.slow
 
@@ -60,9 +60,9 @@ def rings(lanes: Callable[[str], Lane], ds4_small: Path, ds4_v4: Path,
             worker.stop()
 
 
-# V4's depth only on the CPU lane: the software Vulkan device is slow.
+# V4's depth only on the CPU lane: the GPU lane's software device in `make test` is slow.
 @pytest.mark.parametrize(("model", "lane"), [("small", "cpu"), ("v4", "cpu"),
-                                            on_vulkan("small", "vulkan")])
+                                            on_gpu("small", "gpu")])
 @pytest.mark.parametrize("sampling", [Sampling(), Sampling(temperature=0.8, top_k=20, seed=7)],
                          ids=["greedy", "sampled"])
 def test_serial_and_pipelined_speculation_give_the_plain_tokens(

@@ -1,7 +1,7 @@
 """deepseek4 split into layer-range stages computes exactly what the unsplit model does:
 bit-identical logits with f32 boundaries on the CPU and the same greedy tokens, over a
 prompt long enough that every compressed cache commits blocks and the sliding window
-wraps; each stage holds only its own weights and per-layer state. On the vulkan lane too,
+wraps; each stage holds only its own weights and per-layer state. On the GPU lane too,
 every layer on its device on both sides (the small model)."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from meshnet.paths import workspace
 from meshnet.pin.workspace import Workspace
 from meshnet.reconcile.route.worker_command import OFFLOAD_ALL_LAYERS
 
-from ..lanes import on_vulkan
+from ..lanes import GPU_LANE, on_gpu
 
 pytestmark = pytest.mark.slow
 
@@ -37,8 +37,8 @@ SMALL_SPLITS = [
     "0:7,7:8",  # a last stage with no compressed layer
     "0:1,1:2,2:3,3:4,4:5,5:6,6:7,7:8",
 ]
-# fewer on the software Vulkan device, which is slow
-VULKAN_SMALL_SPLITS = ["0:4,4:8", "0:1,1:2,2:3,3:8", "0:7,7:8"]
+# fewer on the GPU lane (Mesa's slow software device in `make test`)
+GPU_SMALL_SPLITS = ["0:4,4:8", "0:1,1:2,2:3,3:8", "0:7,7:8"]
 # V4_DEPTH: 0-1 and 42 sliding-window only, 2-41 alternate CSA (even) and HCA (odd).
 V4_SPLITS = [
     "0:15,15:29,29:43",
@@ -76,10 +76,10 @@ def small_report(ds4_small: Path) -> ParityReport:
 
 
 @pytest.fixture(scope="module")
-def vulkan_small_report(ds4_small: Path) -> ParityReport:
+def gpu_small_report(ds4_small: Path) -> ParityReport:
     """The full prompt (the indexer's top-k and the compressed caches run), 8 greedy steps."""
-    return run_parity(ds4_small, VULKAN_SMALL_SPLITS, Workspace(workspace()), n_prompt=N_PROMPT,
-                      n_decode=8, threads=1, lane="vulkan", gpu_layers=OFFLOAD_ALL_LAYERS)
+    return run_parity(ds4_small, GPU_SMALL_SPLITS, Workspace(workspace()), n_prompt=N_PROMPT,
+                      n_decode=8, threads=1, lane=GPU_LANE, gpu_layers=OFFLOAD_ALL_LAYERS)
 
 
 @pytest.fixture(scope="module")
@@ -93,10 +93,10 @@ def result(report: ParityReport, split: str) -> SplitResult:
 
 @pytest.mark.parametrize(("lane", "split"),
                          [*(("cpu", split) for split in SMALL_SPLITS),
-                          *(on_vulkan("vulkan", split) for split in VULKAN_SMALL_SPLITS)])
+                          *(on_gpu("gpu", split) for split in GPU_SMALL_SPLITS)])
 def test_a_split_of_the_small_model_is_bit_identical(request: pytest.FixtureRequest, lane: str,
                                                      split: str) -> None:
-    report = request.getfixturevalue("small_report" if lane == "cpu" else "vulkan_small_report")
+    report = request.getfixturevalue("small_report" if lane == "cpu" else "gpu_small_report")
     outcome = result(report, split)
     assert outcome.error is None
     assert outcome.greedy_identical and outcome.first_divergence is None

@@ -2,7 +2,7 @@
 MTP block, small and of V4's depth, real workers on loopback): only the last stage loads
 it, it proposes each next verify window's drafts with the sampled token (on the ring and in
 the chain's answer), and the tokens stay those of plain decoding and of the unsplit model,
-greedy and sampled; on the vulkan lane's device too (the small model)."""
+greedy and sampled; on the GPU lane's device too (the small model)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from meshnet.route import RouteDriver, Sampling, StageClient
 from meshnet.route.errors import RouteRefused
 from meshnet.unsplit import unsplit_tokens
 
-from ..lanes import Lane, on_vulkan
+from ..lanes import Lane, on_gpu
 from .tail_routes import (
     PROMPT_TOKENS,
     SPLITS,
@@ -49,9 +49,9 @@ def routes(lanes: Callable[[str], Lane], ds4_small_mtp: Path, ds4_v4_mtp: Path,
 
 
 @pytest.fixture(scope="module")
-def vulkan_routes(lanes: Callable[[str], Lane], ds4_small_mtp: Path, ds4_v4_mtp: Path,
+def gpu_routes(lanes: Callable[[str], Lane], ds4_small_mtp: Path, ds4_v4_mtp: Path,
                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[TailRoutes]:
-    started = tail_routes(lanes("vulkan"), ds4_small_mtp, ds4_v4_mtp, tmp_path_factory)
+    started = tail_routes(lanes("gpu"), ds4_small_mtp, ds4_v4_mtp, tmp_path_factory)
     yield started
     started.stop()
 
@@ -84,16 +84,16 @@ def test_the_handshake_finds_the_drafter_the_recipe_names_or_refuses_the_route(
     assert refused.value.reason == "DrafterMissing"
 
 
-# V4's depth only on the CPU lane: the software Vulkan device is slow
+# V4's depth only on the CPU lane: the GPU lane's software device in `make test` is slow
 @pytest.mark.parametrize(("model", "lane"), [("small", "cpu"), ("v4", "cpu"),
-                                            on_vulkan("small", "vulkan")])
+                                            on_gpu("small", "gpu")])
 @pytest.mark.parametrize("sampling", [Sampling(), Sampling(temperature=0.8, top_k=20, seed=7)],
                          ids=["greedy", "sampled"])
 def test_the_drafter_on_and_off_gives_the_plain_tokens(
     request: pytest.FixtureRequest, ds4_small: Path, ds4_v4: Path, model: str, lane: str,
     sampling: Sampling,
 ) -> None:
-    routes = request.getfixturevalue("routes" if lane == "cpu" else "vulkan_routes")
+    routes = request.getfixturevalue("routes" if lane == "cpu" else "gpu_routes")
     kinds = ["on", "off", "chain"] if model == "small" and lane == "cpu" else ["on", "off"]
     runs = runs_on_and_off(routes, model, kinds, sampling)
     # the unsplit model without the MTP block (the same weights) on the CPU

@@ -3,7 +3,7 @@ tiny random-weight drafter reading layers 5-7, and the 43-layer one with a draft
 layers 40-42 as V4-Flash's does; real workers on loopback): only the last
 stage loads it and the token embeddings it borrows, it drafts each next verify window from
 the hidden states of the layers it taps, and the tokens stay those of plain decoding,
-greedy and sampled (on the vulkan lane's device too, the small model); a stage that cannot
+greedy and sampled (on the GPU lane's device too, the small model); a stage that cannot
 host it refuses to start, saying why."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from meshnet.devtools.tiny_deepseek4 import SMALL, vocabulary
 from meshnet.route import Sampling, StageClient
 from meshnet.unsplit import unsplit_tokens
 
-from ..lanes import Lane, on_vulkan
+from ..lanes import Lane, on_gpu
 from .tail_routes import (
     PROMPT_TOKENS,
     TOKENS,
@@ -54,9 +54,9 @@ def routes(lanes: Callable[[str], Lane], ds4_small: Path, ds4_dspark: Path, ds4_
 
 
 @pytest.fixture(scope="module")
-def vulkan_routes(lanes: Callable[[str], Lane], ds4_small: Path, ds4_dspark: Path,
+def gpu_routes(lanes: Callable[[str], Lane], ds4_small: Path, ds4_dspark: Path,
                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[TailRoutes]:
-    started = tail_routes(lanes("vulkan"), {"small": (ds4_small, ds4_dspark)}, tmp_path_factory)
+    started = tail_routes(lanes("gpu"), {"small": (ds4_small, ds4_dspark)}, tmp_path_factory)
     yield started
     started.stop()
 
@@ -78,15 +78,15 @@ def test_only_the_last_stage_hosts_the_drafter(routes: TailRoutes, model: str) -
     assert not infos[-1].boundary.needs_token_sideband
 
 
-# V4's depth only on the CPU lane: the software Vulkan device is slow
+# V4's depth only on the CPU lane: the GPU lane's software device in `make test` is slow
 @pytest.mark.parametrize(("model", "lane"), [("small", "cpu"), ("v4", "cpu"),
-                                            on_vulkan("small", "vulkan")])
+                                            on_gpu("small", "gpu")])
 @pytest.mark.parametrize("sampling", [Sampling(), Sampling(temperature=0.8, top_k=20, seed=7)],
                          ids=["greedy", "sampled"])
 def test_the_dspark_drafter_on_and_off_gives_the_plain_tokens(
     request: pytest.FixtureRequest, model: str, lane: str, sampling: Sampling,
 ) -> None:
-    routes = request.getfixturevalue("routes" if lane == "cpu" else "vulkan_routes")
+    routes = request.getfixturevalue("routes" if lane == "cpu" else "gpu_routes")
     runs = runs_on_and_off(routes, model, ["on", "off"], sampling)
     if sampling.temperature == 0 and lane == "cpu":
         assert runs["off", "plain"].tokens == unsplit_tokens(routes.models[model][0],

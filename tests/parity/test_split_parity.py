@@ -1,6 +1,6 @@
 """A model split into layer-range stages computes exactly what the unsplit model computes,
 and every stage holds only its own weights and KV (SmolLM2-135M Q4_1, 30 layers); on the
-vulkan lane too, every layer on its device on both sides."""
+GPU lane too (tests/lanes.py), every layer on its device on both sides."""
 
 from __future__ import annotations
 
@@ -14,11 +14,12 @@ from meshnet.paths import workspace
 from meshnet.pin.workspace import Workspace
 from meshnet.reconcile.route.worker_command import OFFLOAD_ALL_LAYERS
 
-from ..lanes import on_vulkan
+from ..lanes import GPU_LANE, on_gpu
 
 SPLITS = ["0:15,15:30", "0:10,10:20,20:30", "0:1,1:29,29:30", "0:7,7:8,8:22,22:30"]
-# fewer on the software Vulkan device, which is slow: a seam mid-model and one-layer ends
-VULKAN_SPLITS = ["0:15,15:30", "0:1,1:29,29:30"]
+# fewer on the GPU lane (Mesa's slow software device in `make test`): a seam mid-model
+# and one-layer ends
+GPU_SPLITS = ["0:15,15:30", "0:1,1:29,29:30"]
 N_LAYER = 30
 
 pytestmark = pytest.mark.slow
@@ -32,10 +33,10 @@ def report(parity_tool: Path, smollm2: Path) -> ParityReport:
 
 
 @pytest.fixture(scope="module")
-def vulkan_report(smollm2: Path) -> ParityReport:
-    """The vulkan lane, both sides on its device: 32 prompt tokens, then 8 greedy steps."""
-    return run_parity(smollm2, VULKAN_SPLITS, Workspace(workspace()), n_prompt=32, n_decode=8,
-                      threads=2, lane="vulkan", gpu_layers=OFFLOAD_ALL_LAYERS)
+def gpu_report(smollm2: Path) -> ParityReport:
+    """The GPU lane, both sides on its device: 32 prompt tokens, then 8 greedy steps."""
+    return run_parity(smollm2, GPU_SPLITS, Workspace(workspace()), n_prompt=32, n_decode=8,
+                      threads=2, lane=GPU_LANE, gpu_layers=OFFLOAD_ALL_LAYERS)
 
 
 def split_result(report: ParityReport, split: str) -> SplitResult:
@@ -53,15 +54,15 @@ def test_split_gives_the_unsplit_greedy_tokens_and_logits(report: ParityReport, 
     assert result.ok
 
 
-@pytest.mark.parametrize("lane", ["cpu", on_vulkan("vulkan")])
+@pytest.mark.parametrize("lane", ["cpu", on_gpu("gpu")])
 def test_f32_boundaries_give_bit_identical_logits(request: pytest.FixtureRequest,
                                                   lane: str) -> None:
-    """On the CPU lane and on the vulkan lane (patch 0020: a one-row graph fused the RMS
+    """On the CPU lane and on the GPU lane (vulkan: patch 0020: a one-row graph fused the RMS
     norm into the add before it, which a stage starting at that norm does not have)."""
-    report = request.getfixturevalue("report" if lane == "cpu" else "vulkan_report")
+    report = request.getfixturevalue("report" if lane == "cpu" else "gpu_report")
     assert [(r.split, r.error, r.greedy_identical, r.max_abs_logit_diff)
             for r in report.splits] == [(split, None, True, 0.0)
-                                        for split in (SPLITS if lane == "cpu" else VULKAN_SPLITS)]
+                                        for split in (SPLITS if lane == "cpu" else GPU_SPLITS)]
 
 
 def test_the_run_covers_a_real_prefill_and_decode(report: ParityReport) -> None:

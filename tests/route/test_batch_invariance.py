@@ -1,8 +1,9 @@
 """A user's answer does not depend on what other users send: on a 2-stage SmolLM2 chain,
 1, 8, 16 and 32 concurrent sessions (and a churning set: more sessions than slots, each
 starting as another ends) each give exactly their prompt's solo greedy tokens. On the
-vulkan lane (every layer on Mesa's software device), 1, 8 and 16 sessions against each
-prompt's tokens alone on the same route, fewer tokens each: that device is slow."""
+GPU lane (every layer on its device: Mesa's software Vulkan device in `make test`), 1, 8
+and 16 sessions against each prompt's tokens alone on the same route, fewer tokens each:
+that device is slow."""
 
 from __future__ import annotations
 
@@ -19,12 +20,12 @@ from meshnet.local.process import LaunchSpec, WorkerProcess, route_key_of, start
 from meshnet.route import RouteDriver
 from meshnet.unsplit import unsplit_tokens
 
-from ..lanes import Lane, on_vulkan
+from ..lanes import Lane, on_gpu
 
 pytestmark = pytest.mark.slow
 
 SLOTS = 32
-TOKENS = {"cpu": 20, "vulkan": 4}
+TOKENS = {"cpu": 20, "gpu": 4}  # by test lane (tests/lanes.py)
 TOPICS = ["the sea", "mountains", "a small village", "the printing press", "rain",
           "an old map", "trains", "the moon"]
 
@@ -36,7 +37,7 @@ def prompt(n: int) -> str:
 
 @dataclass
 class Route:
-    lane: str
+    lane: str  # the test lane's name: cpu or gpu
     driver: RouteDriver
 
     def generate(self, n: int) -> list[int]:
@@ -57,7 +58,7 @@ def route(request: pytest.FixtureRequest, lanes: Callable[[str], Lane], smollm2:
         timeout=600)
     with RouteDriver([w.endpoint for w in workers], route_key=route_key_of(workers)) as driver:
         driver.connect(wait=30)
-        yield Route(lane.name, driver)
+        yield Route(request.param, driver)
     for worker in workers:
         worker.stop()
 
@@ -69,11 +70,11 @@ def solo(route: Route, smollm2: Path) -> dict[int, list[int]]:
     if route.lane == "cpu":
         return {n: unsplit_tokens(smollm2, route.driver.tokenize(prompt(n)), TOKENS["cpu"])
                 for n in range(SLOTS)}
-    return {n: route.generate(n) for n in range(max(VULKAN_SESSIONS))}
+    return {n: route.generate(n) for n in range(max(GPU_SESSIONS))}
 
 
-# concurrent sessions: fewer on the software Vulkan device, which is slow
-VULKAN_SESSIONS = (1, 8, 16)
+# concurrent sessions: fewer on the GPU lane, Mesa's slow software device in `make test`
+GPU_SESSIONS = (1, 8, 16)
 
 
 @pytest.mark.parametrize("route", ["cpu"], indirect=True)
@@ -102,9 +103,9 @@ def test_concurrent_sessions_each_give_their_solo_tokens(
     at_once(route, solo, sessions)
 
 
-@pytest.mark.parametrize("sessions", VULKAN_SESSIONS)
-@pytest.mark.parametrize("route", [on_vulkan("vulkan")], indirect=True)
-def test_concurrent_sessions_on_the_vulkan_device_each_give_their_solo_tokens(
+@pytest.mark.parametrize("sessions", GPU_SESSIONS)
+@pytest.mark.parametrize("route", [on_gpu("gpu")], indirect=True)
+def test_concurrent_sessions_on_the_gpu_lanes_device_each_give_their_solo_tokens(
         route: Route, solo: dict[int, list[int]], sessions: int) -> None:
     at_once(route, solo, sessions)
 

@@ -22,7 +22,7 @@ from meshnet.local.process import LaunchSpec, WorkerProcess, route_key_of, start
 from meshnet.route import RouteDriver, Sampling, StageClient, StageError
 from meshnet.route.proto import pb
 
-from ..lanes import Lane, on_vulkan
+from ..lanes import Lane, on_gpu
 
 pytestmark = pytest.mark.slow
 
@@ -313,28 +313,28 @@ def test_meshnet_generate_speculates_with_the_acceptance_in_its_json(
 
 
 @pytest.fixture(scope="module")
-def vulkan_one_stage(lanes: Callable[[str], Lane], smollm2: Path,
+def gpu_one_stage(lanes: Callable[[str], Lane], smollm2: Path,
                      tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[WorkerProcess]]:
-    """SmolLM2 unsplit with every layer on the vulkan lane's device."""
-    lane = lanes("vulkan")
+    """SmolLM2 unsplit with every layer on the GPU lane's device."""
+    lane = lanes("gpu")
     spec = lane.spec(LaunchSpec(model=smollm2, layers=LayerRange(0, 30), route_id="test/spec",
                                 threads=1, ctx=512))
-    workers = start_route(lane.binary, [spec], tmp_path_factory.mktemp("spec1-vulkan"),
+    workers = start_route(lane.binary, [spec], tmp_path_factory.mktemp(f"spec1-{lane.name}"),
                           timeout=600)
     yield workers
     for worker in workers:
         worker.stop()
 
 
-@pytest.mark.parametrize("lane", ["cpu", on_vulkan("vulkan")])
+@pytest.mark.parametrize("lane", ["cpu", on_gpu("gpu")])
 @pytest.mark.parametrize("rows", [2, 5, 8])
 def test_a_verification_steps_rows_are_bit_identical_to_one_token_steps(
     request: pytest.FixtureRequest, lane: str, rows: int,
 ) -> None:
     """Why speculation is exact: each row of a step of up to MAX_DRAFT + 1 rows has the
-    logits a one-token decode step computes, to the bit, on the CPU lane and on the vulkan
+    logits a one-token decode step computes, to the bit, on the CPU lane and on the GPU
     lane's device (patches 0018-0020: its kernels chose their paths by row count)."""
-    one_stage = request.getfixturevalue("one_stage" if lane == "cpu" else "vulkan_one_stage")
+    one_stage = request.getfixturevalue("one_stage" if lane == "cpu" else "gpu_one_stage")
     client = StageClient(one_stage[0].endpoint, route_key=route_key_of(one_stage))
     prompt = client.tokenize(CODE)
     following = client.tokenize(" return total\n\ndef mean(values):\n", add_special=False)[:rows]
