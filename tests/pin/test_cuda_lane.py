@@ -156,3 +156,22 @@ def test_on_a_driver_too_old_for_its_cuda_the_worker_refuses_with_both_versions(
     assert run.returncode == 1, run.stderr
     assert (f"built for CUDA {cuda.CUDA_MAJOR} (NVIDIA driver {cuda.MIN_DRIVER} or newer) and "
             "cannot serve here: the NVIDIA driver runs CUDA 12.4 at most") in run.stderr
+
+
+def test_a_toolkit_with_its_own_cublas_builds_with_it_and_one_without_takes_the_wheel(
+        tmp_path: Path) -> None:
+    """A GPU machine's full toolkit (no network there to fetch the wheel) against our
+    build machines' toolkit of PyPI wheels, which lacks cuBLAS."""
+    full, bare = tmp_path / "full", tmp_path / "bare"
+    for toolkit in (full, bare):
+        (toolkit / "lib64").mkdir(parents=True)
+        (toolkit / "include").mkdir()
+    (full / "include" / "cublas_v2.h").touch()
+    for name in ("libcublas", "libcublasLt"):
+        (full / "lib64" / f"{name}.so.13.2.0.9").touch()
+        (full / "lib64" / f"{name}.so").symlink_to(f"{name}.so.13.2.0.9")
+
+    assert cuda.toolkit_cublas(full) == (full / "lib64" / "libcublas.so.13.2.0.9").resolve()
+    assert cuda.toolkit_cublas(bare) is None
+    (bare / "include" / "cublas_v2.h").touch()  # a header without the libraries is not it
+    assert cuda.toolkit_cublas(bare) is None

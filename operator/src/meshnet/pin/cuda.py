@@ -1,6 +1,7 @@
 """What the CUDA lane's build needs on a machine without a GPU: a CUDA 13 toolkit (the
-one on this machine, or one assembled privately from PyPI's wheels), cuBLAS from its
-wheel in a private prefix, and a build-only `libcuda.so` stub for the link.
+one on this machine, or one assembled privately from PyPI's wheels), cuBLAS (the
+toolkit's own where it has one, else from its wheel in a private prefix), and a
+build-only `libcuda.so` stub for the link.
 
 Everything lands under ~/.cache/meshnet/cuda/, never system-wide. The stub is only
 ever named `libcuda.so` (what the linker looks for): at run time the loader looks for
@@ -40,7 +41,8 @@ class Wheel:
     sha256: str
 
 
-# cuBLAS is missing from our machines' toolkit: always from its wheel.
+# cuBLAS is missing from our build machines' toolkit (a GPU machine's full toolkit has it,
+# and it may have no network to fetch the wheel): from this wheel where the toolkit lacks it.
 CUBLAS = Wheel("nvidia-cublas", "13.1.1.3",
                "37936a16db8fe4ac1f065c2139360608a543a09275cb1a1af612e08cfa065436")
 # The compiler and runtime, where no CUDA 13 toolkit is installed: the same wheels our
@@ -98,13 +100,23 @@ def nvcc_major(root: Path) -> int | None:
     return int(match.group(1)) if match else None
 
 
+def toolkit_cublas(toolkit: Path) -> Path | None:
+    """The toolkit's own cuBLAS library file (libcublas.so.13.x.y), where it has the
+    libraries and the header."""
+    if not (toolkit / "include" / "cublas_v2.h").is_file():
+        return None
+    library, light = toolkit / "lib64" / "libcublas.so", toolkit / "lib64" / "libcublasLt.so"
+    return library.resolve() if library.exists() and light.exists() else None
+
+
 def key_inputs() -> dict[str, object]:
     """What shapes a CUDA build besides CMake options: the compiler and library versions
     (a toolkit from the wheels and a system one of the same version build alike)."""
     toolkit = find_toolkit()
+    system_cublas = toolkit_cublas(toolkit) if toolkit else None
     return {
         "nvcc": nvcc_version(toolkit) if toolkit else [w.sha256 for w in TOOLKIT],
-        "cublas": CUBLAS.sha256,
+        "cublas": system_cublas.name if system_cublas else CUBLAS.sha256,
         "driver_stub": DRIVER_SYMBOLS,
     }
 
@@ -114,16 +126,19 @@ def cmake_options(say: Say) -> list[str]:
     (installed into ~/.cache/meshnet/cuda/ on first use). The worker's configure takes
     the same ones: ggml's CMake package finds the CUDA toolkit again there."""
     toolkit = find_toolkit() or _unpacked(TOOLKIT, "toolkit", say)
-    cublas = _unpacked([CUBLAS], "cublas", say)
     stub = driver_stub(say)
     options = [
         f"-DCMAKE_CUDA_COMPILER={toolkit / 'bin' / 'nvcc'}",
         f"-DCUDAToolkit_ROOT={toolkit}",
-        f"-DCUDA_cublas_LIBRARY={cublas / 'lib' / 'libcublas.so'}",
-        f"-DCUDA_cublasLt_LIBRARY={cublas / 'lib' / 'libcublasLt.so'}",
         f"-DCUDA_cuda_driver_LIBRARY={stub}",
-        f"-DCMAKE_CUDA_FLAGS=-I{cublas / 'include'}",
     ]
+    if toolkit_cublas(toolkit) is None:
+        cublas = _unpacked([CUBLAS], "cublas", say)
+        options += [
+            f"-DCUDA_cublas_LIBRARY={cublas / 'lib' / 'libcublas.so'}",
+            f"-DCUDA_cublasLt_LIBRARY={cublas / 'lib' / 'libcublasLt.so'}",
+            f"-DCMAKE_CUDA_FLAGS=-I{cublas / 'include'}",
+        ]
     if shutil.which("ccache"):
         options.append("-DCMAKE_CUDA_COMPILER_LAUNCHER=ccache")
     return options
