@@ -175,3 +175,17 @@ def test_a_toolkit_with_its_own_cublas_builds_with_it_and_one_without_takes_the_
     assert cuda.toolkit_cublas(bare) is None
     (bare / "include" / "cublas_v2.h").touch()  # a header without the libraries is not it
     assert cuda.toolkit_cublas(bare) is None
+
+
+def test_a_cublas_wheel_installed_in_this_python_is_found_where_the_toolkit_has_none(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """PyTorch's machines carry cuBLAS as a wheel (namespace package nvidia, cu13/)."""
+    prefix = tmp_path / "nvidia" / f"cu{cuda.CUDA_MAJOR}"
+    (prefix / "include").mkdir(parents=True)
+    (prefix / "lib").mkdir()
+    (prefix / "include" / "cublas_v2.h").touch()
+    (prefix / "lib" / f"libcublas.so.{cuda.CUDA_MAJOR}").touch()
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert cuda.installed_cublas() is None  # without cublasLt it cannot link
+    (prefix / "lib" / f"libcublasLt.so.{cuda.CUDA_MAJOR}").touch()
+    assert cuda.installed_cublas() == prefix

