@@ -147,8 +147,8 @@ for lane in $LANES; do
     if [ -z "${MESHNET_TEST_NO_SMOLLM2:-}" ]; then
         step "exactness figures and route speed, lane $lane"
         "$PYTHON" bench/lane_exactness.py --lane "$lane" --json "$OUT/exactness-$lane.json" | tail -20
-        "$PYTHON" bench/route_bench.py --bin-dir "$BIN" --gpu-layers 999 --repeats "${REPEATS:-3}" \
-            --json "$OUT/route-$lane.json" | tail -12
+        "$PYTHON" bench/route_bench.py --lane "$lane" --repeats "${REPEATS:-3}" \
+            --tokens "${TOKENS:-32}" --json "$OUT/route-$lane.json" | tail -12
     fi
 done
 

@@ -13,7 +13,7 @@ from meshnet.local.vulkan import host_device_types
 from meshnet.reconcile.route.worker_command import OFFLOAD_ALL_LAYERS
 from meshnet.route.handshake import StageInfo
 
-LANES = ("cpu", "vulkan")
+LANES = ("cpu", "vulkan", "cuda", "rocm")
 # A worker on upstream's paths (its exactness cache keys on both variables, so it measures
 # its own steps). ggml-vulkan's fusions are off: the add+rms fusion that 0022 restores
 # crashes Mesa's software device (SIGSEGV in the start-up probe of SmolLM2 0:15), so

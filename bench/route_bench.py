@@ -38,12 +38,13 @@ synchronises once per graph node).
 
     .venv/bin/python bench/route_bench.py --lane vulkan [--repeats 2] [--tokens 8]
 
---lane vulkan measures instead what exactness costs on the lane's device, every layer
-offloaded (`make vulkan` builds the worker): the 2-stage chain on our kernel paths with
-exact batching and with --batching throughput, and on upstream's (MESHNET_VK_UPSTREAM_PATHS=1,
-patch 0022, same build) batching as upstream does; one session and 8 at once, --tokens
-decoded tokens each, in interleaved rounds, with what each route's start-up probe measured.
-On Mesa's software device (no GPU) the figures compare setups inside one run only.
+--lane vulkan|cuda|rocm measures instead what exactness costs on the lane's device, every
+layer offloaded (`make vulkan` builds the vulkan worker): the 2-stage chain on our kernel
+paths with exact batching and with --batching throughput, on vulkan also on upstream's
+paths (MESHNET_VK_UPSTREAM_PATHS=1, patch 0022, same build) batching as upstream does, and
+the model unsplit on one stage; one session and 8 at once, --tokens decoded tokens each, in
+interleaved rounds, with what each route's start-up probe measured. On Mesa's software
+device (no GPU) the figures compare setups inside one run only.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ import time
 import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -415,52 +417,76 @@ def median_stages(rounds: list[list[dict[str, float]]]) -> list[dict[str, float]
              for key in measured[0][i]} for i in range(len(measured[0]))]
 
 
-# On a GPU lane: (kernel paths, batching) of each 2-stage chain (upstream's paths batch as
-# upstream does: under the exact rule their probe decides, and it says what it found), and
-# the setups measured in each round, each (label, chain, sessions at once).
-UPSTREAM = ("upstream paths", "throughput")
+@dataclass(frozen=True)
+class LaneChain:
+    """A route measured on a GPU lane: its kernel paths (lane_paths.KERNELS), its batching,
+    and whether it is the 2-stage chain or the model unsplit on one stage."""
+
+    kernels: str
+    batching: str  # "exact" or "throughput"
+    split: bool = True
+
+
+# On a GPU lane: each route, and the setups measured in each round (label, route, sessions at
+# once). Upstream's paths batch as upstream does (their probe says what it found); only the
+# vulkan lane has them (patch 0022), so only there are they measured.
 LANE_PREFIX = 6  # prompt tokens of each session, before its own last one
-LANE_CHAINS = [("exact paths", "exact"), ("exact paths", "throughput"), UPSTREAM]
+LANE_CHAINS = {
+    "exact": LaneChain("exact paths", "exact"),
+    "throughput": LaneChain("exact paths", "throughput"),
+    "upstream": LaneChain("upstream paths", "throughput"),
+    "unsplit": LaneChain("exact paths", "exact", split=False),
+}
 LANE_SETUPS = [
-    ("1 session, exact paths", ("exact paths", "exact"), 1),
-    ("1 session, upstream paths", UPSTREAM, 1),
-    ("8 sessions, exact paths, exact batching", ("exact paths", "exact"), 8),
-    ("8 sessions, exact paths, --batching throughput", ("exact paths", "throughput"), 8),
-    ("8 sessions, upstream paths, --batching throughput", UPSTREAM, 8),
+    ("1 session, unsplit (one stage), exact paths", "unsplit", 1),
+    ("1 session, exact paths", "exact", 1),
+    ("1 session, upstream paths", "upstream", 1),
+    ("8 sessions, exact paths, exact batching", "exact", 8),
+    ("8 sessions, exact paths, --batching throughput", "throughput", 8),
+    ("8 sessions, upstream paths, --batching throughput", "upstream", 8),
 ]
+
+
+def lane_setups(lane: str) -> list[tuple[str, str, int]]:
+    return [setup for setup in LANE_SETUPS if lane == "vulkan" or setup[1] != "upstream"]
 
 
 def run_lane(binary: Path, lane: str, threads: int, repeats: int, split: int,
              tokens: int) -> dict[str, Any]:
     """On a GPU lane, every layer on the device: a 2-stage chain (threads / 2 each) on our
-    kernel paths with exact batching and with --batching throughput, and on upstream's
-    paths (patch 0022) batching as upstream does; in each round one session and 8 at once,
-    in an order that turns by one setup each round."""
+    kernel paths with exact batching and with --batching throughput, on vulkan also on
+    upstream's paths (patch 0022) batching as upstream does, and the model unsplit on one
+    stage (all threads); in each round one session and 8 at once, in an order that turns
+    by one setup each round."""
     model = smollm2()
     half = max(1, threads // 2)
     logs = Path(tempfile.mkdtemp(prefix="meshnet-bench-"))
     workers: list[WorkerProcess] = []
-    drivers: dict[tuple[str, str], RouteDriver] = {}
+    drivers: dict[str, RouteDriver] = {}
+    setups = lane_setups(lane)
     results: dict[str, Any] = {"lane": lane, "note": device_note(lane), "threads_total": threads,
                                "rounds": repeats, "split": split, "tokens": tokens,
                                "load_average": os.getloadavg(), "exactness": {}}
     try:
-        for kernels, batching in LANE_CHAINS:
+        for name in dict.fromkeys(chain for _, chain, _ in setups):
+            chain = LANE_CHAINS[name]
             # A chain that batches as upstream skips the start-up probe (minutes per stage
             # on the software device): without speculation nothing here reads its result.
-            extra = (*ANY_MIX, "--exact-batch-rows", "0") if batching == "throughput" else ()
-            specs = [LaunchSpec(model=model, layers=LayerRange(*span), threads=half, slots=8,
-                                ctx=512, gpu_layers=lane_gpu_layers(lane), extra=extra)
-                     for span in ((0, split), (split, 30))]
-            chain = start_route(binary, specs, logs, timeout=900, chain=True,
-                                env=KERNELS[kernels])
-            workers += chain
-            driver = RouteDriver([w.endpoint for w in chain], route_key=route_key_of(chain),
+            extra = (*ANY_MIX, "--exact-batch-rows", "0") if chain.batching == "throughput" else ()
+            spans = ((0, split), (split, 30)) if chain.split else ((0, 30),)
+            specs = [LaunchSpec(model=model, layers=LayerRange(*span),
+                                threads=half if chain.split else threads, slots=8, ctx=512,
+                                gpu_layers=lane_gpu_layers(lane), extra=extra)
+                     for span in spans]
+            stages = start_route(binary, specs, logs, timeout=900, chain=True,
+                                 env=KERNELS[chain.kernels])
+            workers += stages
+            driver = RouteDriver([w.endpoint for w in stages], route_key=route_key_of(stages),
                                  topology="chain")
             route = driver.connect(wait=60)
-            drivers[(kernels, batching)] = driver
-            results["exactness"][f"{kernels}, {batching} batching"] = exactness(route.stages)
-        prompt = prompt_ids(drivers[LANE_CHAINS[0]])
+            drivers[name] = driver
+            results["exactness"][name] = exactness(route.stages)
+        prompt = prompt_ids(drivers["exact"])
         # Short prompts: the software device compiles each shader at its first use, the
         # wide-step matrix products for minutes under load, past a first step's deadline.
         # A 3-token step first, so the stage's step deadline is measured before wider ones.
@@ -468,10 +494,10 @@ def run_lane(binary: Path, lane: str, threads: int, repeats: int, split: int,
         for driver in drivers.values():
             driver.generate(prompt[:3], max_tokens=2, stop_at_eos=False)
             measured(driver, sessions=8, tokens=2)  # warm up
-        rates: dict[str, list[float]] = {label: [] for label, _, _ in LANE_SETUPS}
+        rates: dict[str, list[float]] = {label: [] for label, _, _ in setups}
         for round_index in range(repeats):
-            start = round_index % len(LANE_SETUPS)
-            for label, chain_name, sessions in LANE_SETUPS[start:] + LANE_SETUPS[:start]:
+            start = round_index % len(setups)
+            for label, chain_name, sessions in setups[start:] + setups[:start]:
                 rate, _ = measured(drivers[chain_name], sessions=sessions)
                 rates[label].append(rate)
                 print(f"  round {round_index + 1}: {label}: {rate:.2f} tok/s", flush=True)
@@ -502,20 +528,26 @@ def lane_report(results: dict[str, Any]) -> str:
          f"average at start {', '.join(f'{x:.2f}' for x in results['load_average'])}"),
         *(f"  start-up probe, {name}: {found}" for name, found in results["exactness"].items()),
     ]
-    for label, _, _ in LANE_SETUPS:
-        row = setups[label]
+    for label, row in setups.items():
         lines.append(f"{label:<52}{row['best']:>8.2f} ({row['median']:.2f})")
-    upstream = "8 sessions, upstream paths, --batching throughput"
     exact = "8 sessions, exact paths, exact batching"
     lines += [
-        ("exact paths, one session: x"
-         f"{ratio('1 session, exact paths', '1 session, upstream paths'):.3f} of upstream's "
-         "paths (paired)"),
-        (f"8 sessions, exact paths and exact batching: x{ratio(exact, upstream):.3f} of "
-         "upstream as is (its paths, --batching throughput); x"
+        ("2-stage route, one session: x"
+         f"{ratio('1 session, exact paths', '1 session, unsplit (one stage), exact paths'):.3f}"
+         " of the unsplit model (paired)"),
+        (f"8 sessions, exact batching: x"
          f"{ratio(exact, '8 sessions, exact paths, --batching throughput'):.3f} of our paths "
          "with --batching throughput (paired)"),
     ]
+    if "1 session, upstream paths" in setups:
+        upstream = "8 sessions, upstream paths, --batching throughput"
+        lines += [
+            ("exact paths, one session: x"
+             f"{ratio('1 session, exact paths', '1 session, upstream paths'):.3f} of upstream's "
+             "paths (paired)"),
+            (f"8 sessions, exact paths and exact batching: x{ratio(exact, upstream):.3f} of "
+             "upstream as is (its paths, --batching throughput) (paired)"),
+        ]
     return "\n".join(lines)
 
 
@@ -627,9 +659,10 @@ def main() -> None:
     parser.add_argument("--omp-passive", action="store_true",
                         help="OMP_WAIT_POLICY=passive for every process measured.")
     parser.add_argument("--lane", choices=LANES, default="cpu",
-                        help="vulkan: instead, every layer on the device, our kernel paths "
-                             "against upstream's (patch 0022) and exact batching against "
-                             "--batching throughput (see lane_paths.py).")
+                        help="A GPU lane: instead, every layer on the device, our kernel paths "
+                             "against upstream's (vulkan: patch 0022), exact batching against "
+                             "--batching throughput, the route against the unsplit model "
+                             "(see lane_paths.py).")
     parser.add_argument("--tokens", type=int, default=8,
                         help="Decoded tokens a session with --lane vulkan (default 8: about "
                              "1 token/s on the software device).")
