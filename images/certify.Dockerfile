@@ -1,12 +1,11 @@
 # The certification image of one lane: that lane's worker image plus the meshnet CLI, so
 # the operator's certification Job can run `meshnet certify` (the route's stages against
-# an unsplit worker started in the same pod, on the same hardware). Build from the
-# repository root, once per lane (`make images` builds the CPU one):
-#   docker build -f images/certify.Dockerfile \
-#     --build-arg WORKER_IMAGE=meshnet/meshnet-shard-worker-cuda:0.1.0 \
-#     -t meshnet/meshnet-certify-cuda:0.1.0 .
-# and set the chart value certify.images.<lane> to it. The Python environment is made with
-# the worker image's own Python, so it fits any lane's base (Debian or Ubuntu).
+# an unsplit worker started in the same pod, on the same hardware). Built once per lane on
+# that lane's worker image, e.g. `meshnet images build --only certify-vulkan` (or, from the
+# repository root, `docker build -f images/certify.Dockerfile --build-arg
+# WORKER_IMAGE=meshnet/meshnet-shard-worker-vulkan:0.1.0 -t meshnet/meshnet-certify-vulkan:0.1.0 .`);
+# set the chart value certify.images.<lane> to it. The Python environment is made with the
+# worker image's own Python, so it fits any lane's base.
 
 ARG WORKER_IMAGE=meshnet/meshnet-shard-worker-cpu:0.1.0
 FROM ${WORKER_IMAGE}

@@ -1,43 +1,32 @@
-# meshnet-shard-worker, CUDA lane: the portable build (ggml's CUDA backend for the declared
-# architectures, CPU backend for several CPU generations) on NVIDIA's CUDA runtime image.
-# Build from the repository root where NVIDIA's images can be pulled:
-#   docker build -f images/worker-cuda.Dockerfile -t meshnet/meshnet-shard-worker-cuda:0.1.0 .
-# (or `buildah build --isolation chroot ...` the same). GPUs served (CMAKE_CUDA_ARCHITECTURES
-# 80-real;86-real;89-real;90, see meshnet.pin.build and the chart README): A100/A30 (sm_80),
-# A10/A40/RTX A6000/RTX 30 (sm_86), L4/L40S/RTX 40 (sm_89), H100/H200 (sm_90); newer GPUs
-# compile the sm_90 PTX when they first load it. Ubuntu 24.04 brings gRPC 1.51 (the
-# callback API the service uses). Pods need the NVIDIA container runtime; the operator
-# passes --gpu-layers to stages that have GPUs.
+# meshnet-shard-worker, CUDA lane: the portable worker bundle (ggml's CUDA backend for the
+# declared architectures, the CPU modules of worker-cpu) on Debian bookworm, with the CUDA
+# 13 runtime and cuBLAS libraries as NVIDIA's wheels ship them (and their licence, under
+# /usr/local/share/doc/). No driver: the NVIDIA container runtime mounts the node's
+# libcuda.so.1 (driver 580 or newer); the worker exits 1 saying so where there is none. No
+# toolkit, no compiler. `meshnet images build --only worker-cuda` makes the context and
+# builds this with buildah, once the portable CUDA build exists (hours on 2 cores):
+#   meshnet pin build --portable --lane cuda && meshnet worker build --portable --lane cuda
+# GPUs served (CMAKE_CUDA_ARCHITECTURES 80-real;86-real;89-real;90): the chart README.
 
-ARG CUDA_VERSION=12.6.3
-FROM nvidia/cuda:${CUDA_VERSION}-devel-ubuntu24.04 AS build
+ARG BASE_IMAGE=debian:bookworm-slim
+FROM ${BASE_IMAGE}
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-        ca-certificates g++ make cmake ninja-build ccache git pkg-config binutils \
-        libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc liblz4-dev \
-        python3 python3-venv python3-pip \
- && rm -rf /var/lib/apt/lists/*
-WORKDIR /src
-COPY . .
-RUN python3 -m venv /venv && /venv/bin/pip install --no-cache-dir -e 'operator[dev]'
-ENV PATH=/venv/bin:$PATH
-# No GPU at build time: link against the driver stub.
-ENV LIBRARY_PATH=/usr/local/cuda/lib64/stubs
-RUN meshnet pin fetch && meshnet pin patch \
- && meshnet pin build --portable --lane cuda \
- && meshnet worker build --portable --lane cuda \
- && meshnet worker bundle --lane cuda --out /bundle
-
-FROM nvidia/cuda:${CUDA_VERSION}-runtime-ubuntu24.04
-RUN apt-get update \
- && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-        libgrpc++1.51t64 libprotobuf32t64 liblz4-1 libgomp1 \
- && rm -rf /var/lib/apt/lists/* \
+        libgrpc++1.51 libprotobuf32 liblz4-1 libgomp1 \
+ && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin \
  && useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin meshnet
-COPY --from=build /bundle/bin/ /usr/local/bin/
-COPY --from=build /bundle/lib/ /usr/local/lib/
-COPY --from=build /bundle/BUNDLE.json /usr/local/share/meshnet/BUNDLE.json
-ENV GOMP_SPINCOUNT=3000
+COPY bin/ /usr/local/bin/
+COPY lib/ /usr/local/lib/
+COPY share/ /usr/local/share/
+COPY BUNDLE.json /usr/local/share/meshnet/BUNDLE.json
+# ggml's CUDA module (in /usr/local/bin) has no run path: the loader's cache must know
+# the CUDA libraries in /usr/local/lib.
+RUN ldconfig
+# What the NVIDIA container runtime gives a pod: its GPUs (the device plugin narrows this
+# to the ones requested) and the driver's compute libraries.
+ENV GOMP_SPINCOUNT=3000 \
+    NVIDIA_VISIBLE_DEVICES=all \
+    NVIDIA_DRIVER_CAPABILITIES=compute,utility
 USER 10001:10001
 EXPOSE 50051 9464
 ENTRYPOINT ["/usr/local/bin/meshnet-shard-worker"]

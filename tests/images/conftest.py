@@ -1,6 +1,6 @@
 """The images `meshnet images build` makes, built once per session (cached by their
-inputs) and run with `buildah run` in chroot isolation on the host's network: the CPU
-worker image serving stages to this host's route driver, the operator image's CLI."""
+inputs) and run with `buildah run` in chroot isolation on the host's network: a worker
+image serving stages to this host's route driver, the operator image's CLI."""
 
 from __future__ import annotations
 
@@ -16,11 +16,17 @@ from typing import Any
 
 import pytest
 
+from meshnet.api.shardroute import LayerRange
+from meshnet.local.process import LaunchSpec, WorkerProcess, start_route
+
 REPO = Path(__file__).resolve().parents[2]
 BUILDAH = ["buildah", "--storage-driver", "vfs"]
 WORKER_USER = "10001:10001"
 OPERATOR_USER = "65532:65532"
 MODELS = "/models"  # where the host's model directory is mounted, read-only
+PROMPT = "The capital of France is"
+N_TOKENS = 24
+SPLIT = [(0, 15), (15, 30)]  # SmolLM2's 30 layers in two stages
 
 
 @pytest.fixture(scope="session")
@@ -34,16 +40,27 @@ def buildah_ready() -> None:
         pytest.skip(why)
 
 
+def build_images(*names: str) -> dict[str, dict[str, Any]]:
+    """`meshnet images build --only NAME...`: what it built or found, by image name."""
+    result = subprocess.run(
+        [sys.executable, "-m", "meshnet.cli", "images", "build",
+         *(arg for name in names for arg in ("--only", name)), "--json"],
+        cwd=REPO, capture_output=True, text=True, timeout=3600)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return dict(json.loads(result.stdout))
+
+
 @pytest.fixture(scope="session")
 def images(buildah_ready: None) -> dict[str, dict[str, Any]]:
     """The worker-cpu and operator images (cold: the portable build, the Debian base and
     both images, several minutes; warm: a digest check each)."""
-    result = subprocess.run(
-        [sys.executable, "-m", "meshnet.cli", "images", "build", "--only", "worker-cpu",
-         "--only", "operator", "--json"],
-        cwd=REPO, capture_output=True, text=True, timeout=2400)
-    assert result.returncode == 0, result.stderr[-4000:]
-    return dict(json.loads(result.stdout))
+    return build_images("worker-cpu", "operator")
+
+
+@pytest.fixture(scope="session")
+def vulkan_image(buildah_ready: None) -> dict[str, Any]:
+    """The worker-vulkan image (cold: the lane's portable build, about 20 minutes here)."""
+    return build_images("worker-vulkan")["worker-vulkan"]
 
 
 class Container:
@@ -87,6 +104,13 @@ def worker_container(images: dict[str, dict[str, Any]]) -> Iterator[Container]:
 
 
 @pytest.fixture(scope="module")
+def vulkan_container(vulkan_image: dict[str, Any]) -> Iterator[Container]:
+    container = Container(vulkan_image["tag"])
+    yield container
+    container.remove()
+
+
+@pytest.fixture(scope="module")
 def operator_container(images: dict[str, dict[str, Any]]) -> Iterator[Container]:
     container = Container(images["operator"]["tag"])
     yield container
@@ -115,3 +139,37 @@ def writable_paths(container: Container, user: str) -> list[str]:
         "-print", user=user)
     return sorted(line for line in result.stdout.splitlines()
                   if line not in ("/etc/hosts", "/etc/resolv.conf", "/etc/hostname"))
+
+
+def image_stages(container: Container, smollm2: Path, log_dir: Path, env: dict[str, str],
+                 gpu_layers: int = 0, flags: tuple[str, ...] = ()) -> list[WorkerProcess]:
+    """SmolLM2 in two stages, each a worker process of the image, one thread each."""
+    launcher = worker_launcher(container, log_dir, smollm2.parent, env)
+    specs = [LaunchSpec(model=Path(MODELS) / smollm2.name, layers=LayerRange(*span),
+                        route_id="test/images", threads=1, gpu_layers=gpu_layers, extra=flags,
+                        manifest_digest="sha256:" + "0" * 64) for span in SPLIT]
+    return start_route(launcher, specs, log_dir, timeout=300)
+
+
+def generate(stages: list[WorkerProcess]) -> dict[str, Any]:
+    """The host's `meshnet generate` through the stages."""
+    args = [arg for stage in stages for arg in ("--stage", stage.endpoint)]
+    result = subprocess.run(
+        [sys.executable, "-m", "meshnet.cli", "generate", *args, "--prompt", PROMPT,
+         "--max-tokens", str(N_TOKENS), "--ignore-eos", "--json"],
+        capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return dict(json.loads(result.stdout))
+
+
+def image_reference(container: Container, smollm2: Path, prompt_tokens: list[int],
+                    env: dict[str, str], gpu_layers: int = 0) -> list[int]:
+    """The unsplit model in the image itself: its reference tool on the same CPU module
+    or device."""
+    result = container.run(
+        "/usr/local/bin/meshnet-reference-generate", "--model", f"{MODELS}/{smollm2.name}",
+        "--prompt-tokens", ",".join(map(str, prompt_tokens)), "-n", str(N_TOKENS),
+        "--threads", "2", "--gpu-layers", str(gpu_layers), user=WORKER_USER, env=env,
+        volumes={smollm2.parent: MODELS}, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return list(json.loads(result.stdout)["tokens"])

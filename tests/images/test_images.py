@@ -1,68 +1,31 @@
 """The images really run: the CPU worker image serves a split SmolLM2 route that gives the
 unsplit model's tokens (also on the x86-64 baseline kernels, without AVX), the operator
-image's CLI validates the examples, and both run as non-root users that can write
-nowhere but /tmp, with no compiler or build tree inside."""
+image's CLI validates the examples, and they (the vulkan worker image too) run as non-root
+users that can write nowhere but /tmp, with no compiler or build tree inside."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from meshnet.api.shardroute import LayerRange
-from meshnet.local.process import LaunchSpec, WorkerProcess, start_route
-
 from .conftest import (
     MODELS,
+    N_TOKENS,
     OPERATOR_USER,
     REPO,
+    SPLIT,
     WORKER_USER,
     Container,
-    worker_launcher,
+    generate,
+    image_reference,
+    image_stages,
     writable_paths,
 )
 
-PROMPT = "The capital of France is"
-N_TOKENS = 24
-SPLIT = [(0, 15), (15, 30)]
 Reference = Callable[..., list[int]]
-
-
-def image_stages(container: Container, smollm2: Path, log_dir: Path,
-                 env: dict[str, str]) -> list[WorkerProcess]:
-    """SmolLM2 in two stages, each a worker process of the image, one thread each."""
-    launcher = worker_launcher(container, log_dir, smollm2.parent, env)
-    specs = [LaunchSpec(model=Path(MODELS) / smollm2.name, layers=LayerRange(*span),
-                        route_id="test/images",
-                        threads=1, manifest_digest="sha256:" + "0" * 64) for span in SPLIT]
-    return start_route(launcher, specs, log_dir, timeout=180)
-
-
-def generate(stages: list[WorkerProcess]) -> dict[str, Any]:
-    """The host's `meshnet generate` through the stages."""
-    args = [arg for stage in stages for arg in ("--stage", stage.endpoint)]
-    result = subprocess.run(
-        [sys.executable, "-m", "meshnet.cli", "generate", *args, "--prompt", PROMPT,
-         "--max-tokens", str(N_TOKENS), "--ignore-eos", "--json"],
-        capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return dict(json.loads(result.stdout))
-
-
-def image_reference(container: Container, smollm2: Path, prompt_tokens: list[int],
-                    env: dict[str, str]) -> list[int]:
-    """The unsplit model in the image itself: its reference tool on the same CPU module."""
-    result = container.run(
-        "/usr/local/bin/meshnet-reference-generate", "--model", f"{MODELS}/{smollm2.name}",
-        "--prompt-tokens", ",".join(map(str, prompt_tokens)), "-n", str(N_TOKENS),
-        "--threads", "2", user=WORKER_USER, env=env, volumes={smollm2.parent: MODELS})
-    assert result.returncode == 0, result.stderr[-2000:]
-    return list(json.loads(result.stdout)["tokens"])
 
 
 @pytest.fixture(scope="module")
@@ -152,7 +115,8 @@ def test_the_operator_image_runs_the_cli_and_validates_the_examples(
 
 
 @pytest.mark.parametrize(("container_fixture", "user"), [
-    ("worker_container", WORKER_USER), ("operator_container", OPERATOR_USER)])
+    ("worker_container", WORKER_USER), ("operator_container", OPERATOR_USER),
+    pytest.param("vulkan_container", WORKER_USER, marks=pytest.mark.vulkan)])
 def test_the_images_run_as_non_root_with_nothing_to_write_and_no_compiler(
         container_fixture: str, user: str, request: pytest.FixtureRequest) -> None:
     """What a read-only root filesystem needs: the image's user can write only the

@@ -13,18 +13,15 @@ from meshnet.images.build import (
     IMAGES,
     BuiltImage,
     build_image,
+    default_images,
     local_name,
     order,
     python_context,
     resolve_base,
     tag,
 )
-from meshnet.native.build import build_worker
-from meshnet.native.bundle import bundle_worker
+from meshnet.images.worker_context import portable_built, worker_context
 from meshnet.paths import repo_root, workspace
-from meshnet.pin.build import build, build_dir_for
-from meshnet.pin.manifest import load_manifest
-from meshnet.pin.workspace import Workspace
 
 
 def say(message: str) -> None:
@@ -33,7 +30,7 @@ def say(message: str) -> None:
 
 @click.group("images")
 def command() -> None:
-    """Container images: the operator, the CPU worker and the CPU certification image.
+    """Container images: the operator, and per lane the worker and its certification image.
 
     Built with buildah (root, chroot isolation, vfs storage: no container engine needed)
     from images/*.Dockerfile, tagged as the chart's defaults expect (its appVersion), and
@@ -43,7 +40,9 @@ def command() -> None:
 
 @command.command("build")
 @click.option("--only", "only", multiple=True, type=click.Choice(sorted(IMAGES)),
-              help="Build just this image (and what it needs); repeatable. Default: all.")
+              help="Build just this image (and what it needs); repeatable. Default: the "
+                   "operator and the cpu images, and a GPU lane's where its portable build "
+                   "exists here.")
 @click.option("--base", default="auto", show_default=True, metavar="auto|local|IMAGE",
               help="Base of every image: `local` debootstraps Debian bookworm here; IMAGE "
                    "names one buildah can find or pull (e.g. debian:bookworm-slim); `auto` "
@@ -56,7 +55,7 @@ def build_cmd(only: tuple[str, ...], base: str, force: bool, jobs: int | None,
               as_json: bool) -> None:
     """Build the images (portable worker build first, when an image needs it)."""
     root = repo_root()
-    names = order(only or IMAGES)
+    names = order(only or default_images(lambda lane: portable_built(root, lane)))
     contexts = workspace(root) / "images"
     base_image, pull = resolve_base(base, say)
     built: dict[str, BuiltImage] = {}
@@ -64,7 +63,7 @@ def build_cmd(only: tuple[str, ...], base: str, force: bool, jobs: int | None,
         spec = IMAGES[name]
         context = contexts / name
         if spec.context == "worker-bundle":
-            _bundle(root, "cpu", context, jobs)
+            worker_context(root, spec.lane, context, jobs, pin_say)
         else:
             python_context(root, context)
         built[name] = build_image(root, spec, context, base_image, pull, built, say, force)
@@ -79,21 +78,16 @@ def build_cmd(only: tuple[str, ...], base: str, force: bool, jobs: int | None,
 @click.option("--only", "only", multiple=True, type=click.Choice(sorted(IMAGES)))
 def save_cmd(out: Path, only: tuple[str, ...]) -> None:
     """Write the built images as docker-archive tarballs (for `kind load image-archive`,
-    `ctr -n k8s.io images import`, `docker load`), named as the chart expects."""
+    `ctr -n k8s.io images import`, `docker load`), named as the chart expects. Default:
+    every image the store holds."""
     root = repo_root()
     out.mkdir(parents=True, exist_ok=True)
-    for name in only or IMAGES:
+    names = only or [name for name, spec in IMAGES.items()
+                     if buildah.image_info(local_name(tag(root, spec)))]
+    for name in names:
         reference = tag(root, IMAGES[name])
         target = out / f"{name}.tar"
         target.unlink(missing_ok=True)
         buildah.run("push", local_name(reference), f"docker-archive:{target}:{reference}")
         say(f"{name}: {target} ({target.stat().st_size / 1e6:.0f} MB)")
 
-
-def _bundle(root: Path, lane: str, out: Path, jobs: int | None) -> None:
-    manifest = load_manifest(root / "llama-pin.yaml")
-    ws = Workspace(workspace(root))
-    build(manifest, ws, lane, pin_say, jobs=jobs, portable=True)
-    worker = build_worker(root, manifest, ws, lane, pin_say, jobs=jobs, portable=True)
-    bundle_worker(worker, build_dir_for(manifest, lane, portable=True) / "install", out, lane,
-                  manifest.digest(), pin_say)

@@ -38,6 +38,9 @@ class ImageSpec:
     context: str  # "worker-bundle" or "python-sources"
     needs: tuple[str, ...] = ()  # images built first (their names), passed as build args
     args: dict[str, str] = field(default_factory=dict)
+    # The lane whose portable worker bundle a worker image takes (a certify image: its
+    # worker's). A GPU lane's image is built by default only where that build exists.
+    lane: str = "cpu"
 
 
 def python_versions() -> dict[str, str]:
@@ -56,8 +59,22 @@ IMAGES: dict[str, ImageSpec] = {
                   "python-sources"),
         ImageSpec("certify-cpu", "images/certify.Dockerfile", "meshnet/meshnet-certify-cpu",
                   "python-sources", needs=("worker-cpu",)),
+        *(spec for lane in ("vulkan", "cuda") for spec in (
+            ImageSpec(f"worker-{lane}", f"images/worker-{lane}.Dockerfile",
+                      f"meshnet/meshnet-shard-worker-{lane}", "worker-bundle", lane=lane),
+            ImageSpec(f"certify-{lane}", "images/certify.Dockerfile",
+                      f"meshnet/meshnet-certify-{lane}", "python-sources",
+                      needs=(f"worker-{lane}",), lane=lane))),
     )
 }
+
+
+def default_images(built_lanes: Callable[[str], bool]) -> list[str]:
+    """What `meshnet images build` makes unless told: the CPU lane's images and the
+    operator, and a GPU lane's where its portable build is already there (`built_lanes`
+    says): building one takes a GPU lane's whole llama.cpp, so only when asked."""
+    return [name for name, spec in IMAGES.items()
+            if spec.lane == "cpu" or built_lanes(spec.lane)]
 
 
 def app_version(root: Path) -> str:
