@@ -75,7 +75,8 @@ vulkan: pin
 	$(MESHNET) pin build --lane vulkan
 	$(MESHNET) worker build --lane vulkan
 
-# The images, from the portable build (runtime CPU selection), tagged as the chart expects.
+# The images, from the portable build (runtime CPU selection), tagged as the chart expects;
+# a GPU lane's where its portable build exists (`meshnet images build --only worker-vulkan`).
 images: setup
 	$(MESHNET) pin fetch
 	$(MESHNET) pin patch

@@ -9,6 +9,7 @@
 # 25's lavapipe, off by default: on a node without a GPU set
 #   VK_DRIVER_FILES=/usr/local/share/meshnet/vulkan/software_device_icd.json
 #   GGML_VK_VISIBLE_DEVICES=0   (ggml-vulkan hides CPU-type devices otherwise)
+#   MESA_SHADER_CACHE_DIR=<a writable volume>   (lavapipe compiles each shader at first use)
 # No compiler, no build tree.
 
 ARG BASE_IMAGE=debian:bookworm-slim
