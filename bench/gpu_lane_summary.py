@@ -55,6 +55,7 @@ def lane_summary(out: Path, lane: str) -> dict[str, Any]:
     steps_rc = read(out / f"steps-{lane}.rc")
     steps_log = read(out / f"steps-{lane}.log") or ""
     summary: dict[str, Any] = {
+        "device": read(out / f"device-{lane}.txt"),
         "build_seconds": int(read(out / f"build-{lane}.seconds") or -1),
         "deepseek4_steps": {"passed": steps_rc == "0", "exit": steps_rc,
                             "last_lines": steps_log.splitlines()[-3:]},
@@ -78,7 +79,7 @@ def main(argv: list[str]) -> int:
         return 2
     out = Path(argv[0])
     lanes = {lane: lane_summary(out, lane) for lane in argv[1:]}
-    print(json.dumps({"device": read(out / "device.txt"), "lanes": lanes,
+    print(json.dumps({"lanes": lanes,
                       "ok": all(lane["ok"] for lane in lanes.values())}, indent=2))
     return 0 if all(lane["ok"] for lane in lanes.values()) else 1
 
