@@ -17,7 +17,8 @@ export CCACHE_DIR ?= $(HOME)/.cache/meshnet/ccache
 help:
 	@echo "make demo   set everything up, build, and run the main job on the embedded default"
 	@echo "make test   set everything up, build, and run every test (Python and C++)"
-	@echo "make images the operator, cpu worker and cpu certify images (buildah; see README)"
+	@echo "make images the operator and worker/certify images: cpu, and a GPU lane's where its"
+	@echo "            portable build exists (buildah; see README)"
 	@echo "steps: deps venv tools pin proto worker build vulkan images lint test-python test-cpp"
 	@echo "       test-vulkan test-cpp-vulkan clean"
 
