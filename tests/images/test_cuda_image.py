@@ -9,7 +9,6 @@ this machine is skipped."""
 
 from __future__ import annotations
 
-import fcntl
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,30 +18,15 @@ from meshnet.pin import cuda
 from meshnet.pin.build import build_dir_for
 from meshnet.pin.manifest import load_manifest
 
+from ..cached_builds import finished_build
 from .conftest import MODELS, REPO, WORKER_USER, Container, build_images, writable_paths
-
-FAILURES = ("FAILED:", "CMake Error", "ninja: build stopped")
 
 
 @pytest.fixture(scope="module")
 def portable_cuda_build() -> Path:
-    directory = build_dir_for(load_manifest(REPO / "llama-pin.yaml"), "cuda", portable=True)
-    if not directory.exists():
-        pytest.skip(f"the CUDA lane's portable build is not made on this machine for this pin "
-                    f"({directory}): `meshnet pin build --portable --lane cuda` makes it")
-    with open(directory.parent / f"{directory.name}.lock", "w") as lock:
-        try:  # the build holds it while it runs
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            pytest.skip(f"the CUDA lane's portable build is running right now in {directory}")
-    if (directory / "complete.json").is_file():
-        return directory
-    log = directory / "build.log"
-    text = log.read_text() if log.is_file() else ""
-    assert not [line for line in text.splitlines() if line.startswith(FAILURES)], (
-        f"the CUDA lane's portable build in {directory} failed; its log ends:\n"
-        + "\n".join(text.splitlines()[-30:]))
-    pytest.skip(f"the CUDA lane's portable build in {directory} was stopped before it finished")
+    return finished_build(
+        build_dir_for(load_manifest(REPO / "llama-pin.yaml"), "cuda", portable=True),
+        "CUDA lane's portable build", "meshnet pin build --portable --lane cuda")
 
 
 @pytest.fixture(scope="module")

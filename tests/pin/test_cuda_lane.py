@@ -8,7 +8,6 @@ machine is skipped."""
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import subprocess
@@ -22,43 +21,23 @@ from meshnet.pin import cuda
 from meshnet.pin.build import build_dir_for
 from meshnet.pin.manifest import load_manifest
 
+from ..cached_builds import finished_build
+
 REPO = Path(__file__).resolve().parents[2]
 WORKER = "meshnet-shard-worker"
-# How CMake and ninja say a build failed, in the log the build keeps.
-FAILURES = ("FAILED:", "CMake Error", "ninja: build stopped")
-
-
-def _built(directory: Path, what: str) -> Path:
-    if not directory.exists():
-        pytest.skip(f"the CUDA lane's {what} is not built on this machine for this pin and "
-                    f"these sources ({directory}): `make cuda` builds it")
-    with open(directory.parent / f"{directory.name}.lock", "w") as lock:
-        try:  # the build holds it while it runs
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            pytest.skip(f"the CUDA lane's {what} is being built right now in {directory}")
-    if (directory / "complete.json").is_file():
-        return directory
-    log = directory / "build.log"
-    text = log.read_text() if log.is_file() else ""
-    failed = [line for line in text.splitlines() if line.startswith(FAILURES)]
-    assert not failed, (f"the CUDA lane's {what} build in {directory} failed; its log ends:\n"
-                        + "\n".join(text.splitlines()[-30:]))
-    pytest.skip(f"the CUDA lane's {what} build in {directory} was stopped before it finished, "
-                "with no failure in its log: `make cuda` builds it again (ccache keeps what it "
-                "compiled)")
 
 
 @pytest.fixture(scope="module")
 def llama_build() -> Path:
-    return _built(build_dir_for(load_manifest(REPO / "llama-pin.yaml"), "cuda"), "llama.cpp")
+    return finished_build(build_dir_for(load_manifest(REPO / "llama-pin.yaml"), "cuda"),
+                          "CUDA lane's llama.cpp", "make cuda")
 
 
 @pytest.fixture(scope="module")
 def worker_bin(llama_build: Path) -> Path:
     manifest = load_manifest(REPO / "llama-pin.yaml")
     directory = cache_dir() / "worker" / f"cuda-{worker_key(REPO, manifest, 'cuda')}"
-    return _built(directory, "worker") / "build" / "bin"
+    return finished_build(directory, "CUDA lane's worker", "make cuda") / "build" / "bin"
 
 
 @pytest.fixture(scope="module")
