@@ -41,7 +41,8 @@ jsonschema-specifications rpds-py common-expression-language pytest-asyncio snif
 # The worker's build dependencies a CUDA image lacks (Debian bookworm's, unpacked privately).
 DEBS="libgrpc++-dev libgrpc-dev libgrpc++1.51 libgrpc29 protobuf-compiler-grpc libprotobuf-dev
 libprotobuf32 libprotobuf-lite32 libprotoc32 protobuf-compiler libabsl-dev libabsl20220623
-libre2-dev libre2-9 libc-ares-dev libc-ares2 libssl-dev libssl3 zlib1g-dev liblz4-dev liblz4-1"
+libre2-dev libre2-9 libc-ares-dev libc-ares2 libssl-dev libssl3 zlib1g-dev liblz4-dev liblz4-1
+pkgconf pkgconf-bin libpkgconf3"
 LLAMA_SKIPPED=(.git models docs media gguf-py examples tools/server/public)
 
 step() { printf '\n== %s (%s)\n' "$1" "$(date +%T)"; }
