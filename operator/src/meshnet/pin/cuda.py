@@ -22,7 +22,6 @@ import tempfile
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 
 from meshnet.errors import PinError
@@ -141,8 +140,10 @@ def key_inputs() -> dict[str, object]:
     toolkit = find_toolkit()
     system_cublas = toolkit_cublas(toolkit) if toolkit else None
     installed = installed_cublas() if system_cublas is None else None
+    # an installed wheel's library has no versioned name: its size tells versions apart
+    library = installed / "lib" / f"libcublas.so.{CUDA_MAJOR}" if installed else None
     cublas = (system_cublas.name if system_cublas else
-              f"nvidia-cublas {metadata.version('nvidia-cublas')}" if installed else CUBLAS.sha256)
+              f"{library.name} {library.stat().st_size} bytes" if library else CUBLAS.sha256)
     return {
         "nvcc": nvcc_version(toolkit) if toolkit else [w.sha256 for w in TOOLKIT],
         "cublas": cublas,
